@@ -1,0 +1,116 @@
+// Tensor: a contiguous, row-major view into shared storage.
+//
+//   Tensor x = Tensor::empty({B, S, H}, DType::kFloat32);   // on Allocator::process_default()
+//   Tensor mb = x.narrow(0, 2, 2);      // micro-batch rows 2..3: a view, no copy
+//   Tensor flat = x.reshape({B * S, H}); // a view, no copy
+//   float* p = flat.data<float>();       // checks the dtype
+//
+// Views share storage (copying a Tensor copies a handle). Only views that stay contiguous exist:
+// narrow(d, ...) needs every dimension before d to have size 1. Slices along other dims are
+// copies made by the kernels (kernels::slice).
+// The storage's Allocator must outlive every tensor allocated from it.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hspmd/core/allocator.h"
+#include "hspmd/core/device.h"
+#include "hspmd/core/dtype.h"
+#include "hspmd/core/error.h"
+#include "hspmd/core/shape.h"
+
+namespace hspmd {
+
+// A block of memory owned by one allocator; freed when the last view goes away.
+class Storage {
+ public:
+  Storage(size_t bytes, Allocator* allocator);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Allocator* allocator() const { return allocator_; }
+  Device device() const { return Device::cpu(); }
+
+ private:
+  void* data_;
+  size_t bytes_;
+  Allocator* allocator_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: no storage
+
+  // Uninitialized contents. allocator == nullptr means Allocator::process_default().
+  static Tensor empty(const Shape& shape, DType dtype, Allocator* allocator = nullptr);
+  static Tensor zeros(const Shape& shape, DType dtype, Allocator* allocator = nullptr);
+  // Every element set to value (converted to dtype).
+  static Tensor full(const Shape& shape, DType dtype, double value, Allocator* allocator = nullptr);
+  template <typename T>
+  static Tensor from_vector(const Shape& shape, const std::vector<T>& values, Allocator* allocator = nullptr);
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return Device::cpu(); }
+  int rank() const { return shape_.rank(); }
+  int64_t dim(int d) const { return shape_.dim(d); }
+  int64_t numel() const { return shape_.numel(); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  Allocator* allocator() const { return storage_ ? storage_->allocator() : nullptr; }
+
+  void* raw_data() const { return static_cast<char*>(storage_->data()) + offset_bytes_; }
+  template <typename T>
+  T* data() const {
+    HSPMD_CHECK(defined()) << "data() of an undefined tensor";
+    HSPMD_CHECK(dtype_ == dtype_of<T>()) << "tensor is " << dtype_name(dtype_) << ", accessed as "
+                                         << dtype_name(dtype_of<T>());
+    return static_cast<T*>(raw_data());
+  }
+
+  // View of [start, start + length) along dim; every dim before it must have size 1.
+  Tensor narrow(int dim, int64_t start, int64_t length) const;
+  // View with the same elements in a new shape; one entry may be -1 (inferred).
+  // (Pass shape.dims() to reshape to a Shape.)
+  Tensor reshape(const std::vector<int64_t>& dims) const;
+
+  Tensor clone(Allocator* allocator = nullptr) const;
+  // Copies src's elements into this tensor; shapes (numel) and dtypes must match.
+  void copy_from(const Tensor& src);
+  void fill(double value);
+
+  template <typename T>
+  std::vector<T> to_vector() const {
+    const T* p = data<T>();
+    return std::vector<T>(p, p + numel());
+  }
+  // Element i (flat index) converted to double, for any dtype; for tests and logging.
+  double element_as_double(int64_t i) const;
+  bool shares_storage_with(const Tensor& other) const { return storage_ && storage_ == other.storage_; }
+
+  std::string to_string() const;  // "float32[2, 3]"
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  size_t offset_bytes_ = 0;
+  Shape shape_;
+  DType dtype_ = DType::kFloat32;
+};
+
+template <typename T>
+Tensor Tensor::from_vector(const Shape& shape, const std::vector<T>& values, Allocator* allocator) {
+  HSPMD_CHECK(static_cast<int64_t>(values.size()) == shape.numel())
+      << values.size() << " values for shape " << shape.to_string();
+  Tensor t = empty(shape, dtype_of<T>(), allocator);
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+  return t;
+}
+
+}  // namespace hspmd
