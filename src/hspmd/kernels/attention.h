@@ -1,0 +1,28 @@
+// Causal self-attention over variable-length packed sequences, grouped-query heads.
+//
+//   q [T, Nq, D], k [T, Nkv, D], v [T, Nkv, D], out [T, Nq, D]; Nkv divides Nq (query head h uses
+//   kv head h / (Nq / Nkv)). cu_seqlens [nseq + 1] int32/int64: sequence s is tokens
+//   [cu_seqlens[s], cu_seqlens[s+1]); cu_seqlens[0] == 0, cu_seqlens[nseq] == T. A token attends to
+//   itself and earlier tokens of its own sequence only.
+//   lse [Nq, T] float32/float64 like q: per-row log-sum-exp of the scaled scores, saved for the
+//   backward.
+//
+// Blocked online-softmax (flash-style): memory beyond the outputs is O(block^2) per thread,
+// never O(S^2) per head.
+#pragma once
+
+#include "hspmd/core/tensor.h"
+
+namespace hspmd::kernels {
+
+struct AttentionOptions {
+  double scale = 0.0;  // softmax scale; 0 means 1/sqrt(D)
+};
+
+void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens, const Tensor& out,
+                   const Tensor& lse, const AttentionOptions& options = {});
+void attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens, const Tensor& out,
+                   const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                   const AttentionOptions& options = {});
+
+}  // namespace hspmd::kernels
