@@ -1,0 +1,68 @@
+// Llama model hyper-parameters, read from a Hugging Face style config.json:
+//
+//   { "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+//     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 260,
+//     "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 512,
+//     "tie_word_embeddings": false }
+//
+// head_dim = hidden_size / num_attention_heads. Parameters use Hugging Face Llama tensor names
+// (see llama_parameters()), so Hugging Face checkpoints load by name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hspmd/core/shape.h"
+
+namespace hspmd::models {
+
+struct LlamaConfig {
+  int64_t hidden_size = 64;
+  int64_t intermediate_size = 176;
+  int64_t num_hidden_layers = 2;
+  int64_t num_attention_heads = 4;
+  int64_t num_key_value_heads = 2;
+  int64_t vocab_size = 260;
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  int64_t max_position_embeddings = 512;
+  bool tie_word_embeddings = false;
+
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  // Throws Error naming the offending key (e.g. heads not dividing hidden_size).
+  void validate() const;
+  int64_t num_parameters() const;
+
+  // Parses config.json text; `source` names the file in error messages. Unknown keys are ignored
+  // (Hugging Face configs carry many); missing required keys and wrong types are errors.
+  static LlamaConfig from_json_text(const std::string& text, const std::string& source);
+  static LlamaConfig from_file(const std::string& path);
+  std::string to_json_text() const;
+};
+
+// What a parameter is, for code that treats parameters by role (sharding plans, initializers).
+enum class LlamaParamRole {
+  kEmbedding,  // model.embed_tokens.weight            [V, H]
+  kNorm,       // *layernorm.weight, model.norm.weight [H]
+  kQProj,      // self_attn.q_proj.weight              [Nq*D, H]
+  kKProj,      // self_attn.k_proj.weight              [Nkv*D, H]
+  kVProj,      // self_attn.v_proj.weight              [Nkv*D, H]
+  kOProj,      // self_attn.o_proj.weight              [H, Nq*D]
+  kGateProj,   // mlp.gate_proj.weight                 [F, H]
+  kUpProj,     // mlp.up_proj.weight                   [F, H]
+  kDownProj,   // mlp.down_proj.weight                 [H, F]
+  kLmHead,     // lm_head.weight                       [V, H] (absent when tied)
+};
+
+struct LlamaParam {
+  std::string name;  // Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"
+  Shape shape;
+  LlamaParamRole role;
+  int layer;  // decoder layer index; -1 for embedding, final norm and lm_head
+};
+
+// Every parameter of the model in a fixed order (embedding, layers 0..L-1, final norm, lm_head).
+std::vector<LlamaParam> llama_parameters(const LlamaConfig& config);
+
+}  // namespace hspmd::models
