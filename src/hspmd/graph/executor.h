@@ -1,0 +1,68 @@
+// Single-device executor: runs the ops a set of fetched tensors needs, in topological order, on
+// concrete tensors whose shapes are resolved per run from the symbol binding.
+//
+//   Executor ex(g, {loss, grad_w}, {.recompute = true});
+//   TensorMap feeds{{"x", x_tensor}};            // placeholders by name
+//   TensorMap params{{"w", w_tensor}};           // parameters by name
+//   std::vector<Tensor> out = ex.run(feeds, params);   // out[0] = loss, out[1] = d loss / d w
+//   ex.stats().peak_bytes;                       // high-water mark of the allocator in this run
+//
+// Memory: the schedule is fixed at construction. A tensor is released right after its last read
+// (a step-by-step liveness scan over the schedule), so intermediates never outlive their use.
+// With recompute, the forward ops of each decoder layer (Op::layer >= 0) run a second time just
+// before the first backward op that reads one of their outputs; in the forward pass those
+// outputs are then dropped after their last forward read, so only layer inputs stay alive
+// between the passes. Kernels are deterministic, so recomputed values (and gradients) are
+// bit-identical to the stored ones.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "hspmd/core/allocator.h"
+#include "hspmd/graph/graph.h"
+
+namespace hspmd::graph {
+
+struct ExecutorOptions {
+  // Where intermediates are allocated; nullptr = Allocator::process_default().
+  Allocator* allocator = nullptr;
+  // Per-layer activation recomputation (recompute forward in backward).
+  bool recompute = false;
+  // false keeps every intermediate until the run ends (a reference for memory measurements).
+  bool free_intermediates = true;
+};
+
+struct ExecutorStats {
+  size_t peak_bytes = 0;      // allocator high-water mark during the last run (includes what it held before)
+  int ops_run = 0;            // kernel launches in the last run, recomputed ones included
+  SymBinding binding;         // the symbols of the last run
+};
+
+class Executor {
+ public:
+  // The graph must outlive the executor (it is referenced, not copied).
+  Executor(const Graph& graph, std::vector<TensorRef> fetches, ExecutorOptions options = {});
+
+  // Runs the schedule. Every placeholder and parameter the fetches need must be present (by name).
+  // `extra` binds symbols no placeholder determines. Returns one tensor per fetch.
+  std::vector<Tensor> run(const TensorMap& feeds, const TensorMap& params, const SymBinding& extra = {});
+
+  const ExecutorStats& stats() const { return stats_; }
+  // Op ids in execution order (a recomputed op appears twice).
+  const std::vector<int>& schedule() const { return schedule_; }
+
+ private:
+  void build_schedule();
+  void build_liveness();
+
+  const Graph& graph_;
+  std::vector<TensorRef> fetches_;
+  ExecutorOptions options_;
+  std::vector<int> schedule_;
+  // release_after_[s]: tensors whose last read (before being recomputed, if ever) is step s.
+  std::vector<std::vector<TensorRef>> release_after_;
+  ExecutorStats stats_;
+};
+
+}  // namespace hspmd::graph

@@ -1,0 +1,52 @@
+// Every kind of operator a defined graph may hold. Each kind has exactly one registry entry
+// (graph/op_registry.h) with its shape rule, kernel binding and gradient builder; the registry is
+// built by a switch over this enum, so adding a kind without an entry fails to compile
+// (-Wswitch, part of -Wall, with no default label).
+//
+// Forward kinds (Llama):        backward kinds they emit:
+//   kEmbedding                    kEmbeddingBwd
+//   kRmsNorm  (y, rstd)           kRmsNormBwd (dx, dweight)
+//   kMatmul                       kMatmul (transposed operands)
+//   kRope                         kRopeBwd
+//   kAttention (out, lse)         kAttentionBwd (dq, dk, dv)
+//   kSwiglu                       kSwigluBwd (dgate, dup)
+//   kAdd                          (passes the gradient through; kAdd accumulates gradients)
+//   kReshape                      kReshape
+//   kReshard                      kReshard (named "<name>.bwd")
+//   kCrossEntropy (loss, lse)     kCrossEntropyBwd
+// Leaves: kPlaceholder (fed per run), kParameter (trained), kFull (a constant, e.g. the seed 1.0
+// of d loss / d loss).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace hspmd::graph {
+
+enum class OpKind : uint8_t {
+  kPlaceholder,
+  kParameter,
+  kFull,
+  kEmbedding,
+  kEmbeddingBwd,
+  kRmsNorm,
+  kRmsNormBwd,
+  kMatmul,
+  kRope,
+  kRopeBwd,
+  kAttention,
+  kAttentionBwd,
+  kSwiglu,
+  kSwigluBwd,
+  kAdd,
+  kReshape,
+  kReshard,
+  kCrossEntropy,
+  kCrossEntropyBwd,
+};
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kCrossEntropyBwd) + 1;
+
+// Canonical snake_case name ("rms_norm_bwd"), as used in logs, dumps and error messages.
+std::string_view op_kind_name(OpKind kind);
+
+}  // namespace hspmd::graph

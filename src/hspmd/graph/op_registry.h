@@ -1,0 +1,82 @@
+// One registry entry per op kind (DESIGN.md §2): everything about a kind in one place.
+//
+//   const OpDef& def = OpRegistry::standard().get(OpKind::kRmsNorm);
+//   def.infer(shape_ctx)  -> output shapes/dtypes from input shapes (symbolic), errors name the op
+//   def.run(kernel_ctx)   -> calls kernels::rms_norm_fwd on concrete tensors
+//   def.grad(grad_ctx)    -> appends kRmsNormBwd to the graph, returns d loss / d inputs
+//
+// Later issues add the annotation deduction rule (paper §6.1, Table 2) as one more field here.
+// The registry is built explicitly (build_standard_registry), never by static initializers; the
+// entries live one op family per file under graph/ops/.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "hspmd/core/allocator.h"
+#include "hspmd/core/tensor.h"
+#include "hspmd/graph/graph.h"
+
+namespace hspmd::graph {
+
+struct ShapeContext {
+  const Op& op;                           // name and attrs (its outputs are not yet set)
+  const std::vector<TensorInfo>& inputs;  // one per op input
+  // "op 'model.layers.0.q_proj' (matmul)": the prefix of every shape-rule error.
+  std::string where() const;
+};
+
+struct KernelContext {
+  const Op& op;
+  const std::vector<Tensor>& inputs;
+  const std::vector<Shape>& output_shapes;  // resolved from the run's symbol binding
+  Allocator* allocator;
+  std::vector<Tensor> outputs;              // filled by OpDef::run, one per op output
+
+  // A fresh uninitialized tensor for output i (resolved shape, declared dtype).
+  Tensor new_output(int i) const;
+};
+
+struct GradContext {
+  Graph& graph;
+  Op op;  // a copy: appending backward ops may move the graph's storage
+  int op_id;
+  // d loss / d output i; invalid where no gradient flows (e.g. the lse of attention).
+  std::vector<TensorRef> output_grads;
+
+  TensorRef input(int i) const { return op.inputs.at(i); }
+  TensorRef output(int i) const { return TensorRef{op_id, i}; }
+  // Name for a backward op: "<forward name>.<suffix>".
+  std::string name(const std::string& suffix) const { return op.name + "." + suffix; }
+};
+
+struct OpDef {
+  OpKind kind;
+  std::string name;      // op_kind_name(kind)
+  int num_inputs = 0;
+  int num_outputs = 1;
+  std::function<std::vector<TensorInfo>(const ShapeContext&)> infer;
+  // Empty for leaves (placeholder, parameter): the executor binds those from feeds/parameters.
+  std::function<void(KernelContext&)> run;
+  // d loss / d input i for each input (invalid ref where none flows, e.g. token ids). Empty for
+  // kinds that are never differentiated (backward kinds, leaves).
+  std::function<std::vector<TensorRef>(GradContext&)> grad;
+};
+
+class OpRegistry {
+ public:
+  explicit OpRegistry(std::vector<OpDef> defs);  // one entry per OpKind, in enum order
+  const OpDef& get(OpKind kind) const;
+  // The registry of every kind in op_kind.h, built on first use.
+  static const OpRegistry& standard();
+
+ private:
+  std::vector<OpDef> defs_;
+};
+
+// Builds the entry list: one switch over OpKind (exhaustive), each case from graph/ops/*.cc.
+std::vector<OpDef> build_standard_registry();
+
+}  // namespace hspmd::graph

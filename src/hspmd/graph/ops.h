@@ -1,0 +1,50 @@
+// Builders for forward ops: each appends one op of the registry to a Graph and returns its
+// output(s). Dimension letters: T tokens, H hidden, V vocab, F MLP, Nq/Nkv heads, D head dim,
+// N sequences in a packed batch.
+//
+//   TensorRef h = ops::rms_norm(g, x, w_norm, 1e-5, "model.layers.0.input_layernorm");
+//   TensorRef q = ops::matmul(g, h, w_q, {.trans_b = true}, "model.layers.0.q_proj");  // x W^T
+//   q = ops::reshape(g, q, {T, 4, 8}, "model.layers.0.q_heads");
+//   q = ops::rope(g, q, positions, 10000.0, "model.layers.0.q_rope");
+//   TensorRef loss = ops::cross_entropy(g, logits, targets, loss_scale, -100, "loss");
+#pragma once
+
+#include <string>
+
+#include "hspmd/graph/graph.h"
+
+namespace hspmd::graph::ops {
+
+struct MatmulAttrs {
+  bool trans_a = false;
+  bool trans_b = false;
+};
+
+// table [V, H], ids [T] int32/int64 -> [T, H]
+TensorRef embedding(Graph& g, TensorRef table, TensorRef ids, const std::string& name);
+// x [..., H], weight [H] -> [..., H]  (the op's second output, rstd [...], is for the backward)
+TensorRef rms_norm(Graph& g, TensorRef x, TensorRef weight, double eps, const std::string& name);
+// op(a) [M, K] @ op(b) [K, N] -> [M, N]  (2-D operands)
+TensorRef matmul(Graph& g, TensorRef a, TensorRef b, MatmulAttrs attrs, const std::string& name);
+// x [T, N, D], positions [T] -> [T, N, D]: Hugging Face rotate-half RoPE
+TensorRef rope(Graph& g, TensorRef x, TensorRef positions, double theta, const std::string& name);
+// q [T, Nq, D], k, v [T, Nkv, D], cu_seqlens [N + 1] -> [T, Nq, D]: causal within each sequence
+TensorRef attention(Graph& g, TensorRef q, TensorRef k, TensorRef v, TensorRef cu_seqlens, const std::string& name,
+                    double scale = 0.0);
+// silu(gate) * up, same shapes
+TensorRef swiglu(Graph& g, TensorRef gate, TensorRef up, const std::string& name);
+TensorRef add(Graph& g, TensorRef a, TensorRef b, const std::string& name);
+// Same elements, new (symbolic) shape; numel must agree (checked at build when static, per run
+// otherwise). Use SymExpr::exact_div in `shape` to split a symbolic dim.
+TensorRef reshape(Graph& g, TensorRef x, const SymShape& shape, const std::string& name);
+// A named point where a plan may change the tensor's annotation. Identity on one device.
+TensorRef reshard(Graph& g, TensorRef x, const std::string& name);
+// logits [T, V], targets [T] (ignore_index where no label), loss_scale [] -> loss []:
+// loss_scale * sum of token losses. Feeding loss_scale = 1 / global token count normalizes by the
+// GLOBAL batch (DESIGN.md §9), however the tokens are split across micro-batches and pipelines.
+TensorRef cross_entropy(Graph& g, TensorRef logits, TensorRef targets, TensorRef loss_scale, int64_t ignore_index,
+                        const std::string& name);
+// A constant tensor.
+TensorRef full(Graph& g, const SymShape& shape, DType dtype, double value, const std::string& name);
+
+}  // namespace hspmd::graph::ops

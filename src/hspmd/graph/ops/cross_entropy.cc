@@ -1,0 +1,87 @@
+// Token cross-entropy summed and scaled (attrs.ignore_index):
+//   cross_entropy(logits [T, V], targets [T], loss_scale [])  -> (loss [], lse [T])
+//       loss = loss_scale * sum_t (logsumexp(logits[t]) - logits[t, targets[t]])   (ignored tokens add 0)
+//   cross_entropy_bwd(logits, targets, lse, loss_scale, dloss [])  -> dlogits [T, V]
+// A sum times a runtime scale, not a mean: the caller feeds 1 / (global token count), so every
+// micro-batch and pipeline weighs each token the same (DESIGN.md §9).
+#include "hspmd/core/error.h"
+#include "hspmd/graph/ops.h"
+#include "hspmd/graph/ops/op_defs.h"
+#include "hspmd/kernels/cross_entropy.h"
+#include "hspmd/kernels/reduce.h"
+
+namespace hspmd::graph {
+namespace detail {
+
+namespace {
+void check_logits_targets(const ShapeContext& ctx) {
+  expect_rank(ctx, 0, 2);
+  expect_floating(ctx, 0);
+  expect_rank(ctx, 1, 1);
+  expect_integer(ctx, 1);
+  expect_dim_eq(ctx, 0, 0, 1, 0);
+}
+void check_scalar(const ShapeContext& ctx, int i) {
+  expect_rank(ctx, i, 0);
+  expect_same_dtype(ctx, 0, i);
+}
+kernels::CrossEntropyOptions options(const OpAttrs& a) { return {.ignore_index = a.ignore_index}; }
+}  // namespace
+
+OpDef cross_entropy_def() {
+  OpDef d{OpKind::kCrossEntropy, "cross_entropy", 3, 2, nullptr, nullptr, nullptr};
+  d.infer = [](const ShapeContext& ctx) {
+    check_logits_targets(ctx);
+    check_scalar(ctx, 2);
+    DType dt = ctx.inputs[0].dtype;
+    return std::vector<TensorInfo>{{SymShape{}, dt}, {SymShape{ctx.inputs[0].shape[0]}, dt}};
+  };
+  d.run = [](KernelContext& k) {
+    const Tensor& logits = k.inputs[0];
+    Tensor loss = k.new_output(0), lse = k.new_output(1);
+    Tensor losses = Tensor::empty(Shape{logits.dim(0)}, logits.dtype(), k.allocator);
+    kernels::cross_entropy_fwd(logits, k.inputs[1], losses, lse, options(k.op.attrs));
+    loss.fill(k.inputs[2].element_as_double(0) * kernels::sum_all(losses));
+    k.outputs = {loss, lse};
+  };
+  d.grad = [](GradContext& c) {
+    TensorRef dlogits = c.graph.add_op1(
+        OpKind::kCrossEntropyBwd, c.name("bwd"),
+        {c.input(0), c.input(1), c.output(1), c.input(2), c.output_grads[0]}, c.op.attrs);
+    return std::vector<TensorRef>{dlogits, TensorRef{}, TensorRef{}};
+  };
+  return d;
+}
+
+OpDef cross_entropy_bwd_def() {
+  OpDef d{OpKind::kCrossEntropyBwd, "cross_entropy_bwd", 5, 1, nullptr, nullptr, nullptr};
+  d.infer = [](const ShapeContext& ctx) {
+    check_logits_targets(ctx);
+    expect_rank(ctx, 2, 1);
+    expect_dim_eq(ctx, 0, 0, 2, 0);
+    check_scalar(ctx, 3);
+    check_scalar(ctx, 4);
+    return std::vector<TensorInfo>{ctx.inputs[0]};
+  };
+  d.run = [](KernelContext& k) {
+    const Tensor& logits = k.inputs[0];
+    Tensor dlogits = k.new_output(0);
+    // d loss / d losses[t] = dloss * loss_scale for every token.
+    double per_token = k.inputs[4].element_as_double(0) * k.inputs[3].element_as_double(0);
+    Tensor dlosses = Tensor::full(Shape{logits.dim(0)}, logits.dtype(), per_token, k.allocator);
+    kernels::cross_entropy_bwd(logits, k.inputs[1], k.inputs[2], dlosses, dlogits, options(k.op.attrs));
+    k.outputs = {dlogits};
+  };
+  return d;
+}
+
+}  // namespace detail
+
+TensorRef ops::cross_entropy(Graph& g, TensorRef logits, TensorRef targets, TensorRef loss_scale,
+                             int64_t ignore_index, const std::string& name) {
+  OpAttrs a;
+  a.ignore_index = ignore_index;
+  return g.add_op(OpKind::kCrossEntropy, name, {logits, targets, loss_scale}, a)[0];
+}
+
+}  // namespace hspmd::graph

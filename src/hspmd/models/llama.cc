@@ -1,0 +1,119 @@
+#include "hspmd/models/llama.h"
+
+#include <map>
+
+#include "hspmd/core/error.h"
+#include "hspmd/graph/autograd.h"
+#include "hspmd/graph/ops.h"
+
+namespace hspmd::models {
+
+using graph::Graph;
+using graph::TensorRef;
+namespace ops = graph::ops;
+
+std::vector<TensorRef> LlamaModel::fetches() const {
+  std::vector<TensorRef> out{loss};
+  out.insert(out.end(), grads.begin(), grads.end());
+  return out;
+}
+
+std::vector<std::string> llama_layer_reshard_names(int layer) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  return {p + "attn_in", p + "attn_out", p + "mlp_in", p + "mlp_out", p + "output"};
+}
+
+namespace {
+
+struct Builder {
+  const LlamaConfig& c;
+  Graph& g;
+  std::map<std::string, TensorRef> w;  // parameters by name
+  TensorRef positions, cu_seqlens;
+  SymExpr T = SymExpr::symbol("T");
+
+  TensorRef linear(TensorRef x, const std::string& weight_name, const std::string& name) {
+    return ops::matmul(g, x, w.at(weight_name), {.trans_b = true}, name);
+  }
+
+  TensorRef attention_block(TensorRef h, const std::string& p) {
+    const int64_t D = c.head_dim(), nq = c.num_attention_heads, nkv = c.num_key_value_heads;
+    TensorRef q = linear(h, p + "self_attn.q_proj.weight", p + "self_attn.q_proj");
+    TensorRef k = linear(h, p + "self_attn.k_proj.weight", p + "self_attn.k_proj");
+    TensorRef v = linear(h, p + "self_attn.v_proj.weight", p + "self_attn.v_proj");
+    q = ops::reshape(g, q, {T, nq, D}, p + "self_attn.q_heads");
+    k = ops::reshape(g, k, {T, nkv, D}, p + "self_attn.k_heads");
+    v = ops::reshape(g, v, {T, nkv, D}, p + "self_attn.v_heads");
+    q = ops::rope(g, q, positions, c.rope_theta, p + "self_attn.q_rope");
+    k = ops::rope(g, k, positions, c.rope_theta, p + "self_attn.k_rope");
+    TensorRef o = ops::attention(g, q, k, v, cu_seqlens, p + "self_attn.attention");
+    o = ops::reshape(g, o, {T, nq * D}, p + "self_attn.merge_heads");
+    return linear(o, p + "self_attn.o_proj.weight", p + "self_attn.o_proj");
+  }
+
+  TensorRef mlp_block(TensorRef h, const std::string& p) {
+    TensorRef gate = linear(h, p + "mlp.gate_proj.weight", p + "mlp.gate_proj");
+    TensorRef up = linear(h, p + "mlp.up_proj.weight", p + "mlp.up_proj");
+    TensorRef a = ops::swiglu(g, gate, up, p + "mlp.act");
+    return linear(a, p + "mlp.down_proj.weight", p + "mlp.down_proj");
+  }
+
+  TensorRef decoder_layer(TensorRef x, int l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    g.set_layer(l);
+    TensorRef h = ops::rms_norm(g, x, w.at(p + "input_layernorm.weight"), c.rms_norm_eps, p + "input_layernorm");
+    h = ops::reshard(g, h, p + "attn_in");
+    TensorRef a = ops::reshard(g, attention_block(h, p), p + "attn_out");
+    x = ops::add(g, x, a, p + "attn_residual");
+    h = ops::rms_norm(g, x, w.at(p + "post_attention_layernorm.weight"), c.rms_norm_eps,
+                      p + "post_attention_layernorm");
+    h = ops::reshard(g, h, p + "mlp_in");
+    TensorRef m = ops::reshard(g, mlp_block(h, p), p + "mlp_out");
+    x = ops::add(g, x, m, p + "mlp_residual");
+    x = ops::reshard(g, x, p + "output");
+    g.set_layer(-1);
+    return x;
+  }
+};
+
+}  // namespace
+
+LlamaModel build_llama(const LlamaConfig& config, const LlamaBuildOptions& options) {
+  config.validate();
+  HSPMD_CHECK(is_floating(options.dtype)) << "build_llama: dtype must be floating, got "
+                                          << dtype_name(options.dtype);
+  LlamaModel m;
+  m.config = config;
+  Graph& g = m.graph;
+  const SymExpr T = SymExpr::symbol("T"), N = SymExpr::symbol("N");
+  m.input_ids = g.placeholder("input_ids", {T}, DType::kInt64);
+  m.positions = g.placeholder("positions", {T}, DType::kInt64);
+  m.cu_seqlens = g.placeholder("cu_seqlens", {N + 1}, DType::kInt64);
+  m.targets = g.placeholder("targets", {T}, DType::kInt64);
+  m.loss_scale = g.placeholder("loss_scale", {}, options.dtype);
+
+  Builder b{config, g, {}, m.positions, m.cu_seqlens};
+  for (const LlamaParam& p : llama_parameters(config)) {
+    graph::InitSpec init = p.role == LlamaParamRole::kNorm ? graph::InitSpec::ones()
+                                                           : graph::InitSpec::normal(options.init_std);
+    g.set_layer(p.layer);
+    TensorRef ref = g.parameter(p.name, p.shape, options.dtype, init);
+    b.w[p.name] = ref;
+    m.param_names.push_back(p.name);
+    m.params.push_back(ref);
+  }
+  g.set_layer(-1);
+
+  TensorRef x = ops::embedding(g, b.w.at("model.embed_tokens.weight"), m.input_ids, "model.embed_tokens");
+  x = ops::reshard(g, x, "model.embed_out");
+  for (int l = 0; l < config.num_hidden_layers; ++l) x = b.decoder_layer(x, l);
+  x = ops::rms_norm(g, x, b.w.at("model.norm.weight"), config.rms_norm_eps, "model.norm");
+  const std::string head = config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  TensorRef logits = ops::matmul(g, x, b.w.at(head), {.trans_b = true}, "lm_head");  // [T, V]
+  logits = ops::reshard(g, logits, "lm_head_out");
+  m.loss = ops::cross_entropy(g, logits, m.targets, m.loss_scale, -100, "loss");
+  if (options.with_backward) m.grads = graph::build_backward(g, m.loss, m.params);
+  return m;
+}
+
+}  // namespace hspmd::models

@@ -1,0 +1,64 @@
+// The Llama training graph, built from a LlamaConfig, in the single-device view (a defined graph).
+//
+//   LlamaModel m = build_llama(LlamaConfig::from_file("configs/llama-tiny.json"));
+//   TensorMap params = init_parameters(m.graph, /*seed=*/1234);   // Hugging Face names
+//   Executor ex(m.graph, m.fetches());                             // loss, then every gradient
+//   std::vector<Tensor> out = ex.run(feeds, params);
+//
+// Placeholders (T tokens of a packed batch of N documents; both symbolic, so one graph serves every
+// batch shape):
+//   input_ids  [T] int64       token ids, documents concatenated
+//   positions  [T] int64       position of each token within its document (RoPE restarts at 0)
+//   cu_seqlens [N + 1] int64   document offsets: document s is tokens [cu[s], cu[s+1])
+//   targets    [T] int64       next-token label, -100 where none (last token of a document)
+//   loss_scale []  (dtype)     1 / number of labelled tokens in the GLOBAL batch (DESIGN.md §9)
+// Output: loss [] = loss_scale * sum of token cross-entropies.
+//
+// Per layer l (prefix P = "model.layers.<l>."), op names follow the Hugging Face modules:
+//   x -> P"input_layernorm" -> Reshard P"attn_in" -> P"self_attn.{q,k,v}_proj" -> rope
+//     -> attention (GQA, causal within documents) -> P"self_attn.o_proj" -> Reshard P"attn_out"
+//     -> residual add -> P"post_attention_layernorm" -> Reshard P"mlp_in"
+//     -> P"mlp.{gate,up}_proj" -> swiglu -> P"mlp.down_proj" -> Reshard P"mlp_out"
+//     -> residual add -> Reshard P"output"
+// Reshard markers: "attn_in"/"mlp_in" sit where tensor parallelism needs the block input
+// duplicated (or gathered, for sequence parallelism), "attn_out"/"mlp_out" where the row-parallel
+// projection leaves a partial sum to reduce, "output" between layers where a pipeline may cut.
+// Before the layers: "model.embed_tokens" (embedding) -> Reshard "model.embed_out"; after them:
+// "model.norm" -> "lm_head" (or the tied embedding matrix) -> Reshard "lm_head_out" -> "loss".
+// Ops of layer l carry layer tag l (per-layer recomputation, pipeline stages); parameters carry the
+// layer of llama_parameters().
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hspmd/graph/graph.h"
+#include "hspmd/models/llama_config.h"
+
+namespace hspmd::models {
+
+struct LlamaBuildOptions {
+  DType dtype = DType::kFloat32;  // parameters and activations (float64 for gradient checks)
+  double init_std = 0.02;         // normal std of embedding and projection weights (norms start at 1)
+  bool with_backward = true;      // also build d loss / d every parameter
+};
+
+struct LlamaModel {
+  LlamaConfig config;
+  graph::Graph graph;
+  graph::TensorRef input_ids, positions, cu_seqlens, targets, loss_scale;  // placeholders
+  graph::TensorRef loss;
+  std::vector<std::string> param_names;  // llama_parameters() order
+  std::vector<graph::TensorRef> params;  // same order
+  std::vector<graph::TensorRef> grads;   // same order; empty without backward
+
+  // {loss, grads...}: what a training step fetches.
+  std::vector<graph::TensorRef> fetches() const;
+};
+
+LlamaModel build_llama(const LlamaConfig& config, const LlamaBuildOptions& options = {});
+
+// Names of the Reshard markers of decoder layer `layer`, in graph order.
+std::vector<std::string> llama_layer_reshard_names(int layer);
+
+}  // namespace hspmd::models
