@@ -1,0 +1,94 @@
+// Rotary position embedding on the CPU (spec in kernels/rope.h). Frequencies and angles are
+// computed in double (positions reach 1e5 and more, where float angles lose whole radians); each
+// token's cos/sin table is computed once and shared by its N heads. Tokens run in parallel.
+#include "hspmd/kernels/rope.h"
+
+#include <cmath>
+#include <vector>
+
+#include "hspmd/kernels/cpu/typed_visit.h"
+
+namespace hspmd::kernels {
+namespace {
+
+using cpu::kParallelThreshold;
+
+struct RopeShape {
+  int64_t tokens;  // T
+  int64_t heads;   // N
+  int64_t dim;     // D (even)
+};
+
+RopeShape check_rope(const char* kernel, const char* in_name, const Tensor& in, const Tensor& positions, double theta,
+                     const char* out_name, const Tensor& out) {
+  cpu::check_floating(kernel, in_name, in);
+  HSPMD_CHECK(in.rank() == 3) << kernel << ": " << in_name << " " << in.to_string() << " must be [T, N, D]";
+  const RopeShape s{in.dim(0), in.dim(1), in.dim(2)};
+  HSPMD_CHECK(s.dim % 2 == 0) << kernel << ": head dim D = " << s.dim << " of " << in_name << " " << in.to_string()
+                              << " must be even (rotate-half pairs i with i + D/2)";
+  cpu::check_same_dtype(kernel, in_name, in, out_name, out);
+  HSPMD_CHECK(out.shape() == in.shape()) << kernel << ": " << out_name << " " << out.to_string()
+                                         << " must be shaped like " << in_name << " " << in.to_string();
+  cpu::check_defined(kernel, "positions", positions);
+  HSPMD_CHECK(positions.numel() == s.tokens) << kernel << ": positions " << positions.to_string()
+                                             << " must hold one position per token of " << in_name << " "
+                                             << in.to_string();
+  HSPMD_CHECK(theta > 0) << kernel << ": theta " << theta << " must be > 0";
+  return s;
+}
+
+// out = rotation of in by sign * angle, pairs (i, i + D/2). in and out may be the same buffer: each
+// pair is read before it is written.
+template <typename T, typename I>
+void rotate(const T* in, const I* positions, double theta, double sign, T* out, RopeShape s) {
+  const int64_t half = s.dim / 2;
+  std::vector<double> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(s.dim));
+  }
+#pragma omp parallel if (s.tokens * s.heads * s.dim >= kParallelThreshold)
+  {
+    std::vector<T> cos_t(half), sin_t(half);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < s.tokens; ++t) {
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = static_cast<double>(positions[t]) * inv_freq[i];
+        cos_t[i] = static_cast<T>(std::cos(angle));
+        sin_t[i] = static_cast<T>(sign * std::sin(angle));
+      }
+      for (int64_t h = 0; h < s.heads; ++h) {
+        const int64_t offset = (t * s.heads + h) * s.dim;
+        const T* x = in + offset;
+        T* y = out + offset;
+        for (int64_t i = 0; i < half; ++i) {
+          const T a = x[i], b = x[i + half];
+          y[i] = a * cos_t[i] - b * sin_t[i];
+          y[i + half] = b * cos_t[i] + a * sin_t[i];
+        }
+      }
+    }
+  }
+}
+
+void rope(const char* kernel, const char* in_name, const Tensor& in, const Tensor& positions, double theta,
+          double sign, const char* out_name, const Tensor& out) {
+  const RopeShape s = check_rope(kernel, in_name, in, positions, theta, out_name, out);
+  cpu::visit_floating(in, [&](auto* pin) {
+    using T = std::remove_pointer_t<decltype(pin)>;
+    cpu::visit_index(kernel, "positions", positions,
+                     [&](const auto* pos) { rotate<T>(pin, pos, theta, sign, out.data<T>(), s); });
+  });
+}
+
+}  // namespace
+
+void rope_fwd(const Tensor& x, const Tensor& positions, double theta, const Tensor& y) {
+  rope("rope_fwd", "x", x, positions, theta, +1.0, "y", y);
+}
+
+// The forward is a rotation, so its transpose (the backward) is the rotation by -angle.
+void rope_bwd(const Tensor& dy, const Tensor& positions, double theta, const Tensor& dx) {
+  rope("rope_bwd", "dy", dy, positions, theta, -1.0, "dx", dx);
+}
+
+}  // namespace hspmd::kernels

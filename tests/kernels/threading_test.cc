@@ -1,0 +1,44 @@
+// set_num_threads drives both OpenMP (our kernels) and OpenBLAS (matmul).
+#include "hspmd/kernels/threading.h"
+
+#include <cblas.h>
+#include <gmock/gmock.h>
+#include <omp.h>
+
+#include "hspmd/core/error.h"
+
+namespace hspmd::kernels {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
+
+int threads_in_parallel_region() {
+  int n = 0;
+#pragma omp parallel
+  {
+#pragma omp single
+    n = omp_get_num_threads();
+  }
+  return n;
+}
+
+TEST(Threading, SetsOpenMPAndOpenBLAS) {
+  const int before = num_threads();
+  for (int n : {1, 3, 2}) {
+    set_num_threads(n);
+    EXPECT_EQ(num_threads(), n);
+    EXPECT_EQ(threads_in_parallel_region(), n);
+    EXPECT_EQ(openblas_get_num_threads(), n);
+  }
+  set_num_threads(before);
+}
+
+TEST(Threading, RejectsNonPositiveCounts) {
+  EXPECT_THAT([] { set_num_threads(0); },
+              ThrowsMessage<Error>(HasSubstr("set_num_threads: thread count must be >= 1, got 0")));
+  EXPECT_THAT([] { set_num_threads(-2); }, ThrowsMessage<Error>(HasSubstr("got -2")));
+}
+
+}  // namespace
+}  // namespace hspmd::kernels
