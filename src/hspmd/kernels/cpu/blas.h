@@ -1,0 +1,36 @@
+// Internal to the CPU backend: one overloaded row-major GEMM entry over OpenBLAS, so float and
+// double kernels share templated code.
+//
+//   // C[M, N] = alpha * A[M, K] @ B[N, K]^T + beta * C   (rows of A lda apart, of B ldb apart)
+//   gemm(false, true, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+//
+// Leading dimensions are strides between rows, so a tile of one head inside a [T, Nh, D] tensor
+// is addressed in place with ld = Nh * D (no copy).
+#pragma once
+
+#include <cblas.h>
+
+#include <cstdint>
+
+namespace hspmd::kernels::cpu {
+
+// OpenBLAS runs a GEMM on one thread when M * N * K <= 65536 * GEMM_MULTITHREAD_THRESHOLD (4 in the
+// Debian build). Tiles inside our own OpenMP regions stay below this so OpenBLAS never starts its
+// threads there (which would oversubscribe the cores).
+inline constexpr int64_t kSingleThreadedGemmWork = 65536 * 4;
+
+inline void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+inline void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+                 int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+}  // namespace hspmd::kernels::cpu
