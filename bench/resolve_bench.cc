@@ -1,0 +1,98 @@
+// Resolution at the scale of the paper: Llama 32B (60 layers) on the 48-GPU cluster of Table 7.
+//
+//   BM_PlanAndGradSync   compile Table 9's 32B/48-device strategy into a plan, then resolve every
+//                        parameter-gradient Reshard (partial across pipelines -> ZeRO-1 optimizer
+//                        state: SplitRS) and every parameter gather (state -> parameter: SplitAG).
+//                        Stands in for "deduction + resolution" until graph deduction exists.
+//   BM_FusedSwitch       the fused BSR of params + Adam states between two shipped 48-device
+//                        strategies (Table 9 32B 16 H800 + 32 H20 -> Table 12 C4), with heuristics
+//                        (/1) and per-tensor lowest-owner (/0).
+// Goal: < 1 s each, single core. Run: build/<dir>/bench_resolve
+#include <benchmark/benchmark.h>
+
+#include <filesystem>
+
+#include "hspmd/models/llama_plan.h"
+#include "hspmd/resolve/fused_bsr.h"
+#include "hspmd/resolve/resolver.h"
+#include "hspmd/resolve/topology.h"
+
+namespace {
+
+using namespace hspmd;
+
+const std::string kRoot = std::filesystem::path(__FILE__).parent_path().parent_path().string();
+
+struct Setup {
+  models::LlamaConfig config = models::LlamaConfig::from_file(kRoot + "/configs/llama-32b.json");
+  resolve::Topology topo = resolve::Topology::from_file(kRoot + "/examples/clusters/paper-16h800-32h20.json");
+  sharding::Strategy a = sharding::Strategy::from_file(kRoot + "/examples/strategies/table9-32b-16h800-32h20.json");
+  sharding::Strategy b = sharding::Strategy::from_file(kRoot + "/examples/strategies/table12-c4-16h800-32h20.json");
+};
+
+const Setup& setup() {
+  static const Setup s;
+  return s;
+}
+
+void BM_PlanAndGradSync(benchmark::State& state) {
+  const Setup& s = setup();
+  int64_t ops = 0;
+  for (auto _ : state) {
+    sharding::AnnotationPlan plan = models::compile_llama_plan(s.config, s.a);
+    resolve::ResolveOptions options{2, &s.topo, resolve::BsrPolicy::kHeuristic};  // bf16 gradients
+    ops = 0;
+    for (const models::LlamaParam& p : models::llama_parameters(s.config)) {
+      const sharding::Annotation& param = plan.at(p.name);
+      const sharding::Annotation& opt = plan.optimizer_state(p.name);
+      const sharding::Annotation grad = param.with_hdim(sharding::kPartial).with_ds_union([&] {
+        std::vector<sharding::DistState> ds;
+        for (const auto& d : param.ds_union()) ds.push_back(d.with_zero(false));
+        return ds;
+      }());
+      resolve::Resolution sync = resolve::resolve(grad, opt, p.shape, p.name, options);
+      resolve::Resolution gather = resolve::resolve(opt, param, p.shape, p.name, options);
+      for (const auto* r : {&sync, &gather}) {
+        for (const auto& step : r->steps) {
+          for (const auto& [dev, list] : step.ops) ops += static_cast<int64_t>(list.size());
+        }
+      }
+    }
+    benchmark::DoNotOptimize(ops);
+  }
+  state.counters["params"] = static_cast<double>(models::llama_parameters(s.config).size());
+  state.counters["comm_ops"] = static_cast<double>(ops);
+}
+BENCHMARK(BM_PlanAndGradSync)->Unit(benchmark::kMillisecond);
+
+void BM_FusedSwitch(benchmark::State& state) {
+  const Setup& s = setup();
+  const bool heuristics = state.range(0) == 1;
+  int64_t bytes = 0, messages = 0, busiest = 0;
+  for (auto _ : state) {
+    sharding::AnnotationPlan pa = models::compile_llama_plan(s.config, s.a);
+    sharding::AnnotationPlan pb = models::compile_llama_plan(s.config, s.b);
+    std::vector<resolve::FusedTensor> tensors;
+    for (const models::LlamaParam& p : models::llama_parameters(s.config)) {
+      tensors.push_back({p.name, p.shape, pa.at(p.name), pb.at(p.name), 4});
+      tensors.push_back({p.name + ".exp_avg", p.shape, pa.optimizer_state(p.name), pb.optimizer_state(p.name), 4});
+      tensors.push_back({p.name + ".exp_avg_sq", p.shape, pa.optimizer_state(p.name), pb.optimizer_state(p.name), 4});
+    }
+    resolve::FusedBsrOptions options;
+    if (!heuristics) options = {resolve::BsrPolicy::kLowestOwner, false, {}};
+    resolve::FusedBsr f = resolve::plan_fused_bsr(tensors, &s.topo, options);
+    bytes = f.total_bytes();
+    messages = static_cast<int64_t>(f.messages().size());
+    busiest = 0;
+    for (const auto& [dev, b] : f.bytes_sent) busiest = std::max(busiest, b);
+    benchmark::DoNotOptimize(f);
+  }
+  state.counters["GiB_sent"] = static_cast<double>(bytes) / (1 << 30);
+  state.counters["busiest_GiB"] = static_cast<double>(busiest) / (1 << 30);
+  state.counters["messages"] = static_cast<double>(messages);
+}
+BENCHMARK(BM_FusedSwitch)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,123 @@
+#include "hspmd/models/llama_plan.h"
+
+#include <string>
+
+#include "hspmd/core/error.h"
+
+namespace hspmd::models {
+
+using sharding::Annotation;
+using sharding::DeviceGroup;
+using sharding::DistState;
+using sharding::kDuplicate;
+using sharding::Strategy;
+
+namespace {
+
+std::string stage_key(size_t p, size_t s) {
+  return "pipelines[" + std::to_string(p) + "].stages[" + std::to_string(s) + "]";
+}
+
+void check_divides(int tp, int64_t size, const char* what, size_t p, size_t s, const Strategy& st) {
+  HSPMD_CHECK(size % tp == 0) << "strategy " << st.name << ": " << stage_key(p, s) << ": TP degree " << tp
+                              << " (ranks " << DeviceGroup(st.pipelines[p].stages[s].ranks).to_string()
+                              << ") does not divide " << what << " " << size;
+}
+
+// The stage of pipeline p that holds a parameter of `layer` (-1: embedding / final norm / lm_head).
+const sharding::StageSpec& stage_for(const Strategy& st, size_t p, const LlamaParam& param) {
+  const auto& stages = st.pipelines[p].stages;
+  if (param.layer >= 0) return stages[st.stage_of_layer(static_cast<int>(p), param.layer)];
+  return param.role == LlamaParamRole::kEmbedding ? stages.front() : stages.back();
+}
+
+DistState param_ds(LlamaParamRole role, int tp, bool zero) {
+  switch (role) {
+    case LlamaParamRole::kEmbedding:
+    case LlamaParamRole::kLmHead:
+    case LlamaParamRole::kQProj:
+    case LlamaParamRole::kKProj:
+    case LlamaParamRole::kVProj:
+    case LlamaParamRole::kGateProj:
+    case LlamaParamRole::kUpProj:
+      return DistState::make({{0, tp}}, zero);
+    case LlamaParamRole::kOProj:
+    case LlamaParamRole::kDownProj:
+      return DistState::make({{1, tp}}, zero);
+    case LlamaParamRole::kNorm:
+      return DistState::make({{kDuplicate, tp}}, zero);
+  }
+  HSPMD_THROW() << "unknown Llama parameter role";
+}
+
+// Activations on one stage per pipeline, split by batch across pipelines, duplicated within TP.
+Annotation activation(const std::vector<const sharding::StageSpec*>& stages) {
+  std::vector<DeviceGroup> groups;
+  std::vector<DistState> states;
+  for (const auto* s : stages) {
+    groups.emplace_back(s->ranks);
+    states.push_back(DistState::dup(s->tp()));
+  }
+  return Annotation::make(std::move(groups), std::move(states), 0);
+}
+
+}  // namespace
+
+void validate_llama_strategy(const LlamaConfig& c, const Strategy& st) {
+  st.validate(static_cast<int>(c.num_hidden_layers));
+  for (size_t p = 0; p < st.pipelines.size(); ++p) {
+    const auto& stages = st.pipelines[p].stages;
+    for (size_t s = 0; s < stages.size(); ++s) {
+      const int tp = stages[s].tp();
+      check_divides(tp, c.num_attention_heads, "num_attention_heads", p, s, st);
+      check_divides(tp, c.num_key_value_heads, "num_key_value_heads", p, s, st);
+      check_divides(tp, c.hidden_size, "hidden_size", p, s, st);
+      check_divides(tp, c.intermediate_size, "intermediate_size", p, s, st);
+      if (s == 0 || s + 1 == stages.size()) check_divides(tp, c.vocab_size, "vocab_size", p, s, st);
+    }
+  }
+}
+
+Annotation llama_param_annotation(const LlamaParam& param, const Strategy& st) {
+  std::vector<DeviceGroup> groups;
+  std::vector<DistState> states;
+  for (size_t p = 0; p < st.pipelines.size(); ++p) {
+    const sharding::StageSpec& stage = stage_for(st, p, param);
+    groups.emplace_back(stage.ranks);
+    states.push_back(param_ds(param.role, stage.tp(), st.zero1));
+  }
+  return Annotation::make(std::move(groups), std::move(states), kDuplicate);
+}
+
+sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Strategy& st) {
+  validate_llama_strategy(config, st);
+  sharding::AnnotationPlan plan;
+  for (const LlamaParam& param : llama_parameters(config)) {
+    Annotation a = llama_param_annotation(param, st);
+    a.validate_for(param.shape, param.name);
+    plan.set(param.name, a);
+    if (st.zero1) plan.set_optimizer_state(param.name, a.optimizer_state(param.shape));
+  }
+  std::vector<const sharding::StageSpec*> first, last;
+  for (const auto& pipe : st.pipelines) {
+    first.push_back(&pipe.stages.front());
+    last.push_back(&pipe.stages.back());
+  }
+  plan.set("input_ids", activation(first));
+  plan.set("labels", activation(last));
+  for (int l = 1; l < config.num_hidden_layers; ++l) {
+    bool boundary = false;
+    std::vector<const sharding::StageSpec*> stages;
+    for (size_t p = 0; p < st.pipelines.size(); ++p) {
+      const int s = st.stage_of_layer(static_cast<int>(p), l);
+      boundary = boundary || s != st.stage_of_layer(static_cast<int>(p), l - 1);
+      stages.push_back(&st.pipelines[p].stages[s]);
+    }
+    if (boundary) plan.set("model.layers." + std::to_string(l) + ".input", activation(stages));
+  }
+  for (const auto& pipe : st.pipelines) plan.pipelines.push_back({pipe.micro_batch_size, pipe.num_micro_batches});
+  plan.recompute = st.recompute;
+  return plan;
+}
+
+}  // namespace hspmd::models

@@ -1,0 +1,56 @@
+#include "hspmd/resolve/fused_bsr.h"
+
+#include "hspmd/core/error.h"
+
+namespace hspmd::resolve {
+
+int64_t FusedBsr::total_bytes() const {
+  int64_t n = 0;
+  for (const auto& [dev, b] : bytes_sent) n += b;
+  return n;
+}
+
+namespace {
+
+// Adds one table's scheme to `out`: ops appended per device, messages per pair.
+void append_scheme(const BsrTable& table, const BsrScheme& scheme, int tensor_offset, FusedBsr& out) {
+  for (auto& [dev, ops] : scheme.device_ops(table)) {
+    for (CommOp op : ops) {
+      for (Piece& p : op.pieces) p.tensor += tensor_offset;
+      out.ops[dev].push_back(std::move(op));
+    }
+  }
+  std::map<std::pair<int, int>, int> pieces;
+  for (const BsrTransfer& t : scheme.transfers) {
+    if (t.sender != t.receiver) ++pieces[{t.sender, t.receiver}];
+  }
+  for (const auto& [pair, bytes] : scheme.pair_bytes(table)) {
+    out.message_list.push_back({pair.first, pair.second, bytes, pieces[pair]});
+    out.bytes_sent[pair.first] += bytes;
+  }
+}
+
+}  // namespace
+
+FusedBsr plan_fused_bsr(const std::vector<FusedTensor>& tensors, const Topology* topology,
+                        const FusedBsrOptions& options) {
+  FusedBsr out;
+  for (const FusedTensor& t : tensors) {
+    t.src.validate_for(t.shape, t.name);
+    t.dst.validate_for(t.shape, t.name);
+    out.table.add(t.name, t.src, t.dst, t.shape, t.element_size, options.dead);
+  }
+  if (options.fuse) {
+    append_scheme(out.table, plan_bsr(out.table, topology, options.policy), 0, out);
+    return out;
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const FusedTensor& t = tensors[i];
+    BsrTable single;
+    single.add(t.name, t.src, t.dst, t.shape, t.element_size, options.dead);
+    append_scheme(single, plan_bsr(single, topology, options.policy), static_cast<int>(i), out);
+  }
+  return out;
+}
+
+}  // namespace hspmd::resolve

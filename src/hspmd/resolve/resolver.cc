@@ -1,0 +1,193 @@
+#include "hspmd/resolve/resolver.h"
+
+#include <set>
+#include <sstream>
+
+#include "hspmd/core/error.h"
+#include "hspmd/resolve/bottom_tier.h"
+#include "hspmd/resolve/bsr_table.h"
+#include "hspmd/resolve/top_tier.h"
+
+namespace hspmd::resolve {
+
+using sharding::Annotation;
+using sharding::DistState;
+
+std::string_view tier_name(Tier tier) {
+  switch (tier) {
+    case Tier::kBottom: return "bottom";
+    case Tier::kTop: return "top";
+    case Tier::kBottomThenTop: return "bottom+top";
+    case Tier::kBsr: return "BSR";
+  }
+  return "?";
+}
+
+std::string Resolution::classification() const {
+  if (tier == Tier::kBsr) return "BSR";
+  std::ostringstream out;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    out << (s ? "+" : "") << (steps[s].top_tier ? "top[" : "bottom[");
+    for (size_t k = 0; k < steps[s].kinds.size(); ++k) out << (k ? "," : "") << reshard_kind_name(steps[s].kinds[k]);
+    out << "]";
+  }
+  return out.str();
+}
+
+std::vector<CommOp> Resolution::ops_of(int device) const {
+  std::vector<CommOp> out;
+  for (const ResolveStep& s : steps) {
+    auto it = s.ops.find(device);
+    if (it != s.ops.end()) out.insert(out.end(), it->second.begin(), it->second.end());
+  }
+  return out;
+}
+
+int64_t Resolution::bytes_sent(int device) const {
+  int64_t n = 0;
+  for (const CommOp& op : ops_of(device)) n += op.bytes;
+  return n;
+}
+
+std::vector<int> Resolution::devices() const {
+  std::set<int> out;
+  for (const ResolveStep& s : steps) {
+    for (const auto& [dev, ops] : s.ops) out.insert(dev);
+  }
+  return {out.begin(), out.end()};
+}
+
+namespace {
+
+std::vector<DistState> without_zero(const std::vector<DistState>& states) {
+  std::vector<DistState> out;
+  for (const DistState& ds : states) out.push_back(ds.with_zero(false));
+  return out;
+}
+
+[[noreturn]] void partial_to_bsr(const Annotation& src, const Annotation& dst, const std::string& tensor,
+                                 const std::string& why) {
+  HSPMD_THROW() << "tensor " << tensor << ": Reshard " << src.to_string() << " -> " << dst.to_string()
+                << " needs a BSR (" << why << ") but Partial never goes to BSR; reduce it with a collective first";
+}
+
+ResolveStep bsr_step(const Annotation& src, const Annotation& dst, const Shape& shape, const std::string& tensor,
+                     const ResolveOptions& o) {
+  BsrTable table;
+  table.add(tensor, src, dst, shape, o.element_size);
+  ResolveStep step{src, dst, false, {ReshardKind::kBSR}, {}};
+  step.ops = plan_bsr(table, o.topology, o.bsr_policy).device_ops(table);
+  return step;
+}
+
+GroupReshard group_reshard(const Annotation& src, const Annotation& dst, int g, const Shape& shape,
+                           const ResolveOptions& o) {
+  return {src.group(g), src.ds(g), dst.group(g), dst.ds(g), src.group_part(g, shape), o.element_size};
+}
+
+// The bottom tier of src -> dst (same hsize and hdim). With collectives_only, returns false
+// instead of using a BSR for a subgroup.
+bool bottom_step(const Annotation& src, const Annotation& dst, const Shape& shape, const std::string& tensor,
+                 const ResolveOptions& o, bool collectives_only, ResolveStep& step) {
+  step = {src, dst, false, {}, {}};
+  for (int g = 0; g < src.hsize(); ++g) {
+    const GroupReshard r = group_reshard(src, dst, g, shape, o);
+    if (const BottomRule* rule = match_bottom_rule(r)) {
+      rule->lower(r, step.ops);
+      step.kinds.push_back(rule->kind);
+      continue;
+    }
+    if (collectives_only) return false;
+    if (r.src_ds.has_partial() || r.dst_ds.has_partial() || src.hdim() == sharding::kPartial) {
+      partial_to_bsr(src, dst, tensor,
+                     "subgroup " + std::to_string(g) + ": " + r.src_group.to_string() + r.src_ds.to_string() + " -> " +
+                         r.dst_group.to_string() + r.dst_ds.to_string() + " matches no bottom-tier collective");
+    }
+    BsrTable table;
+    BsrTable::DeviceRegions from, to;
+    for (int i = 0; i < r.src_group.size(); ++i) from.emplace_back(r.src_group[i], r.src_ds.region(i, r.part));
+    for (int i = 0; i < r.dst_group.size(); ++i) to.emplace_back(r.dst_group[i], r.dst_ds.region(i, r.part));
+    table.add_regions(tensor, from, to, o.element_size);
+    for (auto& [dev, ops] : plan_bsr(table, o.topology, o.bsr_policy).device_ops(table)) {
+      auto& list = step.ops[dev];
+      list.insert(list.end(), ops.begin(), ops.end());
+    }
+    step.kinds.push_back(ReshardKind::kBSR);
+  }
+  return true;
+}
+
+bool top_step(const Annotation& src, const Annotation& dst, const Shape& shape, const ResolveOptions& o,
+              ResolveStep& step) {
+  const TopReshard r{src, dst, shape, o.element_size};
+  const TopRule* rule = match_top_rule(r);
+  if (!rule) return false;
+  step = {src, dst, true, {rule->kind}, {}};
+  rule->lower(r, step.ops);
+  return true;
+}
+
+}  // namespace
+
+Resolution resolve(const Annotation& src, const Annotation& dst, const Shape& shape, const std::string& tensor,
+                   const ResolveOptions& o) {
+  src.validate_for(shape, tensor);
+  dst.validate_for(shape, tensor);
+  Resolution res;
+  if (src.hsize() == dst.hsize() && src.hdim() == dst.hdim()) {
+    res.tier = Tier::kBottom;
+    res.steps.emplace_back();
+    bottom_step(src, dst, shape, tensor, o, false, res.steps.back());
+    return res;
+  }
+  if (src.hsize() == dst.hsize() && src.dg_union() == dst.dg_union()) {
+    ResolveStep top;
+    if (without_zero(src.ds_union()) == without_zero(dst.ds_union())) {
+      if (top_step(src, dst, shape, o, top)) {
+        res.tier = Tier::kTop;
+        res.steps.push_back(std::move(top));
+        return res;
+      }
+    } else {
+      // §5.2 II: align the DS union inside each subgroup first, then the hdim across subgroups.
+      const Annotation mid = src.with_ds_union(dst.ds_union());
+      bool fits = true;
+      try {
+        mid.validate_for(shape, tensor);
+      } catch (const Error&) {
+        fits = false;
+      }
+      ResolveStep bottom;
+      if (fits && bottom_step(src, mid, shape, tensor, o, true, bottom) && top_step(mid, dst, shape, o, top)) {
+        res.tier = Tier::kBottomThenTop;
+        res.steps.push_back(std::move(bottom));
+        res.steps.push_back(std::move(top));
+        return res;
+      }
+    }
+  }
+  if (src.has_partial() || dst.has_partial()) {
+    partial_to_bsr(src, dst, tensor, src.hsize() != dst.hsize()       ? "hsize changes"
+                                     : src.dg_union() != dst.dg_union() ? "hdim and dg_union change"
+                                                                        : "no top-tier collective applies");
+  }
+  res.tier = Tier::kBsr;
+  res.steps.push_back(bsr_step(src, dst, shape, tensor, o));
+  return res;
+}
+
+size_t ResolveCache::KeyHash::operator()(const Key& k) const {
+  size_t h = k.src.hash() * 31 + k.dst.hash();
+  for (int64_t d : k.dims) h = h * 1099511628211ull + static_cast<size_t>(d);
+  return h;
+}
+
+const Resolution& ResolveCache::resolve(const Annotation& src, const Annotation& dst, const Shape& shape,
+                                        const std::string& tensor) {
+  Key key{src, dst, shape.dims()};
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  return cache_.emplace(std::move(key), resolve::resolve(src, dst, shape, tensor, options_)).first->second;
+}
+
+}  // namespace hspmd::resolve

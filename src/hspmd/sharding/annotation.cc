@@ -1,0 +1,187 @@
+#include "hspmd/sharding/annotation.h"
+
+#include <sstream>
+#include <unordered_map>
+
+#include "hspmd/core/error.h"
+#include "hspmd/sharding/text_cursor.h"
+
+namespace hspmd::sharding {
+
+Annotation Annotation::make(std::vector<DeviceGroup> dg_union, std::vector<DistState> ds_union, int hdim) {
+  HSPMD_CHECK(!dg_union.empty()) << "an annotation needs at least one device group";
+  HSPMD_CHECK(dg_union.size() == ds_union.size())
+      << "hsize mismatch: dg_union has " << dg_union.size() << " groups but ds_union has " << ds_union.size()
+      << " DistStates";
+  HSPMD_CHECK(hdim >= kPartial) << "hdim " << hdim << " is not -2 (partial), -1 (duplicate) or >= 0";
+  std::unordered_map<int, size_t> owner;
+  for (size_t g = 0; g < dg_union.size(); ++g) {
+    HSPMD_CHECK(ds_union[g].device_num() == dg_union[g].size())
+        << "DistState " << ds_union[g].to_string() << " has " << ds_union[g].device_num()
+        << " devices (product of degrees) but its device group " << dg_union[g].to_string() << " has "
+        << dg_union[g].size();
+    for (int d : dg_union[g].devices()) {
+      auto [it, fresh] = owner.emplace(d, g);
+      HSPMD_CHECK(fresh) << "device " << d << " is in two groups of the dg_union: "
+                         << dg_union[it->second].to_string() << " and " << dg_union[g].to_string();
+    }
+  }
+  Annotation a;
+  a.dg_union_ = std::move(dg_union);
+  a.ds_union_ = std::move(ds_union);
+  a.hdim_ = a.dg_union_.size() == 1 ? kDuplicate : hdim;
+  return a;
+}
+
+Annotation Annotation::spmd(DeviceGroup group, DistState ds) {
+  return make({std::move(group)}, {std::move(ds)}, kDuplicate);
+}
+
+std::vector<int> Annotation::devices() const {
+  std::vector<int> out;
+  for (const DeviceGroup& g : dg_union_) out.insert(out.end(), g.devices().begin(), g.devices().end());
+  return out;
+}
+
+std::optional<std::pair<int, int>> Annotation::locate(int device) const {
+  for (int g = 0; g < hsize(); ++g) {
+    int i = dg_union_[g].index_of(device);
+    if (i >= 0) return std::make_pair(g, i);
+  }
+  return std::nullopt;
+}
+
+bool Annotation::has_partial() const {
+  if (hdim_ == kPartial) return true;
+  for (const DistState& ds : ds_union_) {
+    if (ds.has_partial()) return true;
+  }
+  return false;
+}
+
+Region Annotation::group_part(int g, const Shape& shape) const {
+  Region full = Region::full(shape);
+  return hdim_ >= 0 ? full.piece(hdim_, hsize(), g) : full;
+}
+
+std::optional<Region> Annotation::region(int device, const Shape& shape) const {
+  auto where = locate(device);
+  if (!where) return std::nullopt;
+  return ds_union_[where->first].region(where->second, group_part(where->first, shape));
+}
+
+void Annotation::validate_for(const Shape& shape, const std::string& tensor) const {
+  HSPMD_CHECK(!is_null()) << "tensor " << tensor << " has no annotation";
+  if (hdim_ >= 0) {
+    HSPMD_CHECK(hdim_ < shape.rank()) << "tensor " << tensor << ": hdim " << hdim_ << " of " << to_string()
+                                      << " is out of range for shape " << shape.to_string();
+    HSPMD_CHECK(shape.dim(hdim_) % hsize() == 0)
+        << "tensor " << tensor << ": hsize " << hsize() << " of " << to_string() << " does not divide dim "
+        << hdim_ << " of size " << shape.dim(hdim_);
+  }
+  for (int g = 0; g < hsize(); ++g) ds_union_[g].check_fits(group_part(g, shape), tensor);
+}
+
+Annotation Annotation::with_hdim(int hdim) const { return make(dg_union_, ds_union_, hdim); }
+
+Annotation Annotation::with_ds_union(std::vector<DistState> ds_union) const {
+  return make(dg_union_, std::move(ds_union), hdim_);
+}
+
+namespace {
+
+// First physical dim of `shape` that none of `states` splits, or -1.
+int first_unsplit_dim(const std::vector<DistState>& states, const Shape& shape) {
+  for (int d = 0; d < shape.rank(); ++d) {
+    bool split = false;
+    for (const DistState& ds : states) split = split || ds.degree(d) > 1;
+    if (!split) return d;
+  }
+  return -1;
+}
+
+}  // namespace
+
+Annotation Annotation::optimizer_state(const Shape& shape) const {
+  bool any_zero = false;
+  std::vector<DistState> cleared;
+  for (const DistState& ds : ds_union_) {
+    any_zero = any_zero || ds.zero();
+    cleared.push_back(ds.with_zero(false));
+  }
+  if (!any_zero) return *this;
+  if (hsize() > 1 && hdim_ == kDuplicate) {
+    int z = first_unsplit_dim(ds_union_, shape);
+    HSPMD_CHECK(z >= 0) << "ZeRO: every dim of shape " << shape.to_string() << " is split by " << to_string()
+                        << "; no dim is left to shard the optimizer state across groups";
+    return make(dg_union_, std::move(cleared), z);
+  }
+  std::vector<DistState> states;
+  for (const DistState& ds : ds_union_) {
+    if (!ds.zero() || ds.degree(kDuplicate) == 1) {
+      states.push_back(ds.with_zero(false));
+      continue;
+    }
+    int z = first_unsplit_dim({ds}, shape);
+    HSPMD_CHECK(z >= 0) << "ZeRO: every dim of shape " << shape.to_string() << " is split by "
+                        << ds.to_string() << "; no dim is left to shard the optimizer state";
+    std::vector<DistState::Entry> entries = ds.entries();
+    for (auto& e : entries) {
+      if (e.dim == kDuplicate) e.dim = z;
+    }
+    states.push_back(DistState::make(std::move(entries)));
+  }
+  return make(dg_union_, std::move(states), hdim_);
+}
+
+std::string Annotation::to_string() const {
+  if (is_null()) return "none";
+  std::ostringstream out;
+  if (hdim_ == kPartial) {
+    out << "partial";
+  } else if (hdim_ == kDuplicate) {
+    out << "dup";
+  } else {
+    out << "split" << hdim_;
+  }
+  out << "{";
+  for (int g = 0; g < hsize(); ++g) out << (g ? ";" : "") << dg_union_[g].to_string() << ds_union_[g].to_string();
+  out << "}";
+  return out.str();
+}
+
+Annotation Annotation::parse(std::string_view text) {
+  detail::TextCursor c(text, "annotation");
+  int hdim;
+  if (c.accept_word("partial")) {
+    hdim = kPartial;
+  } else if (c.accept_word("dup")) {
+    hdim = kDuplicate;
+  } else if (c.accept_word("split")) {
+    hdim = static_cast<int>(c.integer());
+    if (hdim < 0) c.fail("a split dim >= 0");
+  } else {
+    c.fail("'dup', 'partial' or 'split<d>'");
+  }
+  c.expect('{');
+  std::vector<DeviceGroup> groups;
+  std::vector<DistState> states;
+  do {
+    groups.push_back(DeviceGroup::parse(c));
+    states.push_back(DistState::parse(c));
+  } while (c.accept(';'));
+  c.expect('}');
+  c.expect_end();
+  return make(std::move(groups), std::move(states), hdim);
+}
+
+size_t Annotation::hash() const {
+  size_t h = static_cast<size_t>(hdim_ + 3);
+  for (int g = 0; g < hsize(); ++g) {
+    h = (h * 0x100000001b3ull) ^ dg_union_[g].hash();
+    h = (h * 0x100000001b3ull) ^ ds_union_[g].hash();
+  }
+  return h;
+}
+
+}  // namespace hspmd::sharding

@@ -1,0 +1,147 @@
+#include "hspmd/sharding/plan.h"
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "hspmd/core/error.h"
+
+namespace hspmd::sharding {
+
+void AnnotationPlan::set(const std::string& name, Annotation annotation) {
+  HSPMD_CHECK(!annotation.is_null()) << "plan entry " << name << " has no annotation";
+  tensors_[name] = std::move(annotation);
+}
+
+void AnnotationPlan::set_optimizer_state(const std::string& name, Annotation annotation) {
+  HSPMD_CHECK(contains(name)) << "optimizer state for " << name << " set before the tensor itself";
+  optimizer_states_[name] = std::move(annotation);
+}
+
+const Annotation& AnnotationPlan::at(const std::string& name) const {
+  auto it = tensors_.find(name);
+  HSPMD_CHECK(it != tensors_.end()) << "tensor " << name << " is not in the annotation plan";
+  return it->second;
+}
+
+const Annotation& AnnotationPlan::optimizer_state(const std::string& name) const {
+  auto it = optimizer_states_.find(name);
+  return it != optimizer_states_.end() ? it->second : at(name);
+}
+
+std::string AnnotationPlan::to_json_text() const {
+  nlohmann::ordered_json j;
+  j["format"] = "hspmd-plan";
+  j["version"] = 1;
+  j["tensors"] = nlohmann::ordered_json::object();
+  for (const auto& [name, a] : tensors_) j["tensors"][name] = a.to_string();
+  if (!optimizer_states_.empty()) {
+    j["optimizer_states"] = nlohmann::ordered_json::object();
+    for (const auto& [name, a] : optimizer_states_) j["optimizer_states"][name] = a.to_string();
+  }
+  if (!pipelines.empty()) {
+    j["pipelines"] = nlohmann::ordered_json::array();
+    for (const PipelineSchedule& p : pipelines) {
+      j["pipelines"].push_back({{"micro_batch_size", p.micro_batch_size}, {"num_micro_batches", p.num_micro_batches}});
+    }
+  }
+  j["recompute"] = recompute;
+  return j.dump(2);
+}
+
+namespace {
+
+using Json = nlohmann::json;
+
+const Json& member(const Json& j, const std::string& key, const std::string& where) {
+  auto it = j.find(key);
+  HSPMD_CHECK(it != j.end()) << where << ": missing required key \"" << key << "\"";
+  return *it;
+}
+
+int positive_int(const Json& j, const std::string& key, const std::string& where) {
+  const Json& v = member(j, key, where);
+  HSPMD_CHECK(v.is_number_integer() && v.get<long long>() > 0)
+      << where << "." << key << ": expected a positive integer, got " << v.dump();
+  return v.get<int>();
+}
+
+Annotation parse_entry(const Json& v, const std::string& where) {
+  HSPMD_CHECK(v.is_string()) << where << ": expected an annotation string, got " << v.dump();
+  try {
+    return Annotation::parse(v.get<std::string>());
+  } catch (const Error& e) {
+    HSPMD_THROW() << where << ": " << e.what();
+  }
+}
+
+}  // namespace
+
+AnnotationPlan AnnotationPlan::from_json_text(const std::string& text, const std::string& source) {
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    HSPMD_THROW() << source << ": not valid JSON: " << e.what();
+  }
+  HSPMD_CHECK(j.is_object()) << source << ": expected a JSON object";
+  if (j.contains("format")) {
+    HSPMD_CHECK(j["format"] == "hspmd-plan") << source << ": \"format\" is " << j["format"].dump()
+                                             << ", expected \"hspmd-plan\"";
+  }
+  if (j.contains("version")) {
+    HSPMD_CHECK(j["version"] == 1) << source << ": unsupported plan version " << j["version"].dump();
+  }
+  AnnotationPlan plan;
+  const Json& tensors = member(j, "tensors", source);
+  HSPMD_CHECK(tensors.is_object()) << source << ": \"tensors\" must be an object of name -> annotation";
+  for (const auto& [name, v] : tensors.items()) {
+    plan.set(name, parse_entry(v, source + ": tensors.\"" + name + "\""));
+  }
+  if (j.contains("optimizer_states")) {
+    const Json& states = j["optimizer_states"];
+    HSPMD_CHECK(states.is_object()) << source << ": \"optimizer_states\" must be an object";
+    for (const auto& [name, v] : states.items()) {
+      const std::string where = source + ": optimizer_states.\"" + name + "\"";
+      HSPMD_CHECK(plan.contains(name)) << where << ": no tensor of that name in \"tensors\"";
+      plan.set_optimizer_state(name, parse_entry(v, where));
+    }
+  }
+  if (j.contains("pipelines")) {
+    const Json& pipes = j["pipelines"];
+    HSPMD_CHECK(pipes.is_array()) << source << ": \"pipelines\" must be an array";
+    for (size_t i = 0; i < pipes.size(); ++i) {
+      const std::string where = source + ": pipelines[" + std::to_string(i) + "]";
+      HSPMD_CHECK(pipes[i].is_object()) << where << ": expected an object";
+      plan.pipelines.push_back({positive_int(pipes[i], "micro_batch_size", where),
+                                positive_int(pipes[i], "num_micro_batches", where)});
+    }
+  }
+  if (j.contains("recompute")) {
+    HSPMD_CHECK(j["recompute"].is_boolean()) << source << ": \"recompute\" must be true or false";
+    plan.recompute = j["recompute"].get<bool>();
+  }
+  return plan;
+}
+
+AnnotationPlan AnnotationPlan::from_file(const std::string& path) {
+  std::ifstream in(path);
+  HSPMD_CHECK(in.good()) << "cannot open annotation plan " << path;
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return from_json_text(buffer.str(), path);
+}
+
+void AnnotationPlan::save(const std::string& path) const {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    HSPMD_CHECK(out.good()) << "cannot write annotation plan " << tmp;
+    out << to_json_text() << "\n";
+    HSPMD_CHECK(out.good()) << "failed writing annotation plan " << tmp;
+  }
+  HSPMD_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0) << "cannot rename " << tmp << " to " << path;
+}
+
+}  // namespace hspmd::sharding

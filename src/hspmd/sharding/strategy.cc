@@ -1,0 +1,214 @@
+#include "hspmd/sharding/strategy.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "hspmd/core/error.h"
+#include "hspmd/sharding/device_group.h"
+
+namespace hspmd::sharding {
+
+namespace {
+
+using Json = nlohmann::json;
+
+std::string stage_key(size_t p, size_t s) {
+  return "pipelines[" + std::to_string(p) + "].stages[" + std::to_string(s) + "]";
+}
+
+const Json& member(const Json& j, const std::string& key, const std::string& where) {
+  HSPMD_CHECK(j.is_object()) << where << ": expected an object";
+  auto it = j.find(key);
+  HSPMD_CHECK(it != j.end()) << where << ": missing required key \"" << key << "\"";
+  return *it;
+}
+
+int positive_int(const Json& j, const std::string& key, const std::string& where) {
+  const Json& v = member(j, key, where);
+  HSPMD_CHECK(v.is_number_integer() && v.get<long long>() > 0)
+      << where << "." << key << ": expected a positive integer, got " << v.dump();
+  return v.get<int>();
+}
+
+bool optional_bool(const Json& j, const std::string& key, const std::string& where) {
+  if (!j.contains(key)) return false;
+  HSPMD_CHECK(j[key].is_boolean()) << where << ": \"" << key << "\" must be true or false";
+  return j[key].get<bool>();
+}
+
+std::vector<int> parse_ranks(const Json& v, const std::string& where) {
+  try {
+    if (v.is_string()) {
+      std::string text = v.get<std::string>();
+      text.insert(text.begin(), '[');
+      text.push_back(']');
+      return DeviceGroup::parse(text).devices();
+    }
+    HSPMD_CHECK(v.is_array()) << "expected a string like \"0-3\" or an array of ints, got " << v.dump();
+    std::vector<int> ranks;
+    for (const Json& r : v) {
+      HSPMD_CHECK(r.is_number_integer()) << "expected an int rank, got " << r.dump();
+      ranks.push_back(r.get<int>());
+    }
+    return DeviceGroup(ranks).devices();
+  } catch (const Error& e) {
+    HSPMD_THROW() << where << ": " << e.what();
+  }
+}
+
+void parse_layers(const Json& v, const std::string& where, StageSpec& stage) {
+  if (v.is_number_integer()) {
+    stage.first_layer = stage.last_layer = v.get<int>();
+  } else {
+    HSPMD_CHECK(v.is_string()) << where << ": expected \"a-b\" or a layer index, got " << v.dump();
+    const std::string s = v.get<std::string>();
+    size_t dash = s.find('-', 1);
+    try {
+      size_t used = 0;
+      stage.first_layer = std::stoi(s.substr(0, dash), &used);
+      HSPMD_CHECK(used == (dash == std::string::npos ? s.size() : dash)) << "trailing text";
+      stage.last_layer = stage.first_layer;
+      if (dash != std::string::npos) {
+        stage.last_layer = std::stoi(s.substr(dash + 1), &used);
+        HSPMD_CHECK(used == s.size() - dash - 1) << "trailing text";
+      }
+    } catch (const std::exception&) {
+      HSPMD_THROW() << where << ": cannot parse layer range \"" << s << "\" (expected \"a-b\")";
+    }
+  }
+  HSPMD_CHECK(stage.first_layer >= 0 && stage.first_layer <= stage.last_layer)
+      << where << ": layer range " << stage.first_layer << "-" << stage.last_layer
+      << " must be ascending and non-negative";
+}
+
+std::string range_text(const std::vector<int>& ranks) {
+  std::string g = DeviceGroup(ranks).to_string();
+  return g.substr(1, g.size() - 2);
+}
+
+}  // namespace
+
+std::vector<int> Strategy::ranks() const {
+  std::vector<int> out;
+  for (const PipelineSpec& p : pipelines) {
+    for (const StageSpec& s : p.stages) out.insert(out.end(), s.ranks.begin(), s.ranks.end());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int Strategy::stage_of_layer(int p, int l) const {
+  const auto& stages = pipelines.at(p).stages;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    if (stages[s].has_layer(l)) return static_cast<int>(s);
+  }
+  HSPMD_THROW() << "strategy " << name << ": pipelines[" << p << "] has no stage holding layer " << l;
+}
+
+void Strategy::validate(int num_layers) const {
+  HSPMD_CHECK(!pipelines.empty()) << "strategy " << name << " has no pipelines";
+  for (size_t p = 0; p < pipelines.size(); ++p) {
+    const auto& stages = pipelines[p].stages;
+    HSPMD_CHECK(!stages.empty()) << "pipelines[" << p << "] has no stages";
+    std::vector<int> owner(num_layers, -1);
+    for (size_t s = 0; s < stages.size(); ++s) {
+      const StageSpec& st = stages[s];
+      HSPMD_CHECK(st.last_layer < num_layers)
+          << stage_key(p, s) << ".layers: " << st.first_layer << "-" << st.last_layer << " exceeds the model's "
+          << num_layers << " layers (0-" << num_layers - 1 << ")";
+      for (int l = st.first_layer; l <= st.last_layer; ++l) {
+        HSPMD_CHECK(owner[l] < 0) << stage_key(p, s) << ".layers: layer " << l << " is also in stages["
+                                  << owner[l] << "]; each layer must be covered exactly once per pipeline";
+        owner[l] = static_cast<int>(s);
+      }
+    }
+    for (int l = 0; l < num_layers; ++l) {
+      HSPMD_CHECK(owner[l] >= 0) << "pipelines[" << p << "]: layer " << l
+                                 << " is not covered by any stage; each layer must be covered exactly once";
+    }
+  }
+}
+
+std::string Strategy::to_json_text() const {
+  nlohmann::ordered_json j;
+  j["name"] = name;
+  j["zero1"] = zero1;
+  j["recompute"] = recompute;
+  j["pipelines"] = nlohmann::ordered_json::array();
+  for (const PipelineSpec& p : pipelines) {
+    nlohmann::ordered_json pj;
+    pj["micro_batch_size"] = p.micro_batch_size;
+    pj["num_micro_batches"] = p.num_micro_batches;
+    pj["stages"] = nlohmann::ordered_json::array();
+    for (const StageSpec& s : p.stages) {
+      pj["stages"].push_back({{"ranks", range_text(s.ranks)},
+                              {"layers", std::to_string(s.first_layer) + "-" + std::to_string(s.last_layer)}});
+    }
+    j["pipelines"].push_back(pj);
+  }
+  return j.dump(2);
+}
+
+Strategy Strategy::from_json_text(const std::string& text, const std::string& source) {
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    HSPMD_THROW() << source << ": not valid JSON: " << e.what();
+  }
+  HSPMD_CHECK(j.is_object()) << source << ": expected a JSON object";
+  Strategy st;
+  if (j.contains("name")) {
+    HSPMD_CHECK(j["name"].is_string()) << source << ": \"name\" must be a string";
+    st.name = j["name"].get<std::string>();
+  } else {
+    st.name = source;
+  }
+  st.zero1 = optional_bool(j, "zero1", source);
+  st.recompute = optional_bool(j, "recompute", source);
+  const Json& pipes = member(j, "pipelines", source);
+  HSPMD_CHECK(pipes.is_array() && !pipes.empty()) << source << ": \"pipelines\" must be a non-empty array";
+  std::map<int, std::string> placed;  // rank -> where it was first seen
+  for (size_t p = 0; p < pipes.size(); ++p) {
+    const std::string pw = source + ": pipelines[" + std::to_string(p) + "]";
+    PipelineSpec pipe;
+    pipe.micro_batch_size = positive_int(pipes[p], "micro_batch_size", pw);
+    pipe.num_micro_batches = positive_int(pipes[p], "num_micro_batches", pw);
+    const Json& stages = member(pipes[p], "stages", pw);
+    HSPMD_CHECK(stages.is_array() && !stages.empty()) << pw << ".stages: must be a non-empty array";
+    for (size_t s = 0; s < stages.size(); ++s) {
+      const std::string sw = source + ": " + stage_key(p, s);
+      StageSpec stage;
+      stage.ranks = parse_ranks(member(stages[s], "ranks", sw), sw + ".ranks");
+      HSPMD_CHECK(!stage.ranks.empty()) << sw << ".ranks: a stage needs at least one rank";
+      for (int r : stage.ranks) {
+        auto [it, fresh] = placed.emplace(r, stage_key(p, s));
+        HSPMD_CHECK(fresh) << sw << ".ranks: rank " << r << " is also in " << it->second
+                           << "; a rank may appear in one place only";
+      }
+      parse_layers(member(stages[s], "layers", sw), sw + ".layers", stage);
+      if (s > 0) {
+        const StageSpec& prev = pipe.stages.back();
+        HSPMD_CHECK(stage.first_layer > prev.last_layer)
+            << sw << ".layers: stages must follow the layer order; layer " << stage.first_layer
+            << " comes at or before the previous stage's last layer " << prev.last_layer;
+      }
+      pipe.stages.push_back(std::move(stage));
+    }
+    st.pipelines.push_back(std::move(pipe));
+  }
+  return st;
+}
+
+Strategy Strategy::from_file(const std::string& path) {
+  std::ifstream in(path);
+  HSPMD_CHECK(in.good()) << "cannot open strategy file " << path;
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return from_json_text(buffer.str(), path);
+}
+
+}  // namespace hspmd::sharding

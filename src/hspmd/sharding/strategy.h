@@ -1,0 +1,69 @@
+// Strategy: a short description of a (possibly heterogeneous) parallel strategy in the shape of
+// the paper's Tables 9-16: pipelines -> stages -> {ranks, layers}. The TP degree of a stage is its
+// number of ranks; pipelines are data-parallel replicas of the model (gradients are synchronized
+// across them), each with its own micro-batch size and count.
+//
+// JSON schema (e.g. Table 9, "32B, 16 H800, 16 H20", first pipeline):
+//   {
+//     "name": "table9-32b-16h800-16h20",
+//     "zero1": true,                  // optional, default false: ZeRO-1 across pipelines
+//     "recompute": false,             // optional, default false: activation recomputation
+//     "pipelines": [
+//       {"micro_batch_size": 1, "num_micro_batches": 32,
+//        "stages": [{"ranks": "16-19", "layers": "0-6"},  {"ranks": "20-23", "layers": "7-13"},
+//                   {"ranks": "0-3",   "layers": "14-36"}, {"ranks": "4-7",  "layers": "37-59"}]},
+//       ...
+//     ]
+//   }
+// "ranks" is a string of ids and ascending ranges ("0-3,8") or an array of ints; "layers" is
+// "a-b" (inclusive) or a single layer "a". The embedding lives on each pipeline's first stage, the
+// final norm and LM head on its last stage.
+//
+// Loading checks the structure (a rank in two places, malformed ranges, stages out of layer
+// order); validate(num_layers) checks that every pipeline covers each layer exactly once. Errors
+// name the key at fault: "s.json: pipelines[1].stages[2].layers: layer 40 is also in stages[1]".
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace hspmd::sharding {
+
+struct StageSpec {
+  std::vector<int> ranks;  // the TP group of this stage, in TP order
+  int first_layer = 0;     // inclusive
+  int last_layer = 0;      // inclusive
+  int tp() const { return static_cast<int>(ranks.size()); }
+  bool has_layer(int l) const { return first_layer <= l && l <= last_layer; }
+  friend bool operator==(const StageSpec&, const StageSpec&) = default;
+};
+
+struct PipelineSpec {
+  int micro_batch_size = 1;
+  int num_micro_batches = 1;
+  std::vector<StageSpec> stages;  // in pipeline order
+  friend bool operator==(const PipelineSpec&, const PipelineSpec&) = default;
+};
+
+struct Strategy {
+  std::string name;
+  bool zero1 = false;
+  bool recompute = false;
+  std::vector<PipelineSpec> pipelines;
+
+  // Every rank used, ascending.
+  std::vector<int> ranks() const;
+  // Index of the stage of pipeline p that holds layer l (validate() guarantees exactly one).
+  int stage_of_layer(int p, int l) const;
+  // Throws Error naming the pipeline/stage at fault unless every pipeline covers layers
+  // 0..num_layers-1 exactly once.
+  void validate(int num_layers) const;
+
+  std::string to_json_text() const;
+  static Strategy from_json_text(const std::string& text, const std::string& source);
+  static Strategy from_file(const std::string& path);
+
+  friend bool operator==(const Strategy&, const Strategy&) = default;
+};
+
+}  // namespace hspmd::sharding

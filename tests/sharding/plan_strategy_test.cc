@@ -1,0 +1,111 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "hspmd/core/error.h"
+#include "hspmd/sharding/plan.h"
+#include "hspmd/sharding/strategy.h"
+
+namespace hspmd::sharding {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(AnnotationPlan, RoundTripsThroughJsonAndFile) {
+  AnnotationPlan plan;
+  plan.set("w", Annotation::parse("dup{[0-1](S0:2;zero);[2-3](S0:2;zero)}"));
+  plan.set("input_ids", Annotation::parse("split0{[0-1](D:2);[2-3](D:2)}"));
+  plan.set_optimizer_state("w", Annotation::parse("split1{[0-1](S0:2);[2-3](S0:2)}"));
+  plan.pipelines = {{2, 4}, {1, 8}};
+  plan.recompute = true;
+  AnnotationPlan back = AnnotationPlan::from_json_text(plan.to_json_text(), "mem");
+  EXPECT_EQ(back, plan);
+  EXPECT_EQ(back.optimizer_state("input_ids"), plan.at("input_ids"));  // falls back to the tensor
+  const std::string path = ::testing::TempDir() + "/plan_round_trip.json";
+  plan.save(path);
+  EXPECT_EQ(AnnotationPlan::from_file(path), plan);
+  std::remove(path.c_str());
+}
+
+TEST(AnnotationPlan, ErrorsNameTheKey) {
+  const std::string bad = error_of([] { AnnotationPlan::from_json_text(R"({"tensors": {"lm_head.weight": "dup{[0-3"}})", "p.json"); });
+  EXPECT_NE(bad.find("p.json: tensors.\"lm_head.weight\": "), std::string::npos) << bad;
+  EXPECT_NE(bad.find("cannot parse annotation 'dup{[0-3' at offset 8: expected ']'"), std::string::npos) << bad;
+  EXPECT_NE(error_of([] { AnnotationPlan::from_json_text(R"({"tensors": {"w": 3}})", "p.json"); })
+                .find("tensors.\"w\": expected an annotation string"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              AnnotationPlan::from_json_text(R"({"tensors": {}, "optimizer_states": {"w": "dup{[0]()}"}})", "p.json");
+            }).find("optimizer_states.\"w\": no tensor of that name"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { AnnotationPlan::from_json_text(R"({"tensors": {}, "pipelines": [{"micro_batch_size": 0}]})", "p.json"); })
+                .find("pipelines[0].micro_batch_size: expected a positive integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { AnnotationPlan::from_json_text("{}", "p.json"); }).find("missing required key \"tensors\""),
+            std::string::npos);
+  EXPECT_NE(error_of([] { AnnotationPlan().at("x"); }).find("tensor x is not in the annotation plan"), std::string::npos);
+}
+
+const char* kGood = R"({
+  "name": "two-pipes", "zero1": true,
+  "pipelines": [
+    {"micro_batch_size": 2, "num_micro_batches": 4,
+     "stages": [{"ranks": "0-1", "layers": "0-1"}, {"ranks": [2], "layers": "2-3"}]},
+    {"micro_batch_size": 1, "num_micro_batches": 8, "stages": [{"ranks": "3", "layers": "0-3"}]}
+  ]})";
+
+TEST(Strategy, ParsesValidatesAndRoundTrips) {
+  Strategy s = Strategy::from_json_text(kGood, "s.json");
+  EXPECT_TRUE(s.zero1);
+  EXPECT_FALSE(s.recompute);
+  ASSERT_EQ(s.pipelines.size(), 2u);
+  EXPECT_EQ(s.pipelines[0].stages[0].tp(), 2);
+  EXPECT_EQ(s.pipelines[0].stages[1].first_layer, 2);
+  EXPECT_EQ(s.stage_of_layer(0, 3), 1);
+  EXPECT_EQ(s.ranks(), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_NO_THROW(s.validate(4));
+  EXPECT_EQ(Strategy::from_json_text(s.to_json_text(), "again"), s);
+}
+
+TEST(Strategy, ValidationCatchesEachBadCase) {
+  Strategy s = Strategy::from_json_text(kGood, "s.json");
+  // Layers not covered exactly once: a gap, an overlap, beyond the model.
+  EXPECT_NE(error_of([&] { s.validate(5); }).find("pipelines[0]: layer 4 is not covered by any stage"), std::string::npos);
+  Strategy overlap = s;
+  overlap.pipelines[1].stages.push_back({{9}, 3, 3});
+  EXPECT_NE(error_of([&] { overlap.validate(4); }).find("pipelines[1].stages[1].layers: layer 3 is also in stages[0]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { s.validate(3); }).find("exceeds the model's 3 layers"), std::string::npos);
+  // A rank in two places.
+  std::string two = kGood;
+  two.replace(two.find("\"ranks\": \"3\""), 12, "\"ranks\": \"1\"");
+  EXPECT_NE(error_of([&] { Strategy::from_json_text(two, "s.json"); })
+                .find("s.json: pipelines[1].stages[0].ranks: rank 1 is also in pipelines[0].stages[0]"),
+            std::string::npos);
+  // Stages out of layer order, malformed ranges, missing keys.
+  std::string order = kGood;
+  order.replace(order.find("\"2-3\""), 5, "\"1-3\"");
+  EXPECT_NE(error_of([&] { Strategy::from_json_text(order, "s.json"); }).find("stages must follow the layer order"),
+            std::string::npos);
+  std::string bad_layers = kGood;
+  bad_layers.replace(bad_layers.find("\"2-3\""), 5, "\"3-2\"");
+  EXPECT_NE(error_of([&] { Strategy::from_json_text(bad_layers, "s.json"); }).find("pipelines[0].stages[1].layers"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Strategy::from_json_text(R"({"pipelines": [{"micro_batch_size": 1, "stages": []}]})", "s.json"); })
+                .find("pipelines[0]: missing required key \"num_micro_batches\""),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Strategy::from_json_text(R"({"pipelines": [{"micro_batch_size": 1, "num_micro_batches": 1,
+      "stages": [{"ranks": "0-x", "layers": "0"}]}]})", "s.json"); }).find("pipelines[0].stages[0].ranks"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace hspmd::sharding
