@@ -6,6 +6,20 @@
 
 namespace hspmd::cli {
 
-inline void register_commands(CLI::App& app) { (void)app; }
+void add_launch_command(CLI::App& app);
+void add_data_command(CLI::App& app);
+void add_selfcheck_command(CLI::App& app);
+void add_train_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
+void add_explain_command(CLI::App& app);
+
+inline void register_commands(CLI::App& app) {
+  add_launch_command(app);
+  add_data_command(app);
+  add_selfcheck_command(app);
+  add_train_command(app);
+  add_eval_command(app);
+  add_explain_command(app);
+}
 
 }  // namespace hspmd::cli

@@ -41,6 +41,10 @@ std::string ShapeContext::where() const {
   return "op '" + op.name + "' (" + std::string(op_kind_name(op.kind)) + ")";
 }
 
+std::string DeduceContext::where() const {
+  return "op '" + op.name + "' (" + std::string(op_kind_name(op.kind)) + ")";
+}
+
 Tensor KernelContext::new_output(int i) const {
   return Tensor::empty(output_shapes.at(i), op.outputs.at(i).dtype, allocator);
 }
@@ -58,6 +62,7 @@ OpRegistry::OpRegistry(std::vector<OpDef> defs) : defs_(std::move(defs)) {
     HSPMD_ASSERT(static_cast<int>(d.kind) == k) << "registry entry " << k << " is for " << d.name;
     HSPMD_ASSERT(d.infer) << "op kind " << d.name << " has no shape rule";
     bool leaf = d.kind == OpKind::kPlaceholder || d.kind == OpKind::kParameter;
+    HSPMD_ASSERT(d.deduce) << "op kind " << d.name << " has no deduction rule";
     HSPMD_ASSERT(leaf || d.run) << "op kind " << d.name << " has no kernel binding";
   }
 }

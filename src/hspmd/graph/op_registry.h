@@ -4,8 +4,9 @@
 //   def.infer(shape_ctx)  -> output shapes/dtypes from input shapes (symbolic), errors name the op
 //   def.run(kernel_ctx)   -> calls kernels::rms_norm_fwd on concrete tensors
 //   def.grad(grad_ctx)    -> appends kRmsNormBwd to the graph, returns d loss / d inputs
+//   def.deduce(ded_ctx)   -> output Annotations from input Annotations (paper §6.1, Table 2):
+//                            x "(S0:2)" over [0-1], weight "(D:2)" -> y "(S0:2)", rstd "(S0:2)"
 //
-// Later issues add the annotation deduction rule (paper §6.1, Table 2) as one more field here.
 // The registry is built explicitly (build_standard_registry), never by static initializers; the
 // entries live one op family per file under graph/ops/.
 #pragma once
@@ -18,6 +19,7 @@
 #include "hspmd/core/allocator.h"
 #include "hspmd/core/tensor.h"
 #include "hspmd/graph/graph.h"
+#include "hspmd/sharding/annotation.h"
 
 namespace hspmd::graph {
 
@@ -52,6 +54,17 @@ struct GradContext {
   std::string name(const std::string& suffix) const { return op.name + "." + suffix; }
 };
 
+// Input of a deduction rule (graph/deduction.h drives them over a whole graph).
+struct DeduceContext {
+  const Op& op;
+  const std::vector<TensorInfo>& infos;                 // one per op input (shapes, dtypes)
+  const std::vector<sharding::Annotation>& inputs;      // one per op input
+  // The annotation the plan fixes for this op's output (leaves and Reshards, by name); null when
+  // the plan names none.
+  const sharding::Annotation* planned = nullptr;
+  std::string where() const;  // as ShapeContext::where
+};
+
 struct OpDef {
   OpKind kind;
   std::string name;      // op_kind_name(kind)
@@ -63,6 +76,9 @@ struct OpDef {
   // d loss / d input i for each input (invalid ref where none flows, e.g. token ids). Empty for
   // kinds that are never differentiated (backward kinds, leaves).
   std::function<std::vector<TensorRef>(GradContext&)> grad;
+  // Output annotations, one per output; errors name the op (ctx.where()), the input annotations
+  // at fault and the Reshard that would fix them. Every kind has one (backward kinds included).
+  std::function<std::vector<sharding::Annotation>(const DeduceContext&)> deduce;
 };
 
 class OpRegistry {

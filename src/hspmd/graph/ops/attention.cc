@@ -3,6 +3,13 @@
 //       -> (out [T, Nq, D], lse [Nq, T])      lse saved for the backward
 //   attention_bwd(q, k, v, cu_seqlens, out, lse, dout) -> (dq, dk, dv)
 // Tokens attend only within their own sequence of the packed batch (cu_seqlens offsets).
+// Deduction: q, k, v share one annotation. Heads (dim 1) may be split in either tier (tensor
+// parallelism: GQA needs the degree to divide Nkv too, checked when shapes are bound). The token
+// dim T of a packed batch must not be split inside a group: a device would see only some
+// tokens of a sequence (context parallelism is not supported); across groups (hdim 0) it is data
+// parallelism, each group packing its own whole sequences and feeding its own cu_seqlens, which
+// is then annotated hdim 0 as well (duplicated otherwise). D is never split, and nothing may be
+// partial (softmax is not linear). out is sharded like q; lse [Nq, T] like q with dims swapped.
 #include "hspmd/core/error.h"
 #include "hspmd/graph/ops.h"
 #include "hspmd/graph/ops/op_defs.h"
@@ -28,10 +35,35 @@ void check_qkv(const ShapeContext& ctx) {
   expect_rank(ctx, 3, 1);
   expect_integer(ctx, 3);
 }
+
+// The annotation shared by q, k, v (and out, dout in the backward), after checking it.
+sharding::Annotation deduce_qkv(const DeduceContext& ctx) {
+  expect_same_placement(ctx);
+  const sharding::Annotation& q = ctx.inputs[0];
+  sharding::Annotation out = map_dims(ctx, q, "q", [&](int dim) {
+    HSPMD_CHECK(dim != sharding::kPartial && dim != 2)
+        << ctx.where() << ": q " << q.to_string() << (dim == 2 ? " splits the head dim D" : " is partial")
+        << "; insert a Reshard before input 0";
+    return dim;
+  });
+  for (const sharding::DistState& ds : out.ds_union()) {
+    HSPMD_CHECK(ds.degree(0) == 1) << ctx.where() << ": q " << q.to_string()
+                                   << " splits the tokens of a packed batch inside a group (sequences would be cut);"
+                                   << " split heads (dim 1) or split tokens across groups (hdim 0) instead";
+  }
+  expect_annotation(ctx, 1, out);
+  expect_annotation(ctx, 2, out);
+  expect_annotation(ctx, 3, map_dims(ctx, out, "q", [](int dim) { return dim == 0 ? 0 : sharding::kDuplicate; }));
+  return out;
+}
+
+sharding::Annotation lse_annotation(const DeduceContext& ctx, const sharding::Annotation& q) {
+  return map_dims(ctx, q, "q", [](int dim) { return dim == 0 ? 1 : dim == 1 ? 0 : dim; });
+}
 }  // namespace
 
 OpDef attention_def() {
-  OpDef d{OpKind::kAttention, "attention", 4, 2, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kAttention, "attention", 4, 2, nullptr, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     check_qkv(ctx);
     const TensorInfo& q = ctx.inputs[0];
@@ -51,11 +83,15 @@ OpDef attention_def() {
                             a);
     return std::vector<TensorRef>{g[0], g[1], g[2], TensorRef{}};
   };
+  d.deduce = [](const DeduceContext& ctx) {
+    sharding::Annotation q = deduce_qkv(ctx);
+    return std::vector<sharding::Annotation>{q, lse_annotation(ctx, q)};
+  };
   return d;
 }
 
 OpDef attention_bwd_def() {
-  OpDef d{OpKind::kAttentionBwd, "attention_bwd", 7, 3, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kAttentionBwd, "attention_bwd", 7, 3, nullptr, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     check_qkv(ctx);
     expect_same_shape(ctx, 0, 4);
@@ -67,6 +103,13 @@ OpDef attention_bwd_def() {
     const auto& in = k.inputs;
     kernels::attention_bwd(in[0], in[1], in[2], in[3], in[4], in[5], in[6], dq, dk, dv, {.scale = k.op.attrs.scale});
     k.outputs = {dq, dk, dv};
+  };
+  d.deduce = [](const DeduceContext& ctx) {
+    sharding::Annotation q = deduce_qkv(ctx);
+    expect_annotation(ctx, 4, q);
+    expect_annotation(ctx, 5, lse_annotation(ctx, q));
+    expect_annotation(ctx, 6, q);
+    return std::vector<sharding::Annotation>{q, q, q};
   };
   return d;
 }

@@ -4,6 +4,13 @@
 //   cross_entropy_bwd(logits, targets, lse, loss_scale, dloss [])  -> dlogits [T, V]
 // A sum times a runtime scale, not a mean: the caller feeds 1 / (global token count), so every
 // micro-batch and pipeline weighs each token the same (DESIGN.md §9).
+// Deduction: logits may be split on tokens T in either tier (targets and lse split alike); the
+// summed loss is then partial over those splits: logits "split0{[0]();[1]()}" -> loss
+// "partial{[0]();[1]()}". loss_scale and dloss are duplicated. Logits split on the vocabulary
+// (the output of a vocab-parallel lm_head) are an error: a local op would normalize over its own
+// vocabulary shard only. The supported vocab-parallel path is a Reshard that gathers V before
+// the loss (the Llama graph's "lm_head_out"); a fused vocab-parallel cross-entropy (all-reduce of
+// max and sum-exp inside the op) is not implemented. Partial logits are an error (not linear).
 #include "hspmd/core/error.h"
 #include "hspmd/graph/ops.h"
 #include "hspmd/graph/ops/op_defs.h"
@@ -26,10 +33,31 @@ void check_scalar(const ShapeContext& ctx, int i) {
   expect_same_dtype(ctx, 0, i);
 }
 kernels::CrossEntropyOptions options(const OpAttrs& a) { return {.ignore_index = a.ignore_index}; }
+
+// logits' annotation after checking it, the targets (input 1) and loss_scale (input `scale`).
+sharding::Annotation deduce_logits(const DeduceContext& ctx, int scale) {
+  expect_same_placement(ctx);
+  const sharding::Annotation& logits = ctx.inputs[0];
+  sharding::Annotation out = map_dims(ctx, logits, "logits", [&](int dim) {
+    HSPMD_CHECK(dim != 1) << ctx.where() << ": logits " << logits.to_string()
+                          << " are split on the vocabulary (vocab-parallel cross-entropy is not supported);"
+                          << " insert a Reshard that gathers dim 1 before input 0";
+    HSPMD_CHECK(dim != sharding::kPartial) << ctx.where() << ": logits " << logits.to_string()
+                                           << " are partial; insert a Reshard (AllReduce) before input 0";
+    return dim;
+  });
+  expect_annotation(ctx, 1, out);
+  expect_all_dup(ctx, scale);
+  return out;
+}
+// Tokens split -> the token sum is partial.
+sharding::Annotation loss_annotation(const DeduceContext& ctx, const sharding::Annotation& logits) {
+  return map_dims(ctx, logits, "logits", [](int dim) { return dim == 0 ? sharding::kPartial : dim; });
+}
 }  // namespace
 
 OpDef cross_entropy_def() {
-  OpDef d{OpKind::kCrossEntropy, "cross_entropy", 3, 2, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kCrossEntropy, "cross_entropy", 3, 2, nullptr, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     check_logits_targets(ctx);
     check_scalar(ctx, 2);
@@ -50,11 +78,15 @@ OpDef cross_entropy_def() {
         {c.input(0), c.input(1), c.output(1), c.input(2), c.output_grads[0]}, c.op.attrs);
     return std::vector<TensorRef>{dlogits, TensorRef{}, TensorRef{}};
   };
+  d.deduce = [](const DeduceContext& ctx) {
+    sharding::Annotation logits = deduce_logits(ctx, 2);
+    return std::vector<sharding::Annotation>{loss_annotation(ctx, logits), logits};
+  };
   return d;
 }
 
 OpDef cross_entropy_bwd_def() {
-  OpDef d{OpKind::kCrossEntropyBwd, "cross_entropy_bwd", 5, 1, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kCrossEntropyBwd, "cross_entropy_bwd", 5, 1, nullptr, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     check_logits_targets(ctx);
     expect_rank(ctx, 2, 1);
@@ -71,6 +103,12 @@ OpDef cross_entropy_bwd_def() {
     Tensor dlosses = Tensor::full(Shape{logits.dim(0)}, logits.dtype(), per_token, k.allocator);
     kernels::cross_entropy_bwd(logits, k.inputs[1], k.inputs[2], dlosses, dlogits, options(k.op.attrs));
     k.outputs = {dlogits};
+  };
+  d.deduce = [](const DeduceContext& ctx) {
+    sharding::Annotation logits = deduce_logits(ctx, 3);
+    expect_annotation(ctx, 2, logits);  // lse [T] like the targets
+    expect_all_dup(ctx, 4);
+    return std::vector<sharding::Annotation>{logits};
   };
   return d;
 }

@@ -11,31 +11,39 @@ namespace detail {
 
 namespace {
 std::vector<TensorInfo> declared(const ShapeContext& ctx) { return {TensorInfo{ctx.op.attrs.shape, ctx.op.attrs.dtype}}; }
+// Leaves take the plan's annotation (paper §3: the plan fixes leaves and Reshards). An unnamed
+// constant (the gradient seed) is given one by the driver (graph/deduction.h).
+std::vector<sharding::Annotation> planned(const DeduceContext& ctx) {
+  return {planned_output(ctx, TensorInfo{ctx.op.attrs.shape, ctx.op.attrs.dtype})};
+}
 }  // namespace
 
 OpDef placeholder_def() {
-  OpDef d{OpKind::kPlaceholder, "placeholder", 0, 1, declared, nullptr, nullptr};
+  OpDef d{OpKind::kPlaceholder, "placeholder", 0, 1, declared, nullptr, nullptr, nullptr};
+  d.deduce = planned;
   return d;
 }
 
 OpDef parameter_def() {
-  OpDef d{OpKind::kParameter, "parameter", 0, 1, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kParameter, "parameter", 0, 1, nullptr, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     HSPMD_CHECK(is_static(ctx.op.attrs.shape)) << ctx.where() << ": parameters need a static shape, got "
                                                << to_string(ctx.op.attrs.shape);
     HSPMD_CHECK(is_floating(ctx.op.attrs.dtype)) << ctx.where() << ": parameters must be floating point";
     return declared(ctx);
   };
+  d.deduce = planned;
   return d;
 }
 
 OpDef full_def() {
-  OpDef d{OpKind::kFull, "full", 0, 1, declared, nullptr, nullptr};
+  OpDef d{OpKind::kFull, "full", 0, 1, declared, nullptr, nullptr, nullptr};
   d.run = [](KernelContext& k) {
     Tensor out = k.new_output(0);
     out.fill(k.op.attrs.value);
     k.outputs = {out};
   };
+  d.deduce = planned;
   return d;
 }
 

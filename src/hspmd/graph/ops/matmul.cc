@@ -2,16 +2,20 @@
 //   out [M, N] = op(a) [M, K] @ op(b) [K, N]. A linear layer x W^T is matmul(x, W, trans_b).
 // The gradient is two more matmuls with the operands' transposes arranged so that no explicit
 // transpose is ever materialized.
+// Deduction (Figure 13): op(a) and op(b) combine position by position (sharding/deduce.h);
+// a split of the contracted dim K in both gives a partial result. trans_a is handled by
+// transposing a's annotation, so backward matmuls (dW = x^T dy) use the same table.
 #include "hspmd/core/error.h"
 #include "hspmd/graph/ops.h"
 #include "hspmd/graph/ops/op_defs.h"
 #include "hspmd/kernels/matmul.h"
+#include "hspmd/sharding/deduce.h"
 
 namespace hspmd::graph {
 namespace detail {
 
 OpDef matmul_def() {
-  OpDef d{OpKind::kMatmul, "matmul", 2, 1, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kMatmul, "matmul", 2, 1, nullptr, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     expect_rank(ctx, 0, 2);
     expect_rank(ctx, 1, 2);
@@ -41,6 +45,12 @@ OpDef matmul_def() {
     TensorRef da = ta ? mm(b, dc, tb, true, "grad_a") : mm(dc, b, false, !tb, "grad_a");
     TensorRef db = tb ? mm(dc, a, true, ta, "grad_b") : mm(a, dc, !ta, false, "grad_b");
     return std::vector<TensorRef>{da, db};
+  };
+  d.deduce = [](const DeduceContext& ctx) {
+    expect_same_placement(ctx);
+    const OpAttrs& at = ctx.op.attrs;
+    sharding::Annotation a = at.trans_a ? transposed(ctx, ctx.inputs[0]) : ctx.inputs[0];
+    return std::vector<sharding::Annotation>{sharding::deduce_matmul(op_label(ctx), a, ctx.inputs[1], 2, at.trans_b)};
   };
   return d;
 }

@@ -39,3 +39,27 @@ void expect_same_shape(const ShapeContext& ctx, int a, int b);
 void expect_dim_eq(const ShapeContext& ctx, int a, int da, int b, int db);
 
 }  // namespace hspmd::graph::detail
+
+// Deduction-rule helpers (deduce_helpers.cc): errors are prefixed with ctx.where().
+namespace hspmd::graph::detail {
+
+// "'proj' (matmul)": how the op is named when calling the rules of sharding/deduce.h, whose
+// messages start with "op ".
+std::string op_label(const DeduceContext& ctx);
+// Every input shares dg_union (sharding::check_same_placement, naming the op).
+void expect_same_placement(const DeduceContext& ctx);
+// Input i holds identical copies everywhere: only D entries and hdim -1 (e.g. a norm weight).
+void expect_all_dup(const DeduceContext& ctx, int input);
+// Input i equals `expected` (zero flags ignored); the error names both and asks for a Reshard.
+void expect_annotation(const DeduceContext& ctx, int input, const sharding::Annotation& expected);
+// The annotation with every logical dim d (bottom-tier entries and, when hsize > 1, hdim) replaced by
+// map(d); map throws to reject a dim. Adjacent entries mapped to one dim merge; non-adjacent ones
+// are an error. Zero flags are cleared. `what` names the tensor in errors.
+sharding::Annotation map_dims(const DeduceContext& ctx, const sharding::Annotation& a, const std::string& what,
+                              const std::function<int(int)>& map);
+// The annotation of the transpose of a 2-D tensor (dims 0 and 1 swapped).
+sharding::Annotation transposed(const DeduceContext& ctx, const sharding::Annotation& a);
+// A leaf or Reshard output fixed by the plan, checked against its shape when the shape is static.
+sharding::Annotation planned_output(const DeduceContext& ctx, const TensorInfo& out);
+
+}  // namespace hspmd::graph::detail

@@ -1,6 +1,9 @@
 // Rotary position embedding, Hugging Face rotate-half convention (attrs.theta):
 //   rope(x [T, N, D], positions [T])       -> y [T, N, D]
 //   rope_bwd(dy [T, N, D], positions [T])  -> dx [T, N, D]   (rotation by the opposite angle)
+// Deduction: a rotation is linear in x, so x may be partial; x may be split on tokens T or heads N
+// but not on D (rotate-half pairs element i with i + D/2). positions must be split on T exactly
+// where x is and duplicated elsewhere. The output is sharded like x.
 #include "hspmd/core/error.h"
 #include "hspmd/graph/ops.h"
 #include "hspmd/graph/ops/op_defs.h"
@@ -22,10 +25,22 @@ std::vector<TensorInfo> infer_rope(const ShapeContext& ctx) {
   HSPMD_CHECK(ctx.op.attrs.theta > 0) << ctx.where() << ": theta must be positive, got " << ctx.op.attrs.theta;
   return {ctx.inputs[0]};
 }
+
+std::vector<sharding::Annotation> deduce_rope(const DeduceContext& ctx) {
+  expect_same_placement(ctx);
+  sharding::Annotation x = map_dims(ctx, ctx.inputs[0], "x", [&](int dim) {
+    HSPMD_CHECK(dim != 2) << ctx.where() << ": x " << ctx.inputs[0].to_string()
+                          << " splits the head dim D (2); insert a Reshard before input 0";
+    return dim;
+  });
+  expect_annotation(ctx, 1, map_dims(ctx, x, "x", [](int dim) { return dim == 0 ? 0 : sharding::kDuplicate; }));
+  return {x};
+}
 }  // namespace
 
 OpDef rope_def() {
-  OpDef d{OpKind::kRope, "rope", 2, 1, infer_rope, nullptr, nullptr};
+  OpDef d{OpKind::kRope, "rope", 2, 1, infer_rope, nullptr, nullptr, nullptr};
+  d.deduce = deduce_rope;
   d.run = [](KernelContext& k) {
     Tensor y = k.new_output(0);
     kernels::rope_fwd(k.inputs[0], k.inputs[1], k.op.attrs.theta, y);
@@ -41,7 +56,8 @@ OpDef rope_def() {
 }
 
 OpDef rope_bwd_def() {
-  OpDef d{OpKind::kRopeBwd, "rope_bwd", 2, 1, infer_rope, nullptr, nullptr};
+  OpDef d{OpKind::kRopeBwd, "rope_bwd", 2, 1, infer_rope, nullptr, nullptr, nullptr};
+  d.deduce = deduce_rope;
   d.run = [](KernelContext& k) {
     Tensor dx = k.new_output(0);
     kernels::rope_bwd(k.inputs[0], k.inputs[1], k.op.attrs.theta, dx);

@@ -1,0 +1,33 @@
+// `hspmd launch`: starts and supervises the local workers of a run (comm/launcher.h).
+#include <CLI/CLI.hpp>
+
+#include "hspmd/cli/commands.h"
+#include "hspmd/comm/launcher.h"
+
+namespace hspmd::cli {
+
+void add_launch_command(CLI::App& app) {
+  auto options = std::make_shared<comm::LaunchOptions>();
+  auto grace_s = std::make_shared<double>(5.0);
+  CLI::App* sub = app.add_subcommand("launch", "Start N local workers: hspmd launch -n N [options] -- CMD ARGS...");
+  sub->add_option("-n,--nproc", options->nproc, "workers on this host")->required()->check(CLI::PositiveNumber);
+  sub->add_option("--nnodes", options->nnodes, "hosts in the run")->check(CLI::PositiveNumber);
+  sub->add_option("--node-rank", options->node_rank, "index of this host (its ranks start at node-rank * n)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--store", options->store_url,
+                  "rendezvous store: file:///dir or redis://host:port (default: file store in /tmp)");
+  sub->add_option("--run-id", options->run_id, "run id shared by every node (default: random)");
+  sub->add_option("--host", options->host, "address of this host as peers see it (sets HSPMD_HOST)");
+  sub->add_flag("--elastic", options->elastic, "keep survivors running when a worker dies");
+  sub->add_option("--grace", *grace_s, "seconds between SIGTERM and SIGKILL when stopping workers")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("command", options->command, "worker program and its arguments (after --)")->required();
+  sub->callback([options, grace_s] {
+    options->grace = comm::Millis(static_cast<int64_t>(*grace_s * 1000));
+    int code = comm::launch(*options);
+    // RuntimeError carries the exit code to main without printing anything more.
+    if (code != 0) throw CLI::RuntimeError(code);
+  });
+}
+
+}  // namespace hspmd::cli

@@ -1,0 +1,208 @@
+// `hspmd train`: single-process training of the built-in Llama on a token dataset
+// (runtime/trainer.h), with checkpoints, resume, Hugging Face weights and per-step metrics.
+//
+//   hspmd train --model configs/llama-tiny.json --data runs/kjv --steps 200 --save runs/ckpt
+//   hspmd train --model configs/llama-tiny.json --data runs/kjv --steps 400 --resume runs/ckpt
+//
+// On --resume the run's options come from the checkpoint; flags given on the command line
+// override them (the data-stream ones, seq-len / global-batch-tokens / seed, must not change).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hspmd/cli/commands.h"
+#include "hspmd/core/error.h"
+#include "hspmd/core/safetensors.h"
+#include "hspmd/data/token_dataset.h"
+#include "hspmd/runtime/checkpoint.h"
+#include "hspmd/runtime/trainer.h"
+
+namespace hspmd::cli {
+namespace {
+
+struct TrainArgs {
+  std::string model, data, save, resume, init_weights, metrics, dump_init_weights;
+  int64_t save_every = 0;
+  runtime::TrainerOptions options;
+};
+
+// A flag that sets one TrainerOptions field: given flags override a resumed run's options.
+struct OptionFlag {
+  std::string flag;
+  std::function<void(runtime::TrainerOptions& dst, const runtime::TrainerOptions& src)> copy;
+};
+
+#define HSPMD_OPTION_FLAG(flag, field) \
+  OptionFlag { flag, [](runtime::TrainerOptions& d, const runtime::TrainerOptions& s) { d.field = s.field; } }
+
+const std::vector<OptionFlag>& option_flags() {
+  static const std::vector<OptionFlag> flags = {
+      HSPMD_OPTION_FLAG("--steps", steps),
+      HSPMD_OPTION_FLAG("--seq-len", seq_len),
+      HSPMD_OPTION_FLAG("--global-batch-tokens", global_batch_tokens),
+      HSPMD_OPTION_FLAG("--lr", lr),
+      HSPMD_OPTION_FLAG("--min-lr", min_lr),
+      HSPMD_OPTION_FLAG("--warmup", warmup),
+      HSPMD_OPTION_FLAG("--decay-steps", decay_steps),
+      HSPMD_OPTION_FLAG("--weight-decay", weight_decay),
+      HSPMD_OPTION_FLAG("--clip", max_grad_norm),
+      HSPMD_OPTION_FLAG("--seed", seed),
+      HSPMD_OPTION_FLAG("--recompute", recompute),
+      HSPMD_OPTION_FLAG("--threads", threads),
+  };
+  return flags;
+}
+#undef HSPMD_OPTION_FLAG
+
+std::string format_duration(double seconds) {
+  long s = std::lround(seconds);
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%ldm%02lds", s / 60, s % 60);
+  }
+  return buf;
+}
+
+std::string step_line(const runtime::StepMetrics& m, int64_t total) {
+  char buf[200];
+  std::snprintf(buf, sizeof(buf), "step %5lld/%lld  loss %.4f  lr %.3e  grad_norm %.3f  tok/s %8.0f  step %.3fs",
+                static_cast<long long>(m.step), static_cast<long long>(total), m.loss, m.lr, m.grad_norm,
+                m.tokens_per_second, m.step_seconds);
+  return buf;
+}
+
+// "[##########----------]  50/100  ETA 1m23s" for terminals.
+std::string progress_bar(int64_t done, int64_t first, int64_t total, double elapsed) {
+  constexpr int kWidth = 30;
+  int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
+  std::string bar = "[" + std::string(filled, '#') + std::string(kWidth - filled, '-') + "]";
+  double per_step = done > first ? elapsed / static_cast<double>(done - first) : 0.0;
+  return bar + " " + std::to_string(done) + "/" + std::to_string(total) +
+         "  ETA " + format_duration(per_step * static_cast<double>(total - done));
+}
+
+void run_train(const TrainArgs& args, const CLI::App& sub) {
+  models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
+  data::TokenDataset dataset = data::TokenDataset::open(args.data);
+  HSPMD_CHECK(dataset.vocab_size() <= static_cast<uint64_t>(config.vocab_size))
+      << "dataset " << args.data << " has vocab_size " << dataset.vocab_size() << " (tokenizer '"
+      << dataset.tokenizer_id() << "') but model config " << args.model << " has vocab_size " << config.vocab_size;
+  HSPMD_CHECK(args.resume.empty() || args.init_weights.empty()) << "--resume and --init-weights exclude each other";
+
+  runtime::TrainerOptions options = args.options;
+  std::unique_ptr<runtime::Checkpoint> checkpoint;
+  if (!args.resume.empty()) {
+    checkpoint = std::make_unique<runtime::Checkpoint>(runtime::load_checkpoint(args.resume, config));
+    options = runtime::TrainerOptions::from_json(checkpoint->state.options);
+    for (const OptionFlag& f : option_flags()) {
+      if (sub.count(f.flag) > 0) f.copy(options, args.options);
+    }
+  }
+
+  runtime::Trainer trainer(config, dataset, options);
+  if (!args.dump_init_weights.empty()) {
+    std::vector<std::pair<std::string, Tensor>> tensors(trainer.parameters().begin(), trainer.parameters().end());
+    safetensors::save(args.dump_init_weights, tensors, {{"format", "pt"}});
+  }
+  if (checkpoint) {
+    trainer.restore(*checkpoint);
+    std::cout << "resumed from " << args.resume << " at step " << trainer.step_count() << "\n";
+    checkpoint.reset();
+  }
+  if (!args.init_weights.empty()) {
+    trainer.load_weights(runtime::load_hf_weights(args.init_weights, config));
+    std::cout << "loaded weights from " << args.init_weights << "\n";
+  }
+
+  std::ofstream metrics;
+  if (!args.metrics.empty()) {
+    // A resumed run appends to the metrics of the run it continues.
+    metrics.open(args.metrics, args.resume.empty() ? std::ios::trunc : std::ios::app);
+    HSPMD_CHECK(metrics.good()) << "cannot open metrics file " << args.metrics;
+  }
+  std::cout << "model: " << config.num_parameters() << " parameters, " << config.num_hidden_layers
+            << " layers, hidden " << config.hidden_size << "; data: " << dataset.num_tokens() << " tokens in "
+            << dataset.num_documents() << " documents; " << options.steps << " steps of <= "
+            << options.global_batch_tokens << " tokens, seq_len " << options.seq_len << "\n";
+
+  const bool tty = ::isatty(STDOUT_FILENO) != 0;
+  const int64_t first = trainer.step_count();
+  auto start = std::chrono::steady_clock::now();
+  double first_loss = NAN, last_loss = NAN;
+  while (!trainer.done()) {
+    runtime::StepMetrics m = trainer.step();
+    if (std::isnan(first_loss)) first_loss = m.loss;
+    last_loss = m.loss;
+    HSPMD_CHECK(std::isfinite(m.loss)) << "training diverged at step " << m.step << ": loss " << m.loss
+                                       << " (lower --lr or enable --clip)";
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (tty) {
+      std::cout << "\r\033[K" << step_line(m, options.steps) << "\n"
+                << progress_bar(m.step, first, options.steps, elapsed) << std::flush;
+    } else {
+      std::cout << step_line(m, options.steps) << std::endl;
+    }
+    if (metrics.is_open()) metrics << m.to_json().dump() << std::endl;
+    bool last = trainer.done();
+    if (!args.save.empty() && (last || (args.save_every > 0 && m.step % args.save_every == 0))) {
+      runtime::save_checkpoint(args.save, trainer.checkpoint());
+      if (!tty) std::cout << "saved checkpoint " << args.save << " at step " << m.step << std::endl;
+    }
+  }
+  if (tty) std::cout << "\r\033[K";
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (trainer.step_count() > first) {
+    std::printf("trained steps %lld..%lld in %.1fs: loss %.4f -> %.4f\n", static_cast<long long>(first + 1),
+                static_cast<long long>(trainer.step_count()), elapsed, first_loss, last_loss);
+  } else {
+    std::printf("nothing to do: the run is already at step %lld of %lld\n",
+                static_cast<long long>(trainer.step_count()), static_cast<long long>(options.steps));
+  }
+  if (!args.save.empty()) std::printf("checkpoint: %s\n", args.save.c_str());
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  runtime::TrainerOptions& o = args->options;
+  CLI::App* sub = app.add_subcommand("train", "Train the built-in Llama on a token dataset (single process)");
+  sub->add_option("--model", args->model, "model config.json (Hugging Face Llama keys)")->required();
+  sub->add_option("--data", args->data, "token dataset directory (made by `hspmd data prepare`)")->required();
+  sub->add_option("--steps", o.steps, "optimizer steps of the whole run")->capture_default_str();
+  sub->add_option("--seq-len", o.seq_len, "context length (packed row size)")->capture_default_str();
+  sub->add_option("--global-batch-tokens", o.global_batch_tokens, "token budget of one step")->capture_default_str();
+  sub->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
+  sub->add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine decay")->capture_default_str();
+  sub->add_option("--warmup", o.warmup, "linear warm-up steps")->capture_default_str();
+  sub->add_option("--decay-steps", o.decay_steps, "schedule length (0: --steps)")->capture_default_str();
+  sub->add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
+  sub->add_option("--clip", o.max_grad_norm, "global gradient-norm clipping (0: none)")->capture_default_str();
+  sub->add_option("--seed", o.seed, "seed of parameter init and data order")->capture_default_str();
+  sub->add_flag("--recompute", o.recompute, "recompute each layer's activations in the backward pass");
+  sub->add_option("--threads", o.threads, "kernel threads (0: all cores)")->capture_default_str();
+  sub->add_option("--save", args->save, "checkpoint directory, written at the end (and every --save-every steps)");
+  sub->add_option("--save-every", args->save_every, "also checkpoint every K steps")->check(CLI::NonNegativeNumber);
+  sub->add_option("--resume", args->resume, "continue the run saved in this checkpoint directory");
+  sub->add_option("--init-weights", args->init_weights,
+                  "start from these weights (Hugging Face Llama safetensors), fresh optimizer state");
+  sub->add_option("--metrics", args->metrics, "append one JSON line of metrics per step to this file");
+  // For bench/pytorch_compare.py: the initial weights, to load the same model elsewhere.
+  sub->add_option("--dump-init-weights", args->dump_init_weights, "")->group("");
+  sub->callback([args, sub] { run_train(*args, *sub); });
+}
+
+}  // namespace hspmd::cli

@@ -1,0 +1,77 @@
+#include "hspmd/comm/heartbeat.h"
+
+#include "hspmd/core/error.h"
+
+namespace hspmd::comm {
+
+std::string heartbeat_key(int rank) { return "hb/" + std::to_string(rank); }
+std::string dead_key(int rank) { return "dead/" + std::to_string(rank); }
+
+Heartbeat::Heartbeat(std::shared_ptr<Store> store, int rank, std::vector<int> peers, HeartbeatOptions options)
+    : store_(std::move(store)), rank_(rank), options_(options) {
+  HSPMD_CHECK(options_.interval.count() > 0 && options_.timeout > options_.interval)
+      << "heartbeat of rank " << rank_ << ": timeout " << options_.timeout.count()
+      << " ms must exceed the interval " << options_.interval.count() << " ms";
+  auto now = std::chrono::steady_clock::now();
+  for (int p : peers) {
+    if (p != rank_) peers_[p] = Peer{"", now};
+  }
+  beat_and_check();  // publish the first beat before anyone can miss it
+  thread_ = std::thread([this] { loop(); });
+}
+
+Heartbeat::~Heartbeat() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Heartbeat::beat_and_check() {
+  store_->set(heartbeat_key(rank_), std::to_string(++beats_));
+  auto now = std::chrono::steady_clock::now();
+  std::vector<int> newly_dead;
+  for (auto& [rank, peer] : peers_) {
+    if (is_dead(rank)) continue;
+    if (store_->try_get(dead_key(rank))) {
+      newly_dead.push_back(rank);
+      continue;
+    }
+    auto value = store_->try_get(heartbeat_key(rank));
+    if (value && *value != peer.last_value) {
+      peer.last_value = *value;
+      peer.last_change = now;
+    } else if (now - peer.last_change > options_.timeout) {
+      newly_dead.push_back(rank);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  dead_.insert(newly_dead.begin(), newly_dead.end());
+}
+
+void Heartbeat::loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!cv_.wait_for(lock, options_.interval, [&] { return stopping_; })) {
+    lock.unlock();
+    try {
+      beat_and_check();
+    } catch (const std::exception&) {
+      // A store hiccup: the next beat retries; peers tolerate missed beats up to their timeout.
+    }
+    lock.lock();
+  }
+}
+
+std::vector<int> Heartbeat::dead() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {dead_.begin(), dead_.end()};
+}
+
+bool Heartbeat::is_dead(int rank) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return dead_.count(rank) > 0;
+}
+
+}  // namespace hspmd::comm

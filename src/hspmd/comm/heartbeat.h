@@ -1,0 +1,67 @@
+// Heartbeat: failure detection through the store. A thread publishes this rank's beat counter
+// ("hb/<rank>") every interval and watches its peers: a peer is dead once its counter has not
+// changed for `timeout` (measured on the local clock, so hosts need no synchronized clocks), or
+// at once when its launcher published a death notice ("dead/<rank>", launcher.h).
+//
+//   Heartbeat hb(run_store, /*rank=*/2, /*peers=*/{0, 1, 3}, {.interval = 200ms, .timeout = 2s});
+//   ...
+//   if (!hb.dead().empty()) membership.regroup(hb, 10s);   // membership.h
+//
+// Death is final: a rank once declared dead stays dead for this Heartbeat.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hspmd/comm/store.h"
+
+namespace hspmd::comm {
+
+struct HeartbeatOptions {
+  Millis interval{500};   // between beats (and between checks of the peers)
+  Millis timeout{5'000};  // no new beat for this long = dead; the detection bound (<= 10 s)
+};
+
+// Store keys of the failure signals.
+std::string heartbeat_key(int rank);  // "hb/<rank>"
+std::string dead_key(int rank);       // "dead/<rank>": a death notice, value = how it died
+
+class Heartbeat {
+ public:
+  Heartbeat(std::shared_ptr<Store> store, int rank, std::vector<int> peers, HeartbeatOptions options = {});
+  ~Heartbeat();  // stops beating (peers will declare this rank dead after their timeout)
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+
+  // Watched peers declared dead so far, sorted.
+  std::vector<int> dead() const;
+  bool is_dead(int rank) const;
+  const HeartbeatOptions& options() const { return options_; }
+
+ private:
+  void beat_and_check();
+  void loop();
+
+  std::shared_ptr<Store> store_;
+  int rank_;
+  HeartbeatOptions options_;
+  int64_t beats_ = 0;
+  struct Peer {
+    std::string last_value;
+    std::chrono::steady_clock::time_point last_change;
+  };
+  std::map<int, Peer> peers_;  // heartbeat thread only (after construction)
+  mutable std::mutex mutex_;
+  std::set<int> dead_;
+  bool stopping_ = false;
+  std::condition_variable cv_;
+  std::thread thread_;
+};
+
+}  // namespace hspmd::comm

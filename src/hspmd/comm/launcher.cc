@@ -1,0 +1,317 @@
+#include "hspmd/comm/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <random>
+#include <sstream>
+
+#include "hspmd/comm/heartbeat.h"
+#include "hspmd/comm/prefix_store.h"
+#include "hspmd/core/error.h"
+
+namespace hspmd::comm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Writes all of text to fd (one write per line keeps lines of different workers whole).
+void write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // our own stdout is gone: nothing sensible left to do with the output
+    done += static_cast<size_t>(n);
+  }
+}
+
+void say(const std::string& message) { write_all(2, "hspmd launch: " + message + "\n"); }
+
+std::string random_run_id() {
+  std::random_device rd;
+  std::ostringstream s;
+  s << std::hex << rd() << rd();
+  return s.str();
+}
+
+// One output stream of one worker, split into prefixed lines.
+struct Stream {
+  int fd = -1;      // read end of the worker's pipe; -1 once closed
+  int out_fd = 1;   // where prefixed lines go
+  std::string pending;
+};
+
+struct Worker {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  Stream out, err;
+};
+
+void forward_lines(Stream& s, const std::string& prefix, bool at_eof) {
+  size_t start = 0, nl;
+  while ((nl = s.pending.find('\n', start)) != std::string::npos) {
+    write_all(s.out_fd, prefix + s.pending.substr(start, nl - start + 1));
+    start = nl + 1;
+  }
+  s.pending.erase(0, start);
+  if (at_eof && !s.pending.empty()) {
+    write_all(s.out_fd, prefix + s.pending + "\n");
+    s.pending.clear();
+  }
+}
+
+// Reads what is available from s; closes it at EOF.
+void drain(Stream& s, const std::string& prefix) {
+  char buf[65536];
+  ssize_t n = ::read(s.fd, buf, sizeof(buf));
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n <= 0) {
+    forward_lines(s, prefix, true);
+    ::close(s.fd);
+    s.fd = -1;
+    return;
+  }
+  s.pending.append(buf, static_cast<size_t>(n));
+  forward_lines(s, prefix, false);
+}
+
+// Child side of fork: never returns.
+[[noreturn]] void exec_worker(const LaunchOptions& options, const std::vector<std::pair<std::string, std::string>>& env,
+                              int out_fd, int err_fd, const sigset_t& old_mask) {
+  ::setpgid(0, 0);
+  ::dup2(out_fd, 1);
+  ::dup2(err_fd, 2);
+  for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  std::vector<char*> argv;
+  for (const auto& a : options.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  std::string msg = "hspmd launch: cannot run '" + options.command[0] + "': " + std::strerror(errno) + "\n";
+  write_all(2, msg);
+  ::_exit(127);
+}
+
+class Supervisor {
+ public:
+  explicit Supervisor(const LaunchOptions& options) : options_(options) {}
+
+  int run();
+
+ private:
+  void start_workers(const std::string& store_url, const std::string& run_id, const sigset_t& old_mask);
+  void reap();
+  void on_worker_exit(Worker& w);
+  void stop_all(int signal, int exit_code, const std::string& why);
+  void signal_running(int signal);
+  bool all_done() const;
+
+  const LaunchOptions& options_;
+  std::vector<Worker> workers_;
+  std::shared_ptr<Store> run_store_;  // for publishing deaths when elastic
+  bool stopping_ = false;
+  Clock::time_point kill_deadline_;
+  bool killed_ = false;
+  int exit_code_ = 0;
+  // Elastic runs: success when any worker finished cleanly, else the first failure's code.
+  bool any_success_ = false;
+  int first_failure_ = 0;
+};
+
+void Supervisor::start_workers(const std::string& store_url, const std::string& run_id, const sigset_t& old_mask) {
+  int world = options_.nproc * options_.nnodes;
+  for (int local = 0; local < options_.nproc; ++local) {
+    Worker w;
+    w.rank = options_.node_rank * options_.nproc + local;
+    int out_pipe[2], err_pipe[2];
+    HSPMD_CHECK(::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0)
+        << "pipe for rank " << w.rank << ": " << std::strerror(errno);
+    std::vector<std::pair<std::string, std::string>> env = {
+        {"RANK", std::to_string(w.rank)},          {"WORLD_SIZE", std::to_string(world)},
+        {"LOCAL_RANK", std::to_string(local)},     {"LOCAL_WORLD_SIZE", std::to_string(options_.nproc)},
+        {"HSPMD_STORE", store_url},                {"HSPMD_RUN_ID", run_id}};
+    if (!options_.host.empty()) env.emplace_back("HSPMD_HOST", options_.host);
+    pid_t pid = ::fork();
+    HSPMD_CHECK(pid >= 0) << "fork for rank " << w.rank << ": " << std::strerror(errno);
+    if (pid == 0) exec_worker(options_, env, out_pipe[1], err_pipe[1], old_mask);
+    ::setpgid(pid, pid);  // also done by the child: whichever runs first wins the race
+    ::close(out_pipe[1]);
+    ::close(err_pipe[1]);
+    w.pid = pid;
+    w.running = true;
+    w.out = {out_pipe[0], 1, {}};
+    w.err = {err_pipe[0], 2, {}};
+    workers_.push_back(std::move(w));
+  }
+}
+
+void Supervisor::signal_running(int signal) {
+  for (auto& w : workers_) {
+    if (w.running) ::kill(-w.pid, signal);
+  }
+}
+
+void Supervisor::stop_all(int signal, int exit_code, const std::string& why) {
+  if (stopping_) return;
+  say(why);
+  stopping_ = true;
+  exit_code_ = exit_code;
+  kill_deadline_ = Clock::now() + options_.grace;
+  signal_running(signal);
+}
+
+void Supervisor::on_worker_exit(Worker& w) {
+  w.running = false;
+  // Whatever the worker left behind in its process group goes with it.
+  ::kill(-w.pid, SIGKILL);
+  bool failed = !(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0);
+  any_success_ = any_success_ || !failed;
+  if (!failed || stopping_) return;
+  std::string what = "rank " + std::to_string(w.rank) + " failed with " + describe_wait_status(w.status);
+  int code = WIFEXITED(w.status) ? WEXITSTATUS(w.status) : 128 + WTERMSIG(w.status);
+  if (!options_.elastic) {
+    stop_all(SIGTERM, code, what + "; stopping the other workers");
+    return;
+  }
+  int alive = 0;
+  for (const auto& o : workers_) alive += o.running ? 1 : 0;
+  say(what + "; --elastic: " + std::to_string(alive) + " local workers keep running");
+  try {
+    run_store_->set(dead_key(w.rank), describe_wait_status(w.status));
+  } catch (const std::exception& e) {
+    say(std::string("cannot publish the death in the store: ") + e.what());
+  }
+  if (first_failure_ == 0) first_failure_ = code;
+}
+
+void Supervisor::reap() {
+  while (true) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    for (auto& w : workers_) {
+      if (w.pid == pid && w.running) {
+        w.status = status;
+        on_worker_exit(w);
+      }
+    }
+  }
+}
+
+bool Supervisor::all_done() const {
+  for (const auto& w : workers_) {
+    if (w.running || w.out.fd >= 0 || w.err.fd >= 0) return false;
+  }
+  return true;
+}
+
+int Supervisor::run() {
+  HSPMD_CHECK(options_.nproc >= 1) << "launch: -n must be at least 1, got " << options_.nproc;
+  HSPMD_CHECK(options_.nnodes >= 1) << "launch: --nnodes must be at least 1, got " << options_.nnodes;
+  HSPMD_CHECK(options_.node_rank >= 0 && options_.node_rank < options_.nnodes)
+      << "launch: --node-rank " << options_.node_rank << " is not in [0, " << options_.nnodes << ")";
+  HSPMD_CHECK(!options_.command.empty()) << "launch: no worker command (put it after --)";
+  HSPMD_CHECK(options_.nnodes == 1 || (!options_.run_id.empty() && !options_.store_url.empty()))
+      << "launch: --nnodes " << options_.nnodes << " needs --run-id and --store shared by every node";
+  std::string run_id = options_.run_id.empty() ? random_run_id() : options_.run_id;
+  std::string store_url = options_.store_url;
+  bool own_dir = false;
+  if (store_url.empty()) {
+    std::string dir = "/tmp/hspmd-" + run_id;
+    own_dir = !std::filesystem::exists(dir);
+    store_url = "file://" + dir;
+  }
+  // Opening the store here checks the URL before any worker starts.
+  run_store_ = std::make_shared<PrefixStore>(open_store(store_url), "run/" + run_id + "/");
+
+  sigset_t mask, old_mask;
+  sigemptyset(&mask);
+  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&mask, s);
+  HSPMD_CHECK(::sigprocmask(SIG_BLOCK, &mask, &old_mask) == 0) << "sigprocmask: " << std::strerror(errno);
+  int sfd = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  try {
+    HSPMD_CHECK(sfd >= 0) << "signalfd: " << std::strerror(errno);
+    start_workers(store_url, run_id, old_mask);
+  } catch (...) {
+    signal_running(SIGKILL);
+    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    throw;
+  }
+
+  while (!all_done()) {
+    std::vector<pollfd> fds{{sfd, POLLIN, 0}};
+    std::vector<std::pair<Stream*, std::string>> streams;
+    for (auto& w : workers_) {
+      for (Stream* s : {&w.out, &w.err}) {
+        if (s->fd < 0) continue;
+        fds.push_back({s->fd, POLLIN, 0});
+        streams.emplace_back(s, "[rank " + std::to_string(w.rank) + "] ");
+      }
+    }
+    int timeout_ms = 200;
+    if (stopping_ && !killed_) {
+      auto left = std::chrono::duration_cast<Millis>(kill_deadline_ - Clock::now()).count();
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 200));
+    }
+    int n = ::poll(fds.data(), fds.size(), timeout_ms);
+    if (n < 0 && errno != EINTR) break;
+    if (fds[0].revents & POLLIN) {
+      signalfd_siginfo info;
+      while (::read(sfd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+        int sig = static_cast<int>(info.ssi_signo);
+        if (sig == SIGCHLD) continue;  // reaped below
+        if (stopping_) {
+          signal_running(sig);  // a second Ctrl-C is passed on too
+        } else {
+          stop_all(sig, 128 + sig, std::string("received ") + strsignal(sig) + "; stopping the workers");
+        }
+      }
+    }
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) drain(*streams[i - 1].first, streams[i - 1].second);
+    }
+    reap();
+    if (stopping_ && !killed_ && Clock::now() >= kill_deadline_) {
+      bool any = false;
+      for (const auto& w : workers_) any = any || w.running;
+      if (any) say("workers still running after the grace period; sending SIGKILL");
+      signal_running(SIGKILL);
+      killed_ = true;
+    }
+  }
+  ::close(sfd);
+  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  if (options_.elastic && !stopping_) exit_code_ = any_success_ ? 0 : first_failure_;
+  if (own_dir) {
+    std::error_code ec;
+    std::filesystem::remove_all(store_url.substr(7), ec);
+  }
+  return exit_code_;
+}
+
+}  // namespace
+
+std::string describe_wait_status(int status) {
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return "signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  }
+  return "wait status " + std::to_string(status);
+}
+
+int launch(const LaunchOptions& options) { return Supervisor(options).run(); }
+
+}  // namespace hspmd::comm

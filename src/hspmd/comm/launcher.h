@@ -1,0 +1,45 @@
+// Launcher: starts and supervises the local worker processes of a run (`hspmd launch`).
+//
+//   hspmd launch -n 4 -- python train.py          # 4 workers, RANK 0..3 on this host
+//   hspmd launch -n 4 --nnodes 2 --node-rank 1 --store redis://head:6379 --run-id exp7 -- cmd
+//                                                  # ranks 4..7 of an 8-rank, 2-host run
+//
+// Each worker gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, HSPMD_STORE, HSPMD_RUN_ID
+// (and HSPMD_HOST when given), runs in its own process group, and has every line of its stdout
+// and stderr prefixed with "[rank N] ". Stopping: SIGINT/SIGTERM/SIGHUP to the launcher is
+// forwarded to every worker's process group, then SIGKILL after the grace period. A worker that
+// exits non-zero or by a signal makes the launcher stop the rest and return non-zero with a
+// message naming the rank and its status/signal; with `elastic`, the survivors keep running
+// and the death is published in the store as "dead/<rank>" (membership.h reads it), so they
+// learn the new membership at once.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hspmd/comm/store.h"
+
+namespace hspmd::comm {
+
+struct LaunchOptions {
+  int nproc = 1;            // workers on this host
+  int nnodes = 1;           // hosts in the run
+  int node_rank = 0;        // this host's index: its workers are ranks node_rank*nproc + local
+  std::string store_url;    // empty: a file store in /tmp/hspmd-<run id> (one host only)
+  std::string run_id;       // empty: a fresh random id (one host only)
+  std::string host;         // HSPMD_HOST for the workers; empty: not set (127.0.0.1)
+  bool elastic = false;     // survivors keep running when a worker dies
+  Millis grace{5'000};      // SIGTERM -> SIGKILL delay when stopping workers
+  std::vector<std::string> command;  // program and arguments of every worker
+};
+
+// Runs the workers to completion and returns the exit code for the launcher: 0 when every
+// worker (every survivor, when elastic) exited 0; the failed worker's exit status, or 128 +
+// signal, otherwise; 128 + signal when the launcher itself was told to stop. Throws Error for
+// bad options. Never calls exit; restores the signal mask it changes.
+int launch(const LaunchOptions& options);
+
+// "exit status 3" / "signal 9 (Killed)", for a waitpid status.
+std::string describe_wait_status(int status);
+
+}  // namespace hspmd::comm

@@ -1,0 +1,274 @@
+#include "hspmd/comm/nccl/nccl_communicator.h"
+
+#if defined(HSPMD_CUDA)
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "hspmd/core/error.h"
+
+namespace hspmd::comm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return ncclFloat32;
+    case DType::kFloat64:
+      return ncclFloat64;
+    case DType::kBFloat16:
+      return ncclBfloat16;
+    case DType::kInt32:
+      return ncclInt32;
+    case DType::kInt64:
+      return ncclInt64;
+  }
+  HSPMD_ASSERT(false) << "unhandled dtype";
+  return ncclFloat32;
+}
+
+#define HSPMD_CUDA_CALL(what, call)                                                                \
+  do {                                                                                             \
+    cudaError_t err_ = (call);                                                                     \
+    HSPMD_CHECK(err_ == cudaSuccess) << what << ": " << #call << ": " << cudaGetErrorString(err_); \
+  } while (0)
+
+// Enqueue calls on a non-blocking communicator return ncclInProgress or an immediate error.
+void enqueued(const char* call, ncclResult_t r) {
+  HSPMD_CHECK(r == ncclSuccess || r == ncclInProgress) << call << ": " << ncclGetErrorString(r);
+}
+
+}  // namespace
+
+struct NcclCommunicator::State {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  int device = 0;
+  void* scratch = nullptr;  // one int for barrier
+  std::string broken;       // worker thread only: the first error
+
+  // Polls until the non-blocking communicator has finished the calls just made; throws on
+  // error or at the deadline (after aborting the communicator).
+  void settle(const std::string& what, Clock::time_point deadline) {
+    ncclResult_t state = ncclInProgress;
+    while (true) {
+      HSPMD_CHECK(ncclCommGetAsyncError(comm, &state) == ncclSuccess) << what << ": ncclCommGetAsyncError failed";
+      if (state != ncclInProgress) break;
+      check_deadline(what, deadline);
+      std::this_thread::yield();
+    }
+    HSPMD_CHECK(state == ncclSuccess) << what << ": " << ncclGetErrorString(state) << " (" << ncclGetLastError(comm)
+                                      << ")";
+  }
+
+  // Waits for the stream, watching for asynchronous NCCL errors (a dead peer) and the deadline.
+  void sync(const std::string& what, Clock::time_point deadline) {
+    while (true) {
+      cudaError_t q = cudaStreamQuery(stream);
+      if (q == cudaSuccess) return;
+      HSPMD_CHECK(q == cudaErrorNotReady) << what << ": " << cudaGetErrorString(q);
+      ncclResult_t state = ncclSuccess;
+      ncclCommGetAsyncError(comm, &state);
+      HSPMD_CHECK(state == ncclSuccess || state == ncclInProgress)
+          << what << ": " << ncclGetErrorString(state) << " (" << ncclGetLastError(comm) << ")";
+      check_deadline(what, deadline);
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  void check_deadline(const std::string& what, Clock::time_point deadline) {
+    if (Clock::now() < deadline) return;
+    ncclCommAbort(comm);  // unblocks the GPU; the communicator is unusable afterwards
+    comm = nullptr;
+    HSPMD_THROW() << what << ": timed out (a peer may be dead); the communicator was aborted";
+  }
+};
+
+int NcclCommunicator::device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+}
+
+NcclCommunicator::NcclCommunicator(Store& store, std::vector<int> ranks, int global_rank, int generation, int device,
+                                   Millis timeout)
+    : Communicator(std::move(ranks), global_rank, generation), state_(std::make_unique<State>()), timeout_(timeout) {
+  std::string what = "connecting NCCL " + describe();
+  state_->device = device;
+  HSPMD_CUDA_CALL(what, cudaSetDevice(device));
+  ncclUniqueId id;
+  if (group_rank() == 0) {
+    HSPMD_CHECK(ncclGetUniqueId(&id) == ncclSuccess) << what << ": ncclGetUniqueId failed";
+    store.set("nccl_id", std::string(id.internal, sizeof(id.internal)));
+  } else {
+    std::string bytes = store.get("nccl_id", timeout);
+    HSPMD_CHECK(bytes.size() == sizeof(id.internal)) << what << ": malformed nccl_id in " << store.describe();
+    std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclResult_t r = ncclCommInitRankConfig(&state_->comm, size(), id, group_rank(), &config);
+  HSPMD_CHECK(r == ncclSuccess || r == ncclInProgress) << what << ": " << ncclGetErrorString(r);
+  state_->settle(what, Clock::now() + timeout);
+  HSPMD_CUDA_CALL(what, cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking));
+  HSPMD_CUDA_CALL(what, cudaMalloc(&state_->scratch, sizeof(int)));
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  // Members are destroyed after this body, so let the worker finish queued operations first.
+  queue_.submit("drain", [] {}).wait();
+  cudaSetDevice(state_->device);
+  if (state_->comm != nullptr) {
+    if (state_->broken.empty()) {
+      ncclCommFinalize(state_->comm);
+      ncclResult_t s = ncclInProgress;
+      auto deadline = Clock::now() + Millis(5'000);
+      while (ncclCommGetAsyncError(state_->comm, &s) == ncclSuccess && s == ncclInProgress && Clock::now() < deadline) {
+        std::this_thread::yield();
+      }
+      ncclCommDestroy(state_->comm);
+    } else {
+      ncclCommAbort(state_->comm);
+    }
+  }
+  if (state_->stream != nullptr) cudaStreamDestroy(state_->stream);
+  if (state_->scratch != nullptr) cudaFree(state_->scratch);
+}
+
+Work NcclCommunicator::run(const char* op, std::function<void()> enqueue) {
+  std::string what = std::string(op) + " on NCCL " + describe();
+  return queue_.submit(what, [this, what, enqueue = std::move(enqueue)] {
+    HSPMD_CHECK(state_->broken.empty()) << what << ": the group is broken by an earlier error (" << state_->broken
+                                        << "); rebuild it under a new generation";
+    try {
+      HSPMD_CUDA_CALL(what, cudaSetDevice(state_->device));
+      auto deadline = Clock::now() + timeout_;
+      enqueue();
+      state_->settle(what, deadline);
+      state_->sync(what, deadline);
+    } catch (const std::exception& e) {
+      state_->broken = e.what();
+      throw;
+    }
+  });
+}
+
+Work NcclCommunicator::allreduce(const AllreduceOptions& o) {
+  return run("allreduce", [this, o] {
+    enqueued("ncclAllReduce", ncclAllReduce(o.data.data, o.data.data, o.data.count, nccl_type(o.data.dtype), ncclSum,
+                                            state_->comm, state_->stream));
+  });
+}
+
+Work NcclCommunicator::reduce_scatter(const ReduceScatterOptions& o) {
+  std::vector<int64_t> counts = check_reduce_scatter(*this, o);
+  bool even = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
+  return run("reduce_scatter", [this, o, counts, even] {
+    auto type = nccl_type(o.input.dtype);
+    if (even) {
+      enqueued("ncclReduceScatter",
+               ncclReduceScatter(o.input.data, o.output.data, counts[0], type, ncclSum, state_->comm, state_->stream));
+      return;
+    }
+    size_t esize = dtype_size(o.input.dtype);
+    enqueued("ncclGroupStart", ncclGroupStart());
+    int64_t offset = 0;
+    for (int i = 0; i < size(); ++i) {
+      // recvbuff only matters on the root.
+      enqueued("ncclReduce", ncclReduce(static_cast<char*>(o.input.data) + offset * esize, o.output.data, counts[i],
+                                        type, ncclSum, i, state_->comm, state_->stream));
+      offset += counts[i];
+    }
+    enqueued("ncclGroupEnd", ncclGroupEnd());
+  });
+}
+
+Work NcclCommunicator::allgather(const AllgatherOptions& o) {
+  std::vector<int64_t> counts = check_allgather(*this, o);
+  bool even = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
+  return run("allgather", [this, o, counts, even] {
+    size_t esize = dtype_size(o.input.dtype);
+    if (even) {
+      enqueued("ncclAllGather",
+               ncclAllGather(o.input.data, o.output.data, counts[0] * esize, ncclUint8, state_->comm, state_->stream));
+      return;
+    }
+    enqueued("ncclGroupStart", ncclGroupStart());
+    int64_t offset = 0;
+    for (int i = 0; i < size(); ++i) {
+      enqueued("ncclBroadcast", ncclBroadcast(o.input.data, static_cast<char*>(o.output.data) + offset * esize,
+                                              counts[i] * esize, ncclUint8, i, state_->comm, state_->stream));
+      offset += counts[i];
+    }
+    enqueued("ncclGroupEnd", ncclGroupEnd());
+  });
+}
+
+Work NcclCommunicator::broadcast(const BroadcastOptions& o) {
+  int root = index_of(o.root);
+  return run("broadcast", [this, o, root] {
+    enqueued("ncclBroadcast",
+             ncclBroadcast(o.data.data, o.data.data, o.data.nbytes(), ncclUint8, root, state_->comm, state_->stream));
+  });
+}
+
+Work NcclCommunicator::send_recv(const SendRecvOptions& o) {
+  for (const auto* list : {&o.sends, &o.recvs}) {
+    for (const auto& m : *list) index_of(m.peer);
+  }
+  return run("send_recv", [this, o] {
+    std::vector<const P2PMessage*> self_sends, self_recvs;
+    enqueued("ncclGroupStart", ncclGroupStart());
+    for (const auto& m : o.recvs) {
+      if (m.peer == global_rank()) {
+        self_recvs.push_back(&m);
+      } else if (m.buffer.nbytes() > 0) {
+        enqueued("ncclRecv",
+                 ncclRecv(m.buffer.data, m.buffer.nbytes(), ncclUint8, index_of(m.peer), state_->comm, state_->stream));
+      }
+    }
+    for (const auto& m : o.sends) {
+      if (m.peer == global_rank()) {
+        self_sends.push_back(&m);
+      } else if (m.buffer.nbytes() > 0) {
+        enqueued("ncclSend",
+                 ncclSend(m.buffer.data, m.buffer.nbytes(), ncclUint8, index_of(m.peer), state_->comm, state_->stream));
+      }
+    }
+    enqueued("ncclGroupEnd", ncclGroupEnd());
+    HSPMD_CHECK(self_sends.size() == self_recvs.size())
+        << "send_recv on NCCL " << describe() << ": " << self_sends.size() << " sends to self but " << self_recvs.size()
+        << " receives from self";
+    for (size_t k = 0; k < self_sends.size(); ++k) {
+      HSPMD_CHECK(self_sends[k]->buffer.nbytes() == self_recvs[k]->buffer.nbytes())
+          << "send_recv on NCCL " << describe() << ": message " << k << " to self changes size";
+      HSPMD_CUDA_CALL("send_recv to self",
+                      cudaMemcpyAsync(self_recvs[k]->buffer.data, self_sends[k]->buffer.data,
+                                      self_sends[k]->buffer.nbytes(), cudaMemcpyDeviceToDevice, state_->stream));
+    }
+  });
+}
+
+Work NcclCommunicator::barrier(const BarrierOptions&) {
+  return run("barrier", [this] {
+    enqueued("ncclAllReduce",
+             ncclAllReduce(state_->scratch, state_->scratch, 1, ncclInt32, ncclSum, state_->comm, state_->stream));
+  });
+}
+
+Backend nccl_backend(int device, Millis timeout) {
+  return [device, timeout](Store& store, const std::vector<int>& ranks, int global_rank, int generation) {
+    return std::make_shared<NcclCommunicator>(store, ranks, global_rank, generation, device, timeout);
+  };
+}
+
+}  // namespace hspmd::comm
+
+#endif  // HSPMD_CUDA

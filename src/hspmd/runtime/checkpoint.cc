@@ -1,0 +1,282 @@
+#include "hspmd/runtime/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <set>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "hspmd/core/atomic_file.h"
+#include "hspmd/core/error.h"
+#include "hspmd/core/safetensors.h"
+#include "hspmd/kernels/cast.h"
+
+namespace hspmd::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using models::LlamaConfig;
+using models::LlamaParam;
+
+constexpr const char* kFormat = "hspmd-checkpoint-v1";
+
+std::array<uint32_t, 256> make_crc_table() {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    table[i] = c;
+  }
+  return table;
+}
+
+// Size and CRC-32 of a whole file, read in 1 MiB blocks.
+std::pair<uint64_t, uint32_t> file_digest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  HSPMD_CHECK(in.good()) << "checkpoint file " << path << " is missing or unreadable";
+  std::vector<char> block(1 << 20);
+  uint64_t bytes = 0;
+  uint32_t crc = 0;
+  while (in) {
+    in.read(block.data(), static_cast<std::streamsize>(block.size()));
+    std::streamsize n = in.gcount();
+    crc = crc32(block.data(), static_cast<size_t>(n), crc);
+    bytes += static_cast<uint64_t>(n);
+  }
+  return {bytes, crc};
+}
+
+std::string hex32(uint32_t v) {
+  std::ostringstream s;
+  s << std::hex << std::setw(8) << std::setfill('0') << v;
+  return s.str();
+}
+
+// The tensors of one safetensors file in a fixed order: checks that every expected name is there
+// with its shape and that the map holds nothing else.
+std::vector<std::pair<std::string, Tensor>> ordered(const graph::TensorMap& tensors,
+                                                    const std::vector<std::pair<std::string, Shape>>& expected,
+                                                    const std::string& what) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [name, shape] : expected) {
+    auto it = tensors.find(name);
+    HSPMD_CHECK(it != tensors.end()) << "cannot save checkpoint: " << what << " has no tensor '" << name << "'";
+    HSPMD_CHECK(it->second.shape() == shape && it->second.dtype() == DType::kFloat32)
+        << "cannot save checkpoint: " << what << " tensor '" << name << "' is " << it->second.to_string()
+        << ", expected float32" << shape.to_string();
+    out.emplace_back(name, it->second);
+  }
+  HSPMD_CHECK(out.size() == tensors.size()) << "cannot save checkpoint: " << what << " holds " << tensors.size()
+                                            << " tensors, the model has " << out.size();
+  return out;
+}
+
+std::vector<std::pair<std::string, Shape>> model_tensors(const LlamaConfig& config) {
+  std::vector<std::pair<std::string, Shape>> out;
+  for (const LlamaParam& p : models::llama_parameters(config)) out.emplace_back(p.name, p.shape);
+  return out;
+}
+
+std::vector<std::pair<std::string, Shape>> optimizer_tensors(const LlamaConfig& config) {
+  std::vector<std::pair<std::string, Shape>> out;
+  for (const LlamaParam& p : models::llama_parameters(config)) {
+    out.emplace_back(p.name + ".exp_avg", p.shape);
+    out.emplace_back(p.name + ".exp_avg_sq", p.shape);
+  }
+  return out;
+}
+
+void fsync_path(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+// Reads every expected tensor of a safetensors file, refusing missing, extra, mis-shaped and
+// non-float32 ones (errors name the file and the tensor).
+graph::TensorMap read_exact(const std::string& path, const std::vector<std::pair<std::string, Shape>>& expected) {
+  safetensors::Reader reader(path);
+  std::set<std::string> wanted;
+  graph::TensorMap out;
+  for (const auto& [name, shape] : expected) {
+    wanted.insert(name);
+    HSPMD_CHECK(reader.contains(name)) << path << ": tensor '" << name << "' is missing";
+    const safetensors::TensorInfo& info = reader.info(name);
+    HSPMD_CHECK(info.shape == shape) << path << ": tensor '" << name << "' has shape " << info.shape.to_string()
+                                     << ", the model expects " << shape.to_string();
+    HSPMD_CHECK(info.dtype == DType::kFloat32)
+        << path << ": tensor '" << name << "' is " << dtype_name(info.dtype) << ", checkpoints hold float32";
+    out.emplace(name, reader.read(name));
+  }
+  for (const safetensors::TensorInfo& info : reader.tensors()) {
+    HSPMD_CHECK(wanted.count(info.name)) << path << ": unexpected tensor '" << info.name
+                                         << "' (the checkpoint is for another model)";
+  }
+  return out;
+}
+
+}  // namespace
+
+uint32_t crc32(const void* data, size_t length, uint32_t crc) {
+  static const std::array<uint32_t, 256> table = make_crc_table();
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < length; ++i) crc = table[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
+  return ~crc;
+}
+
+void save_checkpoint(const std::string& dir, const Checkpoint& c) {
+  HSPMD_CHECK(!dir.empty()) << "checkpoint directory is empty";
+  const LlamaConfig& config = c.state.config;
+  auto model = ordered(c.model, model_tensors(config), "model");
+  // m and v live in one file, under "<param>.exp_avg" / "<param>.exp_avg_sq".
+  graph::TensorMap opt;
+  for (const auto& [name, t] : c.exp_avg) opt.emplace(name + ".exp_avg", t);
+  for (const auto& [name, t] : c.exp_avg_sq) opt.emplace(name + ".exp_avg_sq", t);
+  auto optimizer = ordered(opt, optimizer_tensors(config), "optimizer state");
+
+  fs::path final_dir = fs::absolute(fs::path(dir)).lexically_normal();
+  if (final_dir.filename().empty()) final_dir = final_dir.parent_path();  // "ckpt/" -> "ckpt"
+  fs::create_directories(final_dir.parent_path());
+  const std::string tmp = final_dir.string() + ".tmp." + std::to_string(::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    safetensors::save(tmp + "/" + kModelFile, model, {{"format", "pt"}});
+    safetensors::save(tmp + "/" + kOptimizerFile, optimizer, {{"step", std::to_string(c.state.step)}});
+    nlohmann::json files;
+    for (const char* file : {kModelFile, kOptimizerFile}) {
+      auto [bytes, crc] = file_digest(tmp + "/" + file);
+      files[file] = {{"bytes", bytes}, {"crc32", hex32(crc)}};
+    }
+    nlohmann::json state = {{"format", kFormat},
+                            {"step", c.state.step},
+                            {"seed", c.state.seed},
+                            {"loader", nlohmann::json::parse(c.state.loader.to_json())},
+                            {"config", nlohmann::json::parse(config.to_json_text())},
+                            {"options", c.state.options},
+                            {"files", files}};
+    std::string text = state.dump(2) + "\n";
+    AtomicFile out(tmp + "/" + kTrainerStateFile);
+    out.write(text.data(), text.size());
+    out.commit();
+    fsync_path(tmp);
+
+    // Swap the new directory in. With an old checkpoint present, RENAME_EXCHANGE makes the swap a
+    // single atomic step; the old one then sits under the temp name and is removed.
+    if (fs::exists(final_dir)) {
+      HSPMD_CHECK(fs::is_directory(final_dir)) << "checkpoint path " << final_dir.string() << " is not a directory";
+      HSPMD_CHECK(::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0)
+          << "cannot swap " << tmp << " with " << final_dir.string() << ": " << std::strerror(errno);
+    } else {
+      HSPMD_CHECK(::rename(tmp.c_str(), final_dir.c_str()) == 0)
+          << "cannot rename " << tmp << " to " << final_dir.string() << ": " << std::strerror(errno);
+    }
+    fsync_path(final_dir.parent_path().string());
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw;
+  }
+  std::error_code ignored;
+  fs::remove_all(tmp, ignored);  // the previous checkpoint, after an exchange
+}
+
+Checkpoint load_checkpoint(const std::string& dir, const LlamaConfig& config) {
+  HSPMD_CHECK(fs::is_directory(dir)) << "checkpoint directory " << dir << " does not exist";
+  const std::string state_path = dir + "/" + kTrainerStateFile;
+  std::ifstream in(state_path);
+  HSPMD_CHECK(in.good()) << "checkpoint file " << state_path << " is missing or unreadable";
+  std::stringstream text;
+  text << in.rdbuf();
+
+  Checkpoint c;
+  nlohmann::json files;
+  try {
+    nlohmann::json j = nlohmann::json::parse(text.str());
+    HSPMD_CHECK(j.value("format", std::string()) == kFormat)
+        << state_path << ": not an hspmd checkpoint (\"format\" is not \"" << kFormat << "\")";
+    c.state.step = j.at("step").get<int64_t>();
+    c.state.seed = j.at("seed").get<uint64_t>();
+    c.state.loader = data::LoaderState::from_json(j.at("loader").dump());
+    c.state.config = LlamaConfig::from_json_text(j.at("config").dump(), state_path);
+    c.state.options = j.at("options");
+    files = j.at("files");
+  } catch (const nlohmann::json::exception& e) {
+    HSPMD_THROW() << state_path << ": malformed trainer state (truncated or corrupted?): " << e.what();
+  }
+  HSPMD_CHECK(c.state.config.to_json_text() == config.to_json_text())
+      << dir << ": the checkpoint's model config differs from the run's: checkpoint "
+      << nlohmann::json::parse(c.state.config.to_json_text()).dump() << " vs run "
+      << nlohmann::json::parse(config.to_json_text()).dump();
+
+  // Verify sizes and checksums before parsing, so truncation and bit flips are named as such.
+  for (const char* file : {kModelFile, kOptimizerFile}) {
+    const std::string path = dir + "/" + file;
+    HSPMD_CHECK(files.contains(file)) << state_path << ": no entry for " << file;
+    uint64_t want_bytes = 0;
+    std::string want_crc;
+    try {
+      want_bytes = files[file].at("bytes").get<uint64_t>();
+      want_crc = files[file].at("crc32").get<std::string>();
+    } catch (const nlohmann::json::exception& e) {
+      HSPMD_THROW() << state_path << ": malformed entry for " << file << ": " << e.what();
+    }
+    auto [bytes, crc] = file_digest(path);
+    HSPMD_CHECK(bytes == want_bytes) << "checkpoint file " << path << " is truncated or altered: " << bytes
+                                     << " bytes, trainer_state.json records " << want_bytes;
+    HSPMD_CHECK(hex32(crc) == want_crc) << "checkpoint file " << path << " is corrupted: CRC-32 " << hex32(crc)
+                                        << ", trainer_state.json records " << want_crc;
+  }
+
+  c.model = read_exact(dir + "/" + kModelFile, model_tensors(config));
+  graph::TensorMap opt = read_exact(dir + "/" + kOptimizerFile, optimizer_tensors(config));
+  for (const LlamaParam& p : models::llama_parameters(config)) {
+    c.exp_avg.emplace(p.name, opt.at(p.name + ".exp_avg"));
+    c.exp_avg_sq.emplace(p.name, opt.at(p.name + ".exp_avg_sq"));
+  }
+  return c;
+}
+
+graph::TensorMap load_hf_weights(const std::string& path, const LlamaConfig& config) {
+  HSPMD_CHECK(fs::is_regular_file(path)) << "weights file " << path << " does not exist";
+  safetensors::Reader reader(path);
+  std::set<std::string> wanted;
+  graph::TensorMap out;
+  for (const LlamaParam& p : models::llama_parameters(config)) {
+    wanted.insert(p.name);
+    HSPMD_CHECK(reader.contains(p.name)) << path << ": tensor '" << p.name << "' is missing";
+    const safetensors::TensorInfo& info = reader.info(p.name);
+    HSPMD_CHECK(info.shape == p.shape) << path << ": tensor '" << p.name << "' has shape " << info.shape.to_string()
+                                       << ", the model config expects " << p.shape.to_string();
+    HSPMD_CHECK(is_floating(info.dtype)) << path << ": tensor '" << p.name << "' is " << dtype_name(info.dtype)
+                                         << ", weights must be floating point";
+    Tensor t = reader.read(p.name);
+    if (t.dtype() != DType::kFloat32) {
+      Tensor f = Tensor::empty(t.shape(), DType::kFloat32);
+      kernels::cast(t, f);
+      t = f;
+    }
+    out.emplace(p.name, t);
+  }
+  for (const safetensors::TensorInfo& info : reader.tensors()) {
+    if (wanted.count(info.name)) continue;
+    if (info.name.ends_with("rotary_emb.inv_freq")) continue;  // a buffer older HF exports carry
+    if (config.tie_word_embeddings && info.name == "lm_head.weight") continue;  // tied: same as embed_tokens
+    HSPMD_THROW() << path << ": unexpected tensor '" << info.name << "' (the weights are for another model config)";
+  }
+  return out;
+}
+
+}  // namespace hspmd::runtime

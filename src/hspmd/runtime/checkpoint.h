@@ -1,0 +1,75 @@
+// Training checkpoints: one directory holding everything needed to continue a run bit-identically.
+//
+//   ckpt/
+//     model.safetensors       float32 weights under Hugging Face Llama names
+//                             ("model.layers.3.self_attn.q_proj.weight", ...)
+//     optimizer.safetensors   "<param>.exp_avg" and "<param>.exp_avg_sq" (AdamW m and v), float32
+//     trainer_state.json      {"format": "hspmd-checkpoint-v1", "step": 40, "seed": 1,
+//                              "loader": {"epoch":0,"cursor":812,"steps":40},
+//                              "config": {...LlamaConfig...}, "options": {...trainer options...},
+//                              "files": {"model.safetensors": {"bytes": 1234, "crc32": "9a0f..."}, ...}}
+//
+//   Checkpoint c{.model = params, .exp_avg = opt.exp_avg(), .exp_avg_sq = opt.exp_avg_sq(), .state = st};
+//   save_checkpoint("runs/ckpt", c);                       // atomic: the old directory or the new one
+//   Checkpoint back = load_checkpoint("runs/ckpt", config);  // names, shapes, checksums verified
+//   TensorMap w = load_hf_weights("llama/model.safetensors", config);   // weights only (HF layout)
+//
+// Atomicity: the directory is written under "<dir>.tmp.<pid>" (every file fsynced), then swapped
+// with the old one in a single renameat2(RENAME_EXCHANGE) (or renamed into place when there is no
+// old one), and the old one is removed. A crash leaves the previous checkpoint or the new one.
+// Integrity: trainer_state.json records each safetensors file's size and CRC-32, so a truncated
+// file or a flipped byte in tensor data is refused with an error naming the file (and the tensor,
+// for missing or mis-shaped ones) before anything is loaded into a run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "hspmd/data/loader.h"
+#include "hspmd/graph/graph.h"
+#include "hspmd/models/llama_config.h"
+
+namespace hspmd::runtime {
+
+inline constexpr const char* kModelFile = "model.safetensors";
+inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
+inline constexpr const char* kTrainerStateFile = "trainer_state.json";
+
+// The non-tensor part of a checkpoint.
+struct TrainerState {
+  int64_t step = 0;                // optimizer steps completed
+  uint64_t seed = 0;               // parameter-init and data-order seed (the run's only RNG input)
+  data::LoaderState loader;        // where the data loader stands
+  models::LlamaConfig config;
+  nlohmann::json options;          // the trainer options of the run (informative, and checked on resume)
+};
+
+struct Checkpoint {
+  graph::TensorMap model;       // by Hugging Face name, float32
+  graph::TensorMap exp_avg;     // by parameter name
+  graph::TensorMap exp_avg_sq;  // by parameter name
+  TrainerState state;
+};
+
+// Writes `dir` atomically (see above). Every parameter of state.config must be in c.model, with
+// its shape; exp_avg / exp_avg_sq likewise.
+void save_checkpoint(const std::string& dir, const Checkpoint& c);
+
+// Reads a checkpoint directory. Error naming the file when one is missing, truncated, corrupted
+// (size or CRC-32 differs from trainer_state.json) or malformed; naming the tensor when one is
+// missing, unexpected, mis-shaped or not float32. `config` is the model the run builds: the
+// checkpoint's config must equal it.
+Checkpoint load_checkpoint(const std::string& dir, const models::LlamaConfig& config);
+
+// Weights only, from a Hugging Face Llama safetensors file (F32, BF16 or F64; converted to float32).
+// Every parameter of `config` must be present with its shape; "rotary_emb.inv_freq" buffers (and
+// "lm_head.weight" when the embeddings are tied) are skipped; any other tensor is an error, since
+// it means the file is for another model.
+graph::TensorMap load_hf_weights(const std::string& path, const models::LlamaConfig& config);
+
+// CRC-32 (IEEE 802.3, the zlib one) of a byte range, continuing from `crc` (0 to start).
+uint32_t crc32(const void* data, size_t length, uint32_t crc = 0);
+
+}  // namespace hspmd::runtime

@@ -1,0 +1,98 @@
+// Heartbeat and Membership with ranks as threads over one file store: a rank that stops beating
+// is declared dead within the timeout, a death notice is seen at once, and survivors agree on
+// the same next membership.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "comm/comm_testlib.h"
+#include "hspmd/comm/file_store.h"
+#include "hspmd/comm/heartbeat.h"
+#include "hspmd/comm/membership.h"
+#include "hspmd/core/error.h"
+
+namespace hspmd::comm {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+TEST(Heartbeat, SilentPeerIsDeclaredDeadWithinTheTimeout) {
+  testing::TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  HeartbeatOptions options{.interval = 20ms, .timeout = 200ms};
+  Heartbeat a(store, 0, {0, 1, 2}, options);
+  auto c = std::make_unique<Heartbeat>(store, 2, std::vector<int>{0, 1, 2}, options);
+  {
+    Heartbeat b(store, 1, {0, 1, 2}, options);
+    std::this_thread::sleep_for(300ms);
+    EXPECT_TRUE(a.dead().empty()) << "live peers declared dead";
+  }  // rank 1 stops beating here
+  auto stopped = Clock::now();
+  while (!a.is_dead(1) && Clock::now() - stopped < 2s) std::this_thread::sleep_for(5ms);
+  auto detected = Clock::now() - stopped;
+  EXPECT_TRUE(a.is_dead(1));
+  EXPECT_LT(detected, 200ms + 1s) << "detection took longer than timeout + slack";
+  EXPECT_GE(detected, 100ms) << "declared dead well before the timeout";
+  EXPECT_EQ(a.dead(), std::vector<int>{1});
+  EXPECT_FALSE(c->is_dead(0));
+}
+
+TEST(Heartbeat, DeathNoticeIsSeenAtOnce) {
+  testing::TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  Heartbeat a(store, 0, {0, 1}, {.interval = 20ms, .timeout = 10s});
+  store->set(dead_key(1), "signal 9 (Killed)");
+  auto start = Clock::now();
+  while (!a.is_dead(1) && Clock::now() - start < 2s) std::this_thread::sleep_for(5ms);
+  EXPECT_LT(Clock::now() - start, 500ms);
+}
+
+TEST(Heartbeat, RejectsTimeoutNotAboveInterval) {
+  testing::TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  EXPECT_THROW(Heartbeat(store, 0, {0, 1}, {.interval = 100ms, .timeout = 100ms}), Error);
+}
+
+TEST(Membership, SurvivorsAgreeOnTheSameNextGeneration) {
+  testing::TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  HeartbeatOptions options{.interval = 20ms, .timeout = 300ms};
+  // Rank 2 never starts: survivors 0, 1, 3 must agree on [0,1,3] once rank 2 misses its beats.
+  std::vector<std::future<std::vector<int>>> results;
+  for (int rank : {0, 1, 3}) {
+    results.push_back(std::async(std::launch::async, [&, rank] {
+      Heartbeat hb(store, rank, {0, 1, 2, 3}, options);
+      Membership m(store, rank, {0, 1, 2, 3});
+      std::this_thread::sleep_for(std::chrono::milliseconds(10 * rank));  // join at different times
+      auto members = m.regroup(hb, 5s);
+      EXPECT_EQ(m.generation(), 1);
+      return members;
+    }));
+  }
+  for (auto& r : results) EXPECT_EQ(r.get(), (std::vector<int>{0, 1, 3}));
+}
+
+TEST(Membership, LateRankIsExcludedWithAClearError) {
+  testing::TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  // Rank 1 never joins and is dead by notice: rank 0 decides [0]; a later regroup of rank 1
+  // finds itself excluded.
+  Heartbeat hb0(store, 0, {0, 1}, {.interval = 20ms, .timeout = 5s});
+  store->set(dead_key(1), "exit status 1");
+  Membership m0(store, 0, {0, 1});
+  EXPECT_EQ(m0.regroup(hb0, 2s), std::vector<int>{0});
+  Heartbeat hb1(store, 1, {0, 1}, {.interval = 20ms, .timeout = 5s});
+  Membership m1(store, 1, {0, 1});
+  EXPECT_TRUE(m1.regroup_started());
+  try {
+    m1.regroup(hb1, 2s);
+    FAIL() << "excluded rank joined";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 was excluded from generation 1"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace hspmd::comm
