@@ -1,10 +1,9 @@
 #include "hspmd/models/llama_config.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "hspmd/core/error.h"
+#include "hspmd/core/json_file.h"
 
 namespace hspmd::models {
 
@@ -49,13 +48,7 @@ int64_t LlamaConfig::num_parameters() const {
 }
 
 LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::string& source) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    HSPMD_THROW() << source << ": not valid JSON: " << e.what();
-  }
-  HSPMD_CHECK(j.is_object()) << source << ": expected a JSON object";
+  nlohmann::json j = parse_json_object(text, source);
   LlamaConfig c;
   read_key(j, "hidden_size", c.hidden_size, true, source);
   read_key(j, "intermediate_size", c.intermediate_size, true, source);
@@ -77,11 +70,7 @@ LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::stri
 }
 
 LlamaConfig LlamaConfig::from_file(const std::string& path) {
-  std::ifstream in(path);
-  HSPMD_CHECK(in.good()) << "cannot open model config " << path;
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return from_json_text(buffer.str(), path);
+  return from_json_text(read_text_file(path, "model config"), path);
 }
 
 std::string LlamaConfig::to_json_text() const {

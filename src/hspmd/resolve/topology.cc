@@ -1,12 +1,11 @@
 #include "hspmd/resolve/topology.h"
 
 #include <algorithm>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "hspmd/core/error.h"
+#include "hspmd/core/json_file.h"
 
 namespace hspmd::resolve {
 
@@ -58,13 +57,7 @@ double positive_number(const Json& v, const std::string& where) {
 }  // namespace
 
 Topology Topology::from_json_text(const std::string& text, const std::string& source) {
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    HSPMD_THROW() << source << ": not valid JSON: " << e.what();
-  }
-  HSPMD_CHECK(j.is_object()) << source << ": expected a JSON object";
+  Json j = parse_json_object(text, source);
   Topology t;
   t.name_ = j.contains("name") && j["name"].is_string() ? j["name"].get<std::string>() : source;
   HSPMD_CHECK(j.contains("devices") && j["devices"].is_array() && !j["devices"].empty())
@@ -130,11 +123,7 @@ Topology Topology::from_json_text(const std::string& text, const std::string& so
 }
 
 Topology Topology::from_file(const std::string& path) {
-  std::ifstream in(path);
-  HSPMD_CHECK(in.good()) << "cannot open cluster spec " << path;
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return from_json_text(buffer.str(), path);
+  return from_json_text(read_text_file(path, "cluster spec"), path);
 }
 
 }  // namespace hspmd::resolve

@@ -1,11 +1,10 @@
 #include "hspmd/sharding/plan.h"
 
-#include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "hspmd/core/atomic_file.h"
 #include "hspmd/core/error.h"
+#include "hspmd/core/json_file.h"
 
 namespace hspmd::sharding {
 
@@ -54,19 +53,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-const Json& member(const Json& j, const std::string& key, const std::string& where) {
-  auto it = j.find(key);
-  HSPMD_CHECK(it != j.end()) << where << ": missing required key \"" << key << "\"";
-  return *it;
-}
-
-int positive_int(const Json& j, const std::string& key, const std::string& where) {
-  const Json& v = member(j, key, where);
-  HSPMD_CHECK(v.is_number_integer() && v.get<long long>() > 0)
-      << where << "." << key << ": expected a positive integer, got " << v.dump();
-  return v.get<int>();
-}
-
 Annotation parse_entry(const Json& v, const std::string& where) {
   HSPMD_CHECK(v.is_string()) << where << ": expected an annotation string, got " << v.dump();
   try {
@@ -79,13 +65,7 @@ Annotation parse_entry(const Json& v, const std::string& where) {
 }  // namespace
 
 AnnotationPlan AnnotationPlan::from_json_text(const std::string& text, const std::string& source) {
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    HSPMD_THROW() << source << ": not valid JSON: " << e.what();
-  }
-  HSPMD_CHECK(j.is_object()) << source << ": expected a JSON object";
+  Json j = parse_json_object(text, source);
   if (j.contains("format")) {
     HSPMD_CHECK(j["format"] == "hspmd-plan") << source << ": \"format\" is " << j["format"].dump()
                                              << ", expected \"hspmd-plan\"";
@@ -94,7 +74,7 @@ AnnotationPlan AnnotationPlan::from_json_text(const std::string& text, const std
     HSPMD_CHECK(j["version"] == 1) << source << ": unsupported plan version " << j["version"].dump();
   }
   AnnotationPlan plan;
-  const Json& tensors = member(j, "tensors", source);
+  const Json& tensors = json_member(j, "tensors", source);
   HSPMD_CHECK(tensors.is_object()) << source << ": \"tensors\" must be an object of name -> annotation";
   for (const auto& [name, v] : tensors.items()) {
     plan.set(name, parse_entry(v, source + ": tensors.\"" + name + "\""));
@@ -114,8 +94,8 @@ AnnotationPlan AnnotationPlan::from_json_text(const std::string& text, const std
     for (size_t i = 0; i < pipes.size(); ++i) {
       const std::string where = source + ": pipelines[" + std::to_string(i) + "]";
       HSPMD_CHECK(pipes[i].is_object()) << where << ": expected an object";
-      plan.pipelines.push_back({positive_int(pipes[i], "micro_batch_size", where),
-                                positive_int(pipes[i], "num_micro_batches", where)});
+      plan.pipelines.push_back({json_positive_int(pipes[i], "micro_batch_size", where),
+                                json_positive_int(pipes[i], "num_micro_batches", where)});
     }
   }
   if (j.contains("recompute")) {
@@ -126,22 +106,14 @@ AnnotationPlan AnnotationPlan::from_json_text(const std::string& text, const std
 }
 
 AnnotationPlan AnnotationPlan::from_file(const std::string& path) {
-  std::ifstream in(path);
-  HSPMD_CHECK(in.good()) << "cannot open annotation plan " << path;
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return from_json_text(buffer.str(), path);
+  return from_json_text(read_text_file(path, "annotation plan"), path);
 }
 
 void AnnotationPlan::save(const std::string& path) const {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    HSPMD_CHECK(out.good()) << "cannot write annotation plan " << tmp;
-    out << to_json_text() << "\n";
-    HSPMD_CHECK(out.good()) << "failed writing annotation plan " << tmp;
-  }
-  HSPMD_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0) << "cannot rename " << tmp << " to " << path;
+  AtomicFile out(path);
+  const std::string text = to_json_text() + "\n";
+  out.write(text.data(), text.size());
+  out.commit();
 }
 
 }  // namespace hspmd::sharding

@@ -1,12 +1,11 @@
 #include "hspmd/sharding/strategy.h"
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "hspmd/core/error.h"
+#include "hspmd/core/json_file.h"
 #include "hspmd/sharding/device_group.h"
 
 namespace hspmd::sharding {
@@ -17,20 +16,6 @@ using Json = nlohmann::json;
 
 std::string stage_key(size_t p, size_t s) {
   return "pipelines[" + std::to_string(p) + "].stages[" + std::to_string(s) + "]";
-}
-
-const Json& member(const Json& j, const std::string& key, const std::string& where) {
-  HSPMD_CHECK(j.is_object()) << where << ": expected an object";
-  auto it = j.find(key);
-  HSPMD_CHECK(it != j.end()) << where << ": missing required key \"" << key << "\"";
-  return *it;
-}
-
-int positive_int(const Json& j, const std::string& key, const std::string& where) {
-  const Json& v = member(j, key, where);
-  HSPMD_CHECK(v.is_number_integer() && v.get<long long>() > 0)
-      << where << "." << key << ": expected a positive integer, got " << v.dump();
-  return v.get<int>();
 }
 
 bool optional_bool(const Json& j, const std::string& key, const std::string& where) {
@@ -153,13 +138,7 @@ std::string Strategy::to_json_text() const {
 }
 
 Strategy Strategy::from_json_text(const std::string& text, const std::string& source) {
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    HSPMD_THROW() << source << ": not valid JSON: " << e.what();
-  }
-  HSPMD_CHECK(j.is_object()) << source << ": expected a JSON object";
+  Json j = parse_json_object(text, source);
   Strategy st;
   if (j.contains("name")) {
     HSPMD_CHECK(j["name"].is_string()) << source << ": \"name\" must be a string";
@@ -169,27 +148,27 @@ Strategy Strategy::from_json_text(const std::string& text, const std::string& so
   }
   st.zero1 = optional_bool(j, "zero1", source);
   st.recompute = optional_bool(j, "recompute", source);
-  const Json& pipes = member(j, "pipelines", source);
+  const Json& pipes = json_member(j, "pipelines", source);
   HSPMD_CHECK(pipes.is_array() && !pipes.empty()) << source << ": \"pipelines\" must be a non-empty array";
   std::map<int, std::string> placed;  // rank -> where it was first seen
   for (size_t p = 0; p < pipes.size(); ++p) {
     const std::string pw = source + ": pipelines[" + std::to_string(p) + "]";
     PipelineSpec pipe;
-    pipe.micro_batch_size = positive_int(pipes[p], "micro_batch_size", pw);
-    pipe.num_micro_batches = positive_int(pipes[p], "num_micro_batches", pw);
-    const Json& stages = member(pipes[p], "stages", pw);
+    pipe.micro_batch_size = json_positive_int(pipes[p], "micro_batch_size", pw);
+    pipe.num_micro_batches = json_positive_int(pipes[p], "num_micro_batches", pw);
+    const Json& stages = json_member(pipes[p], "stages", pw);
     HSPMD_CHECK(stages.is_array() && !stages.empty()) << pw << ".stages: must be a non-empty array";
     for (size_t s = 0; s < stages.size(); ++s) {
       const std::string sw = source + ": " + stage_key(p, s);
       StageSpec stage;
-      stage.ranks = parse_ranks(member(stages[s], "ranks", sw), sw + ".ranks");
+      stage.ranks = parse_ranks(json_member(stages[s], "ranks", sw), sw + ".ranks");
       HSPMD_CHECK(!stage.ranks.empty()) << sw << ".ranks: a stage needs at least one rank";
       for (int r : stage.ranks) {
         auto [it, fresh] = placed.emplace(r, stage_key(p, s));
         HSPMD_CHECK(fresh) << sw << ".ranks: rank " << r << " is also in " << it->second
                            << "; a rank may appear in one place only";
       }
-      parse_layers(member(stages[s], "layers", sw), sw + ".layers", stage);
+      parse_layers(json_member(stages[s], "layers", sw), sw + ".layers", stage);
       if (s > 0) {
         const StageSpec& prev = pipe.stages.back();
         HSPMD_CHECK(stage.first_layer > prev.last_layer)
@@ -204,11 +183,7 @@ Strategy Strategy::from_json_text(const std::string& text, const std::string& so
 }
 
 Strategy Strategy::from_file(const std::string& path) {
-  std::ifstream in(path);
-  HSPMD_CHECK(in.good()) << "cannot open strategy file " << path;
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return from_json_text(buffer.str(), path);
+  return from_json_text(read_text_file(path, "strategy file"), path);
 }
 
 }  // namespace hspmd::sharding
