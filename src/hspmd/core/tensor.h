@@ -81,6 +81,7 @@ class Tensor {
   // (Pass shape.dims() to reshape to a Shape.)
   Tensor reshape(const std::vector<int64_t>& dims) const;
 
+  // A copy with its own storage; allocator == nullptr keeps this tensor's allocator (its device).
   Tensor clone(Allocator* allocator = nullptr) const;
   // Copies src's elements into this tensor; shapes (numel) and dtypes must match.
   void copy_from(const Tensor& src);
