@@ -34,13 +34,4 @@ std::string TempDirTest::write_dataset(const std::string& name, const std::vecto
   return p;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace hspmd::data::testing

@@ -1,6 +1,8 @@
 // Helpers shared by the data tests: a temp directory per test, file writing, error capture.
 #pragma once
 
+#include "error_of.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -26,7 +28,6 @@ class TempDirTest : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
-// The message of the Error thrown by fn, or "" when it throws none.
-std::string error_of(const std::function<void()>& fn);
+using hspmd::testing::error_of;
 
 }  // namespace hspmd::data::testing

@@ -160,21 +160,21 @@ TEST(CrossEntropy, EmptyTokens) {
 TEST(CrossEntropy, BadInputsNameKernelTensorAndPosition) {
   using ::testing::AllOf;
   using ::testing::HasSubstr;
-  using hspmd::testing::error_message;
+  using hspmd::testing::error_of;
   Tensor logits = random_tensor({3, 5}, DType::kFloat32, 7);
-  EXPECT_THAT(error_message([&] { fwd(logits, Tensor::from_vector<int64_t>({3}, {0, 4, 5})); }),
+  EXPECT_THAT(error_of([&] { fwd(logits, Tensor::from_vector<int64_t>({3}, {0, 4, 5})); }),
               AllOf(HasSubstr("cross_entropy_fwd"), HasSubstr("target 5 at position 2"), HasSubstr("[0, 5)")));
-  EXPECT_THAT(error_message([&] { fwd(logits, Tensor::from_vector<int32_t>({3}, {-1, 0, 0})); }),
+  EXPECT_THAT(error_of([&] { fwd(logits, Tensor::from_vector<int32_t>({3}, {-1, 0, 0})); }),
               HasSubstr("target -1 at position 0"));
-  EXPECT_THAT(error_message([&] {
+  EXPECT_THAT(error_of([&] {
                 Tensor dlogits = Tensor::empty({3, 5}, DType::kFloat32);
                 Tensor per_row = Tensor::empty({3}, DType::kFloat32);
                 cross_entropy_bwd(logits, Tensor::from_vector<int64_t>({3}, {0, 9, 0}), per_row, per_row, dlogits);
               }),
               AllOf(HasSubstr("cross_entropy_bwd"), HasSubstr("target 9 at position 1")));
-  EXPECT_THAT(error_message([&] { fwd(logits, Tensor::from_vector<int64_t>({2}, {0, 1})); }),
+  EXPECT_THAT(error_of([&] { fwd(logits, Tensor::from_vector<int64_t>({2}, {0, 1})); }),
               AllOf(HasSubstr("cross_entropy_fwd"), HasSubstr("targets int64[2]")));
-  EXPECT_THAT(error_message([&] {
+  EXPECT_THAT(error_of([&] {
                 Tensor losses = Tensor::empty({3}, DType::kFloat64);
                 cross_entropy_fwd(logits, Tensor::from_vector<int64_t>({3}, {0, 1, 2}), losses, losses);
               }),

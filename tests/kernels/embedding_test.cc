@@ -136,21 +136,21 @@ TEST(Embedding, BackwardIsBitwiseIndependentOfThreadCount) {
 TEST(Embedding, OutOfRangeIdNamesIdAndPosition) {
   using ::testing::AllOf;
   using ::testing::HasSubstr;
-  using hspmd::testing::error_message;
+  using hspmd::testing::error_of;
   Tensor table = random_tensor({11, 3}, DType::kFloat32, 12);
   Tensor too_big = Tensor::from_vector<int64_t>({3}, {0, 3, 11});
   Tensor negative = Tensor::from_vector<int32_t>({2}, {-1, 4});
-  EXPECT_THAT(error_message([&] { fwd(table, too_big); }),
+  EXPECT_THAT(error_of([&] { fwd(table, too_big); }),
               AllOf(HasSubstr("embedding_fwd"), HasSubstr("id 11 at position 2"), HasSubstr("[0, 11)")));
-  EXPECT_THAT(error_message([&] { fwd(table, negative); }), HasSubstr("id -1 at position 0"));
+  EXPECT_THAT(error_of([&] { fwd(table, negative); }), HasSubstr("id -1 at position 0"));
   // A shard without outside_ids_are_zero rejects ids of other shards, naming its range.
-  EXPECT_THAT(error_message([&] { fwd(table, too_big, {.vocab_start = 5}); }),
+  EXPECT_THAT(error_of([&] { fwd(table, too_big, {.vocab_start = 5}); }),
               AllOf(HasSubstr("id 0 at position 0"), HasSubstr("[5, 16)")));
-  EXPECT_THAT(error_message([&] { bwd(too_big, random_tensor({3, 3}, DType::kFloat32, 1), 11); }),
+  EXPECT_THAT(error_of([&] { bwd(too_big, random_tensor({3, 3}, DType::kFloat32, 1), 11); }),
               AllOf(HasSubstr("embedding_bwd"), HasSubstr("id 11 at position 2")));
-  EXPECT_THAT(error_message([&] { embedding_fwd(table, too_big, Tensor::empty({3, 4}, DType::kFloat32)); }),
+  EXPECT_THAT(error_of([&] { embedding_fwd(table, too_big, Tensor::empty({3, 4}, DType::kFloat32)); }),
               AllOf(HasSubstr("embedding_fwd"), HasSubstr("y float32[3, 4] must be [3, 3]")));
-  EXPECT_THAT(error_message([&] { fwd(table, Tensor::empty({2}, DType::kFloat32)); }),
+  EXPECT_THAT(error_of([&] { fwd(table, Tensor::empty({2}, DType::kFloat32)); }),
               AllOf(HasSubstr("embedding_fwd"), HasSubstr("'ids' is float32[2]")));
 }
 

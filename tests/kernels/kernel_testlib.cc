@@ -75,15 +75,6 @@ double max_relative_error(const Tensor& actual, const Tensor& expected) {
   return diff / scale;
 }
 
-std::string error_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 double dot(const Tensor& a, const Tensor& b) {
   double s = 0;
   for (int64_t i = 0; i < a.numel(); ++i) s += a.element_as_double(i) * b.element_as_double(i);

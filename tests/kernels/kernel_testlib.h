@@ -2,6 +2,8 @@
 // and central finite differences for backward kernels.
 #pragma once
 
+#include "error_of.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -29,9 +31,6 @@ Tensor numeric_gradient(const std::function<double()>& loss, Tensor& x, double e
 
 // max_i |a_i - b_i| / max(max_i |b_i|, tiny): one scale-aware relative error for a whole tensor.
 double max_relative_error(const Tensor& actual, const Tensor& expected);
-
-// The what() of the hspmd::Error that f throws, or "no error"; for EXPECT_THAT(..., HasSubstr(...)).
-std::string error_message(const std::function<void()>& f);
 
 // sum_i a_i * b_i in float64 (the scalar loss sum(out * w) used to test backward kernels).
 double dot(const Tensor& a, const Tensor& b);

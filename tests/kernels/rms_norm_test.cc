@@ -144,16 +144,16 @@ TEST(RmsNorm, BadInputsNameKernelAndTensor) {
   Tensor rstd = Tensor::empty({4}, DType::kFloat32);
   using ::testing::AllOf;
   using ::testing::HasSubstr;
-  using hspmd::testing::error_message;
-  EXPECT_THAT(error_message([&] { rms_norm_fwd(x, random_tensor({7}, DType::kFloat32, 1), kEps, y, rstd); }),
+  using hspmd::testing::error_of;
+  EXPECT_THAT(error_of([&] { rms_norm_fwd(x, random_tensor({7}, DType::kFloat32, 1), kEps, y, rstd); }),
               AllOf(HasSubstr("rms_norm_fwd"), HasSubstr("weight float32[7]")));
-  EXPECT_THAT(error_message([&] { rms_norm_fwd(x, random_tensor({8}, DType::kFloat64, 1), kEps, y, rstd); }),
+  EXPECT_THAT(error_of([&] { rms_norm_fwd(x, random_tensor({8}, DType::kFloat64, 1), kEps, y, rstd); }),
               AllOf(HasSubstr("rms_norm_fwd"), HasSubstr("'weight'"), HasSubstr("dtypes must match")));
-  EXPECT_THAT(error_message([&] { rms_norm_fwd(x, w, kEps, y, Tensor::empty({5}, DType::kFloat32)); }),
+  EXPECT_THAT(error_of([&] { rms_norm_fwd(x, w, kEps, y, Tensor::empty({5}, DType::kFloat32)); }),
               AllOf(HasSubstr("rms_norm_fwd"), HasSubstr("rstd float32[5]")));
-  EXPECT_THAT(error_message([&] { rms_norm_fwd(Tensor::empty({4, 8}, DType::kInt32), w, kEps, y, rstd); }),
+  EXPECT_THAT(error_of([&] { rms_norm_fwd(Tensor::empty({4, 8}, DType::kInt32), w, kEps, y, rstd); }),
               AllOf(HasSubstr("rms_norm_fwd"), HasSubstr("'x' is int32[4, 8]")));
-  EXPECT_THAT(error_message([&] { rms_norm_bwd(x, w, rstd, x, Tensor::empty({4, 9}, DType::kFloat32), w); }),
+  EXPECT_THAT(error_of([&] { rms_norm_bwd(x, w, rstd, x, Tensor::empty({4, 9}, DType::kFloat32), w); }),
               AllOf(HasSubstr("rms_norm_bwd"), HasSubstr("dx float32[4, 9]")));
 }
 

@@ -141,17 +141,17 @@ TEST(Rope, EmptyTokens) {
 TEST(Rope, BadInputsNameKernelAndTensor) {
   using ::testing::AllOf;
   using ::testing::HasSubstr;
-  using hspmd::testing::error_message;
+  using hspmd::testing::error_of;
   Tensor x = random_tensor({3, 2, 8}, DType::kFloat32, 11);
   Tensor positions = random_ints({3}, DType::kInt64, 12, 0, 10);
-  EXPECT_THAT(error_message([&] { fwd(random_tensor({3, 2, 7}, DType::kFloat32, 1), positions, 1e4); }),
+  EXPECT_THAT(error_of([&] { fwd(random_tensor({3, 2, 7}, DType::kFloat32, 1), positions, 1e4); }),
               AllOf(HasSubstr("rope_fwd"), HasSubstr("must be even")));
-  EXPECT_THAT(error_message([&] { fwd(x, random_ints({4}, DType::kInt64, 1, 0, 9), 1e4); }),
+  EXPECT_THAT(error_of([&] { fwd(x, random_ints({4}, DType::kInt64, 1, 0, 9), 1e4); }),
               AllOf(HasSubstr("rope_fwd"), HasSubstr("positions int64[4]")));
-  EXPECT_THAT(error_message([&] { fwd(x, Tensor::empty({3}, DType::kFloat32), 1e4); }),
+  EXPECT_THAT(error_of([&] { fwd(x, Tensor::empty({3}, DType::kFloat32), 1e4); }),
               AllOf(HasSubstr("rope_fwd"), HasSubstr("'positions' is float32[3]")));
-  EXPECT_THAT(error_message([&] { bwd(x, positions, 0.0); }), AllOf(HasSubstr("rope_bwd"), HasSubstr("theta 0")));
-  EXPECT_THAT(error_message([&] { rope_fwd(x, positions, 1e4, Tensor::empty({3, 2, 8}, DType::kFloat64)); }),
+  EXPECT_THAT(error_of([&] { bwd(x, positions, 0.0); }), AllOf(HasSubstr("rope_bwd"), HasSubstr("theta 0")));
+  EXPECT_THAT(error_of([&] { rope_fwd(x, positions, 1e4, Tensor::empty({3, 2, 8}, DType::kFloat64)); }),
               AllOf(HasSubstr("rope_fwd"), HasSubstr("'y' is float64[3, 2, 8]")));
 }
 

@@ -75,13 +75,4 @@ TrainerOptions tiny_options(int64_t steps) {
   return o;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace hspmd::runtime::testing

@@ -2,6 +2,8 @@
 // dataset, a tiny Llama and fast trainer options.
 #pragma once
 
+#include "error_of.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -34,7 +36,6 @@ models::LlamaConfig tiny_config();
 // seq_len 64, 512 tokens per step, lr 1e-2 with a short warm-up: a few milliseconds per step.
 TrainerOptions tiny_options(int64_t steps);
 
-// The message of the Error thrown by fn, or "" when it throws none.
-std::string error_of(const std::function<void()>& fn);
+using hspmd::testing::error_of;
 
 }  // namespace hspmd::runtime::testing
