@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "hspmd/core/error.h"
 #include "hspmd/graph/deduction.h"
 #include "hspmd/models/llama.h"
@@ -116,12 +118,58 @@ TEST(LlamaDeductionTest, DataParallel2WithZero1) {
   }
 }
 
+// Every shipped strategy compiles to a plan that annotates the whole graph (no hand-set entries):
+// every tensor deduces, the loss is split over the pipelines' data, each gradient has a target.
+TEST(LlamaDeductionTest, EveryShippedStrategyDeducesOverTheWholeGraph) {
+  const std::string root = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().string();
+  std::map<std::string, LlamaModel> models;
+  for (const char* name : {"llama-tiny", "llama-32b", "llama-70b"}) {
+    LlamaConfig c = LlamaConfig::from_file(root + "/configs/" + name + ".json");
+    models.emplace(name, build_llama(c));
+  }
+  int deduced = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(root + "/examples/strategies")) {
+    const std::string file = entry.path().filename().string();
+    const LlamaModel& m = models.at(file.rfind("local-", 0) == 0              ? "llama-tiny"
+                                    : file.find("70b") != std::string::npos ? "llama-70b"
+                                                                            : "llama-32b");
+    sharding::Strategy st = sharding::Strategy::from_file(entry.path().string());
+    AnnotationPlan plan = compile_llama_plan(m.config, st);
+    DeducedAnnotations d = graph::deduce_annotations(m.graph, plan);
+    EXPECT_EQ(d.at(m.loss).hsize(), static_cast<int>(st.pipelines.size())) << file;
+    EXPECT_EQ(d.at(m.loss).hdim(), st.pipelines.size() > 1 ? sharding::kPartial : sharding::kDuplicate) << file;
+    EXPECT_EQ(graph::gradient_syncs(m.graph, d, plan, m.params, m.grads).size(), m.params.size()) << file;
+    ++deduced;
+  }
+  EXPECT_GE(deduced, 18);
+}
+
+TEST(LlamaDeductionTest, TiedEmbeddingsAcrossPipelineStages) {
+  LlamaConfig c = tiny();
+  c.tie_word_embeddings = true;
+  LlamaModel m = build_llama(c);
+  sharding::Strategy st;
+  st.name = "tied-pp";
+  sharding::PipelineSpec p;
+  p.stages = {{{0}, 0, 0}, {{1, 2}, 1, 1}};
+  st.pipelines.push_back(p);
+  AnnotationPlan plan = compile_llama_plan(c, st);
+  DeducedAnnotations d = graph::deduce_annotations(m.graph, plan);
+  // The table lives on stage 0; its gradient comes back there from the head on stage 1.
+  std::map<std::string, GradientSync> s = syncs_by_name(m, d, plan);
+  EXPECT_EQ(s.at("model.embed_tokens.weight").deduced.devices(), std::vector<int>{0});
+}
+
 TEST(LlamaDeductionTest, MissingReshardIsAnErrorNamingTheOp) {
   LlamaModel m = build_llama(tiny());
   const Annotation dup = A("dup{[0-1](D:2)}");
-  // No Reshard entries: the row-parallel o_proj leaves a partial sum that meets the duplicated
-  // residual stream in the add.
-  AnnotationPlan plan = llama_plan(strategy({{0, 1}}, false), dup, dup, {{"model.embed_out", dup}});
+  // No entry for layer 0's "attn_out" (so it is the identity): the row-parallel o_proj leaves a
+  // partial sum that meets the duplicated residual stream in the add.
+  AnnotationPlan full = llama_plan(strategy({{0, 1}}, false), dup, dup, {});
+  AnnotationPlan plan;
+  for (const auto& [name, a] : full.tensors()) {
+    if (name != "model.layers.0.attn_out") plan.set(name, a);
+  }
   try {
     graph::deduce_annotations(m.graph, plan);
     FAIL() << "expected an error";

@@ -37,11 +37,17 @@ TEST(LlamaPlan, HeterogeneousLocalStrategy) {
   EXPECT_EQ(plan.optimizer_state("model.layers.0.self_attn.q_proj.weight").to_string(), "split1{[0-1](S0:2);[2]()}");
   EXPECT_EQ(plan.optimizer_state("model.layers.0.mlp.down_proj.weight").to_string(), "split0{[0-1](S1:2);[2]()}");
   EXPECT_EQ(plan.at("input_ids").to_string(), "split0{[0-1](D:2);[2]()}");
-  EXPECT_EQ(plan.at("labels").to_string(), "split0{[0-1](D:2);[3]()}");
-  EXPECT_EQ(plan.at("model.layers.2.input").to_string(), "split0{[0-1](D:2);[3]()}");
-  EXPECT_FALSE(plan.contains("model.layers.1.input"));
+  EXPECT_EQ(plan.at("targets").to_string(), "split0{[0-1](D:2);[3]()}");
+  EXPECT_EQ(plan.at("loss_scale").to_string(), "dup{[0-1](D:2);[3]()}");
+  EXPECT_EQ(plan.at("positions").to_string(), "split0{[0-1](D:2);[2-3](D:2)}");
+  EXPECT_EQ(plan.at("model.layers.3.positions").to_string(), "split0{[0-1](D:2);[3]()}");
+  // Pipeline 1 changes stage after layer 1: layer 1's output goes to [3], layer 0's stays on [2].
+  EXPECT_EQ(plan.at("model.layers.0.output").to_string(), "split0{[0-1](D:2);[2]()}");
+  EXPECT_EQ(plan.at("model.layers.1.output").to_string(), "split0{[0-1](D:2);[3]()}");
+  EXPECT_EQ(plan.at("model.layers.1.mlp_out").to_string(), "split0{[0-1](D:2);[2]()}");
   EXPECT_EQ(plan.pipelines, (std::vector<sharding::PipelineSchedule>{{2, 2}, {1, 4}}));
-  EXPECT_EQ(plan.tensors().size(), llama_parameters(c).size() + 3);
+  // Parameters, 5 placeholders, embed_out, lm_head_out and 7 Reshards per layer.
+  EXPECT_EQ(plan.tensors().size(), llama_parameters(c).size() + 5 + 2 + 7 * 4);
   EXPECT_EQ(sharding::AnnotationPlan::from_json_text(plan.to_json_text(), "round trip"), plan);
 }
 

@@ -20,7 +20,7 @@ std::vector<TensorRef> LlamaModel::fetches() const {
 
 std::vector<std::string> llama_layer_reshard_names(int layer) {
   const std::string p = "model.layers." + std::to_string(layer) + ".";
-  return {p + "attn_in", p + "attn_out", p + "mlp_in", p + "mlp_out", p + "output"};
+  return {p + "positions", p + "cu_seqlens", p + "attn_in", p + "attn_out", p + "mlp_in", p + "mlp_out", p + "output"};
 }
 
 namespace {
@@ -29,7 +29,8 @@ struct Builder {
   const LlamaConfig& c;
   Graph& g;
   std::map<std::string, TensorRef> w;  // parameters by name
-  TensorRef positions, cu_seqlens;
+  TensorRef positions, cu_seqlens;  // of the current layer (its Reshards of the placeholders)
+  TensorRef m_positions, m_cu_seqlens;  // the placeholders
   SymExpr T = SymExpr::symbol("T");
 
   TensorRef linear(TensorRef x, const std::string& weight_name, const std::string& name) {
@@ -61,6 +62,8 @@ struct Builder {
   TensorRef decoder_layer(TensorRef x, int l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     g.set_layer(l);
+    positions = ops::reshard(g, m_positions, p + "positions");
+    cu_seqlens = ops::reshard(g, m_cu_seqlens, p + "cu_seqlens");
     TensorRef h = ops::rms_norm(g, x, w.at(p + "input_layernorm.weight"), c.rms_norm_eps, p + "input_layernorm");
     h = ops::reshard(g, h, p + "attn_in");
     TensorRef a = ops::reshard(g, attention_block(h, p), p + "attn_out");
@@ -92,7 +95,7 @@ LlamaModel build_llama(const LlamaConfig& config, const LlamaBuildOptions& optio
   m.targets = g.placeholder("targets", {T}, DType::kInt64);
   m.loss_scale = g.placeholder("loss_scale", {}, options.dtype);
 
-  Builder b{config, g, {}, m.positions, m.cu_seqlens};
+  Builder b{config, g, {}, {}, {}, m.positions, m.cu_seqlens};
   for (const LlamaParam& p : llama_parameters(config)) {
     graph::InitSpec init = p.role == LlamaParamRole::kNorm ? graph::InitSpec::ones()
                                                            : graph::InitSpec::normal(options.init_std);
@@ -108,8 +111,11 @@ LlamaModel build_llama(const LlamaConfig& config, const LlamaBuildOptions& optio
   x = ops::reshard(g, x, "model.embed_out");
   for (int l = 0; l < config.num_hidden_layers; ++l) x = b.decoder_layer(x, l);
   x = ops::rms_norm(g, x, b.w.at("model.norm.weight"), config.rms_norm_eps, "model.norm");
-  const std::string head = config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  TensorRef logits = ops::matmul(g, x, b.w.at(head), {.trans_b = true}, "lm_head");  // [T, V]
+  // A tied head reads the embedding table through a Reshard, so a pipeline may keep the table on
+  // its first stage and the head on its last; the Reshard's backward brings the gradient home.
+  TensorRef head = config.tie_word_embeddings ? ops::reshard(g, b.w.at("model.embed_tokens.weight"), "lm_head.tied_weight")
+                                              : b.w.at("lm_head.weight");
+  TensorRef logits = ops::matmul(g, x, head, {.trans_b = true}, "lm_head");  // [T, V]
   logits = ops::reshard(g, logits, "lm_head_out");
   m.loss = ops::cross_entropy(g, logits, m.targets, m.loss_scale, -100, "loss");
   if (options.with_backward) m.grads = graph::build_backward(g, m.loss, m.params);

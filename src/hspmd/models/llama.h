@@ -15,6 +15,8 @@
 // Output: loss [] = loss_scale * sum of token cross-entropies.
 //
 // Per layer l (prefix P = "model.layers.<l>."), op names follow the Hugging Face modules:
+//   positions -> Reshard P"positions", cu_seqlens -> Reshard P"cu_seqlens" (what the layer's RoPE and
+//     attention read: a pipeline feeds the placeholders to all its ranks, each stage takes its copy)
 //   x -> P"input_layernorm" -> Reshard P"attn_in" -> P"self_attn.{q,k,v}_proj" -> rope
 //     -> attention (GQA, causal within documents) -> P"self_attn.o_proj" -> Reshard P"attn_out"
 //     -> residual add -> P"post_attention_layernorm" -> Reshard P"mlp_in"
@@ -24,7 +26,8 @@
 // duplicated (or gathered, for sequence parallelism), "attn_out"/"mlp_out" where the row-parallel
 // projection leaves a partial sum to reduce, "output" between layers where a pipeline may cut.
 // Before the layers: "model.embed_tokens" (embedding) -> Reshard "model.embed_out"; after them:
-// "model.norm" -> "lm_head" (or the tied embedding matrix) -> Reshard "lm_head_out" -> "loss".
+// "model.norm" -> "lm_head" -> Reshard "lm_head_out" -> "loss". With tied embeddings the head reads
+// the embedding table through Reshard "lm_head.tied_weight" (the table may live on another stage).
 // Ops of layer l carry layer tag l (per-layer recomputation, pipeline stages); parameters carry the
 // layer of llama_parameters().
 #pragma once

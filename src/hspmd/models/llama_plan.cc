@@ -3,6 +3,7 @@
 #include <string>
 
 #include "hspmd/core/error.h"
+#include "hspmd/models/llama.h"
 
 namespace hspmd::models {
 
@@ -50,15 +51,21 @@ DistState param_ds(LlamaParamRole role, int tp, bool zero) {
   HSPMD_THROW() << "unknown Llama parameter role";
 }
 
-// Activations on one stage per pipeline, split by batch across pipelines, duplicated within TP.
-Annotation activation(const std::vector<const sharding::StageSpec*>& stages) {
+// One subgroup per pipeline (the given stage of each), each sharded by `ds(tp)`.
+template <typename DsOfTp>
+Annotation on_stages(const std::vector<const sharding::StageSpec*>& stages, DsOfTp ds, int hdim) {
   std::vector<DeviceGroup> groups;
   std::vector<DistState> states;
   for (const auto* s : stages) {
     groups.emplace_back(s->ranks);
-    states.push_back(DistState::dup(s->tp()));
+    states.push_back(ds(s->tp()));
   }
-  return Annotation::make(std::move(groups), std::move(states), 0);
+  return Annotation::make(std::move(groups), std::move(states), hdim);
+}
+
+// Activations: split by tokens across pipelines (per-pipeline sizes at run time), duplicated in TP.
+Annotation activation(const std::vector<const sharding::StageSpec*>& stages) {
+  return on_stages(stages, [](int tp) { return DistState::dup(tp); }, 0);
 }
 
 }  // namespace
@@ -98,22 +105,45 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
     plan.set(param.name, a);
     if (st.zero1) plan.set_optimizer_state(param.name, a.optimizer_state(param.shape));
   }
-  std::vector<const sharding::StageSpec*> first, last;
+  // Stage of each pipeline: the first, the last, the one holding layer l.
+  auto stages_where = [&](auto pick) {
+    std::vector<const sharding::StageSpec*> out;
+    for (size_t p = 0; p < st.pipelines.size(); ++p) out.push_back(pick(p));
+    return out;
+  };
+  auto first = stages_where([&](size_t p) { return &st.pipelines[p].stages.front(); });
+  auto last = stages_where([&](size_t p) { return &st.pipelines[p].stages.back(); });
+  auto of_layer = [&](int l) {
+    return stages_where([&](size_t p) { return &st.pipelines[p].stages[st.stage_of_layer(static_cast<int>(p), l)]; });
+  };
+  // Every rank of a pipeline reads the batch layout (positions, document offsets) for its own layers.
+  std::vector<DeviceGroup> pipeline_groups;
+  std::vector<DistState> pipeline_states;
   for (const auto& pipe : st.pipelines) {
-    first.push_back(&pipe.stages.front());
-    last.push_back(&pipe.stages.back());
+    std::vector<int> ranks;
+    for (const auto& stage : pipe.stages) ranks.insert(ranks.end(), stage.ranks.begin(), stage.ranks.end());
+    pipeline_states.push_back(DistState::dup(static_cast<int>(ranks.size())));
+    pipeline_groups.emplace_back(std::move(ranks));
   }
+  const Annotation whole_pipelines = Annotation::make(pipeline_groups, pipeline_states, 0);
+
   plan.set("input_ids", activation(first));
-  plan.set("labels", activation(last));
-  for (int l = 1; l < config.num_hidden_layers; ++l) {
-    bool boundary = false;
-    std::vector<const sharding::StageSpec*> stages;
-    for (size_t p = 0; p < st.pipelines.size(); ++p) {
-      const int s = st.stage_of_layer(static_cast<int>(p), l);
-      boundary = boundary || s != st.stage_of_layer(static_cast<int>(p), l - 1);
-      stages.push_back(&st.pipelines[p].stages[s]);
-    }
-    if (boundary) plan.set("model.layers." + std::to_string(l) + ".input", activation(stages));
+  plan.set("positions", whole_pipelines);
+  plan.set("cu_seqlens", whole_pipelines);
+  plan.set("targets", activation(last));
+  plan.set("loss_scale", activation(last).with_hdim(kDuplicate));  // one scalar, the same everywhere
+  plan.set("model.embed_out", activation(first));                   // vocab-parallel partial sum -> all-reduce
+  const int L = static_cast<int>(config.num_hidden_layers);
+  for (int l = 0; l < L; ++l) {
+    const Annotation here = activation(of_layer(l));
+    const std::vector<std::string> names = llama_layer_reshard_names(l);
+    for (const std::string& name : names) plan.set(name, here);
+    // The layer's output goes to the stage of the next consumer: the next layer, or the final norm.
+    plan.set(names.back(), l + 1 < L ? activation(of_layer(l + 1)) : activation(last));
+  }
+  plan.set("lm_head_out", activation(last));  // vocab-parallel logits -> gathered for the loss
+  if (config.tie_word_embeddings) {  // the table, vocab-parallel on each last stage
+    plan.set("lm_head.tied_weight", on_stages(last, [](int tp) { return DistState::split(0, tp); }, kDuplicate));
   }
   for (const auto& pipe : st.pipelines) plan.pipelines.push_back({pipe.micro_batch_size, pipe.num_micro_batches});
   plan.recompute = st.recompute;

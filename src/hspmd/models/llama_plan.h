@@ -10,9 +10,18 @@
 //   lm_head.weight            [V, H]   (S0:tp)  vocab-parallel, last stage
 // e.g. Table 9's first 32B strategy, layer 0's q_proj on R16-19 and R24-27, ZeRO-1 on:
 //   "dup{[16-19](S0:4;zero);[24-27](S0:4;zero)}", optimizer state "split1{[16-19](S0:4);[24-27](S0:4)}"
-// Placeholders input_ids / labels [B, S] are split by batch across pipelines (hdim 0, per-pipeline
-// sizes at run time) on each first / last stage; "model.layers.<l>.input" names the Reshard of
-// the hidden states [B, S, H] into layer l wherever some pipeline starts a new stage at l.
+// Activations [T, ...] are split by tokens across pipelines (hdim 0; each pipeline's size is bound at
+// run time) and duplicated inside a stage's TP group. Every placeholder and Reshard of the graph
+// (models/llama.h) is annotated:
+//   input_ids on each first stage; targets, loss_scale (duplicated) on each last stage;
+//   positions, cu_seqlens on every rank of each pipeline, and each layer's Reshards P"positions",
+//     P"cu_seqlens" on the stage holding the layer (a local copy);
+//   model.embed_out, P"attn_in|attn_out|mlp_in|mlp_out" duplicated on the stage (so the partial sums
+//     of vocab-parallel embedding and row-parallel projections are all-reduced there);
+//   P"output" on the stage of the next consumer (layer l+1 or the final norm): a point-to-point
+//     hand-over where a pipeline changes stage, the identity elsewhere;
+//   lm_head_out duplicated on the last stage (the vocab-parallel logits are gathered for the loss);
+//   lm_head.tied_weight (tied embeddings) column-parallel on each last stage.
 #pragma once
 
 #include "hspmd/models/llama_config.h"
