@@ -1,9 +1,11 @@
 // Resolution at the scale of the paper: Llama 32B (60 layers) on the 48-GPU cluster of Table 7.
 //
-//   BM_PlanAndGradSync   compile Table 9's 32B/48-device strategy into a plan, then resolve every
-//                        parameter-gradient Reshard (partial across pipelines -> ZeRO-1 optimizer
-//                        state: SplitRS) and every parameter gather (state -> parameter: SplitAG).
-//                        Stands in for "deduction + resolution" until graph deduction exists.
+//   BM_PlanDeduceResolve compile Table 9's 32B/48-device strategy into a plan, deduce the annotations
+//                        of the whole 60-layer training graph (forward and backward; the graph is
+//                        built once, outside the timed loop), construct the pipelines and resolve
+//                        every Reshard (activations per pipeline at seq_len 4096), gradient sync
+//                        and ZeRO-1 parameter gather: specialize::make_plan_report, what `hspmd
+//                        explain --strategy` prints.
 //   BM_FusedSwitch       the fused BSR of params + Adam states between two shipped 48-device
 //                        strategies (Table 9 32B 16 H800 + 32 H20 -> Table 12 C4), with heuristics
 //                        (/1) and per-tensor lowest-owner (/0).
@@ -12,10 +14,12 @@
 
 #include <filesystem>
 
+#include "hspmd/models/llama.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/resolve/fused_bsr.h"
 #include "hspmd/resolve/resolver.h"
 #include "hspmd/resolve/topology.h"
+#include "hspmd/specialize/plan_report.h"
 
 namespace {
 
@@ -35,35 +39,23 @@ const Setup& setup() {
   return s;
 }
 
-void BM_PlanAndGradSync(benchmark::State& state) {
+void BM_PlanDeduceResolve(benchmark::State& state) {
   const Setup& s = setup();
-  int64_t ops = 0;
+  static const models::LlamaModel model = models::build_llama(s.config);
+  specialize::PlanReport report;
   for (auto _ : state) {
     sharding::AnnotationPlan plan = models::compile_llama_plan(s.config, s.a);
-    resolve::ResolveOptions options{2, &s.topo, resolve::BsrPolicy::kHeuristic};  // bf16 gradients
-    ops = 0;
-    for (const models::LlamaParam& p : models::llama_parameters(s.config)) {
-      const sharding::Annotation& param = plan.at(p.name);
-      const sharding::Annotation& opt = plan.optimizer_state(p.name);
-      const sharding::Annotation grad = param.with_hdim(sharding::kPartial).with_ds_union([&] {
-        std::vector<sharding::DistState> ds;
-        for (const auto& d : param.ds_union()) ds.push_back(d.with_zero(false));
-        return ds;
-      }());
-      resolve::Resolution sync = resolve::resolve(grad, opt, p.shape, p.name, options);
-      resolve::Resolution gather = resolve::resolve(opt, param, p.shape, p.name, options);
-      for (const auto* r : {&sync, &gather}) {
-        for (const auto& step : r->steps) {
-          for (const auto& [dev, list] : step.ops) ops += static_cast<int64_t>(list.size());
-        }
-      }
-    }
-    benchmark::DoNotOptimize(ops);
+    report = specialize::make_plan_report(model, plan, {specialize::ScheduleKind::k1F1B, 4096, &s.topo});
+    benchmark::DoNotOptimize(report);
   }
-  state.counters["params"] = static_cast<double>(models::llama_parameters(s.config).size());
-  state.counters["comm_ops"] = static_cast<double>(ops);
+  int64_t step_bytes = 0;
+  for (const auto& [tier, bytes] : report.step_bytes_by_tier) step_bytes += bytes;
+  state.counters["graph_ops"] = static_cast<double>(model.graph.num_ops());
+  state.counters["reshards"] = static_cast<double>(report.reshards_total);
+  state.counters["grad_syncs"] = static_cast<double>(models::llama_parameters(s.config).size());
+  state.counters["step_GiB"] = static_cast<double>(step_bytes) / (1 << 30);
 }
-BENCHMARK(BM_PlanAndGradSync)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PlanDeduceResolve)->Unit(benchmark::kMillisecond);
 
 void BM_FusedSwitch(benchmark::State& state) {
   const Setup& s = setup();

@@ -5,13 +5,18 @@
 #   1. prepare the corpus as a byte-level token dataset under runs/ (once)
 #   2. hspmd train on configs/llama-tiny.json (about a minute on 2 cores), checkpoint in runs/
 #   3. hspmd eval of that checkpoint (mean token loss and perplexity)
-#   4. hspmd selfcheck --quick (every CPU kernel against its reference)
-# Environment: HSPMD_BIN (default build/release/hspmd), DEMO_STEPS (default 100), DEMO_THREADS.
+#   4. distributed: the same model under a heterogeneous 4-process strategy (TP 2 next to a 2-stage
+#      pipeline, ZeRO-1) on emulated heterogeneous devices (two ranks at a third of the host speed),
+#      then the same steps in one process: the losses must match (hspmd train --check-single)
+#   5. hspmd selfcheck --quick (every CPU kernel against its reference)
+# Environment: HSPMD_BIN (default build/release/hspmd), DEMO_STEPS (default 100), DEMO_DIST_STEPS
+# (default 10), DEMO_THREADS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bin="${HSPMD_BIN:-build/release/hspmd}"
 steps="${DEMO_STEPS:-100}"
+dist_steps="${DEMO_DIST_STEPS:-10}"
 threads="${DEMO_THREADS:-$(nproc)}"
 data=runs/kjv
 ckpt=runs/demo-ckpt
@@ -34,6 +39,12 @@ echo "== training configs/llama-tiny.json for $steps steps on $threads threads"
 echo "== evaluating $ckpt (on the first 64k tokens of the training corpus)"
 "$bin" eval --model configs/llama-tiny.json --weights "$ckpt" --data "$data" \
   --max-tokens 65536 --seq-len 256 --threads "$threads"
+
+echo "== distributed: examples/strategies/local-hetero-4.json on 4 processes, emulated devices (CPU, not GPUs)"
+"$bin" train --model configs/llama-tiny.json --data "$data" --steps "$dist_steps" \
+  --seq-len 256 --global-batch-tokens 2048 --lr 3e-3 --min-lr 3e-4 --warmup 10 --threads 1 \
+  --strategy examples/strategies/local-hetero-4.json --nproc 4 \
+  --devices examples/devices/local-hetero-4.json --trace runs/demo-trace.json --check-single
 
 echo "== hspmd selfcheck --quick"
 "$bin" selfcheck --quick --threads "$threads"

@@ -209,6 +209,40 @@ TEST(GlooCommunicator, CachedPerRankListAndResetByGeneration) {
   });
 }
 
+TEST(GlooCommunicator, ChannelsOfOnePairAreIndependent) {
+  run_ranks(
+      2,
+      [&](int rank, GroupCache& groups) {
+        auto fwd = groups.get({0, 1}, "F");
+        auto bwd = groups.get({1, 0}, "B");
+        EXPECT_NE(fwd, bwd);
+        EXPECT_NE(fwd, groups.get({0, 1}));  // the default channel is a third communicator
+        EXPECT_EQ(fwd, groups.get({1, 0}, "F"));
+        EXPECT_EQ(groups.cached(), 3u);
+        EXPECT_THROW(groups.get({0, 1}, "F/B"), Error);
+        const int peer = 1 - rank;
+        // Rank 0 queues a large send on F; rank 1 posts the matching receive only after the
+        // exchange on B. Were F and B one communicator, B would wait behind the unmatched send
+        // (which cannot complete: 8 MiB does not fit in socket buffers) until the timeout.
+        std::vector<double> activations(1 << 20);
+        for (size_t i = 0; i < activations.size(); ++i) activations[i] = static_cast<double>(i);
+        Work forward;
+        if (rank == 0) forward = fwd->send_recv({.sends = {{1, CommBuffer::of(activations)}}});
+        std::vector<int64_t> mine{10 + rank}, theirs{-1};
+        bwd->send_recv({.sends = {{peer, CommBuffer::of(mine)}}, .recvs = {{peer, CommBuffer::of(theirs)}}})
+            .wait(std::chrono::seconds(5));
+        EXPECT_EQ(theirs[0], 10 + peer);
+        if (rank == 0) {
+          forward.wait(std::chrono::seconds(5));
+        } else {
+          std::vector<double> got(activations.size(), -1.0);
+          fwd->send_recv({.recvs = {{0, CommBuffer::of(got)}}}).wait(std::chrono::seconds(5));
+          EXPECT_EQ(got, activations);
+        }
+      },
+      std::chrono::milliseconds(3000));
+}
+
 TEST(GlooCommunicator, BadArgumentsNameTheOperationAndGroup) {
   run_ranks(2, [&](int rank, GroupCache& groups) {
     auto comm = groups.get({0, 1});

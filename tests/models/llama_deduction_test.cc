@@ -150,14 +150,22 @@ TEST(LlamaDeductionTest, TiedEmbeddingsAcrossPipelineStages) {
   LlamaModel m = build_llama(c);
   sharding::Strategy st;
   st.name = "tied-pp";
-  sharding::PipelineSpec p;
+  sharding::PipelineSpec p, q;
   p.stages = {{{0}, 0, 0}, {{1, 2}, 1, 1}};
-  st.pipelines.push_back(p);
+  q.stages = {{{3, 4}, 0, 0}, {{5}, 1, 1}};
+  st.pipelines = {p};
+  {
+    AnnotationPlan plan = compile_llama_plan(c, st);
+    DeducedAnnotations d = graph::deduce_annotations(m.graph, plan);
+    // The table lives on stage 0; its gradient comes back there from the head on stage 1.
+    std::map<std::string, GradientSync> s = syncs_by_name(m, d, plan);
+    EXPECT_EQ(s.at("model.embed_tokens.weight").deduced.devices(), std::vector<int>{0});
+  }
+  st.pipelines = {p, q};  // two pipelines, TP 2 on the second one's first stage
   AnnotationPlan plan = compile_llama_plan(c, st);
   DeducedAnnotations d = graph::deduce_annotations(m.graph, plan);
-  // The table lives on stage 0; its gradient comes back there from the head on stage 1.
   std::map<std::string, GradientSync> s = syncs_by_name(m, d, plan);
-  EXPECT_EQ(s.at("model.embed_tokens.weight").deduced.devices(), std::vector<int>{0});
+  EXPECT_EQ(s.at("model.embed_tokens.weight").deduced, A("partial{[0]();[3-4](D:2)}"));
 }
 
 TEST(LlamaDeductionTest, MissingReshardIsAnErrorNamingTheOp) {

@@ -127,6 +127,14 @@ bool same_collective(const CommOp& a, const CommOp& b) {
   return a.kind == b.kind && a.group == b.group && a.dim == b.dim && a.pieces == b.pieces;
 }
 
+// Whether member `dev` runs collective `want` with CommOp::zero_input.
+bool zero_input_of(const DeviceOps& ops, int dev, const CommOp& want) {
+  for (const CommOp& op : ops.at(dev)) {
+    if (same_collective(op, want)) return op.zero_input;
+  }
+  return false;
+}
+
 bool has_op(const DeviceOps& ops, int dev, const CommOp& want) {
   auto it = ops.find(dev);
   if (it == ops.end()) return false;
@@ -185,10 +193,26 @@ void run_op(Sim& sim, const DeviceOps& all, int dev, const CommOp& op) {
       const Region target = op.kind == CommKind::kAllReduce ? full : full.piece(op.dim, n, me);
       std::vector<int64_t> sum(target.numel(), 0);
       for (int m : op.group) {
+        if (op.kind == CommKind::kAllReduce && zero_input_of(all, m, op)) continue;  // adds zeros
         if (!sim.read(m, target, tmp)) return;
         for (size_t k = 0; k < sum.size(); ++k) sum[k] += tmp[k];
       }
-      sim.write(dev, target, sum);
+      if (op.kind != CommKind::kAllReduce) {
+        sim.write(dev, target, sum);
+        return;
+      }
+      // An all-reduce member keeps what its destination shard covers of the sum.
+      auto it = sim.out.find(dev);
+      std::optional<Region> keep = it == sim.out.end() ? std::nullopt : it->second.region.intersect(target);
+      if (!keep) {
+        sim.fail("device " + std::to_string(dev) + " keeps nothing of " + op.to_string());
+        return;
+      }
+      std::vector<int64_t> kept;
+      for_each_index(*keep, [&](const std::vector<int64_t>& idx, int64_t) {
+        kept.push_back(sum[local_offset(target, idx)]);
+      });
+      sim.write(dev, *keep, kept);
       return;
     }
   }

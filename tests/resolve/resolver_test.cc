@@ -113,6 +113,20 @@ TEST(TopTier, ZeroOneAcrossHeterogeneousPipelines) {
   EXPECT_EQ(checked(opt, param, Shape{8, 8}).classification(), "top[SplitAG]");
 }
 
+TEST(TopTier, PartialAcrossPipelinesWithDifferentDuplication) {
+  // A TP-2 pipeline's duplicated norm-weight gradient next to a TP-1 pipeline's: one all-reduce
+  // over the three holders in which device 1 (a duplicate of device 0's summand) adds zeros.
+  const Annotation grad = A("partial{[0-1](D:2);[2]()}");
+  Resolution ar = checked(grad, A("dup{[0-1](D:2);[2]()}"), Shape{8});
+  EXPECT_EQ(ar.classification(), "top[SplitAR]");
+  EXPECT_EQ(ops_text(ar, 0), (V{"AllReduce group=[0,1,2] [0:8] bytes=42"}));
+  EXPECT_EQ(ops_text(ar, 1), (V{"AllReduce group=[0,1,2] zero-input [0:8] bytes=42"}));
+  // ZeRO-1 state split across the pipelines: the same all-reduce, each member keeping its part.
+  Resolution rs = checked(grad, A("split0{[0-1](D:2);[2]()}"), Shape{8});
+  EXPECT_EQ(rs.classification(), "top[SplitRS]");
+  EXPECT_EQ(ops_text(rs, 2), (V{"AllReduce group=[0,1,2] [0:8] bytes=42"}));
+}
+
 TEST(TopTier, Figure10BottomThenTop) {
   Resolution r = checked(A("partial{[0-1](P:2);[2-3](D:2)}"), A("split0{[0-1](S1:2);[2-3](S1:2)}"), kShape);
   EXPECT_EQ(r.tier, Tier::kBottomThenTop);

@@ -1,10 +1,7 @@
 // `hspmd train` and `hspmd eval` through the built binary: a short run with checkpoint, resume,
 // metrics and eval; and the error paths (one clear line, non-zero exit).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -17,28 +14,9 @@ namespace {
 
 using testing::corpus_dataset;
 
-struct Result {
-  int code = -1;
-  std::string output;  // stdout and stderr
-};
+using testing::CommandResult;
 
-std::string binary() {
-  const char* dir = std::getenv("HSPMD_BINARY_DIR");
-  return std::string(dir ? dir : ".") + "/hspmd";
-}
-
-Result run(const std::string& args) {
-  Result r;
-  std::string cmd = binary() + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+CommandResult run(const std::string& args) { return testing::run_hspmd(args); }
 
 int count_lines(const std::string& path) {
   std::ifstream in(path);
@@ -62,7 +40,7 @@ class CliTest : public testing::TempDirTest {
  protected:
   void SetUp() override {
     TempDirTest::SetUp();
-    ASSERT_TRUE(std::ifstream(binary()).good()) << binary() << " not built (set HSPMD_BINARY_DIR)";
+    ASSERT_TRUE(std::ifstream(testing::hspmd_binary()).good()) << testing::hspmd_binary() << " not built (set HSPMD_BINARY_DIR)";
     data_ = corpus_dataset();
     config_ = path("config.json");
     std::ofstream(config_) << testing::tiny_config().to_json_text();
@@ -78,7 +56,7 @@ class CliTest : public testing::TempDirTest {
 };
 
 TEST_F(CliTest, TrainSavesResumesAndEvaluates) {
-  Result r = run("train " + small_run() + "--steps 3 --decay-steps 5 --save " + path("ckpt") + " --metrics " +
+  CommandResult r = run("train " + small_run() + "--steps 3 --decay-steps 5 --save " + path("ckpt") + " --metrics " +
                  path("m.jsonl"));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("step     3/3  loss"), std::string::npos) << r.output;
@@ -108,7 +86,7 @@ TEST_F(CliTest, InitWeightsStartFromTheGivenModel) {
   // --dump-init-weights (hidden, for benchmarks) writes a run's initial weights. Loading them with
   // --init-weights reproduces that run's losses exactly; another seed's weights give other losses
   // on the same batches.
-  Result r = run("train " + small_run() + "--steps 2 --seed 1 --dump-init-weights " + path("w1.safetensors") +
+  CommandResult r = run("train " + small_run() + "--steps 2 --seed 1 --dump-init-weights " + path("w1.safetensors") +
                  " --metrics " + path("plain.jsonl"));
   ASSERT_EQ(r.code, 0) << r.output;
   r = run("train " + small_run() + "--steps 1 --seed 2 --dump-init-weights " + path("w2.safetensors"));
@@ -126,14 +104,14 @@ TEST_F(CliTest, InitWeightsStartFromTheGivenModel) {
   models::LlamaConfig one = testing::tiny_config();
   one.num_hidden_layers = 1;
   std::string one_layer = write("one.json", one.to_json_text());
-  Result bad = run("train --model " + one_layer + " --data " + data_ + " --seq-len 64 --steps 1 --init-weights " +
+  CommandResult bad = run("train --model " + one_layer + " --data " + data_ + " --seq-len 64 --steps 1 --init-weights " +
                    path("w1.safetensors"));
   EXPECT_EQ(bad.code, 1) << bad.output;
   EXPECT_NE(bad.output.find("unexpected tensor 'model.layers.1."), std::string::npos) << bad.output;
 }
 
 TEST_F(CliTest, HelpListsTheOptions) {
-  Result r = run("train --help");
+  CommandResult r = run("train --help");
   EXPECT_EQ(r.code, 0);
   for (const char* flag : {"--model", "--data", "--steps", "--seq-len", "--global-batch-tokens", "--lr", "--warmup",
                            "--save", "--save-every", "--resume", "--init-weights", "--metrics", "--threads", "--seed"}) {
@@ -146,7 +124,7 @@ TEST_F(CliTest, HelpListsTheOptions) {
 }
 
 // Each bad input gives exit code 1 and exactly one line naming what is wrong.
-void expect_one_line_error(const Result& r, const std::string& needle) {
+void expect_one_line_error(const CommandResult& r, const std::string& needle) {
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_EQ(r.output.rfind("hspmd: error: ", 0), 0u) << r.output;
   EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "more than one line: " << r.output;

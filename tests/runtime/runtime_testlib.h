@@ -3,6 +3,7 @@
 #pragma once
 
 #include "error_of.h"
+#include "run_hspmd.h"
 
 #include <gtest/gtest.h>
 
@@ -36,6 +37,9 @@ models::LlamaConfig tiny_config();
 // seq_len 64, 512 tokens per step, lr 1e-2 with a short warm-up: a few milliseconds per step.
 TrainerOptions tiny_options(int64_t steps);
 
+using hspmd::testing::CommandResult;
 using hspmd::testing::error_of;
+using hspmd::testing::hspmd_binary;
+using hspmd::testing::run_hspmd;
 
 }  // namespace hspmd::runtime::testing

@@ -128,8 +128,13 @@ TEST(Annotation, OptimizerStateUnderZero) {
   // Without zero flags the state is sharded like the tensor.
   Annotation plain = Annotation::parse("dup{[0-3](D:2,S1:2)}");
   EXPECT_EQ(plain.optimizer_state(shape), plain);
+  // No dim left that the pipelines leave whole: the state stays replicated like the tensor.
   Annotation full = Annotation::parse("dup{[0-1](S0:2;zero);[2-3](S1:2;zero)}");
-  EXPECT_NE(error_of([&] { full.optimizer_state(shape); }).find("no dim is left"), std::string::npos);
+  EXPECT_EQ(full.optimizer_state(shape).to_string(), "dup{[0-1](S0:2);[2-3](S1:2)}");
+  // Three pipelines and an unsplit dim of 4: 3 does not divide it, so no ZeRO split either.
+  Annotation three = Annotation::parse("dup{[0](;zero);[1](;zero);[2](;zero)}");
+  EXPECT_EQ(three.optimizer_state(Shape{4}).to_string(), "dup{[0]();[1]();[2]()}");
+  EXPECT_EQ(three.optimizer_state(Shape{6}).to_string(), "split0{[0]();[1]();[2]()}");
 }
 
 }  // namespace

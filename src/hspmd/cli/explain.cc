@@ -1,3 +1,14 @@
+// `hspmd explain --strategy S.json --model CONFIG [--cluster C.json] [--seq-len 4096]
+//  [--schedule 1f1b|gpipe]`: what a strategy does, for a person to check by eye
+// (specialize/plan_report.h): the Llama graph (with backward) is annotated by the strategy's plan
+// and deduced; then the pipelines found in it (A.2) with each stage's ranks, layers, TP degree and
+// schedule; every Reshard that is not the identity everywhere, forward and backward, with its
+// classification and per device its comm ops and bytes (identical Reshards of different layers
+// summarized once: "model.layers.{0..59}.attn_out (60x)"); the gradient syncs and ZeRO-1 parameter
+// gathers; and the bytes of one step per link tier of the cluster.
+//
+//   hspmd explain --strategy examples/strategies/local-hetero-4.json --model configs/llama-tiny.json --seq-len 64
+//
 // `hspmd explain --switch A.json B.json --model CONFIG --cluster C.json [--states params|params+adam]
 //  [--no-heuristics]`: the fused BSR (§7) that moves every Llama parameter (and its Adam states)
 // from strategy A's plan to strategy B's — per sender the bytes on each link tier, per
@@ -9,29 +20,33 @@
 //
 // --no-heuristics plans one BSR per tensor with the lowest-rank owner sending, for comparison;
 // --dead 15 keeps failed ranks from sending (their shards come from data-parallel replicas).
-// (Explaining a strategy's Reshards over the model graph, `--strategy`, needs graph deduction and
-// is not part of this command yet.)
 #include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "hspmd/core/error.h"
+#include "hspmd/models/llama.h"
 #include "hspmd/models/llama_config.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/resolve/fused_bsr.h"
 #include "hspmd/resolve/topology.h"
 #include "hspmd/sharding/strategy.h"
+#include "hspmd/specialize/plan_report.h"
 
 namespace hspmd::cli {
 
 namespace {
 
 struct ExplainOptions {
+  std::string strategy;                   // --strategy S.json
+  int64_t seq_len = 4096;
+  std::string schedule = "1f1b";
   std::vector<std::string> switch_files;  // A.json B.json
   std::string model;
   std::string cluster;
@@ -40,16 +55,23 @@ struct ExplainOptions {
   std::vector<int> dead;  // failed ranks: they hold data in A but cannot send
 };
 
-std::string human(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
-  return buf;
+std::string human(double bytes) { return specialize::human_bytes(bytes); }
+
+void run_strategy(const ExplainOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  const models::LlamaConfig config = models::LlamaConfig::from_file(o.model);
+  const sharding::Strategy st = sharding::Strategy::from_file(o.strategy);
+  std::optional<resolve::Topology> topo;
+  if (!o.cluster.empty()) topo = resolve::Topology::from_file(o.cluster);
+  const models::LlamaModel model = models::build_llama(config);
+  const sharding::AnnotationPlan plan = models::compile_llama_plan(config, st);
+  const specialize::PlanReport report = specialize::make_plan_report(
+      model, plan, {specialize::parse_schedule_kind(o.schedule), o.seq_len, topo ? &*topo : nullptr});
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "strategy " << st.name << " (" << o.strategy << "), model " << o.model << " ("
+            << config.num_hidden_layers << " layers, " << model.graph.num_ops() << " ops with backward), "
+            << st.ranks().size() << " ranks, ZeRO-1 " << (st.zero1 ? "on" : "off") << "\n"
+            << specialize::to_string(report) << "explained in " << ms << " ms\n";
 }
 
 void run_switch(const ExplainOptions& o) {
@@ -144,7 +166,11 @@ void run_switch(const ExplainOptions& o) {
 
 void add_explain_command(CLI::App& app) {
   auto opts = std::make_shared<ExplainOptions>();
-  CLI::App* cmd = app.add_subcommand("explain", "Explain how a strategy switch moves parameters (fused BSR)");
+  CLI::App* cmd = app.add_subcommand(
+      "explain", "Explain a strategy's pipelines, Reshards and bytes (--strategy) or a strategy switch (--switch)");
+  cmd->add_option("--strategy", opts->strategy, "strategy file S.json: pipelines, resolution, bytes per step");
+  cmd->add_option("--seq-len", opts->seq_len, "tokens per sequence (--strategy)")->capture_default_str();
+  cmd->add_option("--schedule", opts->schedule, "pipeline schedule: 1f1b or gpipe (--strategy)")->capture_default_str();
   cmd->add_option("--switch", opts->switch_files, "two strategy files: from A.json to B.json")->expected(2);
   cmd->add_option("--model", opts->model, "Llama config.json (Hugging Face style)")->required();
   cmd->add_option("--cluster", opts->cluster, "cluster spec JSON (devices, link bandwidths)");
@@ -153,9 +179,13 @@ void add_explain_command(CLI::App& app) {
   cmd->add_option("--dead", opts->dead, "failed ranks that cannot send (elastic recovery), e.g. --dead 15")
       ->delimiter(',');
   cmd->callback([opts] {
-    HSPMD_CHECK(!opts->switch_files.empty())
-        << "explain: give --switch A.json B.json (explaining --strategy over the model graph is not available yet)";
-    run_switch(*opts);
+    HSPMD_CHECK(opts->strategy.empty() != opts->switch_files.empty())
+        << "explain: give either --strategy S.json or --switch A.json B.json";
+    if (!opts->strategy.empty()) {
+      run_strategy(*opts);
+    } else {
+      run_switch(*opts);
+    }
   });
 }
 

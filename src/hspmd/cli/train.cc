@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "hspmd/cli/commands.h"
+#include "hspmd/cli/train_args.h"
 #include "hspmd/core/error.h"
 #include "hspmd/core/safetensors.h"
 #include "hspmd/data/token_dataset.h"
@@ -30,12 +31,6 @@
 
 namespace hspmd::cli {
 namespace {
-
-struct TrainArgs {
-  std::string model, data, save, resume, init_weights, metrics, dump_init_weights;
-  int64_t save_every = 0;
-  runtime::TrainerOptions options;
-};
 
 // A flag that sets one TrainerOptions field: given flags override a resumed run's options.
 struct OptionFlag {
@@ -76,6 +71,8 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
+}  // namespace
+
 std::string step_line(const runtime::StepMetrics& m, int64_t total) {
   char buf[200];
   std::snprintf(buf, sizeof(buf), "step %5lld/%lld  loss %.4f  lr %.3e  grad_norm %.3f  tok/s %8.0f  step %.3fs",
@@ -83,6 +80,8 @@ std::string step_line(const runtime::StepMetrics& m, int64_t total) {
                 m.tokens_per_second, m.step_seconds);
   return buf;
 }
+
+namespace {
 
 // "[##########----------]  50/100  ETA 1m23s" for terminals.
 std::string progress_bar(int64_t done, int64_t first, int64_t total, double elapsed) {
@@ -95,6 +94,9 @@ std::string progress_bar(int64_t done, int64_t first, int64_t total, double elap
 }
 
 void run_train(const TrainArgs& args, const CLI::App& sub) {
+  if (!args.strategy.empty()) return run_dist_train(args);
+  HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty())
+      << "--nproc, --devices and --trace need --strategy (distributed training)";
   models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
   data::TokenDataset dataset = data::TokenDataset::open(args.data);
   HSPMD_CHECK(dataset.vocab_size() <= static_cast<uint64_t>(config.vocab_size))
@@ -179,7 +181,8 @@ void run_train(const TrainArgs& args, const CLI::App& sub) {
 void add_train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   runtime::TrainerOptions& o = args->options;
-  CLI::App* sub = app.add_subcommand("train", "Train the built-in Llama on a token dataset (single process)");
+  CLI::App* sub = app.add_subcommand(
+      "train", "Train the built-in Llama on a token dataset: one process, or distributed with --strategy");
   sub->add_option("--model", args->model, "model config.json (Hugging Face Llama keys)")->required();
   sub->add_option("--data", args->data, "token dataset directory (made by `hspmd data prepare`)")->required();
   sub->add_option("--steps", o.steps, "optimizer steps of the whole run")->capture_default_str();
@@ -202,6 +205,16 @@ void add_train_command(CLI::App& app) {
   sub->add_option("--metrics", args->metrics, "append one JSON line of metrics per step to this file");
   // For bench/pytorch_compare.py: the initial weights, to load the same model elsewhere.
   sub->add_option("--dump-init-weights", args->dump_init_weights, "")->group("");
+  auto dist = "Distributed (with --strategy)";
+  sub->add_option("--strategy", args->strategy, "strategy file (pipelines -> stages -> ranks, layers): train distributed")
+      ->group(dist);
+  sub->add_option("--nproc", args->nproc, "start this many local worker processes (else run as one worker of `hspmd launch`)")
+      ->check(CLI::NonNegativeNumber)->group(dist);
+  sub->add_option("--schedule", args->schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str()->group(dist);
+  sub->add_option("--devices", args->devices, "emulated devices JSON: per-rank relative speed and memory")->group(dist);
+  sub->add_option("--trace", args->trace, "write a Chrome trace per rank (FILE.rank<N>.json)")->group(dist);
+  sub->add_flag("--check-single", args->check_single,
+                "afterwards, rank 0 retrains in one process and compares every step's loss")->group(dist);
   sub->callback([args, sub] { run_train(*args, *sub); });
 }
 

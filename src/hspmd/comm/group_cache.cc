@@ -27,17 +27,47 @@ GroupCache::GroupCache(std::shared_ptr<Store> store, int global_rank, Backend ba
   HSPMD_CHECK(backend_ != nullptr) << "group cache of rank " << global_rank_ << " without a backend";
 }
 
-std::shared_ptr<Communicator> GroupCache::get(const std::vector<int>& ranks) {
+std::shared_ptr<Communicator> GroupCache::get(const std::vector<int>& ranks, const std::string& channel) {
   std::vector<int> group = canonical_group(ranks);
   HSPMD_CHECK(std::find(group.begin(), group.end(), global_rank_) != group.end())
       << "rank " << global_rank_ << " asked for group [" << group_key(group) << "], which it is not in";
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = groups_.find(group);
-  if (it != groups_.end()) return it->second;
-  PrefixStore group_store(store_, "gen" + std::to_string(generation_) + "/group/" + group_key(group) + "/");
-  auto comm = backend_(group_store, group, global_rank_, generation_);
-  groups_.emplace(group, comm);
-  return comm;
+  HSPMD_CHECK(channel.find('/') == std::string::npos)
+      << "rank " << global_rank_ << ": channel '" << channel << "' of group [" << group_key(group)
+      << "] contains '/', which would make its store keys ambiguous";
+  const auto key = std::make_pair(group, channel);
+  std::promise<std::shared_ptr<Communicator>> promise;
+  std::shared_future<std::shared_ptr<Communicator>> future;
+  int generation = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = groups_.find(key);
+    if (it != groups_.end()) {
+      future = it->second;
+    } else {
+      generation = generation_;
+      groups_.emplace(key, promise.get_future().share());
+    }
+  }
+  // Cached or being connected by another thread of this rank: wait for it (rethrows its error).
+  if (future.valid()) return future.get();
+
+  // Connecting waits for every member, so it runs outside the lock: another thread of this rank
+  // may meanwhile connect a different group or channel that a peer needs before it joins this one.
+  std::string prefix = "gen" + std::to_string(generation) + "/group/" + group_key(group) + "/";
+  if (!channel.empty()) prefix += channel + "/";
+  try {
+    PrefixStore group_store(store_, prefix);
+    auto comm = backend_(group_store, group, global_rank_, generation);
+    promise.set_value(comm);
+    return comm;
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+    // Forget the failed attempt (unless reset() already dropped it) so a later get() retries.
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = groups_.find(key);
+    if (it != groups_.end() && generation == generation_) groups_.erase(it);
+    throw;
+  }
 }
 
 void GroupCache::reset(int generation) {

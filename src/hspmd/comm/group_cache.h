@@ -1,22 +1,32 @@
-// GroupCache: the communicators of one rank, keyed by their sorted rank list and created on
-// first use. Every member of a group calls get() with the same ranks at the same point of its
-// program; the members rendezvous under "gen<G>/group/<ranks>/" in the run's store, so ranks
-// outside the group never touch (nor wait for) it. After a failure, reset(G + 1) drops every
-// group and later groups rendezvous under the new generation's keys.
+// GroupCache: the communicators of one rank, keyed by their sorted rank list and a channel name,
+// and created on first use. Every member of a group calls get() with the same ranks and channel
+// at the same point of its program; the members rendezvous under "gen<G>/group/<ranks>/" (channel
+// "") or "gen<G>/group/<ranks>/<channel>/" in the run's store, so ranks outside the group never
+// touch (nor wait for) it. After a failure, reset(G + 1) drops every group and later groups
+// rendezvous under the new generation's keys.
 //
 //   GroupCache groups(run_store, /*global_rank=*/2, gloo_backend({.timeout = 30s}));
 //   auto tp = groups.get({2, 3});        // connects on first use, cached afterwards
 //   tp->allreduce({.data = CommBuffer::of(x)}).wait();
+//   auto fwd = groups.get({2, 3}, "F");  // same ranks, another communicator (own worker thread)
 //   groups.reset(1);                       // new generation after a membership change
+//
+// Channels exist because a communicator runs its operations in submission order: a send whose
+// receiver has not posted yet holds up everything queued behind it. Traffic that must not wait
+// for other traffic (forward activations vs backward gradients of a pipeline) takes its own
+// channel. Connecting happens outside the cache's lock, so threads of one rank may connect
+// different groups or channels at the same time.
 //
 // One GroupCache belongs to one rank (several ranks in one process use one cache each).
 #pragma once
 
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hspmd/comm/communicator.h"
@@ -43,8 +53,9 @@ class GroupCache {
  public:
   GroupCache(std::shared_ptr<Store> store, int global_rank, Backend backend, int generation = 0);
 
-  // The communicator of ranks (any order), connected on first use; this rank must be a member.
-  std::shared_ptr<Communicator> get(const std::vector<int>& ranks);
+  // The communicator of ranks (any order) on `channel`, connected on first use; this rank must be a
+  // member. A channel name is non-empty text without '/' (or "" for the default channel).
+  std::shared_ptr<Communicator> get(const std::vector<int>& ranks, const std::string& channel = "");
   // Drops every group; later get() calls rendezvous under generation's keys.
   void reset(int generation);
 
@@ -58,7 +69,8 @@ class GroupCache {
   Backend backend_;
   mutable std::mutex mutex_;
   int generation_;
-  std::map<std::vector<int>, std::shared_ptr<Communicator>> groups_;
+  // (ranks, channel) -> communicator; the future is pending while its first get() connects.
+  std::map<std::pair<std::vector<int>, std::string>, std::shared_future<std::shared_ptr<Communicator>>> groups_;
 };
 
 }  // namespace hspmd::comm

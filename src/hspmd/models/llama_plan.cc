@@ -144,6 +144,10 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
   plan.set("lm_head_out", activation(last));  // vocab-parallel logits -> gathered for the loss
   if (config.tie_word_embeddings) {  // the table, vocab-parallel on each last stage
     plan.set("lm_head.tied_weight", on_stages(last, [](int tp) { return DistState::split(0, tp); }, kDuplicate));
+    // Its gradient goes home to the first stage in the layout of the lookup's own gradient (the whole
+    // table on every TP rank; a partial sum over the pipelines' data), so the two add up there.
+    const int hdim = st.pipelines.size() > 1 ? sharding::kPartial : kDuplicate;
+    plan.set("lm_head.tied_weight.bwd", on_stages(first, [](int tp) { return DistState::dup(tp); }, hdim));
   }
   for (const auto& pipe : st.pipelines) plan.pipelines.push_back({pipe.micro_batch_size, pipe.num_micro_batches});
   plan.recompute = st.recompute;

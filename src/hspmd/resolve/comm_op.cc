@@ -44,6 +44,7 @@ std::string CommOp::to_string() const {
   }
   if (peer >= 0) out << " peer=" << peer;
   if (dim >= 0) out << " dim=" << dim;
+  if (zero_input) out << " zero-input";
   for (const Piece& p : pieces) {
     out << " ";
     if (p.tensor != 0) out << "t" << p.tensor << ":";

@@ -65,6 +65,10 @@ struct CommOp {
   int peer = -1;              // kSend/kRecv
   int dim = -1;               // kReduceScatter/kAllGather
   int64_t bytes = 0;          // bytes this device sends for the op
+  // kAllReduce: this member adds zeros instead of its shard (it holds a duplicate of another
+  // member's summand) and still receives the sum. Each member keeps the part of `region` its
+  // destination shard covers (all of it, unless the reshard splits the result).
+  bool zero_input = false;
 
   std::string to_string() const;
   friend bool operator==(const CommOp&, const CommOp&) = default;

@@ -98,7 +98,9 @@ bool bottom_step(const Annotation& src, const Annotation& dst, const Shape& shap
       continue;
     }
     if (collectives_only) return false;
-    if (r.src_ds.has_partial() || r.dst_ds.has_partial() || src.hdim() == sharding::kPartial) {
+    // A partial top tier is fine here: this BSR moves one subgroup's own summand inside the
+    // subgroup. A partial bottom tier is not (several owners would hold summands of one slice).
+    if (r.src_ds.has_partial() || r.dst_ds.has_partial()) {
       partial_to_bsr(src, dst, tensor,
                      "subgroup " + std::to_string(g) + ": " + r.src_group.to_string() + r.src_ds.to_string() + " -> " +
                          r.dst_group.to_string() + r.dst_ds.to_string() + " matches no bottom-tier collective");

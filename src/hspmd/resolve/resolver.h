@@ -8,7 +8,9 @@
 //     ds_union differs             -> bottom tier to dst's ds_union, then top tier (§5.2 II)
 //   otherwise, or when no rule of the chosen tier applies
 //                                  -> one BSR of the whole tensor (bsr_table.h, bsr_scheme.h)
-// Partial never goes to BSR: a Reshard that would need it is an error naming the tensor.
+// Partial never goes to BSR: a Reshard that would need it is an error naming the tensor. (A bottom-
+// tier BSR inside each subgroup of a partial top tier is allowed: it moves each subgroup's own
+// summand, e.g. a tied embedding's gradient going back to its pipeline's first stage.)
 //
 //   Resolution r = resolve(src, dst, Shape{8, 4}, "W", {});
 //   r.classification()  // "bottom[RS,BSR]", "top[SplitAG]", "bottom[RS]+top[SplitAG]" or "BSR"

@@ -20,15 +20,21 @@ bool no_ds_splits(const Annotation& a, int d) {
   return true;
 }
 
-// One collective of a top-tier reshard: a finest slice and its holders, one per subgroup.
-struct SliceGroup {
+// A finest slice of the hdim = -1 layout (every subgroup shards the whole tensor) and its holders
+// in each subgroup, ordered by bottom-tier summand index (then group index), so the j-th holders of
+// all subgroups hold matching summands.
+struct SliceHolders {
   Region slice;
-  std::vector<int> members;
+  std::vector<std::vector<int>> by_group;
+  bool equal_counts() const {
+    for (const auto& h : by_group) {
+      if (h.size() != by_group[0].size()) return false;
+    }
+    return true;
+  }
 };
 
-// Finest slices of the hdim = -1 layout (every subgroup shards the whole tensor) and, per slice,
-// the collectives across subgroups; empty when some slice has unequal holder counts.
-std::vector<SliceGroup> slice_groups(const TopReshard& r, bool& ok) {
+std::vector<SliceHolders> slice_holders(const TopReshard& r) {
   const Annotation layout = r.src.with_hdim(kDuplicate);
   const int rank = r.shape.rank();
   std::vector<std::vector<int64_t>> cuts(rank);
@@ -45,33 +51,27 @@ std::vector<SliceGroup> slice_groups(const TopReshard& r, bool& ok) {
     std::sort(c.begin(), c.end());
     c.erase(std::unique(c.begin(), c.end()), c.end());
   }
-  std::vector<SliceGroup> out;
+  std::vector<SliceHolders> out;
   std::vector<int> idx(rank, 0);
-  ok = true;
   while (true) {
     Region s;
     for (int d = 0; d < rank; ++d) {
       s.begin.push_back(cuts[d][idx[d]]);
       s.end.push_back(cuts[d][idx[d] + 1]);
     }
-    // Holders per subgroup, ordered by their bottom-tier summand index (then group index), so the
-    // j-th holders of all subgroups hold matching summands.
     std::vector<std::vector<std::pair<int, int>>> holders(layout.hsize());
     for (const auto& [dev, reg] : regions) {
       if (!reg.contains(s)) continue;
       auto [g, i] = *layout.locate(dev);
       holders[g].emplace_back(layout.ds(g).coord(i, kPartial), dev);
     }
+    SliceHolders sh{s, {}};
     for (auto& h : holders) {
       std::stable_sort(h.begin(), h.end(), [](auto& a, auto& b) { return a.first < b.first; });
-      ok = ok && h.size() == holders[0].size();
+      sh.by_group.emplace_back();
+      for (const auto& [summand, dev] : h) sh.by_group.back().push_back(dev);
     }
-    if (!ok) return {};
-    for (size_t j = 0; j < holders[0].size(); ++j) {
-      SliceGroup sg{s, {}};
-      for (const auto& h : holders) sg.members.push_back(h[j].second);
-      out.push_back(std::move(sg));
-    }
+    out.push_back(std::move(sh));
     int d = rank - 1;
     for (; d >= 0; --d) {
       if (++idx[d] + 1 < static_cast<int>(cuts[d].size())) break;
@@ -88,27 +88,64 @@ bool collectives_apply(const TopReshard& r, int split_dim) {
   for (const DistState& ds : r.src.ds_union()) {
     if (ds.degree(kPartial) != r.src.ds(0).degree(kPartial)) return false;
   }
-  bool ok = false;
-  slice_groups(r, ok);
-  return ok;
+  for (const SliceHolders& sh : slice_holders(r)) {
+    if (!sh.equal_counts()) return false;
+  }
+  return true;
 }
 
+// The j-th holders of all subgroups run collective j of each slice.
 void lower_collectives(const TopReshard& r, DeviceOps& ops, CommKind kind, int dim) {
-  bool ok = false;
   const int n = r.src.hsize();
-  for (const SliceGroup& sg : slice_groups(r, ok)) {
-    const int64_t full = sg.slice.numel() * r.element_size;
-    for (int dev : sg.members) {
-      CommOp op;
-      op.kind = kind;
-      op.group = sg.members;
-      op.dim = dim;
-      op.pieces.push_back({0, sg.slice});
-      op.bytes = full * (n - 1) / n * (kind == CommKind::kAllReduce ? 2 : 1);
-      ops[dev].push_back(std::move(op));
+  for (const SliceHolders& sh : slice_holders(r)) {
+    HSPMD_ASSERT(sh.equal_counts()) << "top-tier lowering without a precondition check";
+    const int64_t full = sh.slice.numel() * r.element_size;
+    for (size_t j = 0; j < sh.by_group[0].size(); ++j) {
+      std::vector<int> members;
+      for (const auto& h : sh.by_group) members.push_back(h[j]);
+      for (int dev : members) {
+        CommOp op;
+        op.kind = kind;
+        op.group = members;
+        op.dim = dim;
+        op.pieces.push_back({0, sh.slice});
+        op.bytes = full * (n - 1) / n * (kind == CommKind::kAllReduce ? 2 : 1);
+        ops[dev].push_back(std::move(op));
+      }
     }
   }
-  HSPMD_ASSERT(ok) << "top-tier lowering without a precondition check";
+}
+
+// Subgroups duplicate a slice different numbers of times (e.g. a TP-2 pipeline's replicated norm
+// weight next to a TP-1 pipeline's): one all-reduce per slice over every holder, in which only the
+// first holder of each subgroup adds its summand (the others add zeros); each member keeps what
+// its destination shard covers, so the same lowering serves SplitAR and SplitRS.
+bool uneven_partial_applies(const TopReshard& r, int split_dim) {
+  if (split_dim >= 0 && !no_ds_splits(r.src, split_dim)) return false;
+  for (const DistState& ds : r.src.ds_union()) {
+    if (ds.has_partial()) return false;
+  }
+  return true;
+}
+
+void lower_uneven_partial(const TopReshard& r, DeviceOps& ops) {
+  for (const SliceHolders& sh : slice_holders(r)) {
+    std::vector<int> members;
+    for (const auto& h : sh.by_group) members.insert(members.end(), h.begin(), h.end());
+    std::sort(members.begin(), members.end());
+    const int64_t m = static_cast<int64_t>(members.size());
+    for (const auto& h : sh.by_group) {
+      for (size_t j = 0; j < h.size(); ++j) {
+        CommOp op;
+        op.kind = CommKind::kAllReduce;
+        op.group = members;
+        op.zero_input = j > 0;
+        op.pieces.push_back({0, sh.slice});
+        op.bytes = sh.slice.numel() * r.element_size * 2 * (m - 1) / m;
+        ops[h[j]].push_back(std::move(op));
+      }
+    }
+  }
 }
 
 const std::vector<TopRule> kRules = {
@@ -118,6 +155,12 @@ const std::vector<TopRule> kRules = {
     {ReshardKind::kSplitRS, "hdim -2 -> d, no DS splits d, equal holder counts per slice",
      [](const TopReshard& r) { return r.src.hdim() == kPartial && r.dst.hdim() >= 0 && collectives_apply(r, r.dst.hdim()); },
      [](const TopReshard& r, DeviceOps& ops) { lower_collectives(r, ops, CommKind::kReduceScatter, r.dst.hdim()); }},
+    {ReshardKind::kSplitAR, "hdim -2 -> -1, no bottom-tier partial (holder counts may differ)",
+     [](const TopReshard& r) { return r.src.hdim() == kPartial && r.dst.hdim() == kDuplicate && uneven_partial_applies(r, -1); },
+     lower_uneven_partial},
+    {ReshardKind::kSplitRS, "hdim -2 -> d, no DS splits d, no bottom-tier partial (holder counts may differ)",
+     [](const TopReshard& r) { return r.src.hdim() == kPartial && r.dst.hdim() >= 0 && uneven_partial_applies(r, r.dst.hdim()); },
+     lower_uneven_partial},
     {ReshardKind::kSplitAG, "hdim d -> -1, no DS splits d, equal holder counts per slice",
      [](const TopReshard& r) { return r.src.hdim() >= 0 && r.dst.hdim() == kDuplicate && collectives_apply(r, r.src.hdim()); },
      [](const TopReshard& r, DeviceOps& ops) { lower_collectives(r, ops, CommKind::kAllGather, r.src.hdim()); }},

@@ -10,7 +10,10 @@
 //   SplitSlice  -1 -> d       no DistState splits d (local, no communication)
 // and every slice is held by the same number k of devices in every subgroup (k > 1 when a
 // subgroup duplicates it); the j-th holders of all subgroups form collective j, in subgroup
-// order (member g owns part g along d).
+// order (member g owns part g along d). When subgroups hold a partial slice different numbers of
+// times (TP 2 next to TP 1 duplicating a norm weight's gradient) and no DistState is partial,
+// SplitAR and SplitRS become one all-reduce per slice over every holder in which only each
+// subgroup's first holder adds its summand (CommOp::zero_input), each member keeping its part.
 //
 //   W [8, 4], dg_union {[0-1], [2-5]}, ds_union {(S1:2), (S1:4)}, hdim 0 -> -1 (ZeRO gather):
 //   finest column slices [:, 0:1] ... [:, 3:4]; slice [:, 0:1] is held by 0 and 2, so device 0

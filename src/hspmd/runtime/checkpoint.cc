@@ -40,7 +40,7 @@ std::array<uint32_t, 256> make_crc_table() {
 }
 
 // Size and CRC-32 of a whole file, read in 1 MiB blocks.
-std::pair<uint64_t, uint32_t> file_digest(const std::string& path) {
+std::pair<uint64_t, uint32_t> digest_of(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   HSPMD_CHECK(in.good()) << "checkpoint file " << path << " is missing or unreadable";
   std::vector<char> block(1 << 20);
@@ -136,6 +136,76 @@ uint32_t crc32(const void* data, size_t length, uint32_t crc) {
   return ~crc;
 }
 
+std::string checkpoint_dir_path(const std::string& dir) {
+  HSPMD_CHECK(!dir.empty()) << "checkpoint directory is empty";
+  fs::path p = fs::absolute(fs::path(dir)).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // "ckpt/" -> "ckpt"
+  return p.string();
+}
+
+nlohmann::json file_digest(const std::string& path) {
+  auto [bytes, crc] = digest_of(path);
+  return {{"bytes", bytes}, {"crc32", hex32(crc)}};
+}
+
+void verify_file_digest(const std::string& path, const nlohmann::json& recorded, const std::string& source) {
+  const std::string source_name = fs::path(source).filename().string();
+  uint64_t want_bytes = 0;
+  std::string want_crc;
+  try {
+    want_bytes = recorded.at("bytes").get<uint64_t>();
+    want_crc = recorded.at("crc32").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    HSPMD_THROW() << source << ": malformed entry for " << fs::path(path).filename().string() << ": " << e.what();
+  }
+  auto [bytes, crc] = digest_of(path);
+  HSPMD_CHECK(bytes == want_bytes) << "checkpoint file " << path << " is truncated or altered: " << bytes << " bytes, "
+                                   << source_name << " records " << want_bytes;
+  HSPMD_CHECK(hex32(crc) == want_crc) << "checkpoint file " << path << " is corrupted: CRC-32 " << hex32(crc) << ", "
+                                      << source_name << " records " << want_crc;
+}
+
+void swap_in_directory(const std::string& staged, const std::string& dir) {
+  fsync_path(staged);
+  // With an old checkpoint present, RENAME_EXCHANGE makes the swap a single atomic step; the old
+  // one then sits under the staged name and is removed.
+  if (fs::exists(dir)) {
+    HSPMD_CHECK(fs::is_directory(dir)) << "checkpoint path " << dir << " is not a directory";
+    HSPMD_CHECK(::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0)
+        << "cannot swap " << staged << " with " << dir << ": " << std::strerror(errno);
+  } else {
+    HSPMD_CHECK(::rename(staged.c_str(), dir.c_str()) == 0)
+        << "cannot rename " << staged << " to " << dir << ": " << std::strerror(errno);
+  }
+  fsync_path(fs::path(dir).parent_path().string());
+  std::error_code ignored;
+  fs::remove_all(staged, ignored);  // the previous checkpoint, after an exchange
+}
+
+nlohmann::json read_trainer_state(const std::string& dir) {
+  HSPMD_CHECK(fs::is_directory(dir)) << "checkpoint directory " << dir << " does not exist";
+  const std::string state_path = dir + "/" + kTrainerStateFile;
+  std::ifstream in(state_path);
+  HSPMD_CHECK(in.good()) << "checkpoint file " << state_path << " is missing or unreadable";
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.str());
+    HSPMD_CHECK(j.is_object() && j.value("format", std::string()) == kFormat)
+        << state_path << ": not an hspmd checkpoint (\"format\" is not \"" << kFormat << "\")";
+  } catch (const nlohmann::json::exception& e) {
+    HSPMD_THROW() << state_path << ": malformed trainer state (truncated or corrupted?): " << e.what();
+  }
+  // Verify sizes and checksums before any tensor is parsed, so truncation and bit flips are named as such.
+  for (const char* file : {kModelFile, kOptimizerFile}) {
+    HSPMD_CHECK(j.contains("files") && j["files"].is_object() && j["files"].contains(file))
+        << state_path << ": no entry for " << file;
+    verify_file_digest(dir + "/" + file, j["files"][file], state_path);
+  }
+  return j;
+}
+
 void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   HSPMD_CHECK(!dir.empty()) << "checkpoint directory is empty";
   const LlamaConfig& config = c.state.config;
@@ -146,20 +216,16 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   for (const auto& [name, t] : c.exp_avg_sq) opt.emplace(name + ".exp_avg_sq", t);
   auto optimizer = ordered(opt, optimizer_tensors(config), "optimizer state");
 
-  fs::path final_dir = fs::absolute(fs::path(dir)).lexically_normal();
-  if (final_dir.filename().empty()) final_dir = final_dir.parent_path();  // "ckpt/" -> "ckpt"
-  fs::create_directories(final_dir.parent_path());
-  const std::string tmp = final_dir.string() + ".tmp." + std::to_string(::getpid());
+  const std::string final_dir = checkpoint_dir_path(dir);
+  fs::create_directories(fs::path(final_dir).parent_path());
+  const std::string tmp = final_dir + ".tmp." + std::to_string(::getpid());
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   try {
     safetensors::save(tmp + "/" + kModelFile, model, {{"format", "pt"}});
     safetensors::save(tmp + "/" + kOptimizerFile, optimizer, {{"step", std::to_string(c.state.step)}});
     nlohmann::json files;
-    for (const char* file : {kModelFile, kOptimizerFile}) {
-      auto [bytes, crc] = file_digest(tmp + "/" + file);
-      files[file] = {{"bytes", bytes}, {"crc32", hex32(crc)}};
-    }
+    for (const char* file : {kModelFile, kOptimizerFile}) files[file] = file_digest(tmp + "/" + file);
     nlohmann::json state = {{"format", kFormat},
                             {"step", c.state.step},
                             {"seed", c.state.seed},
@@ -171,48 +237,24 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
     AtomicFile out(tmp + "/" + kTrainerStateFile);
     out.write(text.data(), text.size());
     out.commit();
-    fsync_path(tmp);
-
-    // Swap the new directory in. With an old checkpoint present, RENAME_EXCHANGE makes the swap a
-    // single atomic step; the old one then sits under the temp name and is removed.
-    if (fs::exists(final_dir)) {
-      HSPMD_CHECK(fs::is_directory(final_dir)) << "checkpoint path " << final_dir.string() << " is not a directory";
-      HSPMD_CHECK(::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0)
-          << "cannot swap " << tmp << " with " << final_dir.string() << ": " << std::strerror(errno);
-    } else {
-      HSPMD_CHECK(::rename(tmp.c_str(), final_dir.c_str()) == 0)
-          << "cannot rename " << tmp << " to " << final_dir.string() << ": " << std::strerror(errno);
-    }
-    fsync_path(final_dir.parent_path().string());
+    swap_in_directory(tmp, final_dir);
   } catch (...) {
     std::error_code ignored;
     fs::remove_all(tmp, ignored);
     throw;
   }
-  std::error_code ignored;
-  fs::remove_all(tmp, ignored);  // the previous checkpoint, after an exchange
 }
 
 Checkpoint load_checkpoint(const std::string& dir, const LlamaConfig& config) {
-  HSPMD_CHECK(fs::is_directory(dir)) << "checkpoint directory " << dir << " does not exist";
+  const nlohmann::json j = read_trainer_state(dir);  // format, sizes and checksums verified
   const std::string state_path = dir + "/" + kTrainerStateFile;
-  std::ifstream in(state_path);
-  HSPMD_CHECK(in.good()) << "checkpoint file " << state_path << " is missing or unreadable";
-  std::stringstream text;
-  text << in.rdbuf();
-
   Checkpoint c;
-  nlohmann::json files;
   try {
-    nlohmann::json j = nlohmann::json::parse(text.str());
-    HSPMD_CHECK(j.value("format", std::string()) == kFormat)
-        << state_path << ": not an hspmd checkpoint (\"format\" is not \"" << kFormat << "\")";
     c.state.step = j.at("step").get<int64_t>();
     c.state.seed = j.at("seed").get<uint64_t>();
     c.state.loader = data::LoaderState::from_json(j.at("loader").dump());
     c.state.config = LlamaConfig::from_json_text(j.at("config").dump(), state_path);
     c.state.options = j.at("options");
-    files = j.at("files");
   } catch (const nlohmann::json::exception& e) {
     HSPMD_THROW() << state_path << ": malformed trainer state (truncated or corrupted?): " << e.what();
   }
@@ -220,25 +262,6 @@ Checkpoint load_checkpoint(const std::string& dir, const LlamaConfig& config) {
       << dir << ": the checkpoint's model config differs from the run's: checkpoint "
       << nlohmann::json::parse(c.state.config.to_json_text()).dump() << " vs run "
       << nlohmann::json::parse(config.to_json_text()).dump();
-
-  // Verify sizes and checksums before parsing, so truncation and bit flips are named as such.
-  for (const char* file : {kModelFile, kOptimizerFile}) {
-    const std::string path = dir + "/" + file;
-    HSPMD_CHECK(files.contains(file)) << state_path << ": no entry for " << file;
-    uint64_t want_bytes = 0;
-    std::string want_crc;
-    try {
-      want_bytes = files[file].at("bytes").get<uint64_t>();
-      want_crc = files[file].at("crc32").get<std::string>();
-    } catch (const nlohmann::json::exception& e) {
-      HSPMD_THROW() << state_path << ": malformed entry for " << file << ": " << e.what();
-    }
-    auto [bytes, crc] = file_digest(path);
-    HSPMD_CHECK(bytes == want_bytes) << "checkpoint file " << path << " is truncated or altered: " << bytes
-                                     << " bytes, trainer_state.json records " << want_bytes;
-    HSPMD_CHECK(hex32(crc) == want_crc) << "checkpoint file " << path << " is corrupted: CRC-32 " << hex32(crc)
-                                        << ", trainer_state.json records " << want_crc;
-  }
 
   c.model = read_exact(dir + "/" + kModelFile, model_tensors(config));
   graph::TensorMap opt = read_exact(dir + "/" + kOptimizerFile, optimizer_tensors(config));

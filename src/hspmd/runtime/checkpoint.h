@@ -72,4 +72,29 @@ graph::TensorMap load_hf_weights(const std::string& path, const models::LlamaCon
 // CRC-32 (IEEE 802.3, the zlib one) of a byte range, continuing from `crc` (0 to start).
 uint32_t crc32(const void* data, size_t length, uint32_t crc = 0);
 
+// ---- Building blocks shared with the sharded format (sharded_checkpoint.h) ----
+
+// "runs/ckpt/" -> "/abs/runs/ckpt": the one spelling of a checkpoint directory, so that the names
+// derived from it ("<dir>.staging", "<dir>.tmp.<pid>") agree however the caller wrote it.
+std::string checkpoint_dir_path(const std::string& dir);
+
+// {"bytes": 1234, "crc32": "9a0f1c2d"} of a whole file; Error naming it when it cannot be read.
+nlohmann::json file_digest(const std::string& path);
+
+// Error naming `path` when its size or CRC-32 differs from `recorded` (a file_digest() entry read
+// from the JSON file `source`): "checkpoint file ckpt/model.safetensors is corrupted: CRC-32 ...,
+// trainer_state.json records ...".
+void verify_file_digest(const std::string& path, const nlohmann::json& recorded, const std::string& source);
+
+// Makes the completely written directory `staged` appear as `dir` (a checkpoint_dir_path()) in one
+// atomic step: fsyncs `staged`, then renameat2(RENAME_EXCHANGE) with an existing `dir` (or a plain
+// rename when there is none), fsyncs the parent and removes the old directory, now at `staged`.
+// A crash at any point leaves the old checkpoint or the new one under `dir`.
+void swap_in_directory(const std::string& staged, const std::string& dir);
+
+// trainer_state.json of a single-process checkpoint, after checking its format and verifying the
+// size and CRC-32 of model.safetensors and optimizer.safetensors (errors name the file). The
+// tensors themselves are not read.
+nlohmann::json read_trainer_state(const std::string& dir);
+
 }  // namespace hspmd::runtime

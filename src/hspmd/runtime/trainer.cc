@@ -20,7 +20,9 @@ void read_field(const nlohmann::json& j, const char* key, T& field) {
   }
 }
 
-void validate(const TrainerOptions& o, const models::LlamaConfig& config) {
+}  // namespace
+
+void validate_options(const TrainerOptions& o, const models::LlamaConfig& config) {
   HSPMD_CHECK(o.steps >= 1) << "steps must be >= 1, got " << o.steps;
   HSPMD_CHECK(o.seq_len >= 2) << "seq_len must be >= 2, got " << o.seq_len;
   HSPMD_CHECK(o.seq_len <= config.max_position_embeddings)
@@ -45,6 +47,8 @@ graph::OptimizerOptions optimizer_options(const TrainerOptions& o) {
       {.peak_lr = o.lr, .min_lr = o.min_lr, .warmup_steps = std::min(o.warmup, total), .total_steps = total});
   return opt;
 }
+
+namespace {
 
 Tensor int64_tensor(const std::vector<int32_t>& values) {
   Tensor t = Tensor::empty(Shape{static_cast<int64_t>(values.size())}, DType::kInt64);
@@ -110,7 +114,7 @@ graph::TensorMap llama_feeds(const data::Batch& batch, int64_t label_tokens) {
 
 Trainer::Trainer(const models::LlamaConfig& config, const data::TokenDataset& dataset, TrainerOptions options)
     : options_(options), model_(models::build_llama(config)), dataset_(&dataset) {
-  validate(options_, config);
+  validate_options(options_, config);
   HSPMD_CHECK(dataset.vocab_size() <= static_cast<uint64_t>(config.vocab_size))
       << "dataset " << dataset.dir() << " has vocab_size " << dataset.vocab_size()
       << " but the model config has vocab_size " << config.vocab_size << ": token ids would fall outside the embedding";

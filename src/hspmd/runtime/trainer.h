@@ -108,6 +108,11 @@ class Trainer {
   std::unique_ptr<graph::AdamW> optimizer_;
 };
 
+// Errors naming the option at fault (steps, seq_len beyond the model's context, learning rates ...).
+void validate_options(const TrainerOptions& options, const models::LlamaConfig& config);
+// AdamW, clipping and the warm-up + cosine schedule of a run (shared with DistTrainer).
+graph::OptimizerOptions optimizer_options(const TrainerOptions& options);
+
 // The feeds of the Llama placeholders for one packed batch; loss_scale = 1 / label_tokens.
 graph::TensorMap llama_feeds(const data::Batch& batch, int64_t label_tokens);
 

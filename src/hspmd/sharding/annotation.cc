@@ -91,11 +91,12 @@ Annotation Annotation::with_ds_union(std::vector<DistState> ds_union) const {
 namespace {
 
 // First physical dim of `shape` that none of `states` splits, or -1.
-int first_unsplit_dim(const std::vector<DistState>& states, const Shape& shape) {
+// The first dim that no DistState splits and that `parts` divides, or -1.
+int first_unsplit_dim(const std::vector<DistState>& states, const Shape& shape, int64_t parts) {
   for (int d = 0; d < shape.rank(); ++d) {
     bool split = false;
     for (const DistState& ds : states) split = split || ds.degree(d) > 1;
-    if (!split) return d;
+    if (!split && shape[d] % parts == 0) return d;
   }
   return -1;
 }
@@ -111,20 +112,18 @@ Annotation Annotation::optimizer_state(const Shape& shape) const {
   }
   if (!any_zero) return *this;
   if (hsize() > 1 && hdim_ == kDuplicate) {
-    int z = first_unsplit_dim(ds_union_, shape);
-    HSPMD_CHECK(z >= 0) << "ZeRO: every dim of shape " << shape.to_string() << " is split by " << to_string()
-                        << "; no dim is left to shard the optimizer state across groups";
-    return make(dg_union_, std::move(cleared), z);
+    const int z = first_unsplit_dim(ds_union_, shape, hsize());
+    return make(dg_union_, std::move(cleared), z >= 0 ? z : kDuplicate);
   }
   std::vector<DistState> states;
-  for (const DistState& ds : ds_union_) {
-    if (!ds.zero() || ds.degree(kDuplicate) == 1) {
+  for (size_t g = 0; g < ds_union_.size(); ++g) {
+    const DistState& ds = ds_union_[g];
+    const int n = ds.degree(kDuplicate);
+    const int z = n > 1 && ds.zero() ? first_unsplit_dim({ds}, group_part(static_cast<int>(g), shape).shape(), n) : -1;
+    if (z < 0) {
       states.push_back(ds.with_zero(false));
       continue;
     }
-    int z = first_unsplit_dim({ds}, shape);
-    HSPMD_CHECK(z >= 0) << "ZeRO: every dim of shape " << shape.to_string() << " is split by "
-                        << ds.to_string() << "; no dim is left to shard the optimizer state";
     std::vector<DistState::Entry> entries = ds.entries();
     for (auto& e : entries) {
       if (e.dim == kDuplicate) e.dim = z;

@@ -65,9 +65,11 @@ class Annotation {
   Annotation with_ds_union(std::vector<DistState> ds_union) const;
   // The annotation of the optimizer state under ZeRO-1 (DistState::zero()). When hsize > 1 and
   // the tensor is duplicated across subgroups, the state is split across subgroups along the
-  // first dim that no DistState splits (so gathering it back is a top-tier SplitAG); otherwise each
-  // zero DistState turns its D:n into S<z>:n, z the first dim it does not split. Without zero
-  // flags the state is sharded like the tensor itself. Zero flags are cleared in the result.
+  // first dim that no DistState splits and hsize divides (so gathering it back is a top-tier
+  // SplitAG); otherwise each zero DistState turns its D:n into S<z>:n, z the first dim it does not
+  // split and n divides. Where no such dim exists (e.g. hidden 6656 over 5 pipelines) that state
+  // stays unsharded. Without zero flags the state is sharded like the tensor itself. Zero flags are
+  // cleared in the result.
   Annotation optimizer_state(const Shape& shape) const;
 
   std::string to_string() const;

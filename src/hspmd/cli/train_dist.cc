@@ -1,0 +1,146 @@
+// `hspmd train --strategy S.json`: distributed training of the built-in Llama (runtime/dist_trainer.h).
+//
+//   hspmd train --model configs/llama-tiny.json --data runs/kjv --nproc 4
+//       --strategy examples/strategies/local-hetero-4.json
+//       --devices examples/devices/local-hetero-4.json --check-single                 (one line)
+//   hspmd launch -n 4 -- hspmd train --model ... --strategy ...     (the same, launched explicitly)
+//
+// With --nproc N and no RANK in the environment, this process becomes the launcher of N workers
+// running the same command line (comm/launcher.h); each worker trains its part of the strategy.
+// Rank 0 prints the steps, writes metrics and, with --check-single, retrains the same steps in one
+// process and compares every loss (the oracle of DESIGN.md §9). Checkpoints (--save, --resume) are
+// strategy-independent: a run saved under one strategy resumes under another, or single-process.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "hspmd/cli/train_args.h"
+#include "hspmd/comm/env.h"
+#include "hspmd/comm/launcher.h"
+#include "hspmd/core/error.h"
+#include "hspmd/data/token_dataset.h"
+#include "hspmd/models/llama_plan.h"
+#include "hspmd/runtime/dist_trainer.h"
+#include "hspmd/specialize/pipeline_layout.h"
+
+namespace hspmd::cli {
+namespace {
+
+// This process's own command line, to start the workers with.
+std::vector<std::string> own_command_line() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  HSPMD_CHECK(in.good()) << "cannot read /proc/self/cmdline to start the workers; use `hspmd launch -n N -- ...`";
+  std::vector<std::string> args;
+  std::string arg;
+  while (std::getline(in, arg, '\0')) args.push_back(arg);
+  HSPMD_CHECK(!args.empty()) << "empty /proc/self/cmdline";
+  args[0] = "/proc/self/exe";
+  return args;
+}
+
+// "trace.json" -> "trace.rank2.json"
+std::string rank_path(const std::string& path, int rank) {
+  const std::string suffix = ".json";
+  const std::string tag = ".rank" + std::to_string(rank);
+  if (path.size() > suffix.size() && path.ends_with(suffix)) return path.substr(0, path.size() - suffix.size()) + tag + suffix;
+  return path + tag + suffix;
+}
+
+// Retrains the same steps in one process and compares each loss with the distributed run's.
+void check_single_process(const models::LlamaConfig& config, const data::TokenDataset& dataset,
+                          const runtime::TrainerOptions& options, const std::vector<double>& losses) {
+  std::cout << "== single-process check: retraining " << losses.size() << " steps in one process" << std::endl;
+  runtime::Trainer single(config, dataset, options);
+  double worst = 0;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    const double expected = single.step().loss;
+    worst = std::max(worst, std::abs(losses[i] - expected) / std::abs(expected));
+    if (i < 3 || i + 1 == losses.size()) {
+      std::printf("step %3zu  distributed %.6f  single-process %.6f\n", i + 1, losses[i], expected);
+    }
+  }
+  constexpr double kTolerance = 1e-5;
+  std::printf("losses match the single-process run: max relative difference %.2e over %zu steps (tolerance %.0e): %s\n",
+              worst, losses.size(), kTolerance, worst <= kTolerance ? "PASS" : "FAIL");
+  std::fflush(stdout);
+  HSPMD_CHECK(worst <= kTolerance) << "distributed losses differ from the single-process run by " << worst;
+}
+
+void run_worker(const TrainArgs& args) {
+  const comm::WorkerEnv env = comm::WorkerEnv::from_environment();
+  const models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
+  const data::TokenDataset dataset = data::TokenDataset::open(args.data);
+  const sharding::Strategy strategy = sharding::Strategy::from_file(args.strategy);
+  const int world = static_cast<int>(strategy.ranks().size());
+  HSPMD_CHECK(env.world_size == world && strategy.ranks().back() == world - 1)
+      << "strategy " << args.strategy << " uses ranks " << sharding::DeviceGroup(strategy.ranks()).to_string()
+      << " but the run has " << env.world_size << " workers (ranks 0.." << env.world_size - 1 << ")";
+  const sharding::AnnotationPlan plan = models::compile_llama_plan(config, strategy);
+  const runtime::EmulatedDevices devices =
+      args.devices.empty() ? runtime::EmulatedDevices(world) : runtime::EmulatedDevices::from_file(args.devices, world);
+
+  comm::GroupCache groups(comm::open_run_store(env), env.rank, comm::gloo_backend({.host = env.host}));
+  runtime::DistOptions options{.train = args.options,
+                               .schedule = specialize::parse_schedule_kind(args.schedule),
+                               .device = devices.of(env.rank),
+                               .trace = !args.trace.empty()};
+  runtime::DistTrainer trainer(config, dataset, plan, options, env.rank, world, groups);
+  const bool lead = env.rank == 0;
+  if (lead) {
+    std::cout << "strategy " << strategy.name << ": " << strategy.pipelines.size() << " pipeline(s) on " << world
+              << " ranks; schedule " << args.schedule << (strategy.zero1 ? "; ZeRO-1" : "") << "\n";
+    if (!args.devices.empty()) std::cout << devices.describe() << "\n";
+  }
+  std::cout << trainer.describe() << std::endl;
+  if (!args.resume.empty()) {
+    trainer.restore(args.resume);
+    if (lead) std::cout << "resumed from " << args.resume << " at step " << trainer.step_count() << std::endl;
+  }
+
+  std::ofstream metrics;
+  if (lead && !args.metrics.empty()) {
+    metrics.open(args.metrics, args.resume.empty() ? std::ios::trunc : std::ios::app);
+    HSPMD_CHECK(metrics.good()) << "cannot open metrics file " << args.metrics;
+  }
+  std::vector<double> losses;
+  while (!trainer.done()) {
+    const runtime::StepMetrics m = trainer.step();
+    losses.push_back(m.loss);
+    HSPMD_CHECK(std::isfinite(m.loss)) << "training diverged at step " << m.step << ": loss " << m.loss;
+    if (lead) std::cout << step_line(m, args.options.steps) << std::endl;
+    if (metrics.is_open()) metrics << m.to_json().dump() << std::endl;
+    if (!args.save.empty() && (trainer.done() || (args.save_every > 0 && m.step % args.save_every == 0))) {
+      trainer.save(args.save);
+      if (lead) std::cout << "saved checkpoint " << args.save << " at step " << m.step << std::endl;
+    }
+  }
+  if (!args.trace.empty()) {
+    trainer.tracer().write(rank_path(args.trace, env.rank));
+    const runtime::TraceSummary s = trainer.tracer().summary();
+    std::printf("trace %s: compute %.0f%%, communication %.0f%%, optimizer %.0f%% of %.2fs\n",
+                rank_path(args.trace, env.rank).c_str(), 100 * s.share("compute"), 100 * s.share("comm"),
+                100 * s.share("optimizer"), s.window_seconds);
+  }
+  if (lead && args.check_single) {
+    HSPMD_CHECK(args.resume.empty()) << "--check-single compares a run from step 0; it cannot follow --resume";
+    check_single_process(config, dataset, args.options, losses);
+  }
+}
+
+}  // namespace
+
+void run_dist_train(const TrainArgs& args) {
+  HSPMD_CHECK(args.init_weights.empty() && args.dump_init_weights.empty())
+      << "--init-weights is single-process only (load them once, save a checkpoint, then --resume it)";
+  if (std::getenv("RANK") != nullptr || args.nproc == 0) return run_worker(args);
+  comm::LaunchOptions launch;
+  launch.nproc = args.nproc;
+  launch.command = own_command_line();
+  const int code = comm::launch(launch);
+  HSPMD_CHECK(code == 0) << "distributed training failed (launcher exit code " << code << ")";
+}
+
+}  // namespace hspmd::cli

@@ -1,0 +1,442 @@
+#include "hspmd/runtime/dist_trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+
+#include "hspmd/core/error.h"
+#include "hspmd/data/packing.h"
+#include "hspmd/graph/init.h"
+#include "hspmd/graph/op_registry.h"
+#include "hspmd/kernels/adamw.h"
+#include "hspmd/kernels/elementwise.h"
+#include "hspmd/kernels/reduce.h"
+#include "hspmd/kernels/slice.h"
+#include "hspmd/kernels/threading.h"
+#include "hspmd/specialize/reshard_resolution.h"
+
+namespace hspmd::runtime {
+
+using graph::OpKind;
+using graph::TensorRef;
+using sharding::Annotation;
+using sharding::Region;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Elements of `region` of parameter `name` (global shape `shape`), generated row by row from the
+// global element index, so every strategy starts from the single-process weights (DESIGN.md §9).
+Tensor init_region(const std::string& name, const Shape& shape, const Region& region, const graph::InitSpec& spec,
+                   uint64_t seed, Allocator* allocator) {
+  Tensor out = Tensor::empty(region.shape(), DType::kFloat32, allocator);
+  const int rank = shape.rank();
+  if (rank == 0 || region.numel() == 0) {
+    if (region.numel() > 0) out.copy_from(graph::init_tensor(name, shape, DType::kFloat32, spec, seed));
+    return out;
+  }
+  const int64_t row = region.extent(rank - 1);
+  std::vector<int64_t> index = region.begin;  // the first element of the current row
+  float* dst = out.data<float>();
+  for (int64_t written = 0; written < region.numel(); written += row) {
+    int64_t offset = 0;
+    for (int d = 0; d < rank; ++d) offset = offset * shape[d] + index[d];
+    Tensor part = graph::init_tensor(name, Shape{row}, DType::kFloat32, spec, seed, static_cast<uint64_t>(offset));
+    std::copy(part.data<float>(), part.data<float>() + row, dst + written);
+    for (int d = rank - 2; d >= 0; --d) {  // next row: odometer over the leading dims
+      if (++index[d] < region.end[d]) break;
+      index[d] = region.begin[d];
+    }
+  }
+  return out;
+}
+
+// Copies `inner` (global coordinates, inside `outer`) out of `t`, which holds `outer`.
+Tensor copy_out(const Tensor& t, const Region& outer, const Region& inner, Allocator* allocator) {
+  Tensor out = Tensor::empty(inner.shape(), t.dtype(), allocator);
+  std::vector<int64_t> starts(inner.begin.size());
+  for (size_t d = 0; d < starts.size(); ++d) starts[d] = inner.begin[d] - outer.begin[d];
+  kernels::copy_region(t, starts, out, std::vector<int64_t>(starts.size(), 0), inner.shape().dims());
+  return out;
+}
+
+// True when `device` counts its shard of `a` in sums over all ranks (norms) and saves it in
+// checkpoints, so every element is taken exactly once: of a tensor duplicated across subgroups
+// only subgroup 0 counts; inside a subgroup, the first device holding each region.
+bool counts_once(const Annotation& a, const Shape& shape, int device) {
+  const auto where = a.locate(device);
+  if (!where) return false;
+  const auto [g, i] = *where;
+  if (a.hdim() == sharding::kDuplicate && g != 0) return false;
+  const Region part = a.group_part(g, shape);
+  const Region mine = a.ds(g).region(i, part);
+  for (int j = 0; j < i; ++j) {
+    if (a.ds(g).region(j, part) == mine) return false;
+  }
+  return true;
+}
+
+std::vector<int> all_ranks(int world) {
+  std::vector<int> r(world);
+  std::iota(r.begin(), r.end(), 0);
+  return r;
+}
+
+}  // namespace
+
+// The forward values of one micro-batch, kept from F until B.
+struct DistTrainer::MicroBatch {
+  int index = 0;
+  graph::TensorMap feeds;
+  SymBinding binding;
+  std::vector<std::vector<Tensor>> values;  // [op][output]
+  double loss = 0;
+};
+
+// One parameter this rank holds, with its gradient and optimizer state.
+struct DistTrainer::ParamState {
+  int index = 0;               // in model().params
+  std::string name;
+  Shape shape;                 // global
+  Annotation annotation;       // of the parameter (ZeRO flags cleared)
+  Annotation grad_annotation;  // as the backward ops leave the gradient
+  Annotation state_annotation; // of the optimizer state (= annotation without ZeRO-1)
+  Region region, state_region;
+  Tensor value, grad, exp_avg, exp_avg_sq;
+  bool decay = false;          // weight decay applies (matrices)
+};
+
+DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDataset& dataset,
+                         const sharding::AnnotationPlan& plan, DistOptions options, int rank, int world_size,
+                         comm::GroupCache& groups)
+    : options_(std::move(options)),
+      model_(models::build_llama(config)),
+      dataset_(&dataset),
+      rank_(rank),
+      world_size_(world_size),
+      session_(groups, rank),
+      lr_schedule_(optimizer_options(options_.train).schedule),
+      pacer_(options_.device.speed),
+      tracer_(rank, options_.trace) {
+  const TrainerOptions& o = options_.train;
+  validate_options(o, config);
+  HSPMD_CHECK(dataset.vocab_size() <= static_cast<uint64_t>(config.vocab_size))
+      << "dataset " << dataset.dir() << " has vocab_size " << dataset.vocab_size() << " but the model config has "
+      << config.vocab_size;
+  HSPMD_CHECK(!plan.pipelines.empty()) << "the plan names no pipelines (micro-batch sizes and counts)";
+  HSPMD_CHECK(!plan.recompute && !o.recompute)
+      << "activation recomputation is single-process only for now; drop \"recompute\" from the strategy "
+         "(or --recompute) for distributed training";
+  if (o.threads > 0) kernels::set_num_threads(o.threads);
+  allocator_ = std::make_unique<Allocator>(Allocator::Options{
+      .capacity_bytes = static_cast<size_t>(options_.device.memory_bytes), .name = std::string("rank ").append(std::to_string(rank))});
+  exec_ = std::make_unique<specialize::ExecGraph>(model_.graph, plan, rank);
+  HSPMD_CHECK(exec_->data_group() >= 0 && exec_->data_group() < static_cast<int>(plan.pipelines.size()))
+      << "rank " << rank << " is fed no data under this plan (is it in the strategy?)";
+
+  layout_ = specialize::build_pipeline_layout(model_.graph, exec_->deduced());
+  const auto [pipeline, stage] = layout_.locate(rank);
+  const int num_stages = static_cast<int>(layout_.pipelines[pipeline].stages.size());
+  const sharding::PipelineSchedule& mb = plan.pipelines[exec_->data_group()];
+  schedule_ = specialize::make_schedule(options_.schedule, mb.num_micro_batches, num_stages, stage);
+
+  memory_ = specialize::estimate_memory(*exec_, {.micro_batch_tokens = mb.micro_batch_size * o.seq_len,
+                                                 .micro_batches_in_flight = specialize::max_in_flight(schedule_)});
+  HSPMD_CHECK(options_.device.memory_bytes == 0 || memory_.total() <= options_.device.memory_bytes)
+      << "rank " << rank << " (" << (options_.device.name.empty() ? "device" : options_.device.name)
+      << "): the plan needs about " << memory_.to_string() << ", more than the device's capacity of "
+      << options_.device.memory_bytes << " bytes; give this rank fewer layers, a higher TP degree or smaller micro-batches";
+
+  const sharding::AnnotationPlan& p = exec_->plan();
+  const std::vector<graph::GradientSync> syncs =
+      graph::gradient_syncs(model_.graph, exec_->deduced(), p, model_.params, model_.grads);
+  const graph::OptimizerOptions opt = optimizer_options(o);
+  for (size_t i = 0; i < model_.params.size(); ++i) {
+    const TensorRef ref = model_.params[i];
+    if (!exec_->holds(ref)) continue;
+    ParamState s;
+    s.index = static_cast<int>(i);
+    s.name = model_.param_names[i];
+    s.shape = evaluate(model_.graph.info(ref).shape, {});
+    s.annotation = specialize::without_zero(p.at(s.name));
+    HSPMD_CHECK(syncs[i].param == s.name) << "gradient of '" << s.name << "' is missing";
+    s.grad_annotation = syncs[i].deduced;
+    s.state_annotation = syncs[i].target;
+    s.region = *s.annotation.region(rank, s.shape);
+    std::optional<Region> state_region = s.state_annotation.region(rank, s.shape);
+    HSPMD_CHECK(state_region.has_value()) << "rank " << rank << " holds '" << s.name << "' but no optimizer state of it";
+    s.state_region = *state_region;
+    s.value = init_region(s.name, s.shape, s.region, model_.graph.op(ref.op).attrs.init, o.seed, allocator_.get());
+    s.exp_avg = Tensor::zeros(s.state_region.shape(), DType::kFloat32, allocator_.get());
+    s.exp_avg_sq = Tensor::zeros(s.state_region.shape(), DType::kFloat32, allocator_.get());
+    s.decay = s.shape.rank() >= 2 || opt.decay_vectors;
+    params_.push_back(std::move(s));
+  }
+  loader_ = std::make_unique<data::Loader>(
+      dataset, data::LoaderOptions{.seq_len = o.seq_len, .global_batch_tokens = o.global_batch_tokens, .seed = o.seed});
+}
+
+DistTrainer::~DistTrainer() = default;
+
+std::string DistTrainer::describe() const {
+  const auto [pipeline, stage] = layout_.locate(rank_);
+  const auto& stages = layout_.pipelines[pipeline].stages;
+  const sharding::PipelineSchedule& mb = exec_->plan().pipelines[exec_->data_group()];
+  std::ostringstream out;
+  out << "rank " << rank_ << ": pipeline " << pipeline << ", stage " << stage + 1 << "/" << stages.size() << " "
+      << sharding::DeviceGroup(stages[stage]).to_string() << ", " << mb.num_micro_batches << " micro-batches of "
+      << mb.micro_batch_size << ", " << specialize::schedule_kind_name(options_.schedule) << ": "
+      << specialize::to_string(schedule_) << "; memory estimate " << memory_.to_string();
+  return out.str();
+}
+
+void DistTrainer::pace() {
+  if (unpaced_seconds_ <= 0) return;
+  pacer_.pad(unpaced_seconds_);
+  unpaced_seconds_ = 0;
+}
+
+Tensor DistTrainer::run_reshard(int id, const Tensor& src, const SymBinding& binding, const std::string& channel) {
+  const graph::Op& op = exec_->op(id);
+  const TensorRef in = op.inputs[0], out{id, 0};
+  const SymShape& shape = model_.graph.info(out).shape;
+  std::vector<specialize::GroupResolution> all = specialize::resolve_reshard(
+      exec_->annotation(in), exec_->annotation(out), shape, {binding}, op.name, cache_);
+  const specialize::GroupResolution* mine = specialize::resolution_of(all, rank_);
+  if (mine == nullptr) return Tensor();
+  // A whole-tensor resolution was computed from this rank's symbols alone: only sound when the
+  // shape has none (another pipeline may bind them differently).
+  HSPMD_CHECK(mine->group >= 0 || is_static(shape))
+      << "Reshard '" << op.name << "' changes the top tier of an activation (" << exec_->annotation(in).to_string()
+      << " -> " << exec_->annotation(out).to_string() << "); pipelines with their own micro-batch shapes cannot do that";
+  return execute_reshard(*mine->resolution, mine->shape, rank_, src, session_, channel,
+                         model_.graph.info(out).dtype);
+}
+
+std::string DistTrainer::where(const std::string& op) const {
+  std::string s = "rank ";
+  return s.append(std::to_string(rank_)).append(", op '").append(op).append("': ");
+}
+
+void DistTrainer::run_op(int id, MicroBatch& mb) {
+  const graph::Op& op = exec_->op(id);
+  std::vector<Tensor>& outs = mb.values[id];
+  if (op.kind == OpKind::kReshard) {
+    pace();
+    const TensorRef in = op.inputs[0];
+    const Tensor src = exec_->holds(in) ? mb.values[in.op][in.index] : Tensor();
+    const double start = tracer_.now_us();
+    Tensor out = run_reshard(id, src, mb.binding, op.backward ? "B" : "F");
+    tracer_.record(op.name, "comm", start, tracer_.now_us());
+    outs = {out};
+    return;
+  }
+  const auto start = Clock::now();
+  std::vector<Tensor> inputs;
+  for (TensorRef in : op.inputs) {
+    HSPMD_ASSERT(mb.values[in.op].size() > static_cast<size_t>(in.index) && mb.values[in.op][in.index].defined())
+        << "rank " << rank_ << ", op '" << op.name << "': input '" << model_.graph.tensor_name(in) << "' is not here";
+    inputs.push_back(mb.values[in.op][in.index]);
+  }
+  std::vector<Shape> shapes;
+  for (int i = 0; i < static_cast<int>(op.outputs.size()); ++i) shapes.push_back(exec_->local_shape({id, i}, mb.binding));
+  graph::KernelContext ctx{op, inputs, shapes, allocator_.get(), {}};
+  try {
+    model_.graph.registry().get(op.kind).run(ctx);
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError(where(op.name) + e.what());
+  } catch (const Error& e) {
+    throw Error(where(op.name) + e.what());
+  }
+  outs = std::move(ctx.outputs);
+  unpaced_seconds_ += seconds_since(start);
+}
+
+void DistTrainer::forward(MicroBatch& mb) {
+  const double start = tracer_.now_us();
+  mb.values.assign(model_.graph.num_ops(), {});
+  for (int id : exec_->placeholders()) mb.values[id] = {mb.feeds.at(model_.graph.op(id).name)};
+  for (const ParamState& s : params_) mb.values[model_.params[s.index].op] = {s.value};
+  for (int id : exec_->forward_ops()) run_op(id, mb);
+  pace();
+  if (exec_->holds(model_.loss)) mb.loss = mb.values[model_.loss.op][model_.loss.index].element_as_double(0);
+  // Keep only what B reads (and the leaves, which B may read too).
+  for (int id : exec_->forward_ops()) {
+    for (size_t i = 0; i < mb.values[id].size(); ++i) {
+      if (!exec_->saved_for_backward({id, static_cast<int>(i)})) mb.values[id][i] = Tensor();
+    }
+  }
+  tracer_.record(std::string("F").append(std::to_string(mb.index)), "compute", start, tracer_.now_us());
+}
+
+void DistTrainer::backward(MicroBatch& mb) {
+  const double start = tracer_.now_us();
+  for (int id : exec_->backward_ops()) run_op(id, mb);
+  pace();
+  for (ParamState& s : params_) {
+    const TensorRef g = model_.grads[s.index];
+    const Tensor& value = mb.values[g.op][g.index];
+    HSPMD_ASSERT(value.defined()) << "rank " << rank_ << ": no gradient of '" << s.name << "' after B" << mb.index;
+    if (!s.grad.defined()) {
+      s.grad = value.clone(allocator_.get());
+    } else {
+      kernels::add(s.grad, value, s.grad);
+    }
+  }
+  mb.values.clear();
+  tracer_.record(std::string("B").append(std::to_string(mb.index)), "compute", start, tracer_.now_us());
+}
+
+StepMetrics DistTrainer::step() {
+  const auto start = Clock::now();
+  const TrainerOptions& o = options_.train;
+  const sharding::AnnotationPlan& plan = exec_->plan();
+
+  // The global batch, the same on every rank; this pipeline's share, micro-batch by micro-batch.
+  std::vector<data::Segment> segments = loader_->next();
+  const data::Batch global = data::pack(segments, {.seq_len = o.seq_len});
+  const int64_t labels = global.num_label_tokens();
+  std::vector<data::PartSpec> parts;
+  for (const sharding::PipelineSchedule& p : plan.pipelines) {
+    parts.push_back({static_cast<double>(p.micro_batch_size) * p.num_micro_batches, p.num_micro_batches});
+  }
+  const auto split = data::split_global_batch(segments, parts);
+  const auto& mine = split.at(exec_->data_group());
+
+  std::vector<MicroBatch> batches(mine.size());
+  double loss_sum = 0;
+  for (const specialize::Task& task : schedule_) {
+    MicroBatch& mb = batches.at(task.micro_batch);
+    if (task.forward) {
+      mb.index = task.micro_batch;
+      graph::TensorMap feeds = llama_feeds(data::pack(mine[task.micro_batch], {.seq_len = o.seq_len}), labels);
+      for (int id : exec_->placeholders()) {
+        const std::string& name = model_.graph.op(id).name;
+        mb.feeds[name] = feeds.at(name);
+      }
+      mb.binding = model_.graph.bind(mb.feeds);
+      forward(mb);
+      loss_sum += mb.loss;
+    } else {
+      backward(mb);
+    }
+  }
+  const double loss = post(loss_sum);
+
+  StepMetrics m;
+  m.step = step_;
+  m.loss = loss;
+  m.lr = lr_schedule_.at(step_);
+  m.tokens = global.num_tokens();
+  m.label_tokens = labels;
+  m.step_seconds = seconds_since(start);
+  m.tokens_per_second = m.step_seconds > 0 ? static_cast<double>(m.tokens) / m.step_seconds : 0.0;
+  m.peak_bytes = allocator_->peak_bytes();
+  m.grad_norm = last_grad_norm_;
+  return m;
+}
+
+double DistTrainer::post(double loss_sum) {
+  const double start = tracer_.now_us();
+  session_.wait_deferred();
+  const TrainerOptions& o = options_.train;
+  // Gradient sync into the optimizer-state layout; squares of the elements this rank counts.
+  double squares = 0;
+  std::vector<Tensor> grads(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    ParamState& s = params_[i];
+    if (!s.grad.defined()) {  // no micro-batch reached this stage: a zero contribution
+      s.grad = Tensor::zeros(s.grad_annotation.region(rank_, s.shape)->shape(), DType::kFloat32, allocator_.get());
+    }
+    const resolve::Resolution& r = cache_.resolve(s.grad_annotation, s.state_annotation, s.shape, s.name + ".grad");
+    grads[i] = execute_reshard(r, s.shape, rank_, s.grad, session_, "post");
+    s.grad = Tensor();
+    if (counts_once(s.state_annotation, s.shape, rank_)) squares += kernels::sum_squares(grads[i]);
+  }
+  // Loss: each pipeline's last stage counts its micro-batches once (the first rank of its TP group).
+  const Annotation& loss_annotation = exec_->annotation(model_.loss);
+  const auto where = loss_annotation.locate(rank_);
+  const bool counts_loss = where && where->second == 0 &&
+                           (loss_annotation.hdim() == sharding::kPartial || where->first == 0);
+  std::vector<double> totals{squares, counts_loss ? loss_sum : 0.0};
+  session_.group(all_ranks(world_size_), "post")->allreduce({.data = comm::CommBuffer::of(totals)}).wait();
+  const double norm = std::sqrt(totals[0]);
+  last_grad_norm_ = norm;
+
+  ++step_;
+  const double lr = lr_schedule_.at(step_);
+  const double clip = o.max_grad_norm > 0 && norm > o.max_grad_norm ? o.max_grad_norm / norm : 1.0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    ParamState& s = params_[i];
+    if (clip != 1.0) kernels::scale(grads[i], clip, grads[i]);
+    kernels::AdamWOptions a{.lr = lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps,
+                            .weight_decay = s.decay ? o.weight_decay : 0.0};
+    if (s.state_annotation == s.annotation) {
+      kernels::adamw_step(s.value, grads[i], s.exp_avg, s.exp_avg_sq, step_, a);
+      continue;
+    }
+    // ZeRO-1: update this rank's slice, then gather the parameter back from the state shards.
+    Tensor slice = copy_out(s.value, s.region, s.state_region, allocator_.get());
+    kernels::adamw_step(slice, grads[i], s.exp_avg, s.exp_avg_sq, step_, a);
+    const resolve::Resolution& r = cache_.resolve(s.state_annotation, s.annotation, s.shape, s.name);
+    s.value.copy_from(execute_reshard(r, s.shape, rank_, slice, session_, "post"));
+  }
+  session_.wait_deferred();
+  tracer_.record("post", "optimizer", start, tracer_.now_us());
+  return totals[1];
+}
+
+std::vector<SavedShard> DistTrainer::shards(bool with_optimizer_state) const {
+  std::vector<SavedShard> out;
+  for (const ParamState& s : params_) {
+    if (counts_once(s.annotation, s.shape, rank_)) out.push_back({s.name, s.shape, s.region, s.value});
+    if (with_optimizer_state && counts_once(s.state_annotation, s.shape, rank_)) {
+      out.push_back({s.name + ".exp_avg", s.shape, s.state_region, s.exp_avg});
+      out.push_back({s.name + ".exp_avg_sq", s.shape, s.state_region, s.exp_avg_sq});
+    }
+  }
+  return out;
+}
+
+std::vector<SavedShard> DistTrainer::parameter_shards() const { return shards(false); }
+
+void DistTrainer::save(const std::string& dir) {
+  auto world = session_.group(all_ranks(world_size_), "post");
+  if (rank_ == 0) prepare_sharded_save(dir);
+  world->barrier().wait();
+  write_rank_shards(dir, rank_, shards(true));
+  world->barrier().wait();
+  if (rank_ == 0) {
+    nlohmann::json state = {{"step", step_},
+                            {"seed", options_.train.seed},
+                            {"loader", nlohmann::json::parse(loader_->state().to_json())},
+                            {"config", nlohmann::json::parse(model_.config.to_json_text())},
+                            {"options", options_.train.to_json()}};
+    finish_sharded_save(dir, world_size_, state);
+  }
+  world->barrier().wait();
+}
+
+void DistTrainer::restore(const std::string& dir) {
+  const ShardedCheckpoint c = ShardedCheckpoint::open(dir);
+  const nlohmann::json& state = c.state();
+  const TrainerOptions saved = TrainerOptions::from_json(state.at("options"));
+  const TrainerOptions& o = options_.train;
+  HSPMD_CHECK(saved.seq_len == o.seq_len && saved.global_batch_tokens == o.global_batch_tokens && saved.seed == o.seed)
+      << "cannot resume from " << dir << ": its data stream was seq_len " << saved.seq_len << ", global_batch_tokens "
+      << saved.global_batch_tokens << ", seed " << saved.seed << "; this run asks for " << o.seq_len << ", "
+      << o.global_batch_tokens << ", " << o.seed;
+  for (ParamState& s : params_) {
+    s.value.copy_from(c.read(s.name, s.region));
+    s.exp_avg.copy_from(c.read(s.name + ".exp_avg", s.state_region));
+    s.exp_avg_sq.copy_from(c.read(s.name + ".exp_avg_sq", s.state_region));
+  }
+  step_ = state.at("step").get<int64_t>();
+  loader_ = std::make_unique<data::Loader>(*dataset_, loader_->options(),
+                                           data::LoaderState::from_json(state.at("loader").dump()));
+}
+
+}  // namespace hspmd::runtime

@@ -1,0 +1,126 @@
+// Distributed training of the built-in Llama under any annotation plan (a compiled strategy file):
+// one DistTrainer per rank, each running its own executable graph (specialize/exec_graph.h) as a
+// stage of a (possibly heterogeneous) pipeline. The oracle is the single-process Trainer: with the
+// same options and data, every step's loss and the final weights agree up to float rounding.
+//
+//   comm::GroupCache groups(store, rank, comm::gloo_backend());
+//   DistTrainer t(config, dataset, compile_llama_plan(config, strategy),
+//                 {.train = {.steps = 20, .seq_len = 64, .global_batch_tokens = 512}}, rank, world, groups);
+//   while (!t.done()) StepMetrics m = t.step();   // collective: every rank calls it; m is global
+//   t.save("runs/ckpt");                          // collective; loadable under any other strategy
+//
+// One step on a rank:
+//   data   every rank reads the same global batch (same Loader, same seed) and splits it over the
+//          plan's pipelines (data::split_global_batch, weights = micro-batch size x count); its own
+//          pipeline's micro-batches are packed one by one. loss_scale = 1 / labelled tokens of the
+//          GLOBAL batch, so every token weighs the same whatever pipeline or micro-batch it lands in.
+//   F, B   in the order of the stage's schedule (GPipe or 1F1B); forward values B needs are kept per
+//          micro-batch; parameter gradients are summed over micro-batches.
+//   Post   gradient sync (deduced -> optimizer-state annotation: AR, SplitAR, SplitRS, BSR ...), the
+//          global gradient norm (each element counted once: one subgroup of a replicated tensor, the
+//          first holder of each region inside it) and clipping, AdamW on the rank's state shard,
+//          parameter gather (state -> parameter).
+//   Loss   the sum of the loss of every micro-batch of every pipeline, counted once per pipeline.
+// Emulated devices (runtime/emulation.h): compute time is stretched by the rank's speed before
+// each communication (so a slow stage hands over late, as a real one would), and every tensor is
+// allocated from an allocator with the rank's capacity. Before the first step the rank's memory
+// estimate (specialize/memory_estimate.h) is checked against that capacity.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hspmd/comm/group_cache.h"
+#include "hspmd/data/loader.h"
+#include "hspmd/data/token_dataset.h"
+#include "hspmd/models/llama.h"
+#include "hspmd/resolve/resolver.h"
+#include "hspmd/runtime/emulation.h"
+#include "hspmd/runtime/reshard_exec.h"
+#include "hspmd/runtime/sharded_checkpoint.h"
+#include "hspmd/runtime/trace.h"
+#include "hspmd/runtime/trainer.h"
+#include "hspmd/specialize/exec_graph.h"
+#include "hspmd/specialize/memory_estimate.h"
+#include "hspmd/specialize/pipeline_layout.h"
+#include "hspmd/specialize/schedule.h"
+
+namespace hspmd::runtime {
+
+struct DistOptions {
+  TrainerOptions train;                                         // as for the single-process Trainer
+  specialize::ScheduleKind schedule = specialize::ScheduleKind::k1F1B;
+  EmulatedDevice device;                                        // this rank's speed and memory
+  bool trace = false;                                           // record a Chrome trace (tracer())
+};
+
+class DistTrainer {
+ public:
+  // The dataset and groups must outlive the trainer. Errors: as Trainer, plus a plan that does not
+  // fit the model or this rank's memory (naming the rank and the figures).
+  DistTrainer(const models::LlamaConfig& config, const data::TokenDataset& dataset, const sharding::AnnotationPlan& plan,
+              DistOptions options, int rank, int world_size, comm::GroupCache& groups);
+  ~DistTrainer();
+  DistTrainer(const DistTrainer&) = delete;
+  DistTrainer& operator=(const DistTrainer&) = delete;
+
+  StepMetrics step();  // collective
+  bool done() const { return step_ >= options_.train.steps; }
+  int64_t step_count() const { return step_; }
+
+  // Collective: writes a strategy-independent checkpoint (runtime/sharded_checkpoint.h).
+  void save(const std::string& dir);
+  // Collective: continues from a checkpoint saved under any strategy (or by the single-process
+  // trainer): weights and AdamW moments resharded to this plan, step and data position restored.
+  void restore(const std::string& dir);
+
+  // This rank's parameter shards, each element once over all ranks (see the norm above), float32.
+  std::vector<SavedShard> parameter_shards() const;
+
+  int rank() const { return rank_; }
+  const specialize::ExecGraph& exec_graph() const { return *exec_; }
+  const std::vector<specialize::Task>& schedule() const { return schedule_; }
+  // Where this rank sits in the pipelines found in its graph (specialize/pipeline_layout.h).
+  const specialize::PipelineLayout& pipelines() const { return layout_; }
+  // "rank 2: pipeline 1, stage 1/2 [2], 4 micro-batches of 1, 1F1B: F0 F1 B0 ..., memory ~3.1 MiB"
+  std::string describe() const;
+  Tracer& tracer() { return tracer_; }
+  const models::LlamaModel& model() const { return model_; }
+
+ private:
+  struct MicroBatch;
+  struct ParamState;
+
+  void forward(MicroBatch& mb);
+  void backward(MicroBatch& mb);
+  void run_op(int id, MicroBatch& mb);
+  Tensor run_reshard(int id, const Tensor& src, const SymBinding& binding, const std::string& channel);
+  void pace();
+  std::string where(const std::string& op) const;  // "rank 2, op 'x': " for errors  // sleeps the emulated slowdown of the compute done since the last call
+  std::vector<SavedShard> shards(bool with_optimizer_state) const;
+  double post(double loss_sum);  // returns the global loss; updates weights
+
+  DistOptions options_;
+  models::LlamaModel model_;
+  const data::TokenDataset* dataset_;
+  int rank_, world_size_;
+  std::unique_ptr<specialize::ExecGraph> exec_;
+  specialize::PipelineLayout layout_;
+  std::vector<specialize::Task> schedule_;
+  specialize::MemoryEstimate memory_;
+  std::unique_ptr<Allocator> allocator_;
+  CommSession session_;
+  resolve::ResolveCache cache_;
+  std::vector<ParamState> params_;
+  std::unique_ptr<data::Loader> loader_;
+  graph::LrSchedule lr_schedule_;
+  int64_t step_ = 0;
+  ComputePacer pacer_;
+  double unpaced_seconds_ = 0;
+  double last_grad_norm_ = 0;
+  Tracer tracer_;
+};
+
+}  // namespace hspmd::runtime

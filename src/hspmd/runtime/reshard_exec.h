@@ -1,0 +1,77 @@
+// Executes one device's part of a resolved Reshard (resolve/resolver.h) on local shards, through
+// the rank's communicators. Every rank runs the same Resolution (computed identically everywhere),
+// so the sends of one device match the receives of its peers without any negotiation.
+//
+//   CommSession session(groups, /*rank=*/3);          // one per rank, owns in-flight sends
+//   Resolution r = resolve(src, dst, Shape{8, 4}, "W");
+//   Tensor mine_dst = execute_reshard(r, Shape{8, 4}, /*device=*/3, mine_src, session, "F");
+//   ...
+//   session.wait_deferred();                           // end of step: every send has completed
+//
+// Per step of the resolution, the device's ops run in order:
+//   Identity          the destination shard is the source shard (same storage, no copy)
+//   LocalCopy         pieces of the source shard copied into the destination shard
+//   Send / Recv       one send_recv per peer on the pair communicator {device, peer} of the
+//                     channel, all peers posted before any is waited on; a peer that both sends to
+//                     and receives from this device gets ONE send_recv holding both directions (no
+//                     deadlock whatever the order of the peers). Receives are waited on before the
+//                     call returns; sends are handed to the session (deferred) so a pipeline stage
+//                     never blocks on its downstream neighbour.
+//   AllReduce / ReduceScatter / AllGather
+//                     over the op's group (GroupCache key = the group, channel), on the op's
+//                     region packed into a contiguous buffer in piece order (member j's part along
+//                     `dim` is contiguous), then unpacked into the destination shard. An
+//                     AllReduce member with zero_input adds zeros, and each member keeps the part
+//                     of the sum its destination shard covers (comm_op.h).
+// Regions are global coordinates; a device's shard of annotation A covers A.region(device, shape).
+// Channels keep independent traffic on independent communicators (and worker threads): the
+// pipeline uses "F" for forward activations, "B" for backward gradients, "post" for the gradient
+// sync and optimizer, so a deferred forward send never queues in front of a backward receive.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "hspmd/comm/group_cache.h"
+#include "hspmd/core/shape.h"
+#include "hspmd/core/tensor.h"
+#include "hspmd/resolve/resolver.h"
+
+namespace hspmd::runtime {
+
+// The communicators of one rank plus its deferred (in-flight) sends.
+class CommSession {
+ public:
+  CommSession(comm::GroupCache& groups, int rank) : groups_(groups), rank_(rank) {}
+  // Waits for sends still in flight (their errors are dropped: call wait_deferred() to see them),
+  // so no buffer is freed under a transfer.
+  ~CommSession();
+  CommSession(const CommSession&) = delete;
+  CommSession& operator=(const CommSession&) = delete;
+  int rank() const { return rank_; }
+  // The communicator of `ranks` (this rank must be a member) on `channel`, created on first use.
+  std::shared_ptr<comm::Communicator> group(const std::vector<int>& ranks, const std::string& channel);
+  // Keeps `buffer` alive until `work` completes; wait_deferred() waits for all of them.
+  void defer(comm::Work work, Tensor buffer);
+  // Waits for every deferred Work; after all are done, throws the first error (naming the op,
+  // group and peer). Sends that completed earlier are dropped by defer() as it goes.
+  void wait_deferred();
+  comm::GroupCache& groups() { return groups_; }
+
+ private:
+  comm::GroupCache& groups_;
+  int rank_;
+  std::mutex mutex_;
+  std::vector<std::pair<comm::Work, Tensor>> deferred_;
+};
+
+// `src`: this device's shard of the resolution's first `from` annotation (undefined when the device
+// holds none). Returns this device's shard of the last `to` annotation (undefined when it holds
+// none), dtype of src (or `dtype` when src is undefined: a pure receiver). Throws Error naming the
+// op kind, group and peer on a communication failure, or when src does not have the shard's shape.
+Tensor execute_reshard(const resolve::Resolution& resolution, const Shape& shape, int device, const Tensor& src,
+                       CommSession& session, const std::string& channel, DType dtype = DType::kFloat32);
+
+}  // namespace hspmd::runtime

@@ -1,0 +1,107 @@
+#include "hspmd/specialize/exec_graph.h"
+
+#include "hspmd/core/error.h"
+
+namespace hspmd::specialize {
+
+using graph::Op;
+using graph::OpKind;
+using graph::TensorRef;
+using sharding::Annotation;
+using sharding::Region;
+
+std::optional<Region> local_region(const SymShape& shape, const Annotation& a, int device, const SymBinding& binding) {
+  const auto where = a.locate(device);
+  if (!where) return std::nullopt;
+  std::vector<int64_t> dims = evaluate(shape, binding).dims();
+  const int h = a.hdim();
+  Region part = Region::full(Shape(dims));
+  if (h >= 0 && h < static_cast<int>(dims.size()) && shape[h].symbols().empty()) {
+    part = part.piece(h, a.hsize(), where->first);  // a static dim: the subgroup's even share
+  }
+  return a.ds(where->first).region(where->second, part);
+}
+
+Shape local_shape(const SymShape& shape, const Annotation& a, int device, const SymBinding& binding,
+                  const std::string& tensor) {
+  std::optional<Region> r = local_region(shape, a, device, binding);
+  HSPMD_CHECK(r.has_value()) << "device " << device << " holds no part of '" << tensor << "' (" << a.to_string()
+                             << ")";
+  return r->shape();
+}
+
+Annotation without_zero(const Annotation& a) {
+  std::vector<sharding::DistState> states;
+  for (const sharding::DistState& ds : a.ds_union()) states.push_back(ds.with_zero(false));
+  return a.with_ds_union(std::move(states));
+}
+
+ExecGraph::ExecGraph(const graph::Graph& g, const sharding::AnnotationPlan& plan, int rank)
+    : ExecGraph(g, plan, std::make_shared<const graph::DeducedAnnotations>(graph::deduce_annotations(g, plan)), rank) {}
+
+ExecGraph::ExecGraph(const graph::Graph& g, const sharding::AnnotationPlan& plan,
+                     std::shared_ptr<const graph::DeducedAnnotations> deduced, int rank)
+    : graph_(g), plan_(plan), deduced_(std::move(deduced)), rank_(rank) {
+  build();
+}
+
+const Op& ExecGraph::op(int id) const { return local_ops_.at(id); }
+
+bool ExecGraph::holds(TensorRef t) const { return deduced_->at(t).locate(rank_).has_value(); }
+
+Shape ExecGraph::local_shape(TensorRef t, const SymBinding& binding) const {
+  return specialize::local_shape(graph_.info(t).shape, deduced_->at(t), rank_, binding, graph_.tensor_name(t));
+}
+
+bool ExecGraph::saved_for_backward(TensorRef t) const { return saved_.at(t.op).at(t.index); }
+
+void ExecGraph::build() {
+  const int n = graph_.num_ops();
+  local_ops_.reserve(n);
+  saved_.resize(n);
+  for (int id = 0; id < n; ++id) {
+    const Op& op = graph_.op(id);
+    local_ops_.push_back(op);
+    saved_[id].assign(op.outputs.size(), false);
+    const TensorRef out{id, 0};
+    bool mine = holds(out);
+    if (op.kind == OpKind::kReshard) mine = mine || holds(op.inputs[0]);
+    if (!mine) continue;
+    switch (op.kind) {
+      case OpKind::kPlaceholder: {
+        placeholders_.push_back(id);
+        const Annotation& a = annotation(out);
+        if (a.hdim() >= 0 && data_group_ < 0) data_group_ = a.locate(rank_)->first;
+        break;
+      }
+      case OpKind::kParameter:
+        parameters_.push_back(id);
+        break;
+      default:
+        (op.backward ? backward_ : forward_).push_back(id);
+    }
+    // A vocab-parallel table shard covers rows [vocab_start, vocab_start + rows): the lookup and its
+    // gradient work in global token ids and leave the other rows to the other shards.
+    if (op.kind == OpKind::kEmbedding || op.kind == OpKind::kEmbeddingBwd) {
+      const TensorRef table = op.kind == OpKind::kEmbedding ? op.inputs[0] : out;
+      const SymShape& shape = graph_.info(table).shape;
+      std::optional<Region> r = local_region(shape, annotation(table), rank_, {});
+      HSPMD_CHECK(r.has_value()) << "op '" << op.name << "': rank " << rank_ << " runs it without the table";
+      local_ops_.back().attrs.vocab_start = r->begin[0];
+      local_ops_.back().attrs.outside_ids_are_zero = r->extent(0) < shape[0].evaluate({});
+    }
+  }
+  if (data_group_ < 0) {  // a rank fed no token-split placeholder: any split annotation it holds
+    for (int id : placeholders_) {
+      auto where = annotation(TensorRef{id, 0}).locate(rank_);
+      if (where) data_group_ = where->first;
+    }
+  }
+  for (int id : backward_) {
+    for (TensorRef in : graph_.op(id).inputs) {
+      if (!graph_.op(in.op).backward) saved_[in.op][in.index] = true;
+    }
+  }
+}
+
+}  // namespace hspmd::specialize

@@ -1,0 +1,88 @@
+// ExecGraph: one rank's executable view of a defined graph under an annotation plan (§6.2). Every
+// rank builds its own from the same graph and plan; nothing is exchanged.
+//
+//   Graph g = build_llama(config).graph;     AnnotationPlan plan = compile_llama_plan(config, st);
+//   ExecGraph eg(g, plan, /*rank=*/2);
+//   eg.forward_ops()    // F: forward ops rank 2 takes part in (its stage's compute, and every
+//                       //    Reshard it sends into or receives from), in graph order
+//   eg.backward_ops()   // B: the same for the backward ops
+//   eg.op(id)           // the op with rank 2's attributes (a vocab-parallel embedding's row range)
+//   eg.local_shape(t, binding)   // what rank 2 holds of tensor t for one micro-batch's symbols
+//
+// The phases of a training step on a rank (DESIGN.md §6):
+//   Pre   parameter preparation before the passes. Weights are float32 and whole per TP shard
+//         (ZeRO-1 shards optimizer states only), so there is nothing to gather: Pre is empty here.
+//   F, B  forward_ops() / backward_ops() once per micro-batch, in the order of the rank's schedule
+//         (specialize/schedule.h); Reshards between stages hand activations and gradients over.
+//   Post  gradient accumulation over micro-batches, gradient sync (gradient_syncs(): deduced ->
+//         optimizer-state annotation), optimizer on the state shard, parameter gather (state ->
+//         parameter annotation). runtime/dist_trainer.h runs it.
+// An op belongs to a rank when the rank holds one of its outputs; a Reshard when the rank holds its
+// input or its output. Leaves (placeholders, parameters) are not in F or B: placeholders() and
+// parameters() list the ones the rank is fed / holds.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "hspmd/core/sym_expr.h"
+#include "hspmd/graph/deduction.h"
+#include "hspmd/graph/graph.h"
+#include "hspmd/sharding/annotation.h"
+#include "hspmd/sharding/plan.h"
+
+namespace hspmd::specialize {
+
+// The part of a global tensor (symbolic shape `shape`, annotation `a`) that `device` holds, with the
+// symbols of the device's subgroup bound: a top-tier split of a dim that depends on a symbol is
+// already the subgroup's share (each pipeline binds its own T); of a static dim, 1/hsize of it.
+// nullopt when the device holds none of it.
+std::optional<sharding::Region> local_region(const SymShape& shape, const sharding::Annotation& a, int device,
+                                             const SymBinding& binding);
+// local_region(...)->shape(); Error naming `tensor` when the device holds none of it.
+Shape local_shape(const SymShape& shape, const sharding::Annotation& a, int device, const SymBinding& binding,
+                  const std::string& tensor);
+// The same annotation with every ZeRO flag cleared (the layout of the values themselves).
+sharding::Annotation without_zero(const sharding::Annotation& a);
+
+class ExecGraph {
+ public:
+  // Deduces the annotations itself; the graph must outlive the ExecGraph.
+  ExecGraph(const graph::Graph& g, const sharding::AnnotationPlan& plan, int rank);
+  // Shares one deduction between the ranks of a process.
+  ExecGraph(const graph::Graph& g, const sharding::AnnotationPlan& plan,
+            std::shared_ptr<const graph::DeducedAnnotations> deduced, int rank);
+
+  int rank() const { return rank_; }
+  const graph::Graph& graph() const { return graph_; }
+  const sharding::AnnotationPlan& plan() const { return plan_; }
+  const graph::DeducedAnnotations& deduced() const { return *deduced_; }
+
+  const std::vector<int>& forward_ops() const { return forward_; }
+  const std::vector<int>& backward_ops() const { return backward_; }
+  const std::vector<int>& placeholders() const { return placeholders_; }
+  const std::vector<int>& parameters() const { return parameters_; }
+  // The op with this rank's attributes.
+  const graph::Op& op(int id) const;
+  const sharding::Annotation& annotation(graph::TensorRef t) const { return deduced_->at(t); }
+  bool holds(graph::TensorRef t) const;
+  Shape local_shape(graph::TensorRef t, const SymBinding& binding) const;
+  // Forward tensors that a backward op of this rank reads: kept from F(m) until B(m).
+  bool saved_for_backward(graph::TensorRef t) const;
+  // Subgroup of the data placeholders this rank is fed (= index into plan().pipelines); -1 if none.
+  int data_group() const { return data_group_; }
+
+ private:
+  void build();
+
+  const graph::Graph& graph_;
+  sharding::AnnotationPlan plan_;
+  std::shared_ptr<const graph::DeducedAnnotations> deduced_;
+  int rank_;
+  std::vector<int> forward_, backward_, placeholders_, parameters_;
+  std::vector<graph::Op> local_ops_;       // by op id; attributes adjusted for this rank
+  std::vector<std::vector<bool>> saved_;   // [op][output]
+  int data_group_ = -1;
+};
+
+}  // namespace hspmd::specialize

@@ -1,0 +1,54 @@
+#include "hspmd/specialize/memory_estimate.h"
+
+#include <cstdio>
+
+#include "hspmd/core/dtype.h"
+
+namespace hspmd::specialize {
+
+namespace {
+
+std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+std::string MemoryEstimate::to_string() const {
+  return mib(parameters) + " parameters + " + mib(gradients) + " gradients + " + mib(optimizer_states) +
+         " optimizer states + " + mib(activations) + " activations = " + mib(total());
+}
+
+MemoryEstimate estimate_memory(const ExecGraph& exec, const MemoryEstimateOptions& options) {
+  const graph::Graph& g = exec.graph();
+  MemoryEstimate m;
+  for (int id : exec.parameters()) {
+    const graph::TensorRef ref{id, 0};
+    const graph::TensorInfo& info = g.info(ref);
+    const int64_t bytes = exec.local_shape(ref, {}).numel() * static_cast<int64_t>(dtype_size(info.dtype));
+    const Shape shape = evaluate(info.shape, {});
+    const sharding::Annotation state = without_zero(exec.plan().optimizer_state(g.op(id).name));
+    const int64_t state_bytes =
+        state.region(exec.rank(), shape).value_or(sharding::Region::full(Shape{})).numel() * dtype_size(info.dtype);
+    m.parameters += bytes;
+    m.gradients += bytes + state_bytes;
+    m.optimizer_states += 2 * state_bytes;
+  }
+  const SymBinding binding{{"T", options.micro_batch_tokens}, {"N", 1}};
+  int64_t saved = 0, transient = 0;
+  for (int id : exec.forward_ops()) {
+    const graph::Op& op = g.op(id);
+    for (int i = 0; i < static_cast<int>(op.outputs.size()); ++i) {
+      const graph::TensorRef t{id, i};
+      if (!exec.holds(t)) continue;
+      const int64_t bytes = exec.local_shape(t, binding).numel() * static_cast<int64_t>(dtype_size(op.outputs[i].dtype));
+      (exec.saved_for_backward(t) ? saved : transient) += bytes;
+    }
+  }
+  m.activations = saved * options.micro_batches_in_flight + transient;
+  return m;
+}
+
+}  // namespace hspmd::specialize

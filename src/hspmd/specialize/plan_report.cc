@@ -1,0 +1,390 @@
+#include "hspmd/specialize/plan_report.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "hspmd/core/error.h"
+#include "hspmd/graph/deduction.h"
+#include "hspmd/resolve/resolver.h"
+#include "hspmd/sharding/device_group.h"
+#include "hspmd/specialize/reshard_resolution.h"
+
+namespace hspmd::specialize {
+
+using graph::Graph;
+using graph::Op;
+using graph::OpKind;
+using graph::TensorRef;
+using sharding::Annotation;
+
+namespace {
+
+// "1-3,5" style list of ascending ints, with `sep` between the ends of a run.
+std::string ranges(const std::vector<int>& values, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < values.size();) {
+    size_t j = i;
+    while (j + 1 < values.size() && values[j + 1] == values[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(values[i]);
+    if (j > i) out += sep + std::to_string(values[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+// "model.layers.12.attn_out" -> ("model.layers.{L}.attn_out", 12); other names -> (name, -1).
+std::pair<std::string, int> layer_pattern(const std::string& name) {
+  static const std::string kLayers = "layers.";
+  const size_t at = name.find(kLayers);
+  if (at == std::string::npos) return {name, -1};
+  const size_t begin = at + kLayers.size();
+  size_t end = begin;
+  while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
+  if (end == begin || end == name.size() || name[end] != '.') return {name, -1};
+  return {name.substr(0, begin) + "{L}" + name.substr(end), std::stoi(name.substr(begin, end - begin))};
+}
+
+bool is_identity(const resolve::Resolution& r) {
+  for (const resolve::ResolveStep& step : r.steps) {
+    for (const auto& [dev, ops] : step.ops) {
+      for (const resolve::CommOp& op : ops) {
+        if (op.kind != resolve::CommKind::kIdentity) return false;
+      }
+    }
+  }
+  return true;
+}
+
+// One classification for the parts of a per-subgroup resolution: "bottom[AR]" and "bottom[SR]"
+// read as the whole-tensor bottom tier would, "bottom[AR,SR]".
+std::string classification(const std::vector<GroupResolution>& parts) {
+  if (parts.size() == 1) return parts[0].resolution->classification();
+  std::string bottom, joined;
+  bool all_bottom = true;
+  for (const GroupResolution& p : parts) {
+    const std::string c = p.resolution->classification();
+    joined += (joined.empty() ? "" : "; ") + c;
+    if (c.rfind("bottom[", 0) != 0 || c.find('+') != std::string::npos) {
+      all_bottom = false;
+    } else {
+      bottom += (bottom.empty() ? "" : ",") + c.substr(7, c.size() - 8);
+    }
+  }
+  return all_bottom ? "bottom[" + bottom + "]" : joined;
+}
+
+// The link tier an op's bytes travel on.
+std::string tier_of(const resolve::CommOp& op, int device, const resolve::Topology* topo) {
+  if (!topo) return "all";
+  resolve::LinkTier worst = resolve::LinkTier::kLocal;
+  auto consider = [&](int other) {
+    const resolve::LinkTier t = topo->tier(device, other);
+    if (static_cast<int>(t) > static_cast<int>(worst)) worst = t;
+  };
+  if (op.peer >= 0) consider(op.peer);
+  for (int m : op.group) consider(m);
+  return std::string(resolve::link_tier_name(worst));
+}
+
+class Builder {
+ public:
+  Builder(const models::LlamaModel& m, const sharding::AnnotationPlan& plan, const PlanReportOptions& o)
+      : m_(m), plan_(plan), o_(o) {}
+
+  PlanReport build() {
+    const Graph& g = m_.graph;
+    r_.schedule = o_.schedule;
+    r_.seq_len = o_.seq_len;
+    r_.topology = o_.topology ? o_.topology->name() : "";
+    HSPMD_CHECK(o_.seq_len >= 1) << "plan report: seq_len must be >= 1, got " << o_.seq_len;
+    const graph::DeducedAnnotations deduced = graph::deduce_annotations(g, plan_);
+    check_topology(deduced);
+    pipelines(g, deduced);
+    const std::vector<bool> on_data = ops_on_data(g);
+    for (int id = 0; id < g.num_ops(); ++id) {
+      const Op& op = g.op(id);
+      if (op.kind != OpKind::kReshard) continue;
+      ++r_.reshards_total;
+      const TensorRef out{id, 0};
+      const graph::TensorInfo& info = g.info(out);
+      if (!add(r_.activations, activations_, op.name, deduced.at(op.inputs[0]), deduced.at(out), info.shape, info.dtype,
+               on_data[id])) {
+        ++r_.reshards_identity;
+      }
+    }
+    for (const graph::GradientSync& s : graph::gradient_syncs(g, deduced, plan_, m_.params, m_.grads)) {
+      const graph::TensorInfo& info = g.info(*g.find(s.param));
+      add(r_.gradient_syncs, syncs_, s.param, s.deduced, s.target, info.shape, info.dtype, false);
+      if (plan_.optimizer_states().count(s.param)) {
+        add(r_.parameter_gathers, gathers_, s.param, s.target, s.param_annotation, info.shape, info.dtype, false);
+      }
+    }
+    for (const auto* list : {&r_.activations, &r_.gradient_syncs, &r_.parameter_gathers}) {
+      for (const ReshardGroup& grp : *list) {
+        for (const auto& [tier, bytes] : grp.occurrence_step_bytes) r_.step_bytes_by_tier[tier] += bytes * grp.occurrences;
+      }
+    }
+    return std::move(r_);
+  }
+
+ private:
+  void check_topology(const graph::DeducedAnnotations& deduced) {
+    if (!o_.topology) return;
+    for (const auto& outs : deduced.by_op()) {
+      for (const Annotation& a : outs) {
+        for (int d : a.devices()) {
+          HSPMD_CHECK(d < o_.topology->num_devices()) << "the plan uses rank " << d << " but cluster "
+                                                      << o_.topology->name() << " has " << o_.topology->num_devices()
+                                                      << " devices";
+        }
+      }
+    }
+  }
+
+  // Pipelines of the layout, matched to the plan's subgroups through the loss (split or partial
+  // over one subgroup per pipeline, on each last stage); layers per stage from the ops' tags.
+  void pipelines(const Graph& g, const graph::DeducedAnnotations& deduced) {
+    const PipelineLayout layout = build_pipeline_layout(g, deduced);
+    const Annotation& loss = deduced.at(m_.loss);
+    const size_t planned = plan_.pipelines.size();
+    HSPMD_CHECK(planned == 0 || planned == layout.pipelines.size())
+        << "the plan schedules " << planned << " pipelines but its annotations form " << layout.pipelines.size()
+        << ":\n" << layout.to_string();
+    std::map<int, std::set<int>> layers_of;  // rank -> decoder layers it computes
+    for (int id = 0; id < g.num_ops(); ++id) {
+      const Op& op = g.op(id);
+      // Compute ops only: a Reshard tagged with layer l may put its output on the next stage.
+      if (op.backward || op.layer < 0 || op.kind == OpKind::kPlaceholder || op.kind == OpKind::kParameter ||
+          op.kind == OpKind::kReshard) {
+        continue;
+      }
+      for (int d : deduced.by_op()[id][0].devices()) layers_of[d].insert(op.layer);
+    }
+    for (const PipelineStages& p : layout.pipelines) {
+      PipelineReport pr;
+      const auto where = loss.locate(p.stages.back()[0]);
+      HSPMD_CHECK(where.has_value()) << "the loss " << loss.to_string() << " is not on the last stage "
+                                     << sharding::DeviceGroup(p.stages.back()).to_string() << " of a pipeline";
+      pr.subgroup = where->first;
+      if (planned > 0) {
+        pr.micro_batch_size = plan_.pipelines.at(pr.subgroup).micro_batch_size;
+        pr.num_micro_batches = plan_.pipelines.at(pr.subgroup).num_micro_batches;
+      }
+      pr.binding = {{"T", pr.micro_batch_size * o_.seq_len}, {"N", pr.micro_batch_size}};
+      for (size_t s = 0; s < p.stages.size(); ++s) {
+        StageReport sr;
+        sr.ranks = p.stages[s];
+        std::set<int> layers;
+        for (int d : sr.ranks) {
+          layers.insert(layers_of[d].begin(), layers_of[d].end());
+          runs_[d] = pr.num_micro_batches;
+        }
+        sr.layers = ranges({layers.begin(), layers.end()}, "-");
+        sr.schedule = make_schedule(o_.schedule, pr.num_micro_batches, static_cast<int>(p.stages.size()),
+                                    static_cast<int>(s));
+        pr.stages.push_back(std::move(sr));
+      }
+      r_.pipelines.push_back(std::move(pr));
+    }
+    std::sort(r_.pipelines.begin(), r_.pipelines.end(),
+              [](const PipelineReport& a, const PipelineReport& b) { return a.subgroup < b.subgroup; });
+    for (size_t i = 0; i < r_.pipelines.size(); ++i) {
+      HSPMD_CHECK(r_.pipelines[i].subgroup == static_cast<int>(i))
+          << "the loss " << loss.to_string() << " does not have one subgroup per pipeline:\n" << layout.to_string();
+      bindings_.push_back(r_.pipelines[i].binding);
+    }
+  }
+
+  resolve::ResolveCache& cache(size_t element_size) {
+    auto& c = caches_[element_size];
+    if (!c) {
+      c = std::make_unique<resolve::ResolveCache>(resolve::ResolveOptions{static_cast<int64_t>(element_size),
+                                                                          o_.topology, resolve::BsrPolicy::kHeuristic});
+    }
+    return *c;
+  }
+
+  // Groups of one list, by (name pattern, classification, src, dst, shape).
+  using Index = std::unordered_map<std::string, size_t>;
+
+  // Resolves one Reshard and files it under its group; false when it is the identity everywhere.
+  bool add(std::vector<ReshardGroup>& into, Index& index, const std::string& name, const Annotation& src,
+           const Annotation& dst, const SymShape& shape, DType dtype, bool per_micro_batch) {
+    const std::vector<GroupResolution> parts =
+        resolve_reshard(src, dst, shape, bindings_, name, cache(dtype_size(dtype)));
+    if (std::all_of(parts.begin(), parts.end(), [](const GroupResolution& p) { return is_identity(*p.resolution); })) {
+      return false;
+    }
+    auto [pattern, layer] = layer_pattern(name);
+    std::string src_text = src.to_string(), dst_text = dst.to_string(), shape_text = hspmd::to_string(shape);
+    std::string cls = classification(parts);
+    auto [slot, fresh] = index.emplace(pattern + "\n" + cls + "\n" + src_text + "\n" + dst_text + "\n" + shape_text,
+                                       into.size());
+    if (!fresh) {
+      ReshardGroup& grp = into[slot->second];
+      ++grp.occurrences;
+      if (layer >= 0) grp.layers.push_back(layer);
+      return true;
+    }
+    ReshardGroup grp;
+    grp.pattern = std::move(pattern);
+    if (layer >= 0) grp.layers.push_back(layer);
+    grp.src = std::move(src_text);
+    grp.dst = std::move(dst_text);
+    grp.shape = std::move(shape_text);
+    grp.classification = std::move(cls);
+    std::map<int, DeviceOps> by_device;
+    for (const GroupResolution& part : parts) {
+      for (int d : part.resolution->devices()) {
+        DeviceOps& dev = by_device[d];
+        dev.device = d;
+        const int runs = per_micro_batch ? runs_of(d) : 1;
+        for (const resolve::CommOp& op : part.resolution->ops_of(d)) {
+          if (op.kind == resolve::CommKind::kIdentity) continue;
+          dev.ops.push_back(op);
+          dev.bytes += op.bytes;
+          if (op.bytes > 0) grp.occurrence_step_bytes[tier_of(op, d, o_.topology)] += op.bytes * runs;
+        }
+      }
+    }
+    for (auto& [d, dev] : by_device) {
+      if (dev.ops.empty()) continue;
+      grp.bytes += dev.bytes;
+      grp.devices.push_back(std::move(dev));
+    }
+    into.push_back(std::move(grp));
+    return true;
+  }
+
+  int runs_of(int device) const {
+    auto it = runs_.find(device);
+    return it == runs_.end() ? 1 : it->second;
+  }
+
+  const models::LlamaModel& m_;
+  const sharding::AnnotationPlan& plan_;
+  const PlanReportOptions& o_;
+  PlanReport r_;
+  std::vector<SymBinding> bindings_;
+  std::map<int, int> runs_;  // device -> micro-batches of its pipeline
+  std::map<size_t, std::unique_ptr<resolve::ResolveCache>> caches_;  // by element size
+  Index activations_, syncs_, gathers_;
+};
+
+}  // namespace
+
+std::string ReshardGroup::display_name() const {
+  if (layers.empty()) return pattern;
+  std::vector<int> sorted = layers;
+  std::sort(sorted.begin(), sorted.end());
+  const std::string list = sorted.size() == 1 ? std::to_string(sorted[0]) : "{" + ranges(sorted, "..") + "}";
+  const size_t at = pattern.find("{L}");
+  return pattern.substr(0, at) + list + pattern.substr(at + 3);
+}
+
+int64_t ReshardGroup::step_bytes() const {
+  int64_t n = 0;
+  for (const auto& [tier, bytes] : occurrence_step_bytes) n += bytes;
+  return n * occurrences;
+}
+
+PlanReport make_plan_report(const models::LlamaModel& model, const sharding::AnnotationPlan& plan,
+                            const PlanReportOptions& options) {
+  return Builder(model, plan, options).build();
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+namespace {
+
+std::string bytes_text(int64_t bytes) {
+  return bytes < 1024 ? std::to_string(bytes) + " B" : human_bytes(static_cast<double>(bytes)) + " (" + std::to_string(bytes) + " B)";
+}
+
+void print_groups(std::ostream& out, const std::vector<ReshardGroup>& groups, const char* per_run) {
+  for (const ReshardGroup& grp : groups) {
+    out << "  " << grp.display_name();
+    if (grp.occurrences > 1) out << " (" << grp.occurrences << "x)";
+    out << "  " << grp.classification << "  " << grp.shape << "\n";
+    out << "    " << grp.src << " -> " << grp.dst << "\n";
+    if (grp.local_only()) {
+      std::vector<int> ranks;
+      for (const DeviceOps& d : grp.devices) ranks.push_back(d.device);
+      out << "    local copies only, on ranks " << sharding::DeviceGroup(ranks).to_string() << "\n";
+      continue;
+    }
+    for (const DeviceOps& d : grp.devices) {
+      out << "    rank " << d.device << ":";
+      for (size_t i = 0; i < d.ops.size(); ++i) out << (i ? "; " : " ") << d.ops[i].to_string();
+      out << "\n";
+    }
+    out << "    bytes: " << bytes_text(grp.bytes) << " " << per_run;
+    if (grp.occurrences > 1) out << ", " << bytes_text(grp.bytes * grp.occurrences) << " for all " << grp.occurrences;
+    out << "; per step " << bytes_text(grp.step_bytes()) << "\n";
+  }
+}
+
+}  // namespace
+
+std::string to_string(const PlanReport& r) {
+  std::ostringstream out;
+  out << "schedule " << schedule_kind_name(r.schedule) << ", seq_len " << r.seq_len << ", cluster "
+      << (r.topology.empty() ? "none (one link tier \"all\")" : r.topology) << "\n"
+      << "activations are per micro-batch: T = micro_batch_size * seq_len tokens, N = micro_batch_size documents\n\n";
+  out << "Pipelines (" << r.pipelines.size() << "); per stage: ranks, decoder layers, TP degree, one step's schedule\n";
+  for (const PipelineReport& p : r.pipelines) {
+    out << "  pipeline " << p.subgroup << ": " << p.num_micro_batches << " micro-batches of " << p.micro_batch_size
+        << (p.micro_batch_size == 1 ? " sequence" : " sequences") << " (T=" << p.binding.at("T")
+        << ", N=" << p.binding.at("N") << ")\n";
+    for (size_t s = 0; s < p.stages.size(); ++s) {
+      const StageReport& st = p.stages[s];
+      char head[160];
+      std::snprintf(head, sizeof head, "    stage %zu  ranks %-8s layers %-7s TP %-3zu ", s,
+                    sharding::DeviceGroup(st.ranks).to_string().c_str(),
+                    st.layers.empty() ? "-" : st.layers.c_str(), st.ranks.size());
+      out << head << to_short_string(st.schedule) << "\n";
+    }
+  }
+  const int listed = r.reshards_total - r.reshards_identity;
+  out << "\nReshards (forward, then backward \".bwd\"; graph order): " << listed << " of " << r.reshards_total
+      << " resolve to communication or local copies, the other " << r.reshards_identity
+      << " are the identity everywhere; bytes per run, per step counting each micro-batch of the sender's pipeline\n";
+  print_groups(out, r.activations, "per run");
+  out << "\nGradient syncs (deduced gradient -> optimizer target; once per step, in Post): "
+      << r.gradient_syncs.size() << " groups\n";
+  print_groups(out, r.gradient_syncs, "per tensor");
+  if (!r.parameter_gathers.empty()) {
+    out << "\nParameter gathers (ZeRO-1 optimizer state -> parameter; once per step, in Pre): "
+        << r.parameter_gathers.size() << " groups\n";
+    print_groups(out, r.parameter_gathers, "per tensor");
+  }
+  out << "\nBytes per step by link tier\n";
+  int64_t total = 0;
+  for (const auto& [tier, bytes] : r.step_bytes_by_tier) {
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-11s %s\n", tier.c_str(), bytes_text(bytes).c_str());
+    out << line;
+    total += bytes;
+  }
+  char line[160];
+  std::snprintf(line, sizeof line, "  %-11s %s\n", "total", bytes_text(total).c_str());
+  out << line;
+  return out.str();
+}
+
+}  // namespace hspmd::specialize
