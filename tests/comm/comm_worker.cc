@@ -47,10 +47,20 @@ void failure_scenario(const WorkerEnv& env, std::shared_ptr<Store> store, GroupC
       ::raise(SIGKILL);
     }).detach();
   }
-  std::vector<float> big(1 << 18, 1.0f);
+  // Static: an allreduce abandoned below may still hold it until its own timeout.
+  static std::vector<float> big(1 << 18, 1.0f);
   std::string failure;
   try {
-    for (int i = 0; i < 100000; ++i) comm->allreduce({.data = CommBuffer::of(big)}).wait();
+    for (int i = 0; i < 100000 && failure.empty(); ++i) {
+      Work work = comm->allreduce({.data = CommBuffer::of(big)});
+      // A survivor whose ring neighbours are alive gets no Gloo error (it just waits for data
+      // that will never come): the missed heartbeats bound how long it waits.
+      while (!work.done() && failure.empty()) {
+        if (!heartbeat.dead().empty()) failure = "heartbeat: rank " + std::to_string(heartbeat.dead().front()) + " is dead";
+        std::this_thread::sleep_for(Millis(5));
+      }
+      if (failure.empty()) work.wait();
+    }
   } catch (const Error& e) {
     failure = e.what();
   }
