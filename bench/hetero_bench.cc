@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hspmd/comm/thread_ranks.h"
@@ -46,8 +47,10 @@ const std::vector<Candidate> kCandidates = {
       {"micro_batch_size": 4, "num_micro_batches": 1, "stages": [{"ranks": "0-1", "layers": "0-3"}]},
       {"micro_batch_size": 4, "num_micro_batches": 1, "stages": [{"ranks": "2-3", "layers": "0-3"}]}]})"},
     {"DP2 x PP2 (fast->slow)", false, R"({"name": "dp2-pp2", "pipelines": [
-      {"micro_batch_size": 1, "num_micro_batches": 4, "stages": [{"ranks": "0", "layers": "0-1"}, {"ranks": "2", "layers": "2-3"}]},
-      {"micro_batch_size": 1, "num_micro_batches": 4, "stages": [{"ranks": "1", "layers": "0-1"}, {"ranks": "3", "layers": "2-3"}]}]})"},
+      {"micro_batch_size": 1, "num_micro_batches": 4,
+       "stages": [{"ranks": "0", "layers": "0-1"}, {"ranks": "2", "layers": "2-3"}]},
+      {"micro_batch_size": 1, "num_micro_batches": 4,
+       "stages": [{"ranks": "1", "layers": "0-1"}, {"ranks": "3", "layers": "2-3"}]}]})"},
     {"hetero DP, rows 3:3:1:1", true, R"({"name": "hetero-dp", "pipelines": [
       {"micro_batch_size": 3, "num_micro_batches": 1, "stages": [{"ranks": "0", "layers": "0-3"}]},
       {"micro_batch_size": 3, "num_micro_batches": 1, "stages": [{"ranks": "1", "layers": "0-3"}]},
@@ -55,7 +58,8 @@ const std::vector<Candidate> kCandidates = {
       {"micro_batch_size": 1, "num_micro_batches": 1, "stages": [{"ranks": "3", "layers": "0-3"}]}]})"},
     {"hetero TP2 (fast) + PP2 (slow), 6:2", true, R"({"name": "hetero-tp-pp", "pipelines": [
       {"micro_batch_size": 3, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3"}]},
-      {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "2", "layers": "0-1"}, {"ranks": "3", "layers": "2-3"}]}]})"},
+      {"micro_batch_size": 1, "num_micro_batches": 2,
+       "stages": [{"ranks": "2", "layers": "0-1"}, {"ranks": "3", "layers": "2-3"}]}]})"},
 };
 
 struct Measured {
@@ -124,7 +128,9 @@ int main(int argc, char** argv) {
   const models::LlamaConfig config = models::LlamaConfig::from_file(kRoot + "/configs/llama-tiny.json");
   const data::TokenDataset ds = data::TokenDataset::open(prepared_dataset());
   std::printf("Emulated devices (CPU emulation, not GPUs): ranks 0,1 speed 1.00, ranks 2,3 speed %.2f\n", kSlow);
-  std::printf("configs/llama-tiny.json, 2048 tokens per step, %d steps per strategy (first not timed)\n\n", steps);
+  std::printf("configs/llama-tiny.json, 2048 tokens per step, %d steps per strategy (first not timed); %u host cores\n"
+              "run the 4 ranks (the ideal assumes 4 independent devices)\n\n",
+              steps, std::thread::hardware_concurrency());
 
   const Measured alone = measure(config, ds, R"({"name": "one", "pipelines": [
       {"micro_batch_size": 8, "num_micro_batches": 1, "stages": [{"ranks": "0", "layers": "0-3"}]}]})",
@@ -151,7 +157,8 @@ int main(int argc, char** argv) {
   std::printf("\nbest homogeneous (%s) / best heterogeneous (%s) step time: %.2fx\n\n",
               best_homogeneous_label.c_str(), best_heterogeneous_label.c_str(), best_homogeneous / best_heterogeneous);
 
-  std::printf("per-rank share of the traced steps: compute / communication / optimizer / idle (bubble, waiting)\n");
+  std::printf("per-rank share of the traced steps: compute / communication, including waiting for a slower peer's\n"
+              "data (the pipeline bubble shows here) / optimizer, including its gradient sync / idle\n");
   for (const std::string& label : {best_homogeneous_label, best_heterogeneous_label}) {
     std::printf("%s\n", label.c_str());
     const Measured& m = results.at(label);
@@ -159,7 +166,7 @@ int main(int argc, char** argv) {
       const runtime::TraceSummary& s = m.ranks[r];
       // Compute spans (F/B passes) contain their Reshards' comm spans: subtract to get pure compute.
       const double comm = s.share("comm"), compute = s.share("compute") - comm, opt = s.share("optimizer");
-      std::printf("  rank %zu (speed %.2f): compute %5.1f%%  comm %5.1f%%  optimizer %5.1f%%  idle %5.1f%%\n", r,
+      std::printf("  rank %zu (speed %.2f): compute %5.1f%%  comm+wait %5.1f%%  optimizer %5.1f%%  idle %5.1f%%\n", r,
                   speeds[r], 100 * compute, 100 * comm, 100 * opt, 100 * std::max(0.0, 1 - compute - comm - opt));
     }
   }

@@ -18,9 +18,9 @@
 namespace hspmd::runtime {
 namespace {
 
+using specialize::ScheduleKind;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using specialize::ScheduleKind;
 
 // 4 layers so pipelines can have 3 stages; TP 2 divides heads (4), KV heads (2), hidden, vocab.
 models::LlamaConfig config(bool tied = false) {
@@ -59,7 +59,7 @@ const Reference& reference(int64_t steps, bool tied) {
 
 struct DistRun {
   std::vector<std::vector<double>> losses, grad_norms;  // [rank][step]
-  graph::TensorMap weights;                 // assembled from every rank's shards
+  graph::TensorMap weights;                             // assembled from every rank's shards
 };
 
 sharding::Strategy strategy(const std::string& json) { return sharding::Strategy::from_json_text(json, "test"); }
@@ -90,8 +90,7 @@ DistRun run(const sharding::Strategy& st, const TrainerOptions& o, ScheduleKind 
     if (after) after(t);
     std::lock_guard<std::mutex> lock(mutex);
     for (const SavedShard& s : t.parameter_shards()) {
-      auto [it, fresh] = out.weights.try_emplace(s.name, Tensor::zeros(s.global_shape, DType::kFloat32));
-      (void)fresh;
+      auto it = out.weights.try_emplace(s.name, Tensor::zeros(s.global_shape, DType::kFloat32)).first;
       std::vector<int64_t> zero(s.region.rank(), 0);
       kernels::copy_region(s.data, zero, it->second, s.region.begin, s.region.shape().dims());
     }
@@ -118,7 +117,8 @@ void expect_matches_single_process(const DistRun& run, int64_t steps, int64_t fi
     ASSERT_EQ(run.losses[rank].size(), static_cast<size_t>(steps)) << "rank " << rank;
     for (int64_t s = 0; s < steps; ++s) {
       const double expected = ref.losses[first_step - 1 + s];
-      EXPECT_NEAR(run.losses[rank][s], expected, 1e-5 * std::abs(expected)) << "rank " << rank << " step " << s + first_step;
+      EXPECT_NEAR(run.losses[rank][s], expected, 1e-5 * std::abs(expected))
+          << "rank " << rank << " step " << s + first_step;
       // Clipping uses the global norm: every element counted once, whatever the replication.
       const double norm = ref.grad_norms[first_step - 1 + s];
       EXPECT_NEAR(run.grad_norms[rank][s], norm, 1e-5 * norm) << "rank " << rank << " step " << s + first_step;

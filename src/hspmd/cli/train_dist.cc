@@ -45,7 +45,8 @@ std::vector<std::string> own_command_line() {
 std::string rank_path(const std::string& path, int rank) {
   const std::string suffix = ".json";
   const std::string tag = ".rank" + std::to_string(rank);
-  if (path.size() > suffix.size() && path.ends_with(suffix)) return path.substr(0, path.size() - suffix.size()) + tag + suffix;
+  if (path.size() > suffix.size() && path.ends_with(suffix))
+    return path.substr(0, path.size() - suffix.size()) + tag + suffix;
   return path + tag + suffix;
 }
 

@@ -98,15 +98,15 @@ struct DistTrainer::MicroBatch {
 
 // One parameter this rank holds, with its gradient and optimizer state.
 struct DistTrainer::ParamState {
-  int index = 0;               // in model().params
+  int index = 0;  // in model().params
   std::string name;
-  Shape shape;                 // global
-  Annotation annotation;       // of the parameter (ZeRO flags cleared)
-  Annotation grad_annotation;  // as the backward ops leave the gradient
-  Annotation state_annotation; // of the optimizer state (= annotation without ZeRO-1)
+  Shape shape;                  // global
+  Annotation annotation;        // of the parameter (ZeRO flags cleared)
+  Annotation grad_annotation;   // as the backward ops leave the gradient
+  Annotation state_annotation;  // of the optimizer state (= annotation without ZeRO-1)
   Region region, state_region;
   Tensor value, grad, exp_avg, exp_avg_sq;
-  bool decay = false;          // weight decay applies (matrices)
+  bool decay = false;  // weight decay applies (matrices)
 };
 
 DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDataset& dataset,
@@ -131,8 +131,9 @@ DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDat
       << "activation recomputation is single-process only for now; drop \"recompute\" from the strategy "
          "(or --recompute) for distributed training";
   if (o.threads > 0) kernels::set_num_threads(o.threads);
-  allocator_ = std::make_unique<Allocator>(Allocator::Options{
-      .capacity_bytes = static_cast<size_t>(options_.device.memory_bytes), .name = std::string("rank ").append(std::to_string(rank))});
+  allocator_ = std::make_unique<Allocator>(
+      Allocator::Options{.capacity_bytes = static_cast<size_t>(options_.device.memory_bytes),
+                         .name = std::string("rank ").append(std::to_string(rank))});
   exec_ = std::make_unique<specialize::ExecGraph>(model_.graph, plan, rank);
   HSPMD_CHECK(exec_->data_group() >= 0 && exec_->data_group() < static_cast<int>(plan.pipelines.size()))
       << "rank " << rank << " is fed no data under this plan (is it in the strategy?)";
@@ -148,7 +149,8 @@ DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDat
   HSPMD_CHECK(options_.device.memory_bytes == 0 || memory_.total() <= options_.device.memory_bytes)
       << "rank " << rank << " (" << (options_.device.name.empty() ? "device" : options_.device.name)
       << "): the plan needs about " << memory_.to_string() << ", more than the device's capacity of "
-      << options_.device.memory_bytes << " bytes; give this rank fewer layers, a higher TP degree or smaller micro-batches";
+      << options_.device.memory_bytes
+      << " bytes; give this rank fewer layers, a higher TP degree or smaller micro-batches";
 
   const sharding::AnnotationPlan& p = exec_->plan();
   const std::vector<graph::GradientSync> syncs =
@@ -167,7 +169,8 @@ DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDat
     s.state_annotation = syncs[i].target;
     s.region = *s.annotation.region(rank, s.shape);
     std::optional<Region> state_region = s.state_annotation.region(rank, s.shape);
-    HSPMD_CHECK(state_region.has_value()) << "rank " << rank << " holds '" << s.name << "' but no optimizer state of it";
+    HSPMD_CHECK(state_region.has_value())
+        << "rank " << rank << " holds '" << s.name << "' but no optimizer state of it";
     s.state_region = *state_region;
     s.value = init_region(s.name, s.shape, s.region, model_.graph.op(ref.op).attrs.init, o.seed, allocator_.get());
     s.exp_avg = Tensor::zeros(s.state_region.shape(), DType::kFloat32, allocator_.get());
@@ -203,17 +206,17 @@ Tensor DistTrainer::run_reshard(int id, const Tensor& src, const SymBinding& bin
   const graph::Op& op = exec_->op(id);
   const TensorRef in = op.inputs[0], out{id, 0};
   const SymShape& shape = model_.graph.info(out).shape;
-  std::vector<specialize::GroupResolution> all = specialize::resolve_reshard(
-      exec_->annotation(in), exec_->annotation(out), shape, {binding}, op.name, cache_);
+  std::vector<specialize::GroupResolution> all =
+      specialize::resolve_reshard(exec_->annotation(in), exec_->annotation(out), shape, {binding}, op.name, cache_);
   const specialize::GroupResolution* mine = specialize::resolution_of(all, rank_);
   if (mine == nullptr) return Tensor();
   // A whole-tensor resolution was computed from this rank's symbols alone: only sound when the
   // shape has none (another pipeline may bind them differently).
   HSPMD_CHECK(mine->group >= 0 || is_static(shape))
       << "Reshard '" << op.name << "' changes the top tier of an activation (" << exec_->annotation(in).to_string()
-      << " -> " << exec_->annotation(out).to_string() << "); pipelines with their own micro-batch shapes cannot do that";
-  return execute_reshard(*mine->resolution, mine->shape, rank_, src, session_, channel,
-                         model_.graph.info(out).dtype);
+      << " -> " << exec_->annotation(out).to_string()
+      << "); pipelines with their own micro-batch shapes cannot do that";
+  return execute_reshard(*mine->resolution, mine->shape, rank_, src, session_, channel, model_.graph.info(out).dtype);
 }
 
 std::string DistTrainer::where(const std::string& op) const {
@@ -242,7 +245,8 @@ void DistTrainer::run_op(int id, MicroBatch& mb) {
     inputs.push_back(mb.values[in.op][in.index]);
   }
   std::vector<Shape> shapes;
-  for (int i = 0; i < static_cast<int>(op.outputs.size()); ++i) shapes.push_back(exec_->local_shape({id, i}, mb.binding));
+  for (int i = 0; i < static_cast<int>(op.outputs.size()); ++i)
+    shapes.push_back(exec_->local_shape({id, i}, mb.binding));
   graph::KernelContext ctx{op, inputs, shapes, allocator_.get(), {}};
   try {
     model_.graph.registry().get(op.kind).run(ctx);
@@ -359,8 +363,8 @@ double DistTrainer::post(double loss_sum) {
   // Loss: each pipeline's last stage counts its micro-batches once (the first rank of its TP group).
   const Annotation& loss_annotation = exec_->annotation(model_.loss);
   const auto where = loss_annotation.locate(rank_);
-  const bool counts_loss = where && where->second == 0 &&
-                           (loss_annotation.hdim() == sharding::kPartial || where->first == 0);
+  const bool counts_loss =
+      where && where->second == 0 && (loss_annotation.hdim() == sharding::kPartial || where->first == 0);
   std::vector<double> totals{squares, counts_loss ? loss_sum : 0.0};
   session_.group(all_ranks(world_size_), "post")->allreduce({.data = comm::CommBuffer::of(totals)}).wait();
   const double norm = std::sqrt(totals[0]);
@@ -372,8 +376,8 @@ double DistTrainer::post(double loss_sum) {
   for (size_t i = 0; i < params_.size(); ++i) {
     ParamState& s = params_[i];
     if (clip != 1.0) kernels::scale(grads[i], clip, grads[i]);
-    kernels::AdamWOptions a{.lr = lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps,
-                            .weight_decay = s.decay ? o.weight_decay : 0.0};
+    kernels::AdamWOptions a{
+        .lr = lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = s.decay ? o.weight_decay : 0.0};
     if (s.state_annotation == s.annotation) {
       kernels::adamw_step(s.value, grads[i], s.exp_avg, s.exp_avg_sq, step_, a);
       continue;

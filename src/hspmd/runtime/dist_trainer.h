@@ -50,18 +50,19 @@
 namespace hspmd::runtime {
 
 struct DistOptions {
-  TrainerOptions train;                                         // as for the single-process Trainer
+  TrainerOptions train;  // as for the single-process Trainer
   specialize::ScheduleKind schedule = specialize::ScheduleKind::k1F1B;
-  EmulatedDevice device;                                        // this rank's speed and memory
-  bool trace = false;                                           // record a Chrome trace (tracer())
+  EmulatedDevice device;  // this rank's speed and memory
+  bool trace = false;     // record a Chrome trace (tracer())
 };
 
 class DistTrainer {
  public:
   // The dataset and groups must outlive the trainer. Errors: as Trainer, plus a plan that does not
   // fit the model or this rank's memory (naming the rank and the figures).
-  DistTrainer(const models::LlamaConfig& config, const data::TokenDataset& dataset, const sharding::AnnotationPlan& plan,
-              DistOptions options, int rank, int world_size, comm::GroupCache& groups);
+  DistTrainer(const models::LlamaConfig& config, const data::TokenDataset& dataset,
+              const sharding::AnnotationPlan& plan, DistOptions options, int rank, int world_size,
+              comm::GroupCache& groups);
   ~DistTrainer();
   DistTrainer(const DistTrainer&) = delete;
   DistTrainer& operator=(const DistTrainer&) = delete;
@@ -97,8 +98,8 @@ class DistTrainer {
   void backward(MicroBatch& mb);
   void run_op(int id, MicroBatch& mb);
   Tensor run_reshard(int id, const Tensor& src, const SymBinding& binding, const std::string& channel);
-  void pace();
-  std::string where(const std::string& op) const;  // "rank 2, op 'x': " for errors  // sleeps the emulated slowdown of the compute done since the last call
+  void pace();                                     // sleeps the emulated slowdown of the compute so far
+  std::string where(const std::string& op) const;  // "rank 2, op 'x': " for errors
   std::vector<SavedShard> shards(bool with_optimizer_state) const;
   double post(double loss_sum);  // returns the global loss; updates weights
 

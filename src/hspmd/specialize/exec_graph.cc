@@ -25,8 +25,7 @@ std::optional<Region> local_region(const SymShape& shape, const Annotation& a, i
 Shape local_shape(const SymShape& shape, const Annotation& a, int device, const SymBinding& binding,
                   const std::string& tensor) {
   std::optional<Region> r = local_region(shape, a, device, binding);
-  HSPMD_CHECK(r.has_value()) << "device " << device << " holds no part of '" << tensor << "' (" << a.to_string()
-                             << ")";
+  HSPMD_CHECK(r.has_value()) << "device " << device << " holds no part of '" << tensor << "' (" << a.to_string() << ")";
   return r->shape();
 }
 

@@ -43,7 +43,8 @@ MemoryEstimate estimate_memory(const ExecGraph& exec, const MemoryEstimateOption
     for (int i = 0; i < static_cast<int>(op.outputs.size()); ++i) {
       const graph::TensorRef t{id, i};
       if (!exec.holds(t)) continue;
-      const int64_t bytes = exec.local_shape(t, binding).numel() * static_cast<int64_t>(dtype_size(op.outputs[i].dtype));
+      const int64_t bytes =
+          exec.local_shape(t, binding).numel() * static_cast<int64_t>(dtype_size(op.outputs[i].dtype));
       (exec.saved_for_backward(t) ? saved : transient) += bytes;
     }
   }

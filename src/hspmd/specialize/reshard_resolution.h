@@ -11,9 +11,10 @@
 // Per subgroup when src and dst have the same hsize and the same hdim d >= 0 and dim d depends on
 // a symbol (its per-group extent is only known per group): each subgroup g is resolved alone, from
 // Annotation::spmd(src group g) to Annotation::spmd(dst group g), on the shape evaluated with
-// bindings[g] (also when both have a single subgroup). Otherwise the tensor is resolved whole (resolve/resolver.h) on its global shape:
-// then every symbol the shape uses must be bound identically in all subgroups, or the top-tier
-// split would need per-group sizes the resolver cannot express (Error naming the tensor).
+// bindings[g] (also when both have a single subgroup). Otherwise the tensor is resolved whole
+// (resolve/resolver.h) on its global shape: then every symbol the shape uses must be bound
+// identically in all subgroups, or the top-tier split would need per-group sizes the resolver
+// cannot express (Error naming the tensor).
 #pragma once
 
 #include <string>
