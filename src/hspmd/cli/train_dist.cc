@@ -120,10 +120,12 @@ void run_worker(const TrainArgs& args) {
   }
   if (!args.trace.empty()) {
     trainer.tracer().write(rank_path(args.trace, env.rank));
+    // F/B spans contain their Reshards' comm spans; waiting for a peer's data counts as comm, and
+    // the optimizer span holds the gradient sync (and the wait for the slowest pipeline).
     const runtime::TraceSummary s = trainer.tracer().summary();
-    std::printf("trace %s: compute %.0f%%, communication %.0f%%, optimizer %.0f%% of %.2fs\n",
-                rank_path(args.trace, env.rank).c_str(), 100 * s.share("compute"), 100 * s.share("comm"),
-                100 * s.share("optimizer"), s.window_seconds);
+    std::printf("trace %s: compute %.0f%%, communication and waiting %.0f%%, optimizer and gradient sync %.0f%% of %.2fs\n",
+                rank_path(args.trace, env.rank).c_str(), 100 * (s.share("compute") - s.share("comm")),
+                100 * s.share("comm"), 100 * s.share("optimizer"), s.window_seconds);
   }
   if (lead && args.check_single) {
     HSPMD_CHECK(args.resume.empty()) << "--check-single compares a run from step 0; it cannot follow --resume";
