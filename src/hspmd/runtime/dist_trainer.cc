@@ -138,6 +138,7 @@ DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDat
   HSPMD_CHECK(exec_->data_group() >= 0 && exec_->data_group() < static_cast<int>(plan.pipelines.size()))
       << "rank " << rank << " is fed no data under this plan (is it in the strategy?)";
 
+  forward_releases_ = exec_->forward_releases(model_.loss);
   layout_ = specialize::build_pipeline_layout(model_.graph, exec_->deduced());
   const auto [pipeline, stage] = layout_.locate(rank);
   const int num_stages = static_cast<int>(layout_.pipelines[pipeline].stages.size());
@@ -264,15 +265,13 @@ void DistTrainer::forward(MicroBatch& mb) {
   mb.values.assign(model_.graph.num_ops(), {});
   for (int id : exec_->placeholders()) mb.values[id] = {mb.feeds.at(model_.graph.op(id).name)};
   for (const ParamState& s : params_) mb.values[model_.params[s.index].op] = {s.value};
-  for (int id : exec_->forward_ops()) run_op(id, mb);
+  const std::vector<int>& ops = exec_->forward_ops();
+  for (size_t k = 0; k < ops.size(); ++k) {
+    run_op(ops[k], mb);
+    for (TensorRef t : forward_releases_[k]) mb.values[t.op][t.index] = Tensor();  // B keeps what it reads
+  }
   pace();
   if (exec_->holds(model_.loss)) mb.loss = mb.values[model_.loss.op][model_.loss.index].element_as_double(0);
-  // Keep only what B reads (and the leaves, which B may read too).
-  for (int id : exec_->forward_ops()) {
-    for (size_t i = 0; i < mb.values[id].size(); ++i) {
-      if (!exec_->saved_for_backward({id, static_cast<int>(i)})) mb.values[id][i] = Tensor();
-    }
-  }
   tracer_.record(std::string("F").append(std::to_string(mb.index)), "compute", start, tracer_.now_us());
 }
 

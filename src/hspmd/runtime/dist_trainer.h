@@ -108,6 +108,7 @@ class DistTrainer {
   const data::TokenDataset* dataset_;
   int rank_, world_size_;
   std::unique_ptr<specialize::ExecGraph> exec_;
+  std::vector<std::vector<graph::TensorRef>> forward_releases_;  // ExecGraph::forward_releases
   specialize::PipelineLayout layout_;
   std::vector<specialize::Task> schedule_;
   specialize::MemoryEstimate memory_;

@@ -1,5 +1,7 @@
 #include "hspmd/specialize/exec_graph.h"
 
+#include <map>
+
 #include "hspmd/core/error.h"
 
 namespace hspmd::specialize {
@@ -53,6 +55,23 @@ Shape ExecGraph::local_shape(TensorRef t, const SymBinding& binding) const {
 }
 
 bool ExecGraph::saved_for_backward(TensorRef t) const { return saved_.at(t.op).at(t.index); }
+
+std::vector<std::vector<TensorRef>> ExecGraph::forward_releases(TensorRef keep) const {
+  std::map<TensorRef, size_t> last_read;  // forward outputs -> position of their last reader in F
+  for (size_t k = 0; k < forward_.size(); ++k) {
+    const Op& op = graph_.op(forward_[k]);
+    for (int i = 0; i < static_cast<int>(op.outputs.size()); ++i) last_read[{forward_[k], i}] = k;
+    for (TensorRef in : op.inputs) {
+      auto it = last_read.find(in);
+      if (it != last_read.end()) it->second = k;
+    }
+  }
+  std::vector<std::vector<TensorRef>> out(forward_.size());
+  for (const auto& [t, k] : last_read) {
+    if (t != keep && !saved_for_backward(t)) out[k].push_back(t);
+  }
+  return out;
+}
 
 void ExecGraph::build() {
   const int n = graph_.num_ops();

@@ -69,6 +69,10 @@ class ExecGraph {
   Shape local_shape(graph::TensorRef t, const SymBinding& binding) const;
   // Forward tensors that a backward op of this rank reads: kept from F(m) until B(m).
   bool saved_for_backward(graph::TensorRef t) const;
+  // After forward_ops()[k] runs, the forward values nothing later in F or in B reads (outputs of
+  // forward ops other than `keep`, e.g. the loss the trainer reports): F frees each value as soon
+  // as its last reader has run.
+  std::vector<std::vector<graph::TensorRef>> forward_releases(graph::TensorRef keep) const;
   // Subgroup of the data placeholders this rank is fed (= index into plan().pipelines); -1 if none.
   int data_group() const { return data_group_; }
 
