@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "error_of.h"
 #include "hspmd/core/error.h"
 #include "hspmd/models/llama_plan.h"
 
@@ -13,14 +14,7 @@ using sharding::Strategy;
 // tests/models/llama_plan_test.cc -> repository root
 const std::string kRoot = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().string();
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using hspmd::testing::error_of;
 
 TEST(LlamaPlan, HeterogeneousLocalStrategy) {
   LlamaConfig c = LlamaConfig::from_file(kRoot + "/configs/llama-tiny.json");

@@ -2,20 +2,14 @@
 
 #include <unordered_set>
 
+#include "error_of.h"
 #include "hspmd/core/error.h"
 #include "hspmd/sharding/annotation.h"
 
 namespace hspmd::sharding {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using hspmd::testing::error_of;
 
 TEST(DeviceGroup, TextFormRangesAndErrors) {
   EXPECT_EQ(DeviceGroup::range(4, 8).to_string(), "[4-7]");

@@ -1,19 +1,13 @@
 #include <gtest/gtest.h>
 
+#include "error_of.h"
 #include "hspmd/core/error.h"
 #include "hspmd/sharding/deduce.h"
 
 namespace hspmd::sharding {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using hspmd::testing::error_of;
 
 DistState ds(const char* text) { return DistState::parse(text); }
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "error_of.h"
 #include "hspmd/core/error.h"
 #include "hspmd/sharding/plan.h"
 #include "hspmd/sharding/strategy.h"
@@ -10,14 +11,7 @@
 namespace hspmd::sharding {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using hspmd::testing::error_of;
 
 TEST(AnnotationPlan, RoundTripsThroughJsonAndFile) {
   AnnotationPlan plan;
