@@ -256,9 +256,22 @@ TEST(DeductionTest, CrossEntropySumsTokenSplitsToPartial) {
   DeducedAnnotations d = deduce_annotations(g, p);
   EXPECT_EQ(d.at(ce[0]), A("partial{[0-1](P:2);[2]()}"));
   EXPECT_EQ(d.at(ce[1]), A("split0{[0-1](S0:2);[2]()}"));
+  // Vocab-parallel: a vocabulary split inside a subgroup is normalized across it; the per-token
+  // values are duplicated over that split.
   p["logits"] = A("split0{[0-1](S1:2);[2]()}");
   p["targets"] = A("split0{[0-1](D:2);[2]()}");
-  EXPECT_THAT(deduce_error(g, p), AllOf(HasSubstr("'loss'"), HasSubstr("vocab")));
+  d = deduce_annotations(g, p);
+  EXPECT_EQ(d.at(ce[0]), A("partial{[0-1](D:2);[2]()}"));
+  EXPECT_EQ(d.at(ce[1]), A("split0{[0-1](D:2);[2]()}"));
+  // Targets split like the vocabulary, a vocabulary split across subgroups, partial logits: errors.
+  p["targets"] = A("split0{[0-1](S0:2);[2]()}");
+  EXPECT_THAT(deduce_error(g, p), AllOf(HasSubstr("'loss'"), HasSubstr("input 1")));
+  p["logits"] = A("split1{[0-1](D:2);[2-3](D:2)}");
+  p["targets"] = A("dup{[0-1](D:2);[2-3](D:2)}");
+  p["scale"] = A("dup{[0-1](D:2);[2-3](D:2)}");
+  EXPECT_THAT(deduce_error(g, p), AllOf(HasSubstr("'loss'"), HasSubstr("across subgroups")));
+  p["logits"] = A("dup{[0-1](P:2);[2-3](D:2)}");
+  EXPECT_THAT(deduce_error(g, p), AllOf(HasSubstr("'loss'"), HasSubstr("partial")));
 }
 
 TEST(DeductionTest, ReshardTakesThePlanOrIsTheIdentity) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "hspmd/kernels/slice.h"
 #include "kernels/kernel_testlib.h"
 
 namespace hspmd::kernels {
@@ -155,6 +156,60 @@ TEST(CrossEntropy, EmptyTokens) {
   Tensor targets = Tensor::empty({0}, DType::kInt64);
   EXPECT_EQ(fwd(logits, targets).losses.numel(), 0);
   EXPECT_EQ(bwd(logits, targets, Tensor::empty({0}, DType::kFloat32)).numel(), 0);
+}
+
+// Vocab-parallel: three uneven column shards, each computing its statistics; the combined loss and
+// lse equal the whole-row kernel's, and each shard's backward is its columns of the whole gradient.
+TEST(CrossEntropy, VocabShardsCombineToTheWholeRow) {
+  const int64_t rows = 6, vocab = 13;
+  const std::vector<std::pair<int64_t, int64_t>> shards = {{0, 5}, {5, 4}, {9, 4}};  // (start, columns)
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    // Row 3 has one huge logit in the last shard: the other shards' statistics are rescaled to it.
+    Tensor logits = random_tensor({rows, vocab}, dtype, 8, -3, 3);
+    if (dtype == DType::kFloat32) logits.data<float>()[3 * vocab + 11] = 300.0f;
+    if (dtype == DType::kFloat64) logits.data<double>()[3 * vocab + 11] = 300.0;
+    Tensor targets = targets_with_ignored({rows}, DType::kInt64, vocab, 9);
+    const Forward whole = fwd(logits, targets);
+    Tensor ones = Tensor::full({rows}, dtype, 1.0);
+    const Tensor whole_grad = bwd(logits, targets, ones);
+    Tensor all = Tensor::empty({static_cast<int64_t>(shards.size()), 3, rows}, DType::kFloat64);
+    std::vector<Tensor> parts;
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const auto [start, columns] = shards[i];
+      Tensor part = Tensor::empty({rows, columns}, dtype);
+      slice(logits, 1, start, columns, part);
+      const CrossEntropyOptions o{.vocab_start = start, .vocab_size = vocab};
+      cross_entropy_shard_stats(part, targets, all.narrow(0, static_cast<int64_t>(i), 1), o);
+      parts.push_back(part);
+    }
+    Forward combined{Tensor::empty({rows}, dtype), Tensor::empty({rows}, dtype)};
+    cross_entropy_combine(all, targets, combined.losses, combined.lse);
+    const double tol = dtype == DType::kFloat32 ? 1e-6 : 1e-14;
+    EXPECT_TRUE(all_close(combined.losses, whole.losses, tol, tol, "losses"));
+    EXPECT_TRUE(all_close(combined.lse, whole.lse, tol, tol, "lse"));
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const auto [start, columns] = shards[i];
+      Tensor grad = Tensor::empty({rows, columns}, dtype), expected = Tensor::empty({rows, columns}, dtype);
+      cross_entropy_bwd(parts[i], targets, combined.lse, ones, grad, {.vocab_start = start, .vocab_size = vocab});
+      slice(whole_grad, 1, start, columns, expected);
+      EXPECT_TRUE(all_close(grad, expected, tol, tol, "dlogits of shard " + std::to_string(i)));
+    }
+  }
+  // A target beyond the whole vocabulary is still an error on every shard; a shard past the end too.
+  Tensor part = random_tensor({2, 4}, DType::kFloat32, 10);
+  Tensor stats = Tensor::empty({3, 2}, DType::kFloat64);
+  using hspmd::testing::error_of;
+  EXPECT_THAT(error_of([&] {
+                cross_entropy_shard_stats(part, Tensor::from_vector<int64_t>({2}, {0, 13}), stats,
+                                          {.vocab_start = 4, .vocab_size = 13});
+              }),
+              ::testing::HasSubstr("target 13 at position 1"));
+  EXPECT_THAT(error_of([&] {
+                cross_entropy_shard_stats(part, Tensor::from_vector<int64_t>({2}, {0, 1}), stats,
+                                          {.vocab_start = 10, .vocab_size = 13});
+              }),
+              ::testing::HasSubstr("does not fit a vocabulary of 13"));
 }
 
 TEST(CrossEntropy, BadInputsNameKernelTensorAndPosition) {

@@ -143,6 +143,10 @@ TEST(DistTrain, DataParallel) {
 TEST(DistTrain, TensorParallel) {
   sharding::Strategy st = strategy(R"({"name": "tp2", "pipelines": [
     {"micro_batch_size": 4, "num_micro_batches": 1, "stages": [{"ranks": "0-1", "layers": "0-3"}]}]})");
+  // The loss is vocab-parallel: each rank normalizes its half of the logits with the other's row statistics.
+  const models::LlamaModel m = models::build_llama(config());
+  const specialize::ExecGraph rank0(m.graph, models::compile_llama_plan(config(), st), 0);
+  ASSERT_EQ(rank0.vocab_shard_ranks(m.loss.op), (std::vector<int>{0, 1}));
   expect_matches_single_process(run(st, options(kSteps)), kSteps);
 }
 

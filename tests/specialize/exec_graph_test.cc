@@ -69,6 +69,23 @@ TEST(ExecGraph, TensorParallelShardsHaveLocalShapesAndVocabRanges) {
   EXPECT_EQ(f.model.graph.op(f.op_named("model.embed_tokens")).attrs.vocab_start, 0);  // the defined graph is untouched
 }
 
+TEST(ExecGraph, VocabParallelLossKnowsItsColumnsAndTheRanksOfTheOtherShards) {
+  Fixture f;
+  const int loss = f.model.loss.op, loss_bwd = f.op_named("loss.bwd");
+  for (int rank : {0, 1}) {  // pipeline 0: TP 2 on its last stage, vocabulary 260 split 130 / 130
+    ExecGraph eg(f.model.graph, f.plan, rank);
+    for (int id : {loss, loss_bwd}) {
+      EXPECT_EQ(eg.op(id).attrs.vocab_start, rank * 130) << rank;
+      EXPECT_EQ(eg.op(id).attrs.vocab_size, 260) << rank;
+      EXPECT_EQ(eg.vocab_shard_ranks(id), (std::vector<int>{0, 1})) << rank;
+    }
+    EXPECT_EQ(eg.local_shape({f.op_named("lm_head_out"), 0}, {{"T", 64}}), (Shape{64, 130}));
+  }
+  ExecGraph r3(f.model.graph, f.plan, 3);  // pipeline 1: TP 1, whole rows
+  EXPECT_TRUE(r3.vocab_shard_ranks(loss).empty());
+  EXPECT_EQ(r3.op(loss).attrs.vocab_size, 0);
+}
+
 TEST(ExecGraph, ForwardReleasesFreeEachValueAfterItsLastForwardReader) {
   Fixture f;
   for (int rank = 0; rank < 4; ++rank) {

@@ -105,6 +105,15 @@ TEST_F(PlanReportTest, LocalHetero4Resolutions) {
   EXPECT_EQ(on(back, 3).ops[0].peer, 2);
   // Positions narrowed from the whole pipeline to the stage: local copies only.
   EXPECT_TRUE(find(r.activations, "model.layers.{0..1}.positions").local_only());
+  // The loss on [0,1] is vocab-parallel: the logits stay split (lm_head_out is the identity) and the
+  // row statistics meet in one all-gather of 3 float64 per token (T = 32) per micro-batch.
+  const ReshardGroup& loss = find(r.activations, "loss (vocab-parallel row statistics)");
+  ASSERT_EQ(loss.devices.size(), 2u);
+  EXPECT_EQ(on(loss, 1).ops[0].kind, resolve::CommKind::kAllGather);
+  EXPECT_EQ(on(loss, 1).ops[0].group, (std::vector<int>{0, 1}));
+  EXPECT_EQ(on(loss, 0).bytes, 3 * 32 * 8);
+  EXPECT_EQ(loss.step_bytes(), 2 * 2 * 3 * 32 * 8);
+  EXPECT_THROW(find(r.activations, "lm_head_out"), std::runtime_error);
   // The other layers' outputs are the identity everywhere and not listed.
   EXPECT_THROW(find(r.activations, "model.layers.0.output"), std::runtime_error);
   EXPECT_GT(r.reshards_identity, 0);

@@ -119,7 +119,7 @@ std::vector<Tensor> Executor::run(const TensorMap& feeds, const TensorMap& param
             << where() << ": input '" << graph_.tensor_name(in) << "' was released before its last use";
         inputs.push_back(v[in.index]);
       }
-      KernelContext ctx{op, inputs, out_shapes, allocator, {}};
+      KernelContext ctx{op, inputs, out_shapes, allocator, {}, {}};
       // Kernel errors name the kernel; prefix the op so the user sees which graph node failed.
       try {
         graph_.registry().get(op.kind).run(ctx);

@@ -54,7 +54,8 @@ struct OpAttrs {
   double theta = 0.0;           // rope base
   double scale = 0.0;           // attention softmax scale, 0 = 1/sqrt(D)
   int64_t ignore_index = -100;  // cross_entropy
-  int64_t vocab_start = 0;      // embedding: first vocabulary row held by the table
+  int64_t vocab_start = 0;      // embedding, cross_entropy: first vocabulary entry this rank holds
+  int64_t vocab_size = 0;       // cross_entropy: whole vocabulary when a rank holds a shard (0: no shard)
   bool outside_ids_are_zero = false;  // embedding: ids outside the table give zero rows
   double value = 0.0;           // full
   SymShape shape;               // placeholder / parameter / full / reshape target / embedding_bwd table

@@ -36,6 +36,10 @@ struct KernelContext {
   const std::vector<Shape>& output_shapes;  // resolved from the run's symbol binding
   Allocator* allocator;
   std::vector<Tensor> outputs;              // filled by OpDef::run, one per op output
+  // Set by the distributed runtime when this rank holds one shard of the op's vocabulary (a
+  // vocab-parallel cross-entropy): returns `mine` from every shard of the vocabulary stacked as
+  // [k, mine...], this rank's included. Null when the rank holds whole rows.
+  std::function<Tensor(const Tensor& mine)> gather_vocab_shards;
 
   // A fresh uninitialized tensor for output i (resolved shape, declared dtype).
   Tensor new_output(int i) const;

@@ -5,6 +5,16 @@
 // Backward: dlogits[t, :] = dlosses[t] * (softmax(logits[t, :]) - onehot(targets[t]))
 // (zero rows for ignored tokens). Normalization (e.g. by the global token count) is the caller's,
 // through dlosses.
+//
+// Vocab-parallel use: a rank holding the vocabulary columns [vocab_start, vocab_start + V_local)
+// of a vocab_size-wide row computes its shard's row statistics, the shards' statistics are
+// gathered (one all-gather in the runtime), and every shard combines them into the same loss and
+// lse; the backward then needs no communication (lse is the whole row's):
+//   cross_entropy_shard_stats(my_logits, targets, stats, o);   // stats [3, T] float64
+//   gather stats of the k shards into all [k, 3, T]
+//   cross_entropy_combine(all, targets, losses, lse, o);
+//   cross_entropy_bwd(my_logits, targets, lse, dlosses, my_dlogits, o);
+// cross_entropy_fwd is exactly shard_stats + combine over one shard.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +25,18 @@ namespace hspmd::kernels {
 
 struct CrossEntropyOptions {
   int64_t ignore_index = -100;
+  int64_t vocab_start = 0;  // first vocabulary column the logits hold
+  int64_t vocab_size = 0;   // width of a whole row; 0: the logits hold the whole row
 };
+
+// Row statistics of one vocabulary shard, float64 [3, T]: stats[0, t] = max_j logits[t, j],
+// stats[1, t] = sum_j exp(logits[t, j] - stats[0, t]), stats[2, t] = the target's logit when the
+// target falls in this shard (else 0; 0 for ignored tokens).
+void cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, const Tensor& stats,
+                               const CrossEntropyOptions& options = {});
+// Combines the statistics of every shard of the row, all [k, 3, T] (any order), into losses and lse.
+void cross_entropy_combine(const Tensor& all_stats, const Tensor& targets, const Tensor& losses, const Tensor& lse,
+                           const CrossEntropyOptions& options = {});
 
 void cross_entropy_fwd(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse,
                        const CrossEntropyOptions& options = {});

@@ -141,7 +141,8 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
     // The layer's output goes to the stage of the next consumer: the next layer, or the final norm.
     plan.set(names.back(), l + 1 < L ? activation(of_layer(l + 1)) : activation(last));
   }
-  plan.set("lm_head_out", activation(last));  // vocab-parallel logits -> gathered for the loss
+  // The logits stay vocab-parallel: the loss normalizes each row across the TP ranks itself.
+  plan.set("lm_head_out", on_stages(last, [](int tp) { return DistState::split(1, tp); }, 0));
   if (config.tie_word_embeddings) {  // the table, vocab-parallel on each last stage
     plan.set("lm_head.tied_weight", on_stages(last, [](int tp) { return DistState::split(0, tp); }, kDuplicate));
     // Its gradient goes home to the first stage in the layout of the lookup's own gradient (the whole

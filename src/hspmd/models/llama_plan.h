@@ -20,7 +20,8 @@
 //     of vocab-parallel embedding and row-parallel projections are all-reduced there);
 //   P"output" on the stage of the next consumer (layer l+1 or the final norm): a point-to-point
 //     hand-over where a pipeline changes stage, the identity elsewhere;
-//   lm_head_out duplicated on the last stage (the vocab-parallel logits are gathered for the loss);
+//   lm_head_out split on the vocabulary over each last stage's TP ranks (vocab-parallel logits; the
+//     cross-entropy normalizes each row across those ranks, graph/ops/cross_entropy.cc);
 //   lm_head.tied_weight (tied embeddings) column-parallel on each last stage.
 #pragma once
 

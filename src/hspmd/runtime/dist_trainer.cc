@@ -238,7 +238,7 @@ void DistTrainer::run_op(int id, MicroBatch& mb) {
     outs = {out};
     return;
   }
-  const auto start = Clock::now();
+  auto start = Clock::now();
   std::vector<Tensor> inputs;
   for (TensorRef in : op.inputs) {
     HSPMD_ASSERT(mb.values[in.op].size() > static_cast<size_t>(in.index) && mb.values[in.op][in.index].defined())
@@ -248,7 +248,24 @@ void DistTrainer::run_op(int id, MicroBatch& mb) {
   std::vector<Shape> shapes;
   for (int i = 0; i < static_cast<int>(op.outputs.size()); ++i)
     shapes.push_back(exec_->local_shape({id, i}, mb.binding));
-  graph::KernelContext ctx{op, inputs, shapes, allocator_.get(), {}};
+  graph::KernelContext ctx{op, inputs, shapes, allocator_.get(), {}, {}};
+  const std::vector<int>& vocab_shards = exec_->vocab_shard_ranks(id);
+  if (op.kind == OpKind::kCrossEntropy && !vocab_shards.empty()) {
+    // Vocab-parallel loss: the shards' row statistics meet in one all-gather (graph/ops/cross_entropy.cc).
+    ctx.gather_vocab_shards = [&](const Tensor& mine) {
+      unpaced_seconds_ += seconds_since(start);
+      pace();
+      const double begin = tracer_.now_us();
+      Tensor all = Tensor::empty(Shape{static_cast<int64_t>(vocab_shards.size()), mine.numel()}, mine.dtype(),
+                                 allocator_.get());
+      session_.group(vocab_shards, "F")
+          ->allgather({.input = comm::CommBuffer::of(mine), .output = comm::CommBuffer::of(all)})
+          .wait();
+      tracer_.record(op.name + ".vocab_gather", "comm", begin, tracer_.now_us());
+      start = Clock::now();
+      return all;
+    };
+  }
   try {
     model_.graph.registry().get(op.kind).run(ctx);
   } catch (const OutOfMemoryError& e) {

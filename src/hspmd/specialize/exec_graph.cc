@@ -1,6 +1,6 @@
 #include "hspmd/specialize/exec_graph.h"
 
-#include <map>
+#include <algorithm>
 
 #include "hspmd/core/error.h"
 
@@ -37,6 +37,23 @@ Annotation without_zero(const Annotation& a) {
   return a.with_ds_union(std::move(states));
 }
 
+std::vector<int> vocab_shard_ranks(const Annotation& logits, int device) {
+  const auto [sub, index] = *logits.locate(device);
+  const sharding::DistState& ds = logits.ds(sub);
+  if (ds.degree(1) <= 1) return {};
+  std::vector<std::pair<int, int>> shards;  // (vocabulary coordinate, rank)
+  for (int j = 0; j < ds.device_num(); ++j) {
+    const bool same_rows = std::all_of(ds.entries().begin(), ds.entries().end(), [&](const auto& e) {
+      return e.dim == 1 || ds.coord(j, e.dim) == ds.coord(index, e.dim);
+    });
+    if (same_rows) shards.emplace_back(ds.coord(j, 1), logits.dg_union()[sub][j]);
+  }
+  std::sort(shards.begin(), shards.end());
+  std::vector<int> ranks;
+  for (const auto& [coord, rank] : shards) ranks.push_back(rank);
+  return ranks;
+}
+
 ExecGraph::ExecGraph(const graph::Graph& g, const sharding::AnnotationPlan& plan, int rank)
     : ExecGraph(g, plan, std::make_shared<const graph::DeducedAnnotations>(graph::deduce_annotations(g, plan)), rank) {}
 
@@ -52,6 +69,12 @@ bool ExecGraph::holds(TensorRef t) const { return deduced_->at(t).locate(rank_).
 
 Shape ExecGraph::local_shape(TensorRef t, const SymBinding& binding) const {
   return specialize::local_shape(graph_.info(t).shape, deduced_->at(t), rank_, binding, graph_.tensor_name(t));
+}
+
+const std::vector<int>& ExecGraph::vocab_shard_ranks(int id) const {
+  static const std::vector<int> kNone;
+  auto it = vocab_shard_ranks_.find(id);
+  return it == vocab_shard_ranks_.end() ? kNone : it->second;
 }
 
 bool ExecGraph::saved_for_backward(TensorRef t) const { return saved_.at(t.op).at(t.index); }
@@ -71,6 +94,21 @@ std::vector<std::vector<TensorRef>> ExecGraph::forward_releases(TensorRef keep) 
     if (t != keep && !saved_for_backward(t)) out[k].push_back(t);
   }
   return out;
+}
+
+// A cross-entropy over logits split on the vocabulary inside this rank's subgroup: the rank's column
+// range (attributes) and the ranks holding the other columns of the same rows.
+void ExecGraph::set_vocab_shard(int id) {
+  const TensorRef logits = graph_.op(id).inputs[0];
+  std::vector<int> ranks = specialize::vocab_shard_ranks(annotation(logits), rank_);
+  if (ranks.empty()) return;
+  const int64_t vocab = graph_.info(logits).shape[1].evaluate({});
+  const auto [sub, index] = *annotation(logits).locate(rank_);  // the top tier never splits V (deduction)
+  const Region columns = annotation(logits).ds(sub).region(index, Region::full(Shape{1, vocab}));
+  graph::OpAttrs& attrs = local_ops_[id].attrs;
+  attrs.vocab_start = columns.begin[1];
+  attrs.vocab_size = vocab;
+  vocab_shard_ranks_[id] = std::move(ranks);
 }
 
 void ExecGraph::build() {
@@ -108,6 +146,7 @@ void ExecGraph::build() {
       local_ops_.back().attrs.vocab_start = r->begin[0];
       local_ops_.back().attrs.outside_ids_are_zero = r->extent(0) < shape[0].evaluate({});
     }
+    if (op.kind == OpKind::kCrossEntropy || op.kind == OpKind::kCrossEntropyBwd) set_vocab_shard(id);
   }
   if (data_group_ < 0) {  // a rank fed no token-split placeholder: any split annotation it holds
     for (int id : placeholders_) {

@@ -22,6 +22,7 @@
 // parameters() list the ones the rank is fed / holds.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -44,6 +45,11 @@ Shape local_shape(const SymShape& shape, const sharding::Annotation& a, int devi
                   const std::string& tensor);
 // The same annotation with every ZeRO flag cleared (the layout of the values themselves).
 sharding::Annotation without_zero(const sharding::Annotation& a);
+
+// Logits [T, V] annotated `logits`: the ranks holding the vocabulary shards of the rows `device`
+// holds (those whose shard coordinates differ from the device's on dim 1 only), in vocabulary
+// order, the device included. Empty when the device holds whole rows.
+std::vector<int> vocab_shard_ranks(const sharding::Annotation& logits, int device);
 
 class ExecGraph {
  public:
@@ -73,11 +79,16 @@ class ExecGraph {
   // forward ops other than `keep`, e.g. the loss the trainer reports): F frees each value as soon
   // as its last reader has run.
   std::vector<std::vector<graph::TensorRef>> forward_releases(graph::TensorRef keep) const;
+  // For an op whose vocabulary this rank holds one shard of (a vocab-parallel cross-entropy and its
+  // backward): the ranks holding the shards of the same rows, in vocabulary order, this rank
+  // included. Empty when the rank holds whole rows.
+  const std::vector<int>& vocab_shard_ranks(int id) const;
   // Subgroup of the data placeholders this rank is fed (= index into plan().pipelines); -1 if none.
   int data_group() const { return data_group_; }
 
  private:
   void build();
+  void set_vocab_shard(int id);
 
   const graph::Graph& graph_;
   sharding::AnnotationPlan plan_;
@@ -86,6 +97,7 @@ class ExecGraph {
   std::vector<int> forward_, backward_, placeholders_, parameters_;
   std::vector<graph::Op> local_ops_;       // by op id; attributes adjusted for this rank
   std::vector<std::vector<bool>> saved_;   // [op][output]
+  std::map<int, std::vector<int>> vocab_shard_ranks_;
   int data_group_ = -1;
 };
 

@@ -12,6 +12,7 @@
 #include "hspmd/graph/deduction.h"
 #include "hspmd/resolve/resolver.h"
 #include "hspmd/sharding/device_group.h"
+#include "hspmd/specialize/exec_graph.h"
 #include "hspmd/specialize/reshard_resolution.h"
 
 namespace hspmd::specialize {
@@ -108,6 +109,7 @@ class Builder {
     const std::vector<bool> on_data = ops_on_data(g);
     for (int id = 0; id < g.num_ops(); ++id) {
       const Op& op = g.op(id);
+      if (op.kind == OpKind::kCrossEntropy) vocab_parallel_loss(op, id, deduced);
       if (op.kind != OpKind::kReshard) continue;
       ++r_.reshards_total;
       const TensorRef out{id, 0};
@@ -198,6 +200,35 @@ class Builder {
           << "the loss " << loss.to_string() << " does not have one subgroup per pipeline:\n" << layout.to_string();
       bindings_.push_back(r_.pipelines[i].binding);
     }
+  }
+
+  // A loss over vocab-split logits gathers 3 float64 row statistics per token over each set of ranks
+  // sharing rows, once per micro-batch (graph/ops/cross_entropy.cc): listed with the activations as
+  // an AllGather of the statistics [k, 3, T].
+  void vocab_parallel_loss(const Op& op, int id, const graph::DeducedAnnotations& deduced) {
+    const Annotation& logits = deduced.at(op.inputs[0]);
+    ReshardGroup grp;
+    grp.pattern = op.name + " (vocab-parallel row statistics)";
+    grp.src = logits.to_string();
+    grp.dst = deduced.at(TensorRef{id, 1}).to_string();
+    grp.shape = "[k, 3, T] float64";
+    grp.classification = "AG";
+    for (int d : logits.devices()) {
+      const std::vector<int> ranks = vocab_shard_ranks(logits, d);
+      if (ranks.empty()) continue;
+      const int k = static_cast<int>(ranks.size());
+      const int64_t tokens = bindings_.at(logits.locate(d)->first).at("T");
+      resolve::CommOp gather;
+      gather.kind = resolve::CommKind::kAllGather;
+      gather.pieces = {{0, sharding::Region::full(Shape{k, 3, tokens})}};
+      gather.group = ranks;
+      gather.dim = 0;
+      gather.bytes = (k - 1) * 3 * tokens * static_cast<int64_t>(sizeof(double));
+      grp.occurrence_step_bytes[tier_of(gather, d, o_.topology)] += gather.bytes * runs_of(d);
+      grp.bytes += gather.bytes;
+      grp.devices.push_back({d, {gather}, gather.bytes});
+    }
+    if (!grp.devices.empty()) r_.activations.push_back(std::move(grp));
   }
 
   resolve::ResolveCache& cache(size_t element_size) {

@@ -6,11 +6,16 @@
 // micro-batch and pipeline weighs each token the same (DESIGN.md §9).
 // Deduction: logits may be split on tokens T in either tier (targets and lse split alike); the
 // summed loss is then partial over those splits: logits "split0{[0]();[1]()}" -> loss
-// "partial{[0]();[1]()}". loss_scale and dloss are duplicated. Logits split on the vocabulary
-// (the output of a vocab-parallel lm_head) are an error: a local op would normalize over its own
-// vocabulary shard only. The supported vocab-parallel path is a Reshard that gathers V before
-// the loss (the Llama graph's "lm_head_out"); a fused vocab-parallel cross-entropy (all-reduce of
-// max and sum-exp inside the op) is not implemented. Partial logits are an error (not linear).
+// "partial{[0]();[1]()}". loss_scale and dloss are duplicated. Partial logits are an error (not
+// linear).
+// Vocab-parallel: logits split on the vocabulary V inside a subgroup (the output of a vocab-parallel
+// lm_head) are normalized over the whole row. Each rank computes its shard's row statistics (max,
+// sum of exponentials, the target's logit if it holds it), the runtime gathers them over the ranks
+// that share the rows (KernelContext::gather_vocab_shards: one all-gather of 3 float64 per token),
+// and every shard combines them into the same loss and lse. Targets, lse and loss are then
+// duplicated over the vocabulary split: "S1:2" logits -> "D:2" targets, lse and loss. The backward
+// needs no communication: each shard's dlogits use the whole-row lse. Ranks learn their vocabulary
+// range from attrs.vocab_start / vocab_size (set per rank by specialize::ExecGraph).
 #include "hspmd/core/error.h"
 #include "hspmd/graph/ops.h"
 #include "hspmd/graph/ops/op_defs.h"
@@ -32,27 +37,30 @@ void check_scalar(const ShapeContext& ctx, int i) {
   expect_rank(ctx, i, 0);
   expect_same_dtype(ctx, 0, i);
 }
-kernels::CrossEntropyOptions options(const OpAttrs& a) { return {.ignore_index = a.ignore_index}; }
+kernels::CrossEntropyOptions options(const OpAttrs& a) {
+  return {.ignore_index = a.ignore_index, .vocab_start = a.vocab_start, .vocab_size = a.vocab_size};
+}
 
-// logits' annotation after checking it, the targets (input 1) and loss_scale (input `scale`).
-sharding::Annotation deduce_logits(const DeduceContext& ctx, int scale) {
+// The annotation of a per-token value (targets, lse) after checking the logits, the targets (input
+// 1) and loss_scale (input `scale`): the logits' with a vocabulary split read as duplication.
+sharding::Annotation deduce_rows(const DeduceContext& ctx, int scale) {
   expect_same_placement(ctx);
   const sharding::Annotation& logits = ctx.inputs[0];
-  sharding::Annotation out = map_dims(ctx, logits, "logits", [&](int dim) {
-    HSPMD_CHECK(dim != 1) << ctx.where() << ": logits " << logits.to_string()
-                          << " are split on the vocabulary (vocab-parallel cross-entropy is not supported);"
-                          << " insert a Reshard that gathers dim 1 before input 0";
+  HSPMD_CHECK(logits.hsize() == 1 || logits.hdim() != 1)
+      << ctx.where() << ": logits " << logits.to_string()
+      << " split the vocabulary across subgroups; insert a Reshard before input 0 that splits it inside each";
+  sharding::Annotation rows = map_dims(ctx, logits, "logits", [&](int dim) {
     HSPMD_CHECK(dim != sharding::kPartial) << ctx.where() << ": logits " << logits.to_string()
                                            << " are partial; insert a Reshard (AllReduce) before input 0";
-    return dim;
+    return dim == 1 ? sharding::kDuplicate : dim;
   });
-  expect_annotation(ctx, 1, out);
+  expect_annotation(ctx, 1, rows);
   expect_all_dup(ctx, scale);
-  return out;
+  return rows;
 }
 // Tokens split -> the token sum is partial.
-sharding::Annotation loss_annotation(const DeduceContext& ctx, const sharding::Annotation& logits) {
-  return map_dims(ctx, logits, "logits", [](int dim) { return dim == 0 ? sharding::kPartial : dim; });
+sharding::Annotation loss_annotation(const DeduceContext& ctx, const sharding::Annotation& rows) {
+  return map_dims(ctx, rows, "targets", [](int dim) { return dim == 0 ? sharding::kPartial : dim; });
 }
 }  // namespace
 
@@ -68,7 +76,10 @@ OpDef cross_entropy_def() {
     const Tensor& logits = k.inputs[0];
     Tensor loss = k.new_output(0), lse = k.new_output(1);
     Tensor losses = Tensor::empty(Shape{logits.dim(0)}, logits.dtype(), k.allocator);
-    kernels::cross_entropy_fwd(logits, k.inputs[1], losses, lse, options(k.op.attrs));
+    Tensor stats = Tensor::empty(Shape{3, logits.dim(0)}, DType::kFloat64, k.allocator);
+    kernels::cross_entropy_shard_stats(logits, k.inputs[1], stats, options(k.op.attrs));
+    if (k.gather_vocab_shards) stats = k.gather_vocab_shards(stats);
+    kernels::cross_entropy_combine(stats, k.inputs[1], losses, lse, options(k.op.attrs));
     loss.fill(k.inputs[2].element_as_double(0) * kernels::sum_all(losses));
     k.outputs = {loss, lse};
   };
@@ -79,8 +90,8 @@ OpDef cross_entropy_def() {
     return std::vector<TensorRef>{dlogits, TensorRef{}, TensorRef{}};
   };
   d.deduce = [](const DeduceContext& ctx) {
-    sharding::Annotation logits = deduce_logits(ctx, 2);
-    return std::vector<sharding::Annotation>{loss_annotation(ctx, logits), logits};
+    sharding::Annotation rows = deduce_rows(ctx, 2);
+    return std::vector<sharding::Annotation>{loss_annotation(ctx, rows), rows};
   };
   return d;
 }
@@ -105,10 +116,10 @@ OpDef cross_entropy_bwd_def() {
     k.outputs = {dlogits};
   };
   d.deduce = [](const DeduceContext& ctx) {
-    sharding::Annotation logits = deduce_logits(ctx, 3);
-    expect_annotation(ctx, 2, logits);  // lse [T] like the targets
+    sharding::Annotation rows = deduce_rows(ctx, 3);
+    expect_annotation(ctx, 2, rows);  // lse [T] like the targets
     expect_all_dup(ctx, 4);
-    return std::vector<sharding::Annotation>{logits};
+    return std::vector<sharding::Annotation>{ctx.inputs[0]};
   };
   return d;
 }
