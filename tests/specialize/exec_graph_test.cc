@@ -114,5 +114,54 @@ TEST(ExecGraph, ForwardReleasesFreeEachValueAfterItsLastForwardReader) {
   }
 }
 
+// With recompute, rank 2 (pipeline 1, stage [2], layers 0-1) replays each layer's forward just
+// before that layer's backward; the hand-over to stage [3] (a boundary) is never replayed; F keeps
+// strictly less; every replayed op finds its inputs (kept from F, or replayed before it).
+TEST(ExecGraph, RecomputeReplaysEachLayerBeforeItsBackward) {
+  Fixture f;
+  sharding::AnnotationPlan recompute = f.plan;
+  recompute.recompute = true;
+  const ExecGraph kept(f.model.graph, f.plan, 2), eg(f.model.graph, recompute, 2);
+  const graph::Graph& g = f.model.graph;
+  EXPECT_EQ(kept.backward_steps().size(), kept.backward_ops().size());
+  EXPECT_TRUE(eg.replayed(f.op_named("model.layers.1.self_attn.q_proj")));
+  EXPECT_FALSE(eg.replayed(f.op_named("model.layers.1.output")));
+  EXPECT_FALSE(eg.replayed(f.op_named("model.embed_tokens")));
+  std::set<TensorRef> available;  // what B can read: values kept from F, and what B produced so far
+  int64_t kept_values = 0, recompute_values = 0;
+  for (int id : eg.forward_ops()) {
+    for (int i = 0; i < static_cast<int>(g.op(id).outputs.size()); ++i) {
+      if (eg.saved_for_backward({id, i})) available.insert({id, i});
+      recompute_values += eg.saved_for_backward({id, i});
+      kept_values += kept.saved_for_backward({id, i});
+    }
+  }
+  EXPECT_LT(recompute_values, kept_values);
+  std::vector<int> replay_layers;  // in order of replay
+  for (const ExecGraph::BackwardStep& step : eg.backward_steps()) {
+    const graph::Op& op = g.op(step.op);
+    for (TensorRef in : op.inputs) {
+      const graph::OpKind k = g.op(in.op).kind;
+      // Leaves are fed; a Reshard reads its input only where the rank holds it (else it receives).
+      if (k == graph::OpKind::kPlaceholder || k == graph::OpKind::kParameter || !eg.holds(in)) continue;
+      EXPECT_TRUE(available.count(in)) << op.name << " reads " << g.tensor_name(in) << " before it exists";
+    }
+    for (int i = 0; i < static_cast<int>(op.outputs.size()); ++i) available.insert({step.op, i});
+    if (step.replay && (replay_layers.empty() || replay_layers.back() != op.layer)) replay_layers.push_back(op.layer);
+  }
+  EXPECT_EQ(replay_layers, (std::vector<int>{1, 0}));
+  // B frees each value after its last reader, except the parameter gradients the trainer sums.
+  const auto releases = eg.backward_releases(f.model.grads);
+  const std::set<TensorRef> grads(f.model.grads.begin(), f.model.grads.end());
+  for (size_t k = 0; k < releases.size(); ++k) {
+    for (TensorRef t : releases[k]) {
+      EXPECT_FALSE(grads.count(t));
+      for (size_t later = k + 1; later < eg.backward_steps().size(); ++later) {
+        for (TensorRef in : g.op(eg.backward_steps()[later].op).inputs) EXPECT_NE(in, t);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hspmd::specialize

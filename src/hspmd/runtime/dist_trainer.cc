@@ -127,18 +127,18 @@ DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDat
       << "dataset " << dataset.dir() << " has vocab_size " << dataset.vocab_size() << " but the model config has "
       << config.vocab_size;
   HSPMD_CHECK(!plan.pipelines.empty()) << "the plan names no pipelines (micro-batch sizes and counts)";
-  HSPMD_CHECK(!plan.recompute && !o.recompute)
-      << "activation recomputation is single-process only for now; drop \"recompute\" from the strategy "
-         "(or --recompute) for distributed training";
   if (o.threads > 0) kernels::set_num_threads(o.threads);
   allocator_ = std::make_unique<Allocator>(
       Allocator::Options{.capacity_bytes = static_cast<size_t>(options_.device.memory_bytes),
                          .name = std::string("rank ").append(std::to_string(rank))});
-  exec_ = std::make_unique<specialize::ExecGraph>(model_.graph, plan, rank);
+  sharding::AnnotationPlan effective = plan;
+  effective.recompute = plan.recompute || o.recompute;  // the strategy's or the command line's
+  exec_ = std::make_unique<specialize::ExecGraph>(model_.graph, effective, rank);
   HSPMD_CHECK(exec_->data_group() >= 0 && exec_->data_group() < static_cast<int>(plan.pipelines.size()))
       << "rank " << rank << " is fed no data under this plan (is it in the strategy?)";
 
   forward_releases_ = exec_->forward_releases(model_.loss);
+  backward_releases_ = exec_->backward_releases(model_.grads);
   layout_ = specialize::build_pipeline_layout(model_.graph, exec_->deduced());
   const auto [pipeline, stage] = layout_.locate(rank);
   const int num_stages = static_cast<int>(layout_.pipelines[pipeline].stages.size());
@@ -193,7 +193,8 @@ std::string DistTrainer::describe() const {
   out << "rank " << rank_ << ": pipeline " << pipeline << ", stage " << stage + 1 << "/" << stages.size() << " "
       << sharding::DeviceGroup(stages[stage]).to_string() << ", " << mb.num_micro_batches << " micro-batches of "
       << mb.micro_batch_size << ", " << specialize::schedule_kind_name(options_.schedule) << ": "
-      << specialize::to_string(schedule_) << "; memory estimate " << memory_.to_string();
+      << specialize::to_string(schedule_) << (exec_->plan().recompute ? ", recomputing each layer in B" : "")
+      << "; memory estimate " << memory_.to_string();
   return out.str();
 }
 
@@ -294,7 +295,11 @@ void DistTrainer::forward(MicroBatch& mb) {
 
 void DistTrainer::backward(MicroBatch& mb) {
   const double start = tracer_.now_us();
-  for (int id : exec_->backward_ops()) run_op(id, mb);
+  const auto& steps = exec_->backward_steps();
+  for (size_t k = 0; k < steps.size(); ++k) {
+    run_op(steps[k].op, mb);
+    for (TensorRef t : backward_releases_[k]) mb.values[t.op][t.index] = Tensor();
+  }
   pace();
   for (ParamState& s : params_) {
     const TensorRef g = model_.grads[s.index];

@@ -15,7 +15,9 @@
 //          pipeline's micro-batches are packed one by one. loss_scale = 1 / labelled tokens of the
 //          GLOBAL batch, so every token weighs the same whatever pipeline or micro-batch it lands in.
 //   F, B   in the order of the stage's schedule (GPipe or 1F1B); forward values B needs are kept per
-//          micro-batch; parameter gradients are summed over micro-batches.
+//          micro-batch (with recompute only each layer's boundary: B replays the rest, see
+//          specialize/exec_graph.h); each value is freed after its last reader; parameter gradients
+//          are summed over micro-batches.
 //   Post   gradient sync (deduced -> optimizer-state annotation: AR, SplitAR, SplitRS, BSR ...), the
 //          global gradient norm (each element counted once: one subgroup of a replicated tensor, the
 //          first holder of each region inside it) and clipping, AdamW on the rank's state shard,
@@ -108,7 +110,8 @@ class DistTrainer {
   const data::TokenDataset* dataset_;
   int rank_, world_size_;
   std::unique_ptr<specialize::ExecGraph> exec_;
-  std::vector<std::vector<graph::TensorRef>> forward_releases_;  // ExecGraph::forward_releases
+  std::vector<std::vector<graph::TensorRef>> forward_releases_;   // ExecGraph::forward_releases
+  std::vector<std::vector<graph::TensorRef>> backward_releases_;  // ExecGraph::backward_releases
   specialize::PipelineLayout layout_;
   std::vector<specialize::Task> schedule_;
   specialize::MemoryEstimate memory_;

@@ -1,6 +1,7 @@
 #include "hspmd/specialize/exec_graph.h"
 
 #include <algorithm>
+#include <set>
 
 #include "hspmd/core/error.h"
 
@@ -154,11 +155,64 @@ void ExecGraph::build() {
       if (where) data_group_ = where->first;
     }
   }
-  for (int id : backward_) {
-    for (TensorRef in : graph_.op(id).inputs) {
-      if (!graph_.op(in.op).backward) saved_[in.op][in.index] = true;
+  build_backward_steps();
+}
+
+void ExecGraph::build_backward_steps() {
+  const int n = graph_.num_ops();
+  replayed_.assign(n, false);
+  std::map<int, std::vector<int>> layer_ops;  // layer -> its replayable forward ops, in F order
+  if (plan_.recompute) {
+    std::vector<bool> boundary(n, false);
+    for (int id = 0; id < n; ++id) {
+      const Op& op = graph_.op(id);
+      if (op.backward) continue;
+      for (TensorRef in : op.inputs) {
+        if (graph_.op(in.op).layer != op.layer) boundary[in.op] = true;
+      }
+    }
+    for (int id : forward_) {
+      const int layer = graph_.op(id).layer;
+      if (layer < 0 || boundary[id]) continue;
+      replayed_[id] = true;
+      layer_ops[layer].push_back(id);
     }
   }
+  std::set<int> replayed_layers;
+  for (int id : backward_) {
+    for (TensorRef in : graph_.op(id).inputs) {
+      if (!replayed_[in.op]) continue;
+      const int layer = graph_.op(in.op).layer;
+      if (!replayed_layers.insert(layer).second) continue;
+      for (int r : layer_ops[layer]) backward_steps_.push_back({r, true});
+    }
+    backward_steps_.push_back({id, false});
+  }
+  for (const BackwardStep& step : backward_steps_) {
+    for (TensorRef in : graph_.op(step.op).inputs) {
+      if (!graph_.op(in.op).backward && !replayed_[in.op]) saved_[in.op][in.index] = true;
+    }
+  }
+}
+
+std::vector<std::vector<TensorRef>> ExecGraph::backward_releases(const std::vector<TensorRef>& keep) const {
+  std::map<TensorRef, size_t> last_use;  // value -> position of its last reader (or its writer) in B
+  for (size_t k = 0; k < backward_steps_.size(); ++k) {
+    const int id = backward_steps_[k].op;
+    const Op& op = graph_.op(id);
+    for (TensorRef in : op.inputs) {
+      if (holds(in)) last_use[in] = k;  // a Reshard's input lives elsewhere on a pure receiver
+    }
+    for (int i = 0; i < static_cast<int>(op.outputs.size()); ++i) {
+      if (holds({id, i})) last_use.emplace(TensorRef{id, i}, k);
+    }
+  }
+  const std::set<TensorRef> kept(keep.begin(), keep.end());
+  std::vector<std::vector<TensorRef>> out(backward_steps_.size());
+  for (const auto& [t, k] : last_use) {
+    if (!kept.count(t)) out[k].push_back(t);
+  }
+  return out;
 }
 
 }  // namespace hspmd::specialize

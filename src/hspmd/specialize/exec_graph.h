@@ -14,6 +14,9 @@
 //         (ZeRO-1 shards optimizer states only), so there is nothing to gather: Pre is empty here.
 //   F, B  forward_ops() / backward_ops() once per micro-batch, in the order of the rank's schedule
 //         (specialize/schedule.h); Reshards between stages hand activations and gradients over.
+//         With plan().recompute, B replays a decoder layer's forward ops (backward_steps()) just
+//         before the first backward op that reads one of their values, so F keeps only what
+//         crosses a layer boundary (and what B reads outside the layers) per micro-batch in flight.
 //   Post  gradient accumulation over micro-batches, gradient sync (gradient_syncs(): deduced ->
 //         optimizer-state annotation), optimizer on the state shard, parameter gather (state ->
 //         parameter annotation). runtime/dist_trainer.h runs it.
@@ -66,6 +69,17 @@ class ExecGraph {
 
   const std::vector<int>& forward_ops() const { return forward_; }
   const std::vector<int>& backward_ops() const { return backward_; }
+  // B as run: backward_ops(), with plan().recompute each layer's replayed forward ops (replay =
+  // true) just before the first backward op that reads one of their values. A layer's forward op is
+  // replayed unless a forward op of another layer reads its output (the layer's boundary: its
+  // value is kept anyway, and a Reshard handing it to another stage must not run twice). Replayed
+  // Reshards are within a stage (tensor parallelism), run by all its ranks in the same order.
+  struct BackwardStep {
+    int op = 0;
+    bool replay = false;
+  };
+  const std::vector<BackwardStep>& backward_steps() const { return backward_steps_; }
+  bool replayed(int id) const { return replayed_.at(id); }
   const std::vector<int>& placeholders() const { return placeholders_; }
   const std::vector<int>& parameters() const { return parameters_; }
   // The op with this rank's attributes.
@@ -73,12 +87,15 @@ class ExecGraph {
   const sharding::Annotation& annotation(graph::TensorRef t) const { return deduced_->at(t); }
   bool holds(graph::TensorRef t) const;
   Shape local_shape(graph::TensorRef t, const SymBinding& binding) const;
-  // Forward tensors that a backward op of this rank reads: kept from F(m) until B(m).
+  // Forward tensors that B reads and does not recompute: kept from F(m) until B(m).
   bool saved_for_backward(graph::TensorRef t) const;
   // After forward_ops()[k] runs, the forward values nothing later in F or in B reads (outputs of
   // forward ops other than `keep`, e.g. the loss the trainer reports): F frees each value as soon
   // as its last reader has run.
   std::vector<std::vector<graph::TensorRef>> forward_releases(graph::TensorRef keep) const;
+  // After backward_steps()[k] runs, the values nothing later in B reads, other than `keep` (the
+  // parameter gradients the trainer accumulates after B).
+  std::vector<std::vector<graph::TensorRef>> backward_releases(const std::vector<graph::TensorRef>& keep) const;
   // For an op whose vocabulary this rank holds one shard of (a vocab-parallel cross-entropy and its
   // backward): the ranks holding the shards of the same rows, in vocabulary order, this rank
   // included. Empty when the rank holds whole rows.
@@ -88,6 +105,7 @@ class ExecGraph {
 
  private:
   void build();
+  void build_backward_steps();
   void set_vocab_shard(int id);
 
   const graph::Graph& graph_;
@@ -97,6 +115,8 @@ class ExecGraph {
   std::vector<int> forward_, backward_, placeholders_, parameters_;
   std::vector<graph::Op> local_ops_;       // by op id; attributes adjusted for this rank
   std::vector<std::vector<bool>> saved_;   // [op][output]
+  std::vector<BackwardStep> backward_steps_;
+  std::vector<bool> replayed_;             // by op id
   std::map<int, std::vector<int>> vocab_shard_ranks_;
   int data_group_ = -1;
 };

@@ -8,7 +8,8 @@
 //                  //  1.3 MiB activations = 9.7 MiB"
 // Parameters: the rank's shards. Gradients: the accumulators (parameter layout) plus the synced
 // gradients (optimizer-state layout). Optimizer states: AdamW's two moments on the state shard.
-// Activations: the forward values a micro-batch keeps for its backward pass, times the most
+// Activations: the forward values a micro-batch keeps for its backward pass (with recompute, only
+// what B does not replay: specialize/exec_graph.h), times the most
 // micro-batches in flight in the schedule, plus one micro-batch's values that die within its
 // forward pass (all of them: an upper bound, since F frees each after its last reader). Float32 throughout; the micro-batch is taken as one sequence of
 // micro_batch_tokens tokens (document count does not change the big tensors).
