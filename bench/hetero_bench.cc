@@ -17,9 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench_data.h"
 #include "hspmd/comm/thread_ranks.h"
-#include "hspmd/data/tokenizer.h"
-#include "hspmd/data/prepare.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/runtime/dist_trainer.h"
@@ -104,18 +103,6 @@ Measured measure(const models::LlamaConfig& config, const data::TokenDataset& ds
   return m;
 }
 
-std::string prepared_dataset() {
-  const std::string dir = (std::filesystem::temp_directory_path() / "hspmd-bench-hetero-kjv").string();
-  if (!std::filesystem::exists(dir + "/index.bin")) {
-    data::PrepareOptions p;
-    p.inputs = {kRoot + "/data/corpus/kjv-genesis-2kings.txt"};
-    p.output_dir = dir;
-    p.append_eos = true;
-    data::prepare_dataset(data::ByteTokenizer(), p);
-  }
-  return dir;
-}
-
 }  // namespace
 }  // namespace hspmd
 
@@ -126,7 +113,7 @@ int main(int argc, char** argv) {
     if (std::strncmp(argv[i], "--steps=", 8) == 0) steps = std::max(2, std::atoi(argv[i] + 8));
   }
   const models::LlamaConfig config = models::LlamaConfig::from_file(kRoot + "/configs/llama-tiny.json");
-  const data::TokenDataset ds = data::TokenDataset::open(prepared_dataset());
+  const data::TokenDataset ds = data::TokenDataset::open(bench::prepared_kjv_dataset(kRoot));
   std::printf("Emulated devices (CPU emulation, not GPUs): ranks 0,1 speed 1.00, ranks 2,3 speed %.2f\n", kSlow);
   std::printf("configs/llama-tiny.json, 2048 tokens per step, %d steps per strategy (first not timed); %u host cores\n"
               "run the 4 ranks (the ideal assumes 4 independent devices)\n\n",

@@ -117,7 +117,10 @@ DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDat
       dataset_(&dataset),
       rank_(rank),
       world_size_(world_size),
-      session_(groups, rank),
+      allocator_(std::make_unique<Allocator>(
+          Allocator::Options{.capacity_bytes = static_cast<size_t>(options_.device.memory_bytes),
+                             .name = std::string("rank ").append(std::to_string(rank))})),
+      session_(groups, rank, allocator_.get()),
       lr_schedule_(optimizer_options(options_.train).schedule),
       pacer_(options_.device.speed),
       tracer_(rank, options_.trace) {
@@ -128,9 +131,6 @@ DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDat
       << config.vocab_size;
   HSPMD_CHECK(!plan.pipelines.empty()) << "the plan names no pipelines (micro-batch sizes and counts)";
   if (o.threads > 0) kernels::set_num_threads(o.threads);
-  allocator_ = std::make_unique<Allocator>(
-      Allocator::Options{.capacity_bytes = static_cast<size_t>(options_.device.memory_bytes),
-                         .name = std::string("rank ").append(std::to_string(rank))});
   sharding::AnnotationPlan effective = plan;
   effective.recompute = plan.recompute || o.recompute;  // the strategy's or the command line's
   exec_ = std::make_unique<specialize::ExecGraph>(model_.graph, effective, rank);

@@ -128,8 +128,9 @@ Shard flat_part(const Tensor& flat, int64_t offset, const Region& r) {
 }
 
 // Packs `regions` of `from`, one after the other in order, into a fresh flat buffer.
-Tensor pack(const Shard& from, const std::vector<Region>& regions, DType dtype, const std::string& what) {
-  Tensor flat = Tensor::empty(Shape{total_numel(regions)}, dtype);
+Tensor pack(const Shard& from, const std::vector<Region>& regions, DType dtype, Allocator* allocator,
+            const std::string& what) {
+  Tensor flat = Tensor::empty(Shape{total_numel(regions)}, dtype, allocator);
   int64_t offset = 0;
   for (const Region& r : regions) {
     copy_box(from, flat_part(flat, offset, r), r, what);
@@ -232,8 +233,8 @@ void post_peer(const StepContext& ctx, int peer, const PeerTraffic& traffic, con
   const std::string what = ctx.where + ": Send/Recv with peer " + std::to_string(peer) + " (send " +
                            regions_text(traffic.sends) + "; receive " + regions_text(traffic.recvs) + ")";
   HSPMD_CHECK(peer != ctx.device) << what << ": a device does not send to itself (that is a LocalCopy)";
-  Tensor out = pack(src, traffic.sends, ctx.dtype, what);
-  Tensor in = Tensor::empty(Shape{total_numel(traffic.recvs)}, ctx.dtype);
+  Tensor out = pack(src, traffic.sends, ctx.dtype, ctx.session.allocator(), what);
+  Tensor in = Tensor::empty(Shape{total_numel(traffic.recvs)}, ctx.dtype, ctx.session.allocator());
   comm::SendRecvOptions options;
   if (!traffic.sends.empty()) options.sends.push_back({peer, comm::CommBuffer::of(out)});
   if (!traffic.recvs.empty()) options.recvs.push_back({peer, comm::CommBuffer::of(in)});
@@ -261,7 +262,8 @@ void post_collective(const StepContext& ctx, const CommOp& op, const Shard& src,
     // A zero_input member holds a duplicate of a summand another member adds: it adds zeros. Each
     // member keeps the part of the sum its destination shard covers (all of it for Partial ->
     // Duplicate; one part when the top tier lowers a split result to an all-reduce).
-    Tensor buffer = op.zero_input ? Tensor::zeros(Shape{full.numel()}, ctx.dtype) : pack(src, {full}, ctx.dtype, what);
+    Tensor buffer = op.zero_input ? Tensor::zeros(Shape{full.numel()}, ctx.dtype, ctx.session.allocator())
+                                 : pack(src, {full}, ctx.dtype, ctx.session.allocator(), what);
     comm::Work work = with_context(what, [&] { return comm->allreduce({.data = comm::CommBuffer::of(buffer)}); });
     in_flight.add(std::move(work), what, {buffer}, [buffer, full, &dst, what] {
       const std::optional<Region> keep = dst.tensor.defined() ? full.intersect(dst.region) : std::nullopt;
@@ -283,8 +285,8 @@ void post_collective(const StepContext& ctx, const CommOp& op, const Shard& src,
     counts.push_back(parts.back().numel());
   }
   if (op.kind == CommKind::kReduceScatter) {
-    Tensor input = pack(src, parts, ctx.dtype, what);
-    Tensor output = Tensor::empty(Shape{mine.numel()}, ctx.dtype);
+    Tensor input = pack(src, parts, ctx.dtype, ctx.session.allocator(), what);
+    Tensor output = Tensor::empty(Shape{mine.numel()}, ctx.dtype, ctx.session.allocator());
     comm::Work work = with_context(what, [&] {
       return comm->reduce_scatter(
           {.input = comm::CommBuffer::of(input), .output = comm::CommBuffer::of(output), .counts = counts});
@@ -293,8 +295,8 @@ void post_collective(const StepContext& ctx, const CommOp& op, const Shard& src,
     return;
   }
   HSPMD_CHECK(op.kind == CommKind::kAllGather) << what << ": not a collective";
-  Tensor input = pack(src, {mine}, ctx.dtype, what);
-  Tensor output = Tensor::empty(Shape{full.numel()}, ctx.dtype);
+  Tensor input = pack(src, {mine}, ctx.dtype, ctx.session.allocator(), what);
+  Tensor output = Tensor::empty(Shape{full.numel()}, ctx.dtype, ctx.session.allocator());
   comm::Work work = with_context(what, [&] {
     return comm->allgather(
         {.input = comm::CommBuffer::of(input), .output = comm::CommBuffer::of(output), .counts = counts});
@@ -332,7 +334,7 @@ Tensor run_step(const StepContext& ctx, const resolve::ResolveStep& step, const 
       << " but has no op that fills it";
 
   const Shard src{input, in_region.value_or(Region{})};
-  const Shard dst{out_region ? Tensor::zeros(out_region->shape(), ctx.dtype) : Tensor(), out_region.value_or(Region{})};
+  const Shard dst{out_region ? Tensor::zeros(out_region->shape(), ctx.dtype, ctx.session.allocator()) : Tensor(), out_region.value_or(Region{})};
   std::map<int, PeerTraffic> peers;
   std::vector<const CommOp*> collectives;
   for (const CommOp& op : ops) {

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "hspmd/comm/group_cache.h"
+#include "hspmd/core/allocator.h"
 #include "hspmd/core/shape.h"
 #include "hspmd/core/tensor.h"
 #include "hspmd/resolve/resolver.h"
@@ -44,7 +45,10 @@ namespace hspmd::runtime {
 // The communicators of one rank plus its deferred (in-flight) sends.
 class CommSession {
  public:
-  CommSession(comm::GroupCache& groups, int rank) : groups_(groups), rank_(rank) {}
+  // Buffers and destination shards come from `allocator` (nullptr: Allocator::process_default()),
+  // so an emulated device's capacity covers its communication too.
+  CommSession(comm::GroupCache& groups, int rank, Allocator* allocator = nullptr)
+      : groups_(groups), rank_(rank), allocator_(allocator) {}
   // Waits for sends still in flight (their errors are dropped: call wait_deferred() to see them),
   // so no buffer is freed under a transfer.
   ~CommSession();
@@ -59,10 +63,12 @@ class CommSession {
   // group and peer). Sends that completed earlier are dropped by defer() as it goes.
   void wait_deferred();
   comm::GroupCache& groups() { return groups_; }
+  Allocator* allocator() const { return allocator_; }
 
  private:
   comm::GroupCache& groups_;
   int rank_;
+  Allocator* allocator_;
   std::mutex mutex_;
   std::vector<std::pair<comm::Work, Tensor>> deferred_;
 };
