@@ -41,6 +41,7 @@ TEST_F(TrainCli, HeterogeneousStrategyOnEmulatedDevicesMatchesOneProcess) {
   }
 }
 
+// The resumed run also recomputes activations (TP 2 x PP 2), from the command line.
 TEST_F(TrainCli, SaveUnderOneStrategyResumeUnderAnother) {
   const std::string ckpt = path("ckpt");
   testing::CommandResult a = run_hspmd(common(2) + " --decay-steps 4 --nproc 2 --strategy " +
@@ -48,9 +49,10 @@ TEST_F(TrainCli, SaveUnderOneStrategyResumeUnderAnother) {
   ASSERT_EQ(a.code, 0) << a.output;
   testing::CommandResult b =
       run_hspmd(common(4) + " --nproc 4 --strategy " + example("examples/strategies/local-tp2-pp2.json") +
-                " --resume " + ckpt);
+                " --resume " + ckpt + " --recompute");
   ASSERT_EQ(b.code, 0) << b.output;
-  EXPECT_THAT(b.output, AllOf(HasSubstr("resumed from"), HasSubstr("at step 2"), HasSubstr("step     4/4")));
+  EXPECT_THAT(b.output, AllOf(HasSubstr("resumed from"), HasSubstr("at step 2"), HasSubstr("step     4/4"),
+                              HasSubstr("recomputing each layer in B")));
 }
 
 TEST_F(TrainCli, PlanBeyondEmulatedMemoryIsRefusedUpFront) {
