@@ -261,6 +261,31 @@ TEST(DistTrain, RecomputeUnderTensorAndPipelineParallelism) {
   std::printf("\n");
 }
 
+// The constructor connects every communicator the steps use: training creates no new group (the
+// uneven pipelines above, with ZeRO-1 for the post-step gathers and a TP 2 vocab-parallel loss).
+TEST(DistTrain, CommunicatorsAreConnectedBeforeTheFirstStep) {
+  sharding::Strategy st = strategy(R"({"name": "uneven-zero1", "zero1": true, "pipelines": [
+    {"micro_batch_size": 1, "num_micro_batches": 3,
+     "stages": [{"ranks": "0", "layers": "0"}, {"ranks": "1", "layers": "1-2"}, {"ranks": "2", "layers": "3"}]},
+    {"micro_batch_size": 2, "num_micro_batches": 2,
+     "stages": [{"ranks": "3", "layers": "0-2"}, {"ranks": "4-5", "layers": "3"}]}]})");
+  const sharding::AnnotationPlan plan = models::compile_llama_plan(config(), st);
+  data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
+  std::vector<size_t> before(6), after(6);
+  comm::run_thread_ranks(6, [&](int rank, comm::GroupCache& groups) {
+    DistOptions o;
+    o.train = options(2);
+    DistTrainer t(config(), ds, plan, o, rank, 6, groups);
+    before[rank] = groups.cached();
+    while (!t.done()) t.step();
+    after[rank] = groups.cached();
+  });
+  for (int rank = 0; rank < 6; ++rank) {
+    EXPECT_GT(before[rank], 1u) << rank;
+    EXPECT_EQ(after[rank], before[rank]) << rank;
+  }
+}
+
 TEST(DistTrain, PlanBeyondEmulatedMemoryIsRefusedBeforeTraining) {
   sharding::Strategy st = strategy(R"({"name": "one", "pipelines": [
     {"micro_batch_size": 4, "num_micro_batches": 1, "stages": [{"ranks": "0", "layers": "0-3"}]}]})");

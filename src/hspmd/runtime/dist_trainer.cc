@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <set>
 #include <sstream>
 
 #include "hspmd/core/error.h"
@@ -14,6 +15,7 @@
 #include "hspmd/kernels/reduce.h"
 #include "hspmd/kernels/slice.h"
 #include "hspmd/kernels/threading.h"
+#include "hspmd/specialize/plan_report.h"
 #include "hspmd/specialize/reshard_resolution.h"
 
 namespace hspmd::runtime {
@@ -83,6 +85,30 @@ std::vector<int> all_ranks(int world) {
   std::vector<int> r(world);
   std::iota(r.begin(), r.end(), 0);
   return r;
+}
+
+// Every (channel, group) a training step of the plan communicates on, for all ranks alike: the
+// Reshards' collectives and point-to-point pairs (forward "F", backward "B"), the vocab-parallel
+// loss's statistics gather ("F"), the gradient syncs and parameter gathers and the all-rank
+// reductions ("post"). Sorted, so every rank walks it in the same order.
+std::set<std::pair<std::string, std::vector<int>>> step_groups(const specialize::PlanReport& report, int world) {
+  std::set<std::pair<std::string, std::vector<int>>> out{{"post", all_ranks(world)}};
+  auto add = [&](const std::vector<specialize::ReshardGroup>& groups, auto channel_of) {
+    for (const specialize::ReshardGroup& g : groups) {
+      for (const specialize::DeviceOps& d : g.devices) {
+        for (const resolve::CommOp& op : d.ops) {
+          if (!op.group.empty()) out.emplace(channel_of(g), comm::canonical_group(op.group));
+          if (op.peer >= 0) out.emplace(channel_of(g), comm::canonical_group({d.device, op.peer}));
+        }
+      }
+    }
+  };
+  add(report.activations, [](const specialize::ReshardGroup& g) {
+    return g.pattern.size() > 4 && g.pattern.compare(g.pattern.size() - 4, 4, ".bwd") == 0 ? "B" : "F";
+  });
+  add(report.gradient_syncs, [](const specialize::ReshardGroup&) { return "post"; });
+  add(report.parameter_gathers, [](const specialize::ReshardGroup&) { return "post"; });
+  return out;
 }
 
 }  // namespace
@@ -181,6 +207,18 @@ DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDat
   }
   loader_ = std::make_unique<data::Loader>(
       dataset, data::LoaderOptions{.seq_len = o.seq_len, .global_batch_tokens = o.global_batch_tokens, .seed = o.seed});
+  connect();
+}
+
+void DistTrainer::connect() {
+  // Connecting is collective per group: walking one sorted list everywhere means the first group
+  // anyone waits on has all its members there, so no order of arrival can deadlock, and a peer
+  // that cannot be reached fails the run here rather than in the middle of a step.
+  const specialize::PlanReport report =
+      specialize::make_plan_report(model_, exec_->plan(), {options_.schedule, options_.train.seq_len, nullptr});
+  for (const auto& [channel, ranks] : step_groups(report, world_size_)) {
+    if (std::find(ranks.begin(), ranks.end(), rank_) != ranks.end()) session_.group(ranks, channel);
+  }
 }
 
 DistTrainer::~DistTrainer() = default;

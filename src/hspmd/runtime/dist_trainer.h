@@ -23,6 +23,9 @@
 //          first holder of each region inside it) and clipping, AdamW on the rank's state shard,
 //          parameter gather (state -> parameter).
 //   Loss   the sum of the loss of every micro-batch of every pipeline, counted once per pipeline.
+// Communicators: the constructor connects every group a step will use (collective; one sorted
+// order on every rank), so the first step does not pay for connecting and an unreachable peer fails
+// before training. A group the plan report does not foresee still connects on first use.
 // Emulated devices (runtime/emulation.h): compute time is stretched by the rank's speed before
 // each communication (so a slow stage hands over late, as a real one would), and every tensor is
 // allocated from an allocator with the rank's capacity. Before the first step the rank's memory
@@ -96,6 +99,7 @@ class DistTrainer {
   struct MicroBatch;
   struct ParamState;
 
+  void connect();  // collective: every communicator the steps use, before the first step
   void forward(MicroBatch& mb);
   void backward(MicroBatch& mb);
   void run_op(int id, MicroBatch& mb);
