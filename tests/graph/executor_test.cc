@@ -125,6 +125,29 @@ TEST(Executor, KernelErrorsNameTheOp) {
   }
 }
 
+// A cross-entropy told it holds one vocabulary shard, run where nothing gathers the other shards'
+// statistics (here, the single-device executor), refuses rather than normalizing over its shard.
+TEST(Executor, VocabShardOfTheLossWithoutAGatherIsAnError) {
+  Graph g;
+  TensorRef logits = g.placeholder("logits", {2, 4}, DType::kFloat32);
+  TensorRef targets = g.placeholder("targets", {2}, DType::kInt64);
+  TensorRef scale = g.placeholder("scale", {}, DType::kFloat32);
+  OpAttrs a;
+  a.vocab_start = 4;
+  a.vocab_size = 8;
+  TensorRef loss = g.add_op(OpKind::kCrossEntropy, "loss", {logits, targets, scale}, a)[0];
+  Executor ex(g, {loss});
+  const TensorMap feeds{{"logits", Tensor::zeros(Shape{2, 4}, DType::kFloat32)},
+                        {"targets", Tensor::from_vector<int64_t>(Shape{2}, {1, 6})},
+                        {"scale", Tensor::full(Shape{}, DType::kFloat32, 1.0)}};
+  try {
+    ex.run(feeds, {});
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("columns from 4 of 8"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Init, ShardsReproduceTheirSliceOfTheGlobalTensor) {
   InitSpec spec = InitSpec::normal(0.02);
   Tensor full = init_tensor("w", Shape{8, 4}, DType::kFloat32, spec, 7);

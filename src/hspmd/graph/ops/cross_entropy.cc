@@ -78,6 +78,10 @@ OpDef cross_entropy_def() {
     Tensor losses = Tensor::empty(Shape{logits.dim(0)}, logits.dtype(), k.allocator);
     Tensor stats = Tensor::empty(Shape{3, logits.dim(0)}, DType::kFloat64, k.allocator);
     kernels::cross_entropy_shard_stats(logits, k.inputs[1], stats, options(k.op.attrs));
+    // A shard normalized over its own columns alone would give a plausible, wrong loss.
+    HSPMD_CHECK(k.op.attrs.vocab_size == 0 || k.gather_vocab_shards)
+        << "cross_entropy: this rank holds vocabulary columns from " << k.op.attrs.vocab_start << " of "
+        << k.op.attrs.vocab_size << " but was given no way to gather the other shards' statistics";
     if (k.gather_vocab_shards) stats = k.gather_vocab_shards(stats);
     kernels::cross_entropy_combine(stats, k.inputs[1], losses, lse, options(k.op.attrs));
     loss.fill(k.inputs[2].element_as_double(0) * kernels::sum_all(losses));
