@@ -18,7 +18,8 @@
 //       examples/strategies/table12-c6-15h800-24h20.json --model configs/llama-32b.json
 //       --cluster examples/clusters/paper-16h800-32h20.json --states params+adam   (one line)
 //
-// --no-heuristics plans one BSR per tensor with the lowest-rank owner sending, for comparison;
+// --no-heuristics plans one BSR per tensor with the lowest-rank owner sending (slices a receiver
+// already holds are still copied locally), for comparison;
 // --dead 15 keeps failed ranks from sending (their shards come from data-parallel replicas).
 #include <CLI/CLI.hpp>
 
@@ -38,6 +39,7 @@
 #include "hspmd/resolve/topology.h"
 #include "hspmd/sharding/strategy.h"
 #include "hspmd/specialize/plan_report.h"
+#include "hspmd/switching/switch_plan.h"
 
 namespace hspmd::cli {
 
@@ -92,54 +94,36 @@ void run_switch(const ExplainOptions& o) {
                                           << topo.name() << " has " << topo.num_devices() << " devices";
     }
   }
-  // Parameters move with their own annotation; Adam's two moments with the optimizer-state one
-  // (the ZeRO-1 shard when enabled). float32 everywhere (master weights and moments).
-  std::vector<resolve::FusedTensor> tensors;
-  const bool adam = o.states == "params+adam";
-  for (const models::LlamaParam& p : models::llama_parameters(config)) {
-    tensors.push_back({p.name, p.shape, a.at(p.name), b.at(p.name), 4});
-    if (!adam) continue;
-    for (const char* state : {".exp_avg", ".exp_avg_sq"}) {
-      tensors.push_back({p.name + state, p.shape, a.optimizer_state(p.name), b.optimizer_state(p.name), 4});
-    }
-  }
-  resolve::FusedBsrOptions options;
-  if (o.no_heuristics) options = {resolve::BsrPolicy::kLowestOwner, false, {}};
+  std::vector<std::pair<std::string, Shape>> params;
+  for (const models::LlamaParam& p : models::llama_parameters(config)) params.emplace_back(p.name, p.shape);
+  switching::SwitchOptions options;
+  options.optimizer_states = o.states == "params+adam";
+  options.topology = &topo;
+  options.fuse = !o.no_heuristics;
   options.dead = o.dead;
-  const resolve::FusedBsr bsr = resolve::plan_fused_bsr(tensors, &topo, options);
+  const switching::SwitchPlan plan =
+      switching::plan_switch(switching::param_layouts(a, params), switching::param_layouts(b, params), options);
+  const resolve::FusedBsr& bsr = plan.bsr;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
-  int64_t local_bytes = 0;
-  for (const auto& [dev, ops] : bsr.ops) {
-    for (const auto& op : ops) {
-      if (op.kind != resolve::CommKind::kLocalCopy) continue;
-      for (const auto& piece : op.pieces) local_bytes += piece.region.numel() * 4;
-    }
-  }
-  std::map<int, std::map<resolve::LinkTier, int64_t>> per_sender;
-  std::map<resolve::LinkTier, int64_t> per_tier;
-  for (const resolve::BsrMessage& m : bsr.messages()) {
-    per_sender[m.sender][topo.tier(m.sender, m.receiver)] += m.bytes;
-    per_tier[topo.tier(m.sender, m.receiver)] += m.bytes;
-  }
   std::cout << "switch " << sa.name << " -> " << sb.name << "\n"
             << "model " << o.model << ": " << models::llama_parameters(config).size() << " parameters, states "
-            << o.states << " (" << tensors.size() << " tensors, float32), cluster " << topo.name() << "\n"
+            << o.states << " (" << plan.tensors.size() << " tensors, float32), cluster " << topo.name() << "\n"
             << "scheme: "
             << (o.no_heuristics ? "one BSR per tensor, lowest-rank owner sends (--no-heuristics)"
                                 : "fused BSR, heuristics: owned -> local copy; fastest link; least bytes sent")
             << "\n"
             << "table entries " << bsr.table.entries().size() << ", messages " << bsr.messages().size()
             << ", sent " << human(static_cast<double>(bsr.total_bytes())) << " (" << bsr.total_bytes()
-            << " bytes), local copies " << human(static_cast<double>(local_bytes)) << "\n";
+            << " bytes), local copies " << human(static_cast<double>(plan.local_copy_bytes)) << "\n";
   for (resolve::LinkTier t : {resolve::LinkTier::kIntraNode, resolve::LinkTier::kInterNode}) {
-    std::cout << "  " << resolve::link_tier_name(t) << ": " << human(static_cast<double>(per_tier[t])) << "\n";
+    const int64_t bytes = plan.sent_by_tier.count(t) ? plan.sent_by_tier.at(t) : 0;
+    std::cout << "  " << resolve::link_tier_name(t) << ": " << human(static_cast<double>(bytes)) << "\n";
   }
-  int64_t max_sent = 0;
-  for (const auto& [dev, bytes] : bsr.bytes_sent) max_sent = std::max(max_sent, bytes);
-  std::cout << "busiest sender " << human(static_cast<double>(max_sent)) << "; planned in " << ms << " ms\n\n";
+  std::cout << "busiest sender " << human(static_cast<double>(plan.busiest_sender_bytes)) << "; planned in " << ms
+            << " ms\n\n";
   std::cout << "per sender        intra-node      inter-node           total\n";
-  for (const auto& [dev, tiers] : per_sender) {
+  for (const auto& [dev, tiers] : plan.sent_by) {
     const int64_t intra = tiers.count(resolve::LinkTier::kIntraNode) ? tiers.at(resolve::LinkTier::kIntraNode) : 0;
     const int64_t inter = tiers.count(resolve::LinkTier::kInterNode) ? tiers.at(resolve::LinkTier::kInterNode) : 0;
     char line[160];

@@ -95,8 +95,8 @@ std::string progress_bar(int64_t done, int64_t first, int64_t total, double elap
 
 void run_train(const TrainArgs& args, const CLI::App& sub) {
   if (!args.strategy.empty()) return run_dist_train(args);
-  HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty())
-      << "--nproc, --devices and --trace need --strategy (distributed training)";
+  HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty() && args.switches.empty())
+      << "--nproc, --devices, --trace and --switch need --strategy (distributed training)";
   models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
   data::TokenDataset dataset = data::TokenDataset::open(args.data);
   HSPMD_CHECK(dataset.vocab_size() <= static_cast<uint64_t>(config.vocab_size))
@@ -210,6 +210,10 @@ void add_train_command(CLI::App& app) {
       ->group(dist);
   sub->add_option("--nproc", args->nproc, "start this many local worker processes (else run as one worker of `hspmd launch`)")
       ->check(CLI::NonNegativeNumber)->group(dist);
+  sub->add_option("--switch", args->switches,
+                  "STEP:S.json: before step STEP, switch to strategy S without a restart (one fused BSR of weights "
+                  "and Adam states); repeatable")
+      ->group(dist);
   sub->add_option("--schedule", args->schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str()->group(dist);
   sub->add_option("--devices", args->devices, "emulated devices JSON: per-rank relative speed and memory")->group(dist);
   sub->add_option("--trace", args->trace, "write a Chrome trace per rank (FILE.rank<N>.json)")->group(dist);

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "hspmd/runtime/trainer.h"
 
@@ -14,6 +15,7 @@ struct TrainArgs {
   runtime::TrainerOptions options;
   // Distributed training (cli/train_dist.cc).
   std::string strategy, devices, trace, schedule = "1f1b";
+  std::vector<std::string> switches;  // --switch STEP:STRATEGY.json, in step order
   int nproc = 0;
   bool check_single = false;
 };

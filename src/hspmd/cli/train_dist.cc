@@ -10,6 +10,11 @@
 // Rank 0 prints the steps, writes metrics and, with --check-single, retrains the same steps in one
 // process and compares every loss (the oracle of DESIGN.md §9). Checkpoints (--save, --resume) are
 // strategy-independent: a run saved under one strategy resumes under another, or single-process.
+// `--switch 20:B.json` moves the run to strategy B before step 20 with one fused BSR of weights and
+// Adam moments (runtime/dist_trainer.h, switch_to), without a restart; the workers are the ranks
+// any of the strategies uses, and a rank the strategy in force does not use waits as a spare.
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -70,29 +75,75 @@ void check_single_process(const models::LlamaConfig& config, const data::TokenDa
   HSPMD_CHECK(worst <= kTolerance) << "distributed losses differ from the single-process run by " << worst;
 }
 
+// A strategy file compiled for the model, with the step before which the run switches to it.
+struct ScheduledPlan {
+  int64_t step = 1;  // 1 for the starting strategy
+  std::string file;
+  sharding::Strategy strategy;
+  sharding::AnnotationPlan plan;
+};
+
+// --strategy, then every --switch STEP:FILE in step order; Error naming the flag at fault.
+std::vector<ScheduledPlan> scheduled_plans(const TrainArgs& args, const models::LlamaConfig& config) {
+  std::vector<std::pair<int64_t, std::string>> files{{1, args.strategy}};
+  for (const std::string& spec : args.switches) {
+    const size_t colon = std::min(spec.find(':'), spec.size());
+    int64_t step = 0;
+    const auto [end, error] = std::from_chars(spec.data(), spec.data() + colon, step);
+    HSPMD_CHECK(error == std::errc() && end == spec.data() + colon && step >= 2 && colon + 1 < spec.size())
+        << "--switch " << spec << ": expected STEP:STRATEGY.json with STEP >= 2 (the step that runs first under "
+        << "the new strategy)";
+    HSPMD_CHECK(step > files.back().first)
+        << "--switch " << spec << ": switches must be given in increasing step order, one per step";
+    HSPMD_CHECK(step <= args.options.steps) << "--switch " << spec << ": the run has only " << args.options.steps
+                                            << " steps";
+    files.emplace_back(step, spec.substr(colon + 1));
+  }
+  std::vector<ScheduledPlan> out;
+  for (const auto& [step, file] : files) {
+    sharding::Strategy st = sharding::Strategy::from_file(file);
+    sharding::AnnotationPlan plan = models::compile_llama_plan(config, st);
+    out.push_back({step, file, std::move(st), std::move(plan)});
+  }
+  return out;
+}
+
 void run_worker(const TrainArgs& args) {
   const comm::WorkerEnv env = comm::WorkerEnv::from_environment();
   const models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
   const data::TokenDataset dataset = data::TokenDataset::open(args.data);
-  const sharding::Strategy strategy = sharding::Strategy::from_file(args.strategy);
-  const int world = static_cast<int>(strategy.ranks().size());
-  HSPMD_CHECK(env.world_size == world && strategy.ranks().back() == world - 1)
-      << "strategy " << args.strategy << " uses ranks " << sharding::DeviceGroup(strategy.ranks()).to_string()
-      << " but the run has " << env.world_size << " workers (ranks 0.." << env.world_size - 1 << ")";
-  const sharding::AnnotationPlan plan = models::compile_llama_plan(config, strategy);
+  const std::vector<ScheduledPlan> plans = scheduled_plans(args, config);
+  int world = 0;  // the run's processes: every rank some strategy uses
+  for (const ScheduledPlan& p : plans) world = std::max(world, p.strategy.ranks().back() + 1);
+  HSPMD_CHECK(env.world_size == world)
+      << "the strategies (" << args.strategy << (plans.size() > 1 ? " and the --switch ones" : "") << ") use ranks 0.."
+      << world - 1 << " but the run has " << env.world_size << " workers (ranks 0.." << env.world_size - 1 << ")";
   const runtime::EmulatedDevices devices =
       args.devices.empty() ? runtime::EmulatedDevices(world) : runtime::EmulatedDevices::from_file(args.devices, world);
+
+  // A resumed run starts under the strategy in force at its next step.
+  int64_t first_step = 1;
+  if (!args.resume.empty()) first_step = runtime::ShardedCheckpoint::open(args.resume).state().at("step").get<int64_t>() + 1;
+  size_t in_force = 0;
+  while (in_force + 1 < plans.size() && plans[in_force + 1].step <= first_step) ++in_force;
 
   comm::GroupCache groups(comm::open_run_store(env), env.rank, comm::gloo_backend({.host = env.host}));
   runtime::DistOptions options{.train = args.options,
                                .schedule = specialize::parse_schedule_kind(args.schedule),
                                .device = devices.of(env.rank),
-                               .trace = !args.trace.empty()};
-  runtime::DistTrainer trainer(config, dataset, plan, options, env.rank, world, groups);
+                               .trace = !args.trace.empty(),
+                               .plan_name = plans[in_force].strategy.name};
+  runtime::DistTrainer trainer(config, dataset, plans[in_force].plan, options, env.rank, world, groups);
   const bool lead = env.rank == 0;
   if (lead) {
-    std::cout << "strategy " << strategy.name << ": " << strategy.pipelines.size() << " pipeline(s) on " << world
-              << " ranks; schedule " << args.schedule << (strategy.zero1 ? "; ZeRO-1" : "") << "\n";
+    const sharding::Strategy& strategy = plans[in_force].strategy;
+    std::cout << "strategy " << strategy.name << ": " << strategy.pipelines.size() << " pipeline(s) on "
+              << strategy.ranks().size() << " of " << world << " ranks; schedule " << args.schedule
+              << (strategy.zero1 ? "; ZeRO-1" : "") << "\n";
+    for (size_t i = in_force + 1; i < plans.size(); ++i) {
+      std::cout << "switch before step " << plans[i].step << " to strategy " << plans[i].strategy.name << " ("
+                << plans[i].file << ")\n";
+    }
     if (!args.devices.empty()) std::cout << devices.describe() << "\n";
   }
   std::cout << trainer.describe() << std::endl;
@@ -107,7 +158,19 @@ void run_worker(const TrainArgs& args) {
     HSPMD_CHECK(metrics.good()) << "cannot open metrics file " << args.metrics;
   }
   std::vector<double> losses;
+  size_t next_switch = in_force + 1;
   while (!trainer.done()) {
+    if (next_switch < plans.size() && plans[next_switch].step == trainer.step_count() + 1) {
+      const ScheduledPlan& p = plans[next_switch++];
+      try {
+        const runtime::SwitchReport r = trainer.switch_to(p.plan, p.strategy.name);
+        if (lead) std::cout << r.to_string() << std::endl;
+        if (metrics.is_open()) metrics << r.to_json().dump() << std::endl;
+        std::cout << trainer.describe() << std::endl;
+      } catch (const runtime::SwitchRefused& e) {
+        if (lead) std::cout << e.what() << "; training goes on under plan " << trainer.plan_name() << std::endl;
+      }
+    }
     const runtime::StepMetrics m = trainer.step();
     losses.push_back(m.loss);
     HSPMD_CHECK(std::isfinite(m.loss)) << "training diverged at step " << m.step << ": loss " << m.loss;

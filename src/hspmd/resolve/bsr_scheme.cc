@@ -13,20 +13,18 @@ BsrScheme plan_bsr(const BsrTable& table, const Topology* topology, BsrPolicy po
     const BsrEntry& e = entries[i];
     for (int r : e.receivers) {
       int sender = e.owners.front();
-      if (policy == BsrPolicy::kHeuristic) {
-        if (std::binary_search(e.owners.begin(), e.owners.end(), r)) {
-          sender = r;  // (i) owned: local copy
-        } else {
-          double best_bw = -1;
-          int64_t best_sent = 0;
-          for (int o : e.owners) {  // ascending, so strict comparisons keep the lowest id on ties
-            const double bw = topology ? topology->bandwidth(o, r) : 1.0;
-            const int64_t sent = scheme.bytes_sent[o];
-            if (bw > best_bw || (bw == best_bw && sent < best_sent)) {  // (ii), then (iii)
-              best_bw = bw;
-              best_sent = sent;
-              sender = o;
-            }
+      if (std::binary_search(e.owners.begin(), e.owners.end(), r)) {
+        sender = r;  // (i) owned: local copy, whatever the policy (no scheme sends what is there)
+      } else if (policy == BsrPolicy::kHeuristic) {
+        double best_bw = -1;
+        int64_t best_sent = 0;
+        for (int o : e.owners) {  // ascending, so strict comparisons keep the lowest id on ties
+          const double bw = topology ? topology->bandwidth(o, r) : 1.0;
+          const int64_t sent = scheme.bytes_sent[o];
+          if (bw > best_bw || (bw == best_bw && sent < best_sent)) {  // (ii), then (iii)
+            best_bw = bw;
+            best_sent = sent;
+            sender = o;
           }
         }
       }

@@ -4,7 +4,8 @@
 //   (ii)  otherwise the owner on the fastest link  (Topology::bandwidth(owner, receiver));
 //   (iii) ties -> the owner that has sent the fewest bytes so far (then the lowest id).
 // O(p * q * owners) for p entries and q receivers per entry. kLowestOwner (`--no-heuristics`)
-// always takes the lowest-id owner, for comparison.
+// keeps (i) and otherwise takes the lowest-id owner: the paper's unfused baseline, which differs
+// from the scheme in (ii) and (iii) only.
 //
 // The scheme turns into per-device ops with one message per (sender, receiver) pair — the "fused"
 // send-receive of §7 — carrying that pair's pieces in table order:

@@ -1,6 +1,8 @@
 #include "hspmd/runtime/dist_trainer.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -17,6 +19,7 @@
 #include "hspmd/kernels/threading.h"
 #include "hspmd/specialize/plan_report.h"
 #include "hspmd/specialize/reshard_resolution.h"
+#include "hspmd/switching/switch_plan.h"
 
 namespace hspmd::runtime {
 
@@ -135,6 +138,20 @@ struct DistTrainer::ParamState {
   bool decay = false;  // weight decay applies (matrices)
 };
 
+// One annotation plan as this rank runs it: specialized once, kept for switches back to it.
+struct DistTrainer::PlanRuntime {
+  std::string name;
+  std::unique_ptr<specialize::ExecGraph> exec;
+  bool active = false;  // this rank holds state and is fed data under the plan (else: a spare)
+  std::vector<std::vector<TensorRef>> forward_releases;   // ExecGraph::forward_releases
+  std::vector<std::vector<TensorRef>> backward_releases;  // ExecGraph::backward_releases
+  specialize::PipelineLayout layout;
+  std::vector<specialize::Task> schedule;  // empty on a spare
+  specialize::MemoryEstimate memory;
+  std::vector<switching::ParamLayout> layouts;  // every parameter, this rank's or not
+  std::vector<Annotation> grad_annotations;     // per parameter, as B leaves its gradient
+};
+
 DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDataset& dataset,
                          const sharding::AnnotationPlan& plan, DistOptions options, int rank, int world_size,
                          comm::GroupCache& groups)
@@ -155,84 +172,144 @@ DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDat
   HSPMD_CHECK(dataset.vocab_size() <= static_cast<uint64_t>(config.vocab_size))
       << "dataset " << dataset.dir() << " has vocab_size " << dataset.vocab_size() << " but the model config has "
       << config.vocab_size;
-  HSPMD_CHECK(!plan.pipelines.empty()) << "the plan names no pipelines (micro-batch sizes and counts)";
   if (o.threads > 0) kernels::set_num_threads(o.threads);
-  sharding::AnnotationPlan effective = plan;
-  effective.recompute = plan.recompute || o.recompute;  // the strategy's or the command line's
-  exec_ = std::make_unique<specialize::ExecGraph>(model_.graph, effective, rank);
-  HSPMD_CHECK(exec_->data_group() >= 0 && exec_->data_group() < static_cast<int>(plan.pipelines.size()))
-      << "rank " << rank << " is fed no data under this plan (is it in the strategy?)";
-
-  forward_releases_ = exec_->forward_releases(model_.loss);
-  backward_releases_ = exec_->backward_releases(model_.grads);
-  layout_ = specialize::build_pipeline_layout(model_.graph, exec_->deduced());
-  const auto [pipeline, stage] = layout_.locate(rank);
-  const int num_stages = static_cast<int>(layout_.pipelines[pipeline].stages.size());
-  const sharding::PipelineSchedule& mb = plan.pipelines[exec_->data_group()];
-  schedule_ = specialize::make_schedule(options_.schedule, mb.num_micro_batches, num_stages, stage);
-
-  memory_ = specialize::estimate_memory(*exec_, {.micro_batch_tokens = mb.micro_batch_size * o.seq_len,
-                                                 .micro_batches_in_flight = specialize::max_in_flight(schedule_)});
-  HSPMD_CHECK(options_.device.memory_bytes == 0 || memory_.total() <= options_.device.memory_bytes)
-      << "rank " << rank << " (" << (options_.device.name.empty() ? "device" : options_.device.name)
-      << "): the plan needs about " << memory_.to_string() << ", more than the device's capacity of "
-      << options_.device.memory_bytes
-      << " bytes; give this rank fewer layers, a higher TP degree or smaller micro-batches";
-
-  const sharding::AnnotationPlan& p = exec_->plan();
-  const std::vector<graph::GradientSync> syncs =
-      graph::gradient_syncs(model_.graph, exec_->deduced(), p, model_.params, model_.grads);
-  const graph::OptimizerOptions opt = optimizer_options(o);
-  for (size_t i = 0; i < model_.params.size(); ++i) {
-    const TensorRef ref = model_.params[i];
-    if (!exec_->holds(ref)) continue;
-    ParamState s;
-    s.index = static_cast<int>(i);
-    s.name = model_.param_names[i];
-    s.shape = evaluate(model_.graph.info(ref).shape, {});
-    s.annotation = specialize::without_zero(p.at(s.name));
-    HSPMD_CHECK(syncs[i].param == s.name) << "gradient of '" << s.name << "' is missing";
-    s.grad_annotation = syncs[i].deduced;
-    s.state_annotation = syncs[i].target;
-    s.region = *s.annotation.region(rank, s.shape);
-    std::optional<Region> state_region = s.state_annotation.region(rank, s.shape);
-    HSPMD_CHECK(state_region.has_value())
-        << "rank " << rank << " holds '" << s.name << "' but no optimizer state of it";
-    s.state_region = *state_region;
+  current_ = &keep_plan(specialize_plan(effective_plan(plan), options_.plan_name));
+  params_ = param_states(*current_);
+  for (ParamState& s : params_) {
+    const TensorRef ref = model_.params[s.index];
     s.value = init_region(s.name, s.shape, s.region, model_.graph.op(ref.op).attrs.init, o.seed, allocator_.get());
     s.exp_avg = Tensor::zeros(s.state_region.shape(), DType::kFloat32, allocator_.get());
     s.exp_avg_sq = Tensor::zeros(s.state_region.shape(), DType::kFloat32, allocator_.get());
-    s.decay = s.shape.rank() >= 2 || opt.decay_vectors;
-    params_.push_back(std::move(s));
   }
   loader_ = std::make_unique<data::Loader>(
       dataset, data::LoaderOptions{.seq_len = o.seq_len, .global_batch_tokens = o.global_batch_tokens, .seed = o.seed});
-  connect();
 }
 
-void DistTrainer::connect() {
+sharding::AnnotationPlan DistTrainer::effective_plan(const sharding::AnnotationPlan& plan) const {
+  sharding::AnnotationPlan effective = plan;
+  effective.recompute = plan.recompute || options_.train.recompute;  // the strategy's or the command line's
+  return effective;
+}
+
+DistTrainer::PlanRuntime* DistTrainer::find_plan(const sharding::AnnotationPlan& effective) {
+  auto it = plans_.find(effective.to_json_text());
+  return it == plans_.end() ? nullptr : it->second.get();
+}
+
+DistTrainer::PlanRuntime& DistTrainer::keep_plan(std::unique_ptr<PlanRuntime> p) {
+  connect(*p);
+  const std::string key = p->exec->plan().to_json_text();
+  return *plans_.emplace(key, std::move(p)).first->second;
+}
+
+std::unique_ptr<DistTrainer::PlanRuntime> DistTrainer::specialize_plan(const sharding::AnnotationPlan& plan,
+                                                                       const std::string& name) const {
+  HSPMD_CHECK(!plan.pipelines.empty()) << "plan " << name << " names no pipelines (micro-batch sizes and counts)";
+  auto p = std::make_unique<PlanRuntime>();
+  p->name = name;
+  p->exec = std::make_unique<specialize::ExecGraph>(model_.graph, plan, rank_);
+  const specialize::ExecGraph& exec = *p->exec;
+  HSPMD_CHECK(exec.data_group() < static_cast<int>(plan.pipelines.size()))
+      << "plan " << name << ": rank " << rank_ << " is fed data group " << exec.data_group() << " but the plan lists "
+      << plan.pipelines.size() << " pipelines";
+  p->active = exec.data_group() >= 0;
+  std::vector<std::pair<std::string, Shape>> shapes;
+  for (size_t i = 0; i < model_.params.size(); ++i) {
+    shapes.emplace_back(model_.param_names[i], evaluate(model_.graph.info(model_.params[i]).shape, {}));
+  }
+  p->layouts = switching::param_layouts(exec.plan(), shapes);
+  const std::vector<graph::GradientSync> syncs =
+      graph::gradient_syncs(model_.graph, exec.deduced(), exec.plan(), model_.params, model_.grads);
+  for (size_t i = 0; i < model_.params.size(); ++i) {
+    HSPMD_CHECK(i < syncs.size() && syncs[i].param == p->layouts[i].name)
+        << "gradient of '" << p->layouts[i].name << "' is missing";
+    HSPMD_ASSERT(syncs[i].target == p->layouts[i].state) << "'" << p->layouts[i].name << "': the gradient sync's "
+                                                         << "target is not the optimizer-state layout";
+    p->grad_annotations.push_back(syncs[i].deduced);
+    const bool holds = exec.holds(model_.params[i]);
+    HSPMD_CHECK(p->active || !holds) << "plan " << name << ": rank " << rank_ << " holds '" << p->layouts[i].name
+                                     << "' but is fed no data (is it in a pipeline of the strategy?)";
+    HSPMD_CHECK(!holds || p->layouts[i].state.region(rank_, shapes[i].second).has_value())
+        << "plan " << name << ": rank " << rank_ << " holds '" << p->layouts[i].name << "' but no optimizer state of it";
+  }
+  p->layout = specialize::build_pipeline_layout(model_.graph, exec.deduced());
+  if (p->active) {
+    p->forward_releases = exec.forward_releases(model_.loss);
+    p->backward_releases = exec.backward_releases(model_.grads);
+    const auto [pipeline, stage] = p->layout.locate(rank_);
+    const int num_stages = static_cast<int>(p->layout.pipelines[pipeline].stages.size());
+    const sharding::PipelineSchedule& mb = plan.pipelines[exec.data_group()];
+    p->schedule = specialize::make_schedule(options_.schedule, mb.num_micro_batches, num_stages, stage);
+    p->memory = specialize::estimate_memory(exec, {.micro_batch_tokens = mb.micro_batch_size * options_.train.seq_len,
+                                                   .micro_batches_in_flight = specialize::max_in_flight(p->schedule)});
+    HSPMD_CHECK(options_.device.memory_bytes == 0 || p->memory.total() <= options_.device.memory_bytes)
+        << "plan " << name << ": rank " << rank_ << " ("
+        << (options_.device.name.empty() ? "device" : options_.device.name) << ") needs about "
+        << p->memory.to_string() << ", more than the device's capacity of " << options_.device.memory_bytes
+        << " bytes; give this rank fewer layers, a higher TP degree or smaller micro-batches";
+  }
+  return p;
+}
+
+std::vector<DistTrainer::ParamState> DistTrainer::param_states(const PlanRuntime& p) const {
+  const graph::OptimizerOptions opt = optimizer_options(options_.train);
+  std::vector<ParamState> out;
+  for (size_t i = 0; i < model_.params.size(); ++i) {
+    if (!p.exec->holds(model_.params[i])) continue;
+    const switching::ParamLayout& l = p.layouts[i];
+    ParamState s;
+    s.index = static_cast<int>(i);
+    s.name = l.name;
+    s.shape = l.shape;
+    s.annotation = l.value;
+    s.grad_annotation = p.grad_annotations[i];
+    s.state_annotation = l.state;
+    s.region = *l.value.region(rank_, l.shape);
+    s.state_region = *l.state.region(rank_, l.shape);
+    s.decay = s.shape.rank() >= 2 || opt.decay_vectors;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void DistTrainer::connect(const PlanRuntime& p) {
   // Connecting is collective per group: walking one sorted list everywhere means the first group
   // anyone waits on has all its members there, so no order of arrival can deadlock, and a peer
   // that cannot be reached fails the run here rather than in the middle of a step.
   const specialize::PlanReport report =
-      specialize::make_plan_report(model_, exec_->plan(), {options_.schedule, options_.train.seq_len, nullptr});
+      specialize::make_plan_report(model_, p.exec->plan(), {options_.schedule, options_.train.seq_len, nullptr});
   for (const auto& [channel, ranks] : step_groups(report, world_size_)) {
     if (std::find(ranks.begin(), ranks.end(), rank_) != ranks.end()) session_.group(ranks, channel);
   }
 }
 
+std::shared_ptr<comm::Communicator> DistTrainer::all_ranks_group() {
+  return session_.group(all_ranks(world_size_), "post");
+}
+
 DistTrainer::~DistTrainer() = default;
 
+const specialize::ExecGraph& DistTrainer::exec_graph() const { return *current_->exec; }
+const std::vector<specialize::Task>& DistTrainer::schedule() const { return current_->schedule; }
+const specialize::PipelineLayout& DistTrainer::pipelines() const { return current_->layout; }
+const std::string& DistTrainer::plan_name() const { return current_->name; }
+bool DistTrainer::active() const { return current_->active; }
+
 std::string DistTrainer::describe() const {
-  const auto [pipeline, stage] = layout_.locate(rank_);
-  const auto& stages = layout_.pipelines[pipeline].stages;
-  const sharding::PipelineSchedule& mb = exec_->plan().pipelines[exec_->data_group()];
+  const PlanRuntime& p = *current_;
   std::ostringstream out;
+  if (!p.active) {
+    out << "rank " << rank_ << ": spare under plan " << p.name << " (holds no state; joins the loss reduction only)";
+    return out.str();
+  }
+  const auto [pipeline, stage] = p.layout.locate(rank_);
+  const auto& stages = p.layout.pipelines[pipeline].stages;
+  const sharding::PipelineSchedule& mb = p.exec->plan().pipelines[p.exec->data_group()];
   out << "rank " << rank_ << ": pipeline " << pipeline << ", stage " << stage + 1 << "/" << stages.size() << " "
       << sharding::DeviceGroup(stages[stage]).to_string() << ", " << mb.num_micro_batches << " micro-batches of "
       << mb.micro_batch_size << ", " << specialize::schedule_kind_name(options_.schedule) << ": "
-      << specialize::to_string(schedule_) << (exec_->plan().recompute ? ", recomputing each layer in B" : "")
-      << "; memory estimate " << memory_.to_string();
+      << specialize::to_string(p.schedule) << (p.exec->plan().recompute ? ", recomputing each layer in B" : "")
+      << "; memory estimate " << p.memory.to_string();
   return out.str();
 }
 
@@ -243,18 +320,18 @@ void DistTrainer::pace() {
 }
 
 Tensor DistTrainer::run_reshard(int id, const Tensor& src, const SymBinding& binding, const std::string& channel) {
-  const graph::Op& op = exec_->op(id);
+  const graph::Op& op = current_->exec->op(id);
   const TensorRef in = op.inputs[0], out{id, 0};
   const SymShape& shape = model_.graph.info(out).shape;
   std::vector<specialize::GroupResolution> all =
-      specialize::resolve_reshard(exec_->annotation(in), exec_->annotation(out), shape, {binding}, op.name, cache_);
+      specialize::resolve_reshard(current_->exec->annotation(in), current_->exec->annotation(out), shape, {binding}, op.name, cache_);
   const specialize::GroupResolution* mine = specialize::resolution_of(all, rank_);
   if (mine == nullptr) return Tensor();
   // A whole-tensor resolution was computed from this rank's symbols alone: only sound when the
   // shape has none (another pipeline may bind them differently).
   HSPMD_CHECK(mine->group >= 0 || is_static(shape))
-      << "Reshard '" << op.name << "' changes the top tier of an activation (" << exec_->annotation(in).to_string()
-      << " -> " << exec_->annotation(out).to_string()
+      << "Reshard '" << op.name << "' changes the top tier of an activation (" << current_->exec->annotation(in).to_string()
+      << " -> " << current_->exec->annotation(out).to_string()
       << "); pipelines with their own micro-batch shapes cannot do that";
   return execute_reshard(*mine->resolution, mine->shape, rank_, src, session_, channel, model_.graph.info(out).dtype);
 }
@@ -265,12 +342,12 @@ std::string DistTrainer::where(const std::string& op) const {
 }
 
 void DistTrainer::run_op(int id, MicroBatch& mb) {
-  const graph::Op& op = exec_->op(id);
+  const graph::Op& op = current_->exec->op(id);
   std::vector<Tensor>& outs = mb.values[id];
   if (op.kind == OpKind::kReshard) {
     pace();
     const TensorRef in = op.inputs[0];
-    const Tensor src = exec_->holds(in) ? mb.values[in.op][in.index] : Tensor();
+    const Tensor src = current_->exec->holds(in) ? mb.values[in.op][in.index] : Tensor();
     const double start = tracer_.now_us();
     Tensor out = run_reshard(id, src, mb.binding, op.backward ? "B" : "F");
     tracer_.record(op.name, "comm", start, tracer_.now_us());
@@ -286,9 +363,9 @@ void DistTrainer::run_op(int id, MicroBatch& mb) {
   }
   std::vector<Shape> shapes;
   for (int i = 0; i < static_cast<int>(op.outputs.size()); ++i)
-    shapes.push_back(exec_->local_shape({id, i}, mb.binding));
+    shapes.push_back(current_->exec->local_shape({id, i}, mb.binding));
   graph::KernelContext ctx{op, inputs, shapes, allocator_.get(), {}, {}};
-  const std::vector<int>& vocab_shards = exec_->vocab_shard_ranks(id);
+  const std::vector<int>& vocab_shards = current_->exec->vocab_shard_ranks(id);
   if (op.kind == OpKind::kCrossEntropy && !vocab_shards.empty()) {
     // Vocab-parallel loss: the shards' row statistics meet in one all-gather (graph/ops/cross_entropy.cc).
     ctx.gather_vocab_shards = [&](const Tensor& mine) {
@@ -319,24 +396,24 @@ void DistTrainer::run_op(int id, MicroBatch& mb) {
 void DistTrainer::forward(MicroBatch& mb) {
   const double start = tracer_.now_us();
   mb.values.assign(model_.graph.num_ops(), {});
-  for (int id : exec_->placeholders()) mb.values[id] = {mb.feeds.at(model_.graph.op(id).name)};
+  for (int id : current_->exec->placeholders()) mb.values[id] = {mb.feeds.at(model_.graph.op(id).name)};
   for (const ParamState& s : params_) mb.values[model_.params[s.index].op] = {s.value};
-  const std::vector<int>& ops = exec_->forward_ops();
+  const std::vector<int>& ops = current_->exec->forward_ops();
   for (size_t k = 0; k < ops.size(); ++k) {
     run_op(ops[k], mb);
-    for (TensorRef t : forward_releases_[k]) mb.values[t.op][t.index] = Tensor();  // B keeps what it reads
+    for (TensorRef t : current_->forward_releases[k]) mb.values[t.op][t.index] = Tensor();  // B keeps what it reads
   }
   pace();
-  if (exec_->holds(model_.loss)) mb.loss = mb.values[model_.loss.op][model_.loss.index].element_as_double(0);
+  if (current_->exec->holds(model_.loss)) mb.loss = mb.values[model_.loss.op][model_.loss.index].element_as_double(0);
   tracer_.record(std::string("F").append(std::to_string(mb.index)), "compute", start, tracer_.now_us());
 }
 
 void DistTrainer::backward(MicroBatch& mb) {
   const double start = tracer_.now_us();
-  const auto& steps = exec_->backward_steps();
+  const auto& steps = current_->exec->backward_steps();
   for (size_t k = 0; k < steps.size(); ++k) {
     run_op(steps[k].op, mb);
-    for (TensorRef t : backward_releases_[k]) mb.values[t.op][t.index] = Tensor();
+    for (TensorRef t : current_->backward_releases[k]) mb.values[t.op][t.index] = Tensor();
   }
   pace();
   for (ParamState& s : params_) {
@@ -356,7 +433,7 @@ void DistTrainer::backward(MicroBatch& mb) {
 StepMetrics DistTrainer::step() {
   const auto start = Clock::now();
   const TrainerOptions& o = options_.train;
-  const sharding::AnnotationPlan& plan = exec_->plan();
+  const sharding::AnnotationPlan& plan = current_->exec->plan();
 
   // The global batch, the same on every rank; this pipeline's share, micro-batch by micro-batch.
   std::vector<data::Segment> segments = loader_->next();
@@ -367,16 +444,17 @@ StepMetrics DistTrainer::step() {
     parts.push_back({static_cast<double>(p.micro_batch_size) * p.num_micro_batches, p.num_micro_batches});
   }
   const auto split = data::split_global_batch(segments, parts);
-  const auto& mine = split.at(exec_->data_group());
+  const std::remove_cvref_t<decltype(split.at(0))> none;  // a spare trains no micro-batch
+  const auto& mine = current_->active ? split.at(current_->exec->data_group()) : none;
 
   std::vector<MicroBatch> batches(mine.size());
   double loss_sum = 0;
-  for (const specialize::Task& task : schedule_) {
+  for (const specialize::Task& task : current_->schedule) {
     MicroBatch& mb = batches.at(task.micro_batch);
     if (task.forward) {
       mb.index = task.micro_batch;
       graph::TensorMap feeds = llama_feeds(data::pack(mine[task.micro_batch], {.seq_len = o.seq_len}), labels);
-      for (int id : exec_->placeholders()) {
+      for (int id : current_->exec->placeholders()) {
         const std::string& name = model_.graph.op(id).name;
         mb.feeds[name] = feeds.at(name);
       }
@@ -420,12 +498,12 @@ double DistTrainer::post(double loss_sum) {
     if (counts_once(s.state_annotation, s.shape, rank_)) squares += kernels::sum_squares(grads[i]);
   }
   // Loss: each pipeline's last stage counts its micro-batches once (the first rank of its TP group).
-  const Annotation& loss_annotation = exec_->annotation(model_.loss);
+  const Annotation& loss_annotation = current_->exec->annotation(model_.loss);
   const auto where = loss_annotation.locate(rank_);
   const bool counts_loss =
       where && where->second == 0 && (loss_annotation.hdim() == sharding::kPartial || where->first == 0);
   std::vector<double> totals{squares, counts_loss ? loss_sum : 0.0};
-  session_.group(all_ranks(world_size_), "post")->allreduce({.data = comm::CommBuffer::of(totals)}).wait();
+  all_ranks_group()->allreduce({.data = comm::CommBuffer::of(totals)}).wait();
   const double norm = std::sqrt(totals[0]);
   last_grad_norm_ = norm;
 
@@ -467,7 +545,7 @@ std::vector<SavedShard> DistTrainer::shards(bool with_optimizer_state) const {
 std::vector<SavedShard> DistTrainer::parameter_shards() const { return shards(false); }
 
 void DistTrainer::save(const std::string& dir) {
-  auto world = session_.group(all_ranks(world_size_), "post");
+  auto world = all_ranks_group();
   if (rank_ == 0) prepare_sharded_save(dir);
   world->barrier().wait();
   write_rank_shards(dir, rank_, shards(true));
@@ -500,6 +578,142 @@ void DistTrainer::restore(const std::string& dir) {
   step_ = state.at("step").get<int64_t>();
   loader_ = std::make_unique<data::Loader>(*dataset_, loader_->options(),
                                            data::LoaderState::from_json(state.at("loader").dump()));
+}
+
+namespace {
+
+// Every rank learns whether all of them could take a step: `error` is this rank's reason not to
+// (empty: fine). Returns "" when no rank objected, else the lowest objecting rank's reason,
+// prefixed with that rank, identical on every rank.
+std::string agree(comm::Communicator& world, int rank, const std::string& error) {
+  std::vector<double> objections(world.ranks().size(), 0.0);
+  objections[world.group_rank()] = error.empty() ? 0.0 : 1.0;
+  world.allreduce({.data = comm::CommBuffer::of(objections)}).wait();
+  const auto first = std::find(objections.begin(), objections.end(), 1.0);
+  if (first == objections.end()) return "";
+  const int root = world.ranks()[first - objections.begin()];
+  constexpr size_t kMaxChars = 2048;
+  std::vector<int32_t> text(kMaxChars, 0);
+  if (root == rank) {
+    for (size_t i = 0; i < error.size() && i < kMaxChars; ++i) text[i] = static_cast<unsigned char>(error[i]);
+  }
+  world.broadcast({.data = comm::CommBuffer::of(text), .root = root}).wait();
+  std::string reason;
+  for (int32_t c : text) {
+    if (c == 0) break;
+    reason.push_back(static_cast<char>(c));
+  }
+  return reason;
+}
+
+double max_over(comm::Communicator& world, double value) {
+  std::vector<double> all(world.ranks().size(), 0.0);
+  all[world.group_rank()] = value;
+  world.allreduce({.data = comm::CommBuffer::of(all)}).wait();
+  return *std::max_element(all.begin(), all.end());
+}
+
+}  // namespace
+
+SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const std::string& name) {
+  const auto start = Clock::now();
+  const double trace_start = tracer_.now_us();
+  session_.wait_deferred();
+  auto world = all_ranks_group();
+  SwitchReport report;
+  report.from = current_->name;
+  report.to = name;
+  report.step = step_;
+
+  // 1. Specialize (or find) the target plan; every rank must succeed before any byte moves.
+  const sharding::AnnotationPlan effective = effective_plan(plan);
+  PlanRuntime* next = find_plan(effective);
+  std::unique_ptr<PlanRuntime> built;
+  std::string error;
+  if (next == nullptr) {
+    try {
+      built = specialize_plan(effective, name);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  const std::string refusal = agree(*world, rank_, error);
+  if (!refusal.empty()) {
+    throw SwitchRefused("switch from plan " + current_->name + " to plan " + name +
+                        " refused before any state moved: " + refusal);
+  }
+  report.specialized = built != nullptr;
+  if (built) next = &keep_plan(std::move(built));
+
+  // 2. One fused BSR for every parameter and both moments, planned identically on every rank.
+  switching::SwitchOptions switch_options;
+  switch_options.topology = options_.topology;
+  const switching::SwitchPlan sp = switching::plan_switch(current_->layouts, next->layouts, switch_options);
+  std::set<std::pair<int, int>> pairs;  // connect the BSR's pairs in one sorted order everywhere
+  for (const resolve::BsrMessage& m : sp.bsr.messages()) pairs.insert(std::minmax(m.sender, m.receiver));
+  for (const auto& [a, b] : pairs) {
+    if (a == rank_ || b == rank_) session_.group({a, b}, "switch");
+  }
+  std::vector<ParamState> moved = param_states(*next);
+  std::vector<LocalShard> sources(sp.tensors.size()), destinations(sp.tensors.size());
+  for (const ParamState& s : params_) {
+    sources[3 * s.index] = {s.value, s.region};
+    sources[3 * s.index + 1] = {s.exp_avg, s.state_region};
+    sources[3 * s.index + 2] = {s.exp_avg_sq, s.state_region};
+  }
+  for (ParamState& s : moved) {
+    s.value = Tensor::empty(s.region.shape(), DType::kFloat32, allocator_.get());
+    s.exp_avg = Tensor::empty(s.state_region.shape(), DType::kFloat32, allocator_.get());
+    s.exp_avg_sq = Tensor::empty(s.state_region.shape(), DType::kFloat32, allocator_.get());
+    destinations[3 * s.index] = {s.value, s.region};
+    destinations[3 * s.index + 1] = {s.exp_avg, s.state_region};
+    destinations[3 * s.index + 2] = {s.exp_avg_sq, s.state_region};
+  }
+  world->barrier().wait();  // the BSR's time is the transfer, not waiting for the last rank to plan
+  const auto bsr_start = Clock::now();
+  report.rank_sent_bytes = execute_fused_bsr(sp.bsr, rank_, sources, destinations, session_, "switch");
+  const double bsr_seconds = seconds_since(bsr_start);
+
+  // 3. Hand over: the next step runs the new plan's graphs on the moved state.
+  params_ = std::move(moved);
+  current_ = next;
+  report.sent_bytes = sp.bsr.total_bytes();
+  report.local_copy_bytes = sp.local_copy_bytes;
+  report.sent_by_tier = sp.sent_by_tier;
+  report.sent_by_rank = sp.bsr.bytes_sent;
+  report.messages = static_cast<int>(sp.bsr.messages().size());
+  report.bsr_seconds = max_over(*world, bsr_seconds);
+  report.total_seconds = max_over(*world, seconds_since(start));
+  tracer_.record("switch to " + name, "switch", trace_start, tracer_.now_us());
+  return report;
+}
+
+nlohmann::json SwitchReport::to_json() const {
+  nlohmann::json tiers = nlohmann::json::object();
+  for (const auto& [tier, bytes] : sent_by_tier) tiers[resolve::link_tier_name(tier)] = bytes;
+  nlohmann::json ranks = nlohmann::json::object();
+  for (const auto& [rank, bytes] : sent_by_rank) ranks[std::to_string(rank)] = bytes;
+  return {{"event", "switch"},       {"step", step},
+          {"from", from},            {"to", to},
+          {"specialized", specialized}, {"sent_bytes", sent_bytes},
+          {"sent_bytes_by_tier", tiers}, {"sent_bytes_by_rank", ranks},
+          {"local_copy_bytes", local_copy_bytes}, {"messages", messages},
+          {"bsr_seconds", bsr_seconds}, {"total_seconds", total_seconds}};
+}
+
+std::string SwitchReport::to_string() const {
+  std::ostringstream out;
+  out << "switch after step " << step << ": plan " << from << " -> " << to << " ("
+      << (specialized ? "specialized now" : "cached graphs") << "), one fused BSR: " << messages << " messages, sent "
+      << specialize::human_bytes(static_cast<double>(sent_bytes));
+  for (const auto& [tier, bytes] : sent_by_tier) {
+    out << " [" << resolve::link_tier_name(tier) << " " << specialize::human_bytes(static_cast<double>(bytes)) << "]";
+  }
+  char times[96];
+  std::snprintf(times, sizeof times, ", local copies %s; BSR %.3fs, switch %.3fs",
+                specialize::human_bytes(static_cast<double>(local_copy_bytes)).c_str(), bsr_seconds, total_seconds);
+  out << times;
+  return out.str();
 }
 
 }  // namespace hspmd::runtime

@@ -30,9 +30,21 @@
 // each communication (so a slow stage hands over late, as a real one would), and every tensor is
 // allocated from an allocator with the rank's capacity. Before the first step the rank's memory
 // estimate (specialize/memory_estimate.h) is checked against that capacity.
+//
+// Graph switching (§7): switch_to(plan) moves every parameter and both AdamW moments from the
+// current plan's layout to the new one's with ONE fused BSR (switching/switch_plan.h: one message
+// per (sender, receiver) pair, slices a rank already holds copied locally), then the next step runs
+// under the new plan. No checkpoint is written or read; step, data position and learning-rate
+// schedule go on. Each plan is specialized (executable graph, pipelines, schedule, memory
+// estimate, communicators) once per run and kept, so switching back costs only the BSR.
+// A rank the current plan does not use is a spare: it holds no state, reads the global batch (so
+// its data position stays the run's) and joins only the step's final all-rank reduction of loss
+// and gradient norm, so it knows both and can take part in the next switch. Every process of the
+// run calls step() and switch_to() at the same points.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +54,7 @@
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/models/llama.h"
 #include "hspmd/resolve/resolver.h"
+#include "hspmd/resolve/topology.h"
 #include "hspmd/runtime/emulation.h"
 #include "hspmd/runtime/reshard_exec.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
@@ -59,6 +72,33 @@ struct DistOptions {
   specialize::ScheduleKind schedule = specialize::ScheduleKind::k1F1B;
   EmulatedDevice device;  // this rank's speed and memory
   bool trace = false;     // record a Chrome trace (tracer())
+  std::string plan_name = "initial";            // of the plan given to the constructor, for logs
+  const resolve::Topology* topology = nullptr;  // link tiers of switches; nullptr: one host
+};
+
+// What one switch did, the same on every rank but rank_sent_bytes (times are the slowest rank's).
+struct SwitchReport {
+  std::string from, to;       // plan names
+  bool specialized = false;   // the target plan was specialized now (false: taken from the cache)
+  int64_t step = 0;           // optimizer steps taken before the switch
+  int64_t sent_bytes = 0;     // over all ranks; slices a receiver held were copied locally
+  int64_t local_copy_bytes = 0;
+  std::map<resolve::LinkTier, int64_t> sent_by_tier;
+  std::map<int, int64_t> sent_by_rank;  // rank -> bytes it sends, as planned
+  int64_t rank_sent_bytes = 0;          // what this rank put on the wire (measured)
+  int messages = 0;                     // (sender, receiver) pairs
+  double bsr_seconds = 0;               // the fused BSR
+  double total_seconds = 0;             // validation, specialization, connecting and the BSR
+
+  nlohmann::json to_json() const;  // one metrics JSONL line ({"event": "switch", ...})
+  std::string to_string() const;   // one log line
+};
+
+// A switch that was refused before any byte moved (an invalid plan, or one that does not fit a
+// rank's memory): the trainer stays under its current plan and can go on training.
+class SwitchRefused : public Error {
+ public:
+  using Error::Error;
 };
 
 class DistTrainer {
@@ -72,7 +112,7 @@ class DistTrainer {
   DistTrainer(const DistTrainer&) = delete;
   DistTrainer& operator=(const DistTrainer&) = delete;
 
-  StepMetrics step();  // collective
+  StepMetrics step();  // collective (every process of the run); a spare's loss is the global one
   bool done() const { return step_ >= options_.train.steps; }
   int64_t step_count() const { return step_; }
 
@@ -82,14 +122,24 @@ class DistTrainer {
   // trainer): weights and AdamW moments resharded to this plan, step and data position restored.
   void restore(const std::string& dir);
 
+  // Collective over every process of the run: moves the training state to `plan` (see above).
+  // Throws SwitchRefused, on every rank alike, when the plan is invalid or exceeds a rank's memory;
+  // then nothing has moved and training goes on under the current plan.
+  SwitchReport switch_to(const sharding::AnnotationPlan& plan, const std::string& name);
+  const std::string& plan_name() const;
+  // Plans specialized so far by this trainer (a switch back to a known plan adds none).
+  int specializations() const { return static_cast<int>(plans_.size()); }
+  // Whether this rank trains under the current plan (false: a spare).
+  bool active() const;
+
   // This rank's parameter shards, each element once over all ranks (see the norm above), float32.
   std::vector<SavedShard> parameter_shards() const;
 
   int rank() const { return rank_; }
-  const specialize::ExecGraph& exec_graph() const { return *exec_; }
-  const std::vector<specialize::Task>& schedule() const { return schedule_; }
+  const specialize::ExecGraph& exec_graph() const;
+  const std::vector<specialize::Task>& schedule() const;
   // Where this rank sits in the pipelines found in its graph (specialize/pipeline_layout.h).
-  const specialize::PipelineLayout& pipelines() const { return layout_; }
+  const specialize::PipelineLayout& pipelines() const;
   // "rank 2: pipeline 1, stage 1/2 [2], 4 micro-batches of 1, 1F1B: F0 F1 B0 ..., memory ~3.1 MiB"
   std::string describe() const;
   Tracer& tracer() { return tracer_; }
@@ -98,8 +148,19 @@ class DistTrainer {
  private:
   struct MicroBatch;
   struct ParamState;
+  struct PlanRuntime;
 
-  void connect();  // collective: every communicator the steps use, before the first step
+  // The plan as run: the command line's recompute added. Its JSON text keys the cache.
+  sharding::AnnotationPlan effective_plan(const sharding::AnnotationPlan& plan) const;
+  PlanRuntime* find_plan(const sharding::AnnotationPlan& effective);  // nullptr: not specialized yet
+  // Specializes an effective plan for this rank, with no communication; Error when it is invalid
+  // or exceeds this rank's memory.
+  std::unique_ptr<PlanRuntime> specialize_plan(const sharding::AnnotationPlan& effective,
+                                               const std::string& name) const;
+  PlanRuntime& keep_plan(std::unique_ptr<PlanRuntime> p);  // collective: connects it, then caches it
+  void connect(const PlanRuntime& p);  // collective: every communicator its steps use
+  // This rank's state under `p`: regions and annotations, no tensors allocated.
+  std::vector<ParamState> param_states(const PlanRuntime& p) const;
   void forward(MicroBatch& mb);
   void backward(MicroBatch& mb);
   void run_op(int id, MicroBatch& mb);
@@ -108,17 +169,14 @@ class DistTrainer {
   std::string where(const std::string& op) const;  // "rank 2, op 'x': " for errors
   std::vector<SavedShard> shards(bool with_optimizer_state) const;
   double post(double loss_sum);  // returns the global loss; updates weights
+  std::shared_ptr<comm::Communicator> all_ranks_group();
 
   DistOptions options_;
   models::LlamaModel model_;
   const data::TokenDataset* dataset_;
   int rank_, world_size_;
-  std::unique_ptr<specialize::ExecGraph> exec_;
-  std::vector<std::vector<graph::TensorRef>> forward_releases_;   // ExecGraph::forward_releases
-  std::vector<std::vector<graph::TensorRef>> backward_releases_;  // ExecGraph::backward_releases
-  specialize::PipelineLayout layout_;
-  std::vector<specialize::Task> schedule_;
-  specialize::MemoryEstimate memory_;
+  std::map<std::string, std::unique_ptr<PlanRuntime>> plans_;  // by the plan's JSON text
+  PlanRuntime* current_ = nullptr;
   std::unique_ptr<Allocator> allocator_;
   CommSession session_;
   resolve::ResolveCache cache_;

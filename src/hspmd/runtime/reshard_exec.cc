@@ -78,16 +78,16 @@ CommSession::~CommSession() {
 
 namespace {
 
-// This device's shard of one annotation: `tensor` (contiguous, row-major) holds `region` of the
-// global tensor. An undefined tensor means the device holds nothing.
-struct Shard {
-  Tensor tensor;
-  Region region;
-};
+using Shard = LocalShard;
 
-std::string regions_text(const std::vector<Region>& regions) {
+// "[0:4, 0:6] [4:8, 0:6]"; a long list (a fused BSR's) shows its first pieces and the count.
+std::string pieces_text(const std::vector<Piece>& pieces) {
+  constexpr size_t kShown = 4;
   std::ostringstream s;
-  for (size_t i = 0; i < regions.size(); ++i) s << (i ? " " : "") << regions[i].to_string();
+  for (size_t i = 0; i < pieces.size() && i < kShown; ++i) {
+    s << (i ? " " : "") << (pieces[i].tensor ? "t" + std::to_string(pieces[i].tensor) : "") << pieces[i].region.to_string();
+  }
+  if (pieces.size() > kShown) s << " ... (" << pieces.size() << " pieces)";
   return s.str();
 }
 
@@ -97,12 +97,6 @@ std::string group_text(const std::vector<int>& group) {
   for (size_t i = 0; i < group.size(); ++i) s << (i ? "," : "") << group[i];
   s << "]";
   return s.str();
-}
-
-int64_t total_numel(const std::vector<Region>& regions) {
-  int64_t n = 0;
-  for (const Region& r : regions) n += r.numel();
-  return n;
 }
 
 // Start of region r inside the shard (regions are global coordinates).
@@ -127,25 +121,44 @@ Shard flat_part(const Tensor& flat, int64_t offset, const Region& r) {
   return {flat.narrow(0, offset, r.numel()).reshape(r.shape().dims()), r};
 }
 
-// Packs `regions` of `from`, one after the other in order, into a fresh flat buffer.
-Tensor pack(const Shard& from, const std::vector<Region>& regions, DType dtype, Allocator* allocator,
+// Packs `pieces` (each a region of shard pieces[i].tensor of `from`), one after the other in
+// order, into a fresh flat buffer.
+Tensor pack(const std::vector<Shard>& from, const std::vector<Piece>& pieces, DType dtype, Allocator* allocator,
             const std::string& what) {
-  Tensor flat = Tensor::empty(Shape{total_numel(regions)}, dtype, allocator);
+  int64_t numel = 0;
+  for (const Piece& p : pieces) numel += p.region.numel();
+  Tensor flat = Tensor::empty(Shape{numel}, dtype, allocator);
   int64_t offset = 0;
-  for (const Region& r : regions) {
-    copy_box(from, flat_part(flat, offset, r), r, what);
-    offset += r.numel();
+  for (const Piece& p : pieces) {
+    copy_box(from.at(p.tensor), flat_part(flat, offset, p.region), p.region, what);
+    offset += p.region.numel();
   }
   return flat;
 }
 
-// The inverse of pack: the flat buffer's consecutive parts land in `regions` of `to`.
-void unpack(const Tensor& flat, const std::vector<Region>& regions, const Shard& to, const std::string& what) {
+// The inverse of pack: the flat buffer's consecutive parts land in their pieces of `to`.
+void unpack(const Tensor& flat, const std::vector<Piece>& pieces, const std::vector<Shard>& to, const std::string& what) {
   int64_t offset = 0;
-  for (const Region& r : regions) {
-    copy_box(flat_part(flat, offset, r), to, r, what);
-    offset += r.numel();
+  for (const Piece& p : pieces) {
+    copy_box(flat_part(flat, offset, p.region), to.at(p.tensor), p.region, what);
+    offset += p.region.numel();
   }
+}
+
+// One tensor's regions as pieces of tensor 0.
+std::vector<Piece> pieces_of(const std::vector<Region>& regions) {
+  std::vector<Piece> out;
+  for (const Region& r : regions) out.push_back({0, r});
+  return out;
+}
+
+Tensor pack(const Shard& from, const std::vector<Region>& regions, DType dtype, Allocator* allocator,
+            const std::string& what) {
+  return pack(std::vector<Shard>{from}, pieces_of(regions), dtype, allocator, what);
+}
+
+void unpack(const Tensor& flat, const std::vector<Region>& regions, const Shard& to, const std::string& what) {
+  unpack(flat, pieces_of(regions), std::vector<Shard>{to}, what);
 }
 
 // Calls f(); an exception from it is rethrown as an Error prefixed with `what`.
@@ -214,8 +227,8 @@ struct StepContext {
 
 // The pieces moved between this device and one peer, in op order.
 struct PeerTraffic {
-  std::vector<Region> sends;
-  std::vector<Region> recvs;
+  std::vector<Piece> sends;
+  std::vector<Piece> recvs;
 };
 
 std::vector<Region> piece_regions(const CommOp& op, const StepContext& ctx) {
@@ -228,22 +241,29 @@ std::vector<Region> piece_regions(const CommOp& op, const StepContext& ctx) {
   return regions;
 }
 
-void post_peer(const StepContext& ctx, int peer, const PeerTraffic& traffic, const Shard& src, const Shard& dst,
-               InFlight& in_flight) {
+// One send_recv with `peer` carrying every piece of both directions; `src` and `dst` are indexed by
+// Piece::tensor (one shard each for a single Reshard, one per tensor for a fused BSR). Returns the
+// bytes sent.
+int64_t post_peer(const StepContext& ctx, int peer, const PeerTraffic& traffic, const std::vector<Shard>& src,
+               const std::vector<Shard>& dst, InFlight& in_flight) {
   const std::string what = ctx.where + ": Send/Recv with peer " + std::to_string(peer) + " (send " +
-                           regions_text(traffic.sends) + "; receive " + regions_text(traffic.recvs) + ")";
+                           pieces_text(traffic.sends) + "; receive " + pieces_text(traffic.recvs) + ")";
   HSPMD_CHECK(peer != ctx.device) << what << ": a device does not send to itself (that is a LocalCopy)";
   Tensor out = pack(src, traffic.sends, ctx.dtype, ctx.session.allocator(), what);
-  Tensor in = Tensor::empty(Shape{total_numel(traffic.recvs)}, ctx.dtype, ctx.session.allocator());
+  int64_t in_numel = 0;
+  for (const Piece& p : traffic.recvs) in_numel += p.region.numel();
+  Tensor in = Tensor::empty(Shape{in_numel}, ctx.dtype, ctx.session.allocator());
   comm::SendRecvOptions options;
   if (!traffic.sends.empty()) options.sends.push_back({peer, comm::CommBuffer::of(out)});
   if (!traffic.recvs.empty()) options.recvs.push_back({peer, comm::CommBuffer::of(in)});
   comm::Work work = with_context(what, [&] { return ctx.session.group({ctx.device, peer}, ctx.channel)->send_recv(options); });
+  const int64_t sent = traffic.sends.empty() ? 0 : static_cast<int64_t>(out.nbytes());
   if (traffic.recvs.empty()) {
     ctx.session.defer(std::move(work), std::move(out));
-    return;
+    return sent;
   }
-  in_flight.add(std::move(work), what, {out, in}, [in, regions = traffic.recvs, &dst, what] { unpack(in, regions, dst, what); });
+  in_flight.add(std::move(work), what, {out, in}, [in, pieces = traffic.recvs, &dst, what] { unpack(in, pieces, dst, what); });
+  return sent;
 }
 
 void post_collective(const StepContext& ctx, const CommOp& op, const Shard& src, const Shard& dst,
@@ -347,8 +367,8 @@ Tensor run_step(const StepContext& ctx, const resolve::ResolveStep& step, const 
       }
       case CommKind::kSend:
       case CommKind::kRecv: {
-        std::vector<Region>& list = op.kind == CommKind::kSend ? peers[op.peer].sends : peers[op.peer].recvs;
-        for (const Region& r : piece_regions(op, ctx)) list.push_back(r);
+        std::vector<Piece>& list = op.kind == CommKind::kSend ? peers[op.peer].sends : peers[op.peer].recvs;
+        for (const Region& r : piece_regions(op, ctx)) list.push_back({0, r});
         break;
       }
       case CommKind::kAllReduce:
@@ -358,7 +378,8 @@ Tensor run_step(const StepContext& ctx, const resolve::ResolveStep& step, const 
   }
 
   InFlight in_flight;
-  for (const auto& [peer, traffic] : peers) post_peer(ctx, peer, traffic, src, dst, in_flight);
+  const std::vector<Shard> srcs{src}, dsts{dst};
+  for (const auto& [peer, traffic] : peers) post_peer(ctx, peer, traffic, srcs, dsts, in_flight);
   for (const CommOp* op : collectives) post_collective(ctx, *op, src, dst, in_flight);
   in_flight.wait_all();
   return dst.tensor;
@@ -381,6 +402,47 @@ Tensor execute_reshard(const resolve::Resolution& resolution, const Shape& shape
     shard = run_step({where.str(), device, element_type, session, channel}, resolution.steps[k], shape, shard);
   }
   return shard;
+}
+
+int64_t execute_fused_bsr(const resolve::FusedBsr& bsr, int device, const std::vector<LocalShard>& sources,
+                          const std::vector<LocalShard>& destinations, CommSession& session,
+                          const std::string& channel) {
+  HSPMD_CHECK(device == session.rank()) << "execute_fused_bsr for device " << device << " on the comm session of rank "
+                                        << session.rank();
+  const size_t n = bsr.table.tensor_names().size();
+  HSPMD_CHECK(sources.size() == n && destinations.size() == n)
+      << "execute_fused_bsr: the BSR moves " << n << " tensors, given " << sources.size() << " sources and "
+      << destinations.size() << " destinations";
+  auto it = bsr.ops.find(device);
+  if (it == bsr.ops.end()) return 0;
+  const std::string where = "fused BSR of " + std::to_string(n) + " tensors on device " + std::to_string(device) +
+                            " (channel '" + channel + "')";
+  DType dtype = DType::kFloat32;
+  for (const LocalShard& s : sources) {
+    if (s.tensor.defined()) dtype = s.tensor.dtype();
+  }
+  const StepContext ctx{where, device, dtype, session, channel};
+  std::map<int, PeerTraffic> peers;
+  for (const CommOp& op : it->second) {
+    switch (op.kind) {
+      case CommKind::kLocalCopy:
+        for (const Piece& p : op.pieces) copy_box(sources.at(p.tensor), destinations.at(p.tensor), p.region, where);
+        break;
+      case CommKind::kSend:
+      case CommKind::kRecv: {
+        std::vector<Piece>& list = op.kind == CommKind::kSend ? peers[op.peer].sends : peers[op.peer].recvs;
+        list.insert(list.end(), op.pieces.begin(), op.pieces.end());
+        break;
+      }
+      default: HSPMD_THROW() << where << ": a BSR has no " << op.to_string();
+    }
+  }
+  InFlight in_flight;
+  int64_t sent = 0;
+  for (const auto& [peer, traffic] : peers) sent += post_peer(ctx, peer, traffic, sources, destinations, in_flight);
+  in_flight.wait_all();
+  session.wait_deferred();  // the switch is over when every piece has arrived and left
+  return sent;
 }
 
 }  // namespace hspmd::runtime

@@ -38,7 +38,9 @@
 #include "hspmd/core/allocator.h"
 #include "hspmd/core/shape.h"
 #include "hspmd/core/tensor.h"
+#include "hspmd/resolve/fused_bsr.h"
 #include "hspmd/resolve/resolver.h"
+#include "hspmd/sharding/region.h"
 
 namespace hspmd::runtime {
 
@@ -79,5 +81,22 @@ class CommSession {
 // op kind, group and peer on a communication failure, or when src does not have the shard's shape.
 Tensor execute_reshard(const resolve::Resolution& resolution, const Shape& shape, int device, const Tensor& src,
                        CommSession& session, const std::string& channel, DType dtype = DType::kFloat32);
+
+// This device's shard of one tensor: `tensor` (contiguous, row-major) holds `region` (global
+// coordinates) of it. An undefined tensor means the device holds none of it.
+struct LocalShard {
+  Tensor tensor;
+  sharding::Region region;
+};
+
+// Runs `device`'s part of a fused BSR (resolve/fused_bsr.h; the graph switch of §7): its local
+// copies, then ONE send_recv per peer carrying every piece of every tensor both ways, all peers
+// posted before any is waited on; returns, once its pieces have arrived and its sends completed,
+// the bytes it sent. sources[i] / destinations[i] are the device's shards of tensor i of the BSR's
+// table before and after; the caller allocates the destinations. Every device of the BSR calls it
+// (identical `bsr`).
+int64_t execute_fused_bsr(const resolve::FusedBsr& bsr, int device, const std::vector<LocalShard>& sources,
+                          const std::vector<LocalShard>& destinations, CommSession& session,
+                          const std::string& channel);
 
 }  // namespace hspmd::runtime

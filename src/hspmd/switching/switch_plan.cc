@@ -1,0 +1,72 @@
+#include "hspmd/switching/switch_plan.h"
+
+#include <algorithm>
+#include <set>
+
+#include "hspmd/core/error.h"
+#include "hspmd/specialize/exec_graph.h"
+
+namespace hspmd::switching {
+
+std::vector<ParamLayout> param_layouts(const sharding::AnnotationPlan& plan,
+                                       const std::vector<std::pair<std::string, Shape>>& params) {
+  std::vector<ParamLayout> out;
+  out.reserve(params.size());
+  for (const auto& [name, shape] : params) {
+    out.push_back({name, shape, specialize::without_zero(plan.at(name)),
+                   specialize::without_zero(plan.optimizer_state(name))});
+  }
+  return out;
+}
+
+std::vector<int> ranks_of(const std::vector<ParamLayout>& layouts) {
+  std::set<int> ranks;
+  for (const ParamLayout& p : layouts) {
+    for (int d : p.value.devices()) ranks.insert(d);
+    for (int d : p.state.devices()) ranks.insert(d);
+  }
+  return {ranks.begin(), ranks.end()};
+}
+
+SwitchPlan plan_switch(const std::vector<ParamLayout>& from, const std::vector<ParamLayout>& to,
+                       const SwitchOptions& options) {
+  HSPMD_CHECK(from.size() == to.size()) << "switch: the plans hold " << from.size() << " and " << to.size()
+                                        << " parameters";
+  SwitchPlan out;
+  for (size_t i = 0; i < from.size(); ++i) {
+    const ParamLayout& a = from[i];
+    const ParamLayout& b = to[i];
+    HSPMD_CHECK(a.name == b.name && a.shape == b.shape)
+        << "switch: parameter " << i << " is '" << a.name << "' " << a.shape.to_string() << " in one plan and '"
+        << b.name << "' " << b.shape.to_string() << " in the other";
+    out.tensors.push_back({a.name, a.shape, a.value, b.value, 4});
+    if (!options.optimizer_states) continue;
+    out.tensors.push_back({a.name + ".exp_avg", a.shape, a.state, b.state, 4});
+    out.tensors.push_back({a.name + ".exp_avg_sq", a.shape, a.state, b.state, 4});
+  }
+  resolve::FusedBsrOptions bsr_options;
+  if (!options.fuse) bsr_options = {resolve::BsrPolicy::kLowestOwner, false, {}};
+  bsr_options.dead = options.dead;
+  out.bsr = resolve::plan_fused_bsr(out.tensors, options.topology, bsr_options);
+
+  for (const auto& [device, ops] : out.bsr.ops) {
+    for (const resolve::CommOp& op : ops) {
+      if (op.kind != resolve::CommKind::kLocalCopy) continue;
+      for (const resolve::Piece& piece : op.pieces) {
+        out.local_copy_bytes += piece.region.numel() * out.tensors[piece.tensor].element_size;
+      }
+    }
+  }
+  for (const resolve::BsrMessage& m : out.bsr.messages()) {
+    const resolve::LinkTier tier =
+        options.topology ? options.topology->tier(m.sender, m.receiver) : resolve::LinkTier::kIntraNode;
+    out.sent_by_tier[tier] += m.bytes;
+    out.sent_by[m.sender][tier] += m.bytes;
+  }
+  for (const auto& [device, bytes] : out.bsr.bytes_sent) {
+    out.busiest_sender_bytes = std::max(out.busiest_sender_bytes, bytes);
+  }
+  return out;
+}
+
+}  // namespace hspmd::switching

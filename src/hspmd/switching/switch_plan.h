@@ -1,0 +1,67 @@
+// Planning a graph switch (§7, Figure 14): the state that moves when training goes from one
+// annotation plan to another, and the one fused BSR that moves it. `hspmd explain --switch` prints
+// the plan; the distributed trainer (runtime/dist_trainer.h) executes it, so the two agree byte
+// for byte.
+//
+//   std::vector<ParamLayout> a = param_layouts(plan_a, params), b = param_layouts(plan_b, params);
+//   SwitchPlan s = plan_switch(a, b, {.optimizer_states = true, .topology = &topo});
+//   s.bsr.ops[3]                    // device 3: LocalCopy ..., Send peer=0 ..., Recv peer=5 ...
+//   s.sent_by_tier[kInterNode]      // bytes over inter-node links
+//
+// What moves: every parameter with its own annotation, and (optimizer_states) AdamW's two moments
+// with the optimizer-state annotation (the ZeRO-1 shard when the plan shards it). All are float32
+// (master weights and moments). The tensors are listed parameter by parameter — value, exp_avg,
+// exp_avg_sq — which is the index order of SwitchPlan::bsr's pieces.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hspmd/core/shape.h"
+#include "hspmd/resolve/fused_bsr.h"
+#include "hspmd/resolve/topology.h"
+#include "hspmd/sharding/annotation.h"
+#include "hspmd/sharding/plan.h"
+
+namespace hspmd::switching {
+
+// One parameter under one plan; ZeRO flags cleared (the layouts of the values themselves).
+struct ParamLayout {
+  std::string name;
+  Shape shape;
+  sharding::Annotation value;  // the parameter
+  sharding::Annotation state;  // its optimizer state (== value without ZeRO-1)
+};
+
+// The layouts of `params` (name, global shape) under `plan`; Error naming a parameter the plan
+// does not annotate.
+std::vector<ParamLayout> param_layouts(const sharding::AnnotationPlan& plan,
+                                       const std::vector<std::pair<std::string, Shape>>& params);
+
+// Every rank a plan places state on, ascending.
+std::vector<int> ranks_of(const std::vector<ParamLayout>& layouts);
+
+struct SwitchOptions {
+  bool optimizer_states = true;                // move AdamW's moments too
+  const resolve::Topology* topology = nullptr;  // nullptr: one host, all links equal
+  bool fuse = true;                            // false: the per-tensor baseline, lowest owner sends
+  std::vector<int> dead{};                     // ranks that cannot send (failed)
+};
+
+struct SwitchPlan {
+  std::vector<resolve::FusedTensor> tensors;  // the BSR's tensor list (see above)
+  resolve::FusedBsr bsr;
+  std::map<resolve::LinkTier, int64_t> sent_by_tier;            // bytes on the wire per link tier
+  std::map<int, std::map<resolve::LinkTier, int64_t>> sent_by;  // sender -> tier -> bytes
+  int64_t local_copy_bytes = 0;                                 // slices the receiver already held
+  int64_t busiest_sender_bytes = 0;
+};
+
+// Error naming the parameter when the two lists differ in names or shapes.
+SwitchPlan plan_switch(const std::vector<ParamLayout>& from, const std::vector<ParamLayout>& to,
+                       const SwitchOptions& options = {});
+
+}  // namespace hspmd::switching

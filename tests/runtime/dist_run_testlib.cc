@@ -1,0 +1,138 @@
+#include "runtime/dist_run_testlib.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+
+#include "hspmd/comm/thread_ranks.h"
+#include "hspmd/data/token_dataset.h"
+#include "hspmd/kernels/slice.h"
+#include "hspmd/models/llama_plan.h"
+#include "runtime/runtime_testlib.h"
+
+namespace hspmd::runtime::testing {
+
+models::LlamaConfig dist_config(bool tied) {
+  models::LlamaConfig c = tiny_config();
+  c.num_hidden_layers = 4;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+TrainerOptions dist_options(int64_t steps) {
+  TrainerOptions o = tiny_options(steps);
+  o.threads = 1;
+  return o;
+}
+
+sharding::Strategy strategy(const std::string& json) { return sharding::Strategy::from_json_text(json, "test"); }
+
+namespace {
+
+struct Reference {
+  std::vector<double> losses, grad_norms;
+  graph::TensorMap weights;
+};
+
+const Reference& reference(int64_t steps, bool tied) {
+  static std::map<std::pair<int64_t, bool>, Reference> cache;
+  auto it = cache.find({steps, tied});
+  if (it != cache.end()) return it->second;
+  data::TokenDataset ds = data::TokenDataset::open(corpus_dataset());
+  Trainer t(dist_config(tied), ds, dist_options(steps));
+  Reference r;
+  while (!t.done()) {
+    const StepMetrics m = t.step();
+    r.losses.push_back(m.loss);
+    r.grad_norms.push_back(m.grad_norm);
+  }
+  r.weights = t.parameters();
+  return cache[{steps, tied}] = std::move(r);
+}
+
+}  // namespace
+
+DistRun run_phases(const std::vector<Phase>& phases, const TrainerOptions& o, const RunOptions& ro) {
+  int world = 0;
+  std::vector<sharding::AnnotationPlan> plans;
+  for (const Phase& p : phases) {
+    world = std::max(world, p.strategy.ranks().back() + 1);
+    plans.push_back(models::compile_llama_plan(dist_config(ro.tied), p.strategy));
+  }
+  data::TokenDataset ds = data::TokenDataset::open(corpus_dataset());
+  DistRun out;
+  out.losses.resize(world);
+  out.grad_norms.resize(world);
+  out.peak_bytes.resize(world);
+  out.switches.resize(world);
+  out.specializations.resize(world);
+  std::mutex mutex;
+  comm::run_thread_ranks(world, [&](int rank, comm::GroupCache& groups) {
+    DistOptions options;
+    options.train = o;
+    options.schedule = ro.schedule;
+    options.plan_name = phases[0].strategy.name;
+    if (ro.configure) ro.configure(rank, options);
+    DistTrainer t(dist_config(ro.tied), ds, plans[0], options, rank, world, groups);
+    if (ro.before) ro.before(t);
+    size_t next = 1;
+    while (!t.done()) {
+      if (next < phases.size() && phases[next].first_step == t.step_count() + 1) {
+        out.switches[rank].push_back(t.switch_to(plans[next], phases[next].strategy.name));
+        ++next;
+      }
+      const StepMetrics m = t.step();
+      out.losses[rank].push_back(m.loss);
+      out.grad_norms[rank].push_back(m.grad_norm);
+      out.peak_bytes[rank] = std::max(out.peak_bytes[rank], m.peak_bytes);
+    }
+    if (ro.after) ro.after(t);
+    out.specializations[rank] = t.specializations();
+    std::lock_guard<std::mutex> lock(mutex);
+    add_parameter_shards(t, out.weights);
+  });
+  return out;
+}
+
+void add_parameter_shards(const DistTrainer& t, graph::TensorMap& weights) {
+  for (const SavedShard& s : t.parameter_shards()) {
+    auto it = weights.try_emplace(s.name, Tensor::zeros(s.global_shape, DType::kFloat32)).first;
+    std::vector<int64_t> zero(s.region.rank(), 0);
+    kernels::copy_region(s.data, zero, it->second, s.region.begin, s.region.shape().dims());
+  }
+}
+
+double relative_difference(const Tensor& a, const Tensor& b) {
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = a.data<float>()[i], y = b.data<float>()[i];
+    diff += (x - y) * (x - y);
+    norm += y * y;
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+void expect_matches_single_process(const DistRun& run, int64_t steps, int64_t first_step, bool tied) {
+  const Reference& ref = reference(first_step - 1 + steps, tied);
+  for (size_t rank = 0; rank < run.losses.size(); ++rank) {
+    ASSERT_EQ(run.losses[rank].size(), static_cast<size_t>(steps)) << "rank " << rank;
+    for (int64_t s = 0; s < steps; ++s) {
+      const double expected = ref.losses[first_step - 1 + s];
+      EXPECT_NEAR(run.losses[rank][s], expected, 1e-5 * std::abs(expected))
+          << "rank " << rank << " step " << s + first_step;
+      // Clipping uses the global norm: every element counted once, whatever the replication.
+      const double norm = ref.grad_norms[first_step - 1 + s];
+      EXPECT_NEAR(run.grad_norms[rank][s], norm, 1e-5 * norm) << "rank " << rank << " step " << s + first_step;
+    }
+  }
+  ASSERT_EQ(run.weights.size(), ref.weights.size());
+  for (const auto& [name, w] : ref.weights) {
+    ASSERT_TRUE(run.weights.count(name)) << name;
+    EXPECT_LT(relative_difference(run.weights.at(name), w), 1e-5) << name;
+  }
+}
+
+}  // namespace hspmd::runtime::testing
