@@ -8,7 +8,11 @@
 #   4. distributed: the same model under a heterogeneous 4-process strategy (TP 2 next to a 2-stage
 #      pipeline, ZeRO-1) on emulated heterogeneous devices (two ranks at a third of the host speed),
 #      then the same steps in one process: the losses must match (hspmd train --check-single)
-#   5. hspmd selfcheck --quick (every CPU kernel against its reference)
+#   5. graph switching: the same model starts under TP 2 x PP 2, switches to the heterogeneous
+#      strategy before step 4 and to 2-way data parallelism (ranks 2-3 then wait as spares) before
+#      step 7, each time with one fused BSR of weights and Adam states and no restart; then the same
+#      steps in one process: the losses must match
+#   6. hspmd selfcheck --quick (every CPU kernel against its reference)
 # Environment: HSPMD_BIN (default build/release/hspmd), DEMO_STEPS (default 100), DEMO_DIST_STEPS
 # (default 10), DEMO_THREADS.
 set -euo pipefail
@@ -45,6 +49,13 @@ echo "== distributed: examples/strategies/local-hetero-4.json on 4 processes, em
   --seq-len 256 --global-batch-tokens 2048 --lr 3e-3 --min-lr 3e-4 --warmup 10 --threads 1 \
   --strategy examples/strategies/local-hetero-4.json --nproc 4 \
   --devices examples/devices/local-hetero-4.json --trace runs/demo-trace.json --check-single
+
+echo "== graph switching: local-tp2-pp2, then local-hetero-4 before step 4, local-dp2 before step 7 (no restart)"
+"$bin" train --model configs/llama-tiny.json --data "$data" --steps "$dist_steps" \
+  --seq-len 256 --global-batch-tokens 2048 --lr 3e-3 --min-lr 3e-4 --warmup 10 --threads 1 \
+  --strategy examples/strategies/local-tp2-pp2.json --nproc 4 \
+  --switch 4:examples/strategies/local-hetero-4.json --switch 7:examples/strategies/local-dp2.json \
+  --metrics runs/demo-switch-metrics.jsonl --check-single
 
 echo "== hspmd selfcheck --quick"
 "$bin" selfcheck --quick --threads "$threads"

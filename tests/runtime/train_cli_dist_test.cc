@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "runtime/runtime_testlib.h"
 
 namespace hspmd::runtime {
@@ -62,8 +64,49 @@ TEST_F(TrainCli, PlanBeyondEmulatedMemoryIsRefusedUpFront) {
   testing::CommandResult r = run_hspmd(common(1) + " --nproc 1 --strategy " + strategy + " --devices " +
                                        example("examples/devices/tiny-memory.json"));
   EXPECT_NE(r.code, 0);
-  EXPECT_THAT(r.output, AllOf(HasSubstr("rank 0 (tiny)"), HasSubstr("the plan needs about"),
+  EXPECT_THAT(r.output, AllOf(HasSubstr("rank 0 (tiny)"), HasSubstr("needs about"),
                               HasSubstr("capacity of 1048576 bytes")));
+}
+
+// --switch: TP 2 x PP 2, then 2-way data parallelism (ranks 2-3 wait as spares), then back, each
+// switch one fused BSR without a restart; the losses stay those of one process, and the metrics
+// record each switch.
+TEST_F(TrainCli, SwitchesStrategiesMidRunWithoutRestart) {
+  const std::string metrics = path("metrics.jsonl");
+  testing::CommandResult r = run_hspmd(common(5) + " --nproc 4 --strategy " +
+                                       example("examples/strategies/local-tp2-pp2.json") + " --switch 3:" +
+                                       example("examples/strategies/local-dp2.json") + " --switch 5:" +
+                                       example("examples/strategies/local-tp2-pp2.json") + " --metrics " + metrics +
+                                       " --check-single");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("switch after step 2: plan local-tp2-pp2 -> local-dp2 (specialized now)"),
+                              HasSubstr("switch after step 4: plan local-dp2 -> local-tp2-pp2 (cached graphs)"),
+                              HasSubstr("rank 3: spare under plan local-dp2"), HasSubstr("PASS")));
+  std::ifstream in(metrics);
+  int switches = 0, steps = 0;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.value("event", "") == "switch") {
+      ++switches;
+      EXPECT_GT(j.at("sent_bytes").get<int64_t>(), 0) << line;
+      EXPECT_GT(j.at("sent_bytes_by_tier").at("intra-node").get<int64_t>(), 0) << line;
+      EXPECT_GT(j.at("bsr_seconds").get<double>(), 0) << line;
+      EXPECT_GE(j.at("total_seconds").get<double>(), j.at("bsr_seconds").get<double>()) << line;
+    } else {
+      ++steps;
+    }
+  }
+  EXPECT_EQ(switches, 2);
+  EXPECT_EQ(steps, 5);
+}
+
+TEST_F(TrainCli, BadSwitchIsRefusedBeforeTraining) {
+  testing::CommandResult r = run_hspmd(common(4) + " --nproc 4 --strategy " +
+                                       example("examples/strategies/local-tp2-pp2.json") + " --switch 9:" +
+                                       example("examples/strategies/local-dp2.json"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.output, HasSubstr("--switch 9:"));
+  EXPECT_THAT(r.output, HasSubstr("the run has only 4 steps"));
 }
 
 TEST_F(TrainCli, WorldSizeMustMatchTheStrategy) {

@@ -202,6 +202,8 @@ void run_dist_train(const TrainArgs& args) {
   HSPMD_CHECK(args.init_weights.empty() && args.dump_init_weights.empty())
       << "--init-weights is single-process only (load them once, save a checkpoint, then --resume it)";
   if (std::getenv("RANK") != nullptr || args.nproc == 0) return run_worker(args);
+  // Bad strategy files and --switch flags fail here, once, before any worker starts.
+  scheduled_plans(args, models::LlamaConfig::from_file(args.model));
   comm::LaunchOptions launch;
   launch.nproc = args.nproc;
   launch.command = own_command_line();

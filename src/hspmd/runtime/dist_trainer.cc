@@ -615,7 +615,7 @@ double max_over(comm::Communicator& world, double value) {
 
 }  // namespace
 
-SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const std::string& name) {
+SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const std::string& name, bool fused) {
   const auto start = Clock::now();
   const double trace_start = tracer_.now_us();
   session_.wait_deferred();
@@ -648,6 +648,7 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
   // 2. One fused BSR for every parameter and both moments, planned identically on every rank.
   switching::SwitchOptions switch_options;
   switch_options.topology = options_.topology;
+  switch_options.fuse = fused;
   const switching::SwitchPlan sp = switching::plan_switch(current_->layouts, next->layouts, switch_options);
   std::set<std::pair<int, int>> pairs;  // connect the BSR's pairs in one sorted order everywhere
   for (const resolve::BsrMessage& m : sp.bsr.messages()) pairs.insert(std::minmax(m.sender, m.receiver));
@@ -671,7 +672,15 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
   }
   world->barrier().wait();  // the BSR's time is the transfer, not waiting for the last rank to plan
   const auto bsr_start = Clock::now();
-  report.rank_sent_bytes = execute_fused_bsr(sp.bsr, rank_, sources, destinations, session_, "switch");
+  if (fused) {
+    report.rank_sent_bytes = execute_fused_bsr(sp.bsr, rank_, sources, destinations, session_, "switch");
+  } else {
+    for (size_t i = 0; i < sp.tensors.size(); ++i) {
+      const resolve::FusedBsr one = resolve::plan_fused_bsr({sp.tensors[i]}, options_.topology,
+                                                            {resolve::BsrPolicy::kLowestOwner, false, {}});
+      report.rank_sent_bytes += execute_fused_bsr(one, rank_, {sources[i]}, {destinations[i]}, session_, "switch");
+    }
+  }
   const double bsr_seconds = seconds_since(bsr_start);
 
   // 3. Hand over: the next step runs the new plan's graphs on the moved state.

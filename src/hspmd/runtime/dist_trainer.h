@@ -125,7 +125,9 @@ class DistTrainer {
   // Collective over every process of the run: moves the training state to `plan` (see above).
   // Throws SwitchRefused, on every rank alike, when the plan is invalid or exceeds a rank's memory;
   // then nothing has moved and training goes on under the current plan.
-  SwitchReport switch_to(const sharding::AnnotationPlan& plan, const std::string& name);
+  // `fused` = false runs the paper's unfused baseline instead, for comparison (bench/switch_bench):
+  // one BSR per tensor, one after the other, the lowest-rank owner sending what is not already there.
+  SwitchReport switch_to(const sharding::AnnotationPlan& plan, const std::string& name, bool fused = true);
   const std::string& plan_name() const;
   // Plans specialized so far by this trainer (a switch back to a known plan adds none).
   int specializations() const { return static_cast<int>(plans_.size()); }
