@@ -116,7 +116,8 @@ void run_train(const TrainArgs& args, const CLI::App& sub) {
 
   runtime::Trainer trainer(config, dataset, options);
   if (!args.dump_init_weights.empty()) {
-    std::vector<std::pair<std::string, Tensor>> tensors(trainer.parameters().begin(), trainer.parameters().end());
+    const graph::TensorMap params = trainer.parameters();
+    std::vector<std::pair<std::string, Tensor>> tensors(params.begin(), params.end());
     safetensors::save(args.dump_init_weights, tensors, {{"format", "pt"}});
   }
   if (checkpoint) {

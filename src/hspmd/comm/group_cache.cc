@@ -4,6 +4,7 @@
 
 #include "hspmd/comm/gloo_communicator.h"
 #include "hspmd/comm/prefix_store.h"
+#include "hspmd/comm/self_communicator.h"
 #include "hspmd/core/error.h"
 
 namespace hspmd::comm {
@@ -23,8 +24,8 @@ Backend gloo_backend(const GlooBackendOptions& options) {
 
 GroupCache::GroupCache(std::shared_ptr<Store> store, int global_rank, Backend backend, int generation)
     : store_(std::move(store)), global_rank_(global_rank), backend_(std::move(backend)), generation_(generation) {
-  HSPMD_CHECK(store_ != nullptr) << "group cache of rank " << global_rank_ << " without a store";
-  HSPMD_CHECK(backend_ != nullptr) << "group cache of rank " << global_rank_ << " without a backend";
+  HSPMD_CHECK(backend_ != nullptr || store_ == nullptr)
+      << "group cache of rank " << global_rank_ << " has a store but no backend";
 }
 
 std::shared_ptr<Communicator> GroupCache::get(const std::vector<int>& ranks, const std::string& channel) {
@@ -50,6 +51,13 @@ std::shared_ptr<Communicator> GroupCache::get(const std::vector<int>& ranks, con
   }
   // Cached or being connected by another thread of this rank: wait for it (rethrows its error).
   if (future.valid()) return future.get();
+  if (group.size() == 1) {  // a group of one needs no transport
+    auto comm = std::make_shared<SelfCommunicator>(global_rank_, generation);
+    promise.set_value(comm);
+    return comm;
+  }
+  HSPMD_CHECK(store_ != nullptr) << "rank " << global_rank_ << " asked for group [" << group_key(group)
+                                 << "], but its group cache has no store (it serves single-member groups only)";
 
   // Connecting waits for every member, so it runs outside the lock: another thread of this rank
   // may meanwhile connect a different group or channel that a peer needs before it joins this one.

@@ -51,6 +51,8 @@ Backend gloo_backend(const GlooBackendOptions& options = {});
 
 class GroupCache {
  public:
+  // A group of one member is served without the store or the backend (comm/self_communicator.h),
+  // so a one-rank run passes neither: GroupCache(nullptr, 0, nullptr).
   GroupCache(std::shared_ptr<Store> store, int global_rank, Backend backend, int generation = 0);
 
   // The communicator of ranks (any order) on `channel`, connected on first use; this rank must be a

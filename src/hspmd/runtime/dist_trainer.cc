@@ -17,7 +17,7 @@
 #include "hspmd/kernels/reduce.h"
 #include "hspmd/kernels/slice.h"
 #include "hspmd/kernels/threading.h"
-#include "hspmd/specialize/plan_report.h"
+#include "hspmd/specialize/plan_report.h"  // human_bytes
 #include "hspmd/specialize/reshard_resolution.h"
 #include "hspmd/switching/switch_plan.h"
 
@@ -90,28 +90,19 @@ std::vector<int> all_ranks(int world) {
   return r;
 }
 
-// Every (channel, group) a training step of the plan communicates on, for all ranks alike: the
-// Reshards' collectives and point-to-point pairs (forward "F", backward "B"), the vocab-parallel
-// loss's statistics gather ("F"), the gradient syncs and parameter gathers and the all-rank
-// reductions ("post"). Sorted, so every rank walks it in the same order.
-std::set<std::pair<std::string, std::vector<int>>> step_groups(const specialize::PlanReport& report, int world) {
-  std::set<std::pair<std::string, std::vector<int>>> out{{"post", all_ranks(world)}};
-  auto add = [&](const std::vector<specialize::ReshardGroup>& groups, auto channel_of) {
-    for (const specialize::ReshardGroup& g : groups) {
-      for (const specialize::DeviceOps& d : g.devices) {
-        for (const resolve::CommOp& op : d.ops) {
-          if (!op.group.empty()) out.emplace(channel_of(g), comm::canonical_group(op.group));
-          if (op.peer >= 0) out.emplace(channel_of(g), comm::canonical_group({d.device, op.peer}));
-        }
+// (channel, group): what a step connects on, sorted so every rank connects in the same order.
+using ChannelGroups = std::set<std::pair<std::string, std::vector<int>>>;
+
+// The groups and pairs of every op of a resolution, for every device, on `channel`.
+void add_resolution_groups(const resolve::Resolution& r, const std::string& channel, ChannelGroups& out) {
+  for (const resolve::ResolveStep& step : r.steps) {
+    for (const auto& [device, ops] : step.ops) {
+      for (const resolve::CommOp& op : ops) {
+        if (!op.group.empty()) out.emplace(channel, comm::canonical_group(op.group));
+        if (op.peer >= 0) out.emplace(channel, comm::canonical_group({device, op.peer}));
       }
     }
-  };
-  add(report.activations, [](const specialize::ReshardGroup& g) {
-    return g.pattern.size() > 4 && g.pattern.compare(g.pattern.size() - 4, 4, ".bwd") == 0 ? "B" : "F";
-  });
-  add(report.gradient_syncs, [](const specialize::ReshardGroup&) { return "post"; });
-  add(report.parameter_gathers, [](const specialize::ReshardGroup&) { return "post"; });
-  return out;
+  }
 }
 
 }  // namespace
@@ -170,8 +161,9 @@ DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDat
   const TrainerOptions& o = options_.train;
   validate_options(o, config);
   HSPMD_CHECK(dataset.vocab_size() <= static_cast<uint64_t>(config.vocab_size))
-      << "dataset " << dataset.dir() << " has vocab_size " << dataset.vocab_size() << " but the model config has "
-      << config.vocab_size;
+      << "dataset " << dataset.dir() << " has vocab_size " << dataset.vocab_size()
+      << " but the model config has vocab_size " << config.vocab_size
+      << ": token ids would fall outside the embedding";
   if (o.threads > 0) kernels::set_num_threads(o.threads);
   current_ = &keep_plan(specialize_plan(effective_plan(plan), options_.plan_name));
   params_ = param_states(*current_);
@@ -273,12 +265,42 @@ std::vector<DistTrainer::ParamState> DistTrainer::param_states(const PlanRuntime
 }
 
 void DistTrainer::connect(const PlanRuntime& p) {
+  // Every group a step of the plan communicates on, for all ranks alike, from the same resolutions
+  // the steps run (the cache keeps them): each Reshard of F ("F") and B ("B") with every pipeline's
+  // micro-batch shapes, the vocab-parallel loss's statistics gathers ("F"), the gradient syncs,
+  // ZeRO-1 parameter gathers and the all-rank reduction ("post").
+  const sharding::AnnotationPlan& plan = p.exec->plan();
+  std::vector<SymBinding> bindings;
+  for (const sharding::PipelineSchedule& mb : plan.pipelines) {
+    bindings.push_back({{"T", mb.micro_batch_size * options_.train.seq_len}, {"N", mb.micro_batch_size}});
+  }
+  ChannelGroups groups{{"post", all_ranks(world_size_)}};
+  for (int id = 0; id < model_.graph.num_ops(); ++id) {
+    const graph::Op& op = model_.graph.op(id);
+    if (op.kind == OpKind::kCrossEntropy) {
+      const Annotation& logits = p.exec->annotation(op.inputs[0]);
+      for (int d : logits.devices()) {
+        const std::vector<int> shards = specialize::vocab_shard_ranks(logits, d);
+        if (!shards.empty()) groups.emplace("F", comm::canonical_group(shards));
+      }
+    }
+    if (op.kind != OpKind::kReshard) continue;
+    const TensorRef in = op.inputs[0], out{id, 0};
+    for (const specialize::GroupResolution& g :
+         specialize::resolve_reshard(p.exec->annotation(in), p.exec->annotation(out), model_.graph.info(out).shape,
+                                     bindings, op.name, cache_)) {
+      add_resolution_groups(*g.resolution, op.backward ? "B" : "F", groups);
+    }
+  }
+  for (size_t i = 0; i < p.layouts.size(); ++i) {
+    const switching::ParamLayout& l = p.layouts[i];
+    add_resolution_groups(cache_.resolve(p.grad_annotations[i], l.state, l.shape, l.name + ".grad"), "post", groups);
+    if (l.state != l.value) add_resolution_groups(cache_.resolve(l.state, l.value, l.shape, l.name), "post", groups);
+  }
   // Connecting is collective per group: walking one sorted list everywhere means the first group
   // anyone waits on has all its members there, so no order of arrival can deadlock, and a peer
   // that cannot be reached fails the run here rather than in the middle of a step.
-  const specialize::PlanReport report =
-      specialize::make_plan_report(model_, p.exec->plan(), {options_.schedule, options_.train.seq_len, nullptr});
-  for (const auto& [channel, ranks] : step_groups(report, world_size_)) {
+  for (const auto& [channel, ranks] : groups) {
     if (std::find(ranks.begin(), ranks.end(), rank_) != ranks.end()) session_.group(ranks, channel);
   }
 }
@@ -542,8 +564,6 @@ std::vector<SavedShard> DistTrainer::shards(bool with_optimizer_state) const {
   return out;
 }
 
-std::vector<SavedShard> DistTrainer::parameter_shards() const { return shards(false); }
-
 void DistTrainer::save(const std::string& dir) {
   auto world = all_ranks_group();
   if (rank_ == 0) prepare_sharded_save(dir);
@@ -561,23 +581,64 @@ void DistTrainer::save(const std::string& dir) {
   world->barrier().wait();
 }
 
+void DistTrainer::restore_from(const std::function<Tensor(const std::string&, const Shape&, const Region&)>& read,
+                               const TrainerOptions& saved, uint64_t saved_seed, int64_t step,
+                               const data::LoaderState& loader, const std::string& source) {
+  const TrainerOptions& o = options_.train;
+  HSPMD_CHECK(saved.seq_len == o.seq_len && saved.global_batch_tokens == o.global_batch_tokens && saved_seed == o.seed)
+      << "cannot resume from " << source << ": its data stream was seq_len " << saved.seq_len
+      << ", global_batch_tokens " << saved.global_batch_tokens << ", seed " << saved_seed << "; this run asks for "
+      << o.seq_len << ", " << o.global_batch_tokens << ", " << o.seed;
+  for (ParamState& s : params_) {
+    s.value.copy_from(read(s.name, s.shape, s.region));
+    s.exp_avg.copy_from(read(s.name + ".exp_avg", s.shape, s.state_region));
+    s.exp_avg_sq.copy_from(read(s.name + ".exp_avg_sq", s.shape, s.state_region));
+  }
+  step_ = step;
+  loader_ = std::make_unique<data::Loader>(*dataset_, loader_->options(), loader);
+}
+
 void DistTrainer::restore(const std::string& dir) {
   const ShardedCheckpoint c = ShardedCheckpoint::open(dir);
   const nlohmann::json& state = c.state();
-  const TrainerOptions saved = TrainerOptions::from_json(state.at("options"));
-  const TrainerOptions& o = options_.train;
-  HSPMD_CHECK(saved.seq_len == o.seq_len && saved.global_batch_tokens == o.global_batch_tokens && saved.seed == o.seed)
-      << "cannot resume from " << dir << ": its data stream was seq_len " << saved.seq_len << ", global_batch_tokens "
-      << saved.global_batch_tokens << ", seed " << saved.seed << "; this run asks for " << o.seq_len << ", "
-      << o.global_batch_tokens << ", " << o.seed;
-  for (ParamState& s : params_) {
-    s.value.copy_from(c.read(s.name, s.region));
-    s.exp_avg.copy_from(c.read(s.name + ".exp_avg", s.state_region));
-    s.exp_avg_sq.copy_from(c.read(s.name + ".exp_avg_sq", s.state_region));
-  }
-  step_ = state.at("step").get<int64_t>();
-  loader_ = std::make_unique<data::Loader>(*dataset_, loader_->options(),
-                                           data::LoaderState::from_json(state.at("loader").dump()));
+  restore_from([&](const std::string& name, const Shape&, const Region& region) { return c.read(name, region); },
+               TrainerOptions::from_json(state.at("options")), state.at("seed").get<uint64_t>(),
+               state.at("step").get<int64_t>(), data::LoaderState::from_json(state.at("loader").dump()), dir);
+}
+
+namespace {
+
+// The region of a whole tensor from `tensors` (by name); Error naming it when absent or mis-shaped.
+Tensor region_of(const graph::TensorMap& tensors, const std::string& name, const Shape& shape, const Region& region,
+                 const std::string& source) {
+  auto it = tensors.find(name);
+  HSPMD_CHECK(it != tensors.end()) << source << " has no tensor '" << name << "'";
+  HSPMD_CHECK(it->second.shape() == shape && it->second.dtype() == DType::kFloat32)
+      << source << ": tensor '" << name << "' is " << it->second.to_string() << ", the model has float32 "
+      << shape.to_string();
+  return copy_out(it->second, Region::full(shape), region, nullptr);
+}
+
+}  // namespace
+
+void DistTrainer::restore(const Checkpoint& c) {
+  HSPMD_CHECK(c.state.config.to_json_text() == model_.config.to_json_text())
+      << "cannot resume: the checkpoint is for another model config";
+  auto read = [&](const std::string& name, const Shape& shape, const Region& region) {
+    if (name.ends_with(".exp_avg_sq")) {
+      return region_of(c.exp_avg_sq, name.substr(0, name.size() - 11), shape, region, "the checkpoint's moments");
+    }
+    if (name.ends_with(".exp_avg")) {
+      return region_of(c.exp_avg, name.substr(0, name.size() - 8), shape, region, "the checkpoint's moments");
+    }
+    return region_of(c.model, name, shape, region, "the checkpoint");
+  };
+  restore_from(read, TrainerOptions::from_json(c.state.options), c.state.seed, c.state.step, c.state.loader,
+               "the checkpoint");
+}
+
+void DistTrainer::load_weights(const graph::TensorMap& weights) {
+  for (ParamState& s : params_) s.value.copy_from(region_of(weights, s.name, s.shape, s.region, "the weights"));
 }
 
 namespace {

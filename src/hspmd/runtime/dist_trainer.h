@@ -1,7 +1,8 @@
 // Distributed training of the built-in Llama under any annotation plan (a compiled strategy file):
 // one DistTrainer per rank, each running its own executable graph (specialize/exec_graph.h) as a
-// stage of a (possibly heterogeneous) pipeline. The oracle is the single-process Trainer: with the
-// same options and data, every step's loss and the final weights agree up to float rounding.
+// stage of a (possibly heterogeneous) pipeline. The single-process Trainer (runtime/trainer.h) is
+// the one-rank case of this class; with the same options and data, every step's loss and the
+// final weights of any strategy agree with it up to float rounding.
 //
 //   comm::GroupCache groups(store, rank, comm::gloo_backend());
 //   DistTrainer t(config, dataset, compile_llama_plan(config, strategy),
@@ -23,9 +24,9 @@
 //          first holder of each region inside it) and clipping, AdamW on the rank's state shard,
 //          parameter gather (state -> parameter).
 //   Loss   the sum of the loss of every micro-batch of every pipeline, counted once per pipeline.
-// Communicators: the constructor connects every group a step will use (collective; one sorted
-// order on every rank), so the first step does not pay for connecting and an unreachable peer fails
-// before training. A group the plan report does not foresee still connects on first use.
+// Communicators: the constructor connects every group a step will use, taken from the resolutions
+// of the plan's Reshards, gradient syncs and gathers (collective; one sorted order on every rank),
+// so the first step does not pay for connecting and an unreachable peer fails before training.
 // Emulated devices (runtime/emulation.h): compute time is stretched by the rank's speed before
 // each communication (so a slow stage hands over late, as a real one would), and every tensor is
 // allocated from an allocator with the rank's capacity. Before the first step the rank's memory
@@ -44,6 +45,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -59,7 +61,8 @@
 #include "hspmd/runtime/reshard_exec.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
 #include "hspmd/runtime/trace.h"
-#include "hspmd/runtime/trainer.h"
+#include "hspmd/runtime/checkpoint.h"
+#include "hspmd/runtime/train_options.h"
 #include "hspmd/specialize/exec_graph.h"
 #include "hspmd/specialize/memory_estimate.h"
 #include "hspmd/specialize/pipeline_layout.h"
@@ -121,6 +124,11 @@ class DistTrainer {
   // Collective: continues from a checkpoint saved under any strategy (or by the single-process
   // trainer): weights and AdamW moments resharded to this plan, step and data position restored.
   void restore(const std::string& dir);
+  // The same from a whole checkpoint in memory (each rank takes its slices).
+  void restore(const Checkpoint& checkpoint);
+  // Replaces the initial weights with whole tensors by Hugging Face name (each rank takes its
+  // slices); optimizer state stays fresh. Error naming a missing or mis-shaped tensor.
+  void load_weights(const graph::TensorMap& weights);
 
   // Collective over every process of the run: moves the training state to `plan` (see above).
   // Throws SwitchRefused, on every rank alike, when the plan is invalid or exceeds a rank's memory;
@@ -135,7 +143,10 @@ class DistTrainer {
   bool active() const;
 
   // This rank's parameter shards, each element once over all ranks (see the norm above), float32.
-  std::vector<SavedShard> parameter_shards() const;
+  std::vector<SavedShard> parameter_shards() const { return shards(false); }
+  // The same plus the AdamW moments ("<param>.exp_avg", "<param>.exp_avg_sq").
+  std::vector<SavedShard> state_shards() const { return shards(true); }
+  const data::LoaderState& loader_state() const { return loader_->state(); }
 
   int rank() const { return rank_; }
   const specialize::ExecGraph& exec_graph() const;
@@ -170,6 +181,11 @@ class DistTrainer {
   void pace();                                     // sleeps the emulated slowdown of the compute so far
   std::string where(const std::string& op) const;  // "rank 2, op 'x': " for errors
   std::vector<SavedShard> shards(bool with_optimizer_state) const;
+  // Restores the state from `read(tensor name, its global shape, region)` after checking that the
+  // saved run (its options and seed) had this run's data stream; `source` names it in errors.
+  void restore_from(const std::function<Tensor(const std::string&, const Shape&, const sharding::Region&)>& read,
+                    const TrainerOptions& saved, uint64_t saved_seed, int64_t step, const data::LoaderState& loader,
+                    const std::string& source);
   double post(double loss_sum);  // returns the global loss; updates weights
   std::shared_ptr<comm::Communicator> all_ranks_group();
 

@@ -1,200 +1,57 @@
 #include "hspmd/runtime/trainer.h"
 
-#include <chrono>
-#include <utility>
+#include <algorithm>
+#include <string>
 
 #include "hspmd/core/error.h"
-#include "hspmd/kernels/threading.h"
+#include "hspmd/models/llama_plan.h"
 
 namespace hspmd::runtime {
-namespace {
 
-// Reads j[key] into field when present; errors name the key.
-template <typename T>
-void read_field(const nlohmann::json& j, const char* key, T& field) {
-  if (!j.contains(key)) return;
-  try {
-    field = j.at(key).get<T>();
-  } catch (const nlohmann::json::exception& e) {
-    HSPMD_THROW() << "trainer option \"" << key << "\": " << e.what();
-  }
-}
-
-}  // namespace
-
-void validate_options(const TrainerOptions& o, const models::LlamaConfig& config) {
-  HSPMD_CHECK(o.steps >= 1) << "steps must be >= 1, got " << o.steps;
-  HSPMD_CHECK(o.seq_len >= 2) << "seq_len must be >= 2, got " << o.seq_len;
-  HSPMD_CHECK(o.seq_len <= config.max_position_embeddings)
-      << "seq_len " << o.seq_len << " exceeds the model's max_position_embeddings " << config.max_position_embeddings;
-  HSPMD_CHECK(o.global_batch_tokens >= o.seq_len)
-      << "global_batch_tokens " << o.global_batch_tokens << " must be >= seq_len " << o.seq_len;
-  HSPMD_CHECK(o.lr > 0 && o.min_lr >= 0 && o.min_lr <= o.lr)
-      << "learning rates must satisfy 0 <= min_lr <= lr and lr > 0, got lr " << o.lr << ", min_lr " << o.min_lr;
-  HSPMD_CHECK(o.warmup >= 0) << "warmup must be >= 0, got " << o.warmup;
-  HSPMD_CHECK(o.decay_steps >= 0) << "decay_steps must be >= 0, got " << o.decay_steps;
-  HSPMD_CHECK(o.weight_decay >= 0) << "weight_decay must be >= 0, got " << o.weight_decay;
-  HSPMD_CHECK(o.max_grad_norm >= 0) << "max_grad_norm (clip) must be >= 0, got " << o.max_grad_norm;
-  HSPMD_CHECK(o.threads >= 0) << "threads must be >= 0, got " << o.threads;
-}
-
-graph::OptimizerOptions optimizer_options(const TrainerOptions& o) {
-  int64_t total = o.decay_steps > 0 ? o.decay_steps : o.steps;
-  graph::OptimizerOptions opt;
-  opt.adamw = {.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay};
-  opt.max_grad_norm = o.max_grad_norm;
-  opt.schedule = graph::LrSchedule::warmup_cosine(
-      {.peak_lr = o.lr, .min_lr = o.min_lr, .warmup_steps = std::min(o.warmup, total), .total_steps = total});
-  return opt;
-}
-
-namespace {
-
-Tensor int64_tensor(const std::vector<int32_t>& values) {
-  Tensor t = Tensor::empty(Shape{static_cast<int64_t>(values.size())}, DType::kInt64);
-  int64_t* p = t.data<int64_t>();
-  for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
-  return t;
-}
-
-}  // namespace
-
-nlohmann::json TrainerOptions::to_json() const {
-  return {{"steps", steps},   {"seq_len", seq_len},         {"global_batch_tokens", global_batch_tokens},
-          {"lr", lr},         {"warmup", warmup},           {"min_lr", min_lr},
-          {"decay_steps", decay_steps}, {"weight_decay", weight_decay}, {"beta1", beta1},
-          {"beta2", beta2},   {"eps", eps},                 {"max_grad_norm", max_grad_norm},
-          {"seed", seed},     {"recompute", recompute},     {"threads", threads}};
-}
-
-TrainerOptions TrainerOptions::from_json(const nlohmann::json& j) { return from_json(j, TrainerOptions{}); }
-
-TrainerOptions TrainerOptions::from_json(const nlohmann::json& j, const TrainerOptions& defaults) {
-  HSPMD_CHECK(j.is_object()) << "trainer options must be a JSON object, got " << j.dump();
-  TrainerOptions o = defaults;
-  read_field(j, "steps", o.steps);
-  read_field(j, "seq_len", o.seq_len);
-  read_field(j, "global_batch_tokens", o.global_batch_tokens);
-  read_field(j, "lr", o.lr);
-  read_field(j, "warmup", o.warmup);
-  read_field(j, "min_lr", o.min_lr);
-  read_field(j, "decay_steps", o.decay_steps);
-  read_field(j, "weight_decay", o.weight_decay);
-  read_field(j, "beta1", o.beta1);
-  read_field(j, "beta2", o.beta2);
-  read_field(j, "eps", o.eps);
-  read_field(j, "max_grad_norm", o.max_grad_norm);
-  read_field(j, "seed", o.seed);
-  read_field(j, "recompute", o.recompute);
-  read_field(j, "threads", o.threads);
-  return o;
-}
-
-nlohmann::json StepMetrics::to_json() const {
-  return {{"step", step},
-          {"loss", loss},
-          {"lr", lr},
-          {"grad_norm", grad_norm},
-          {"tokens", tokens},
-          {"label_tokens", label_tokens},
-          {"step_seconds", step_seconds},
-          {"tokens_per_second", tokens_per_second},
-          {"peak_bytes", peak_bytes}};
-}
-
-graph::TensorMap llama_feeds(const data::Batch& batch, int64_t label_tokens) {
-  HSPMD_CHECK(label_tokens > 0) << "a batch without labelled tokens has no loss";
-  Tensor cu = Tensor::from_vector(Shape{static_cast<int64_t>(batch.cu_seqlens.size())}, batch.cu_seqlens);
-  return {{"input_ids", int64_tensor(batch.tokens)},
-          {"positions", int64_tensor(batch.positions)},
-          {"cu_seqlens", cu},
-          {"targets", int64_tensor(batch.targets)},
-          {"loss_scale", Tensor::full(Shape{}, DType::kFloat32, 1.0 / static_cast<double>(label_tokens))}};
+sharding::Strategy single_rank_strategy(const models::LlamaConfig& config, const TrainerOptions& options) {
+  // The micro-batch size only sizes the memory estimate: the one pipeline takes the whole batch.
+  const int64_t rows = (options.global_batch_tokens + options.seq_len - 1) / std::max<int64_t>(options.seq_len, 1);
+  sharding::Strategy st;
+  st.name = "single-process";
+  st.recompute = options.recompute;
+  st.pipelines.push_back({.micro_batch_size = static_cast<int>(std::max<int64_t>(rows, 1)),
+                          .num_micro_batches = 1,
+                          .stages = {{.ranks = {0}, .first_layer = 0, .last_layer = static_cast<int>(config.num_hidden_layers) - 1}}});
+  return st;
 }
 
 Trainer::Trainer(const models::LlamaConfig& config, const data::TokenDataset& dataset, TrainerOptions options)
-    : options_(options), model_(models::build_llama(config)), dataset_(&dataset) {
-  validate_options(options_, config);
-  HSPMD_CHECK(dataset.vocab_size() <= static_cast<uint64_t>(config.vocab_size))
-      << "dataset " << dataset.dir() << " has vocab_size " << dataset.vocab_size()
-      << " but the model config has vocab_size " << config.vocab_size << ": token ids would fall outside the embedding";
-  if (options_.threads > 0) kernels::set_num_threads(options_.threads);
-  params_ = graph::init_parameters(model_.graph, options_.seed);
-  loader_ = std::make_unique<data::Loader>(
-      dataset, data::LoaderOptions{.seq_len = options_.seq_len,
-                                   .global_batch_tokens = options_.global_batch_tokens,
-                                   .seed = options_.seed});
-  executor_ = std::make_unique<graph::Executor>(model_.graph, model_.fetches(),
-                                                graph::ExecutorOptions{.recompute = options_.recompute});
-  optimizer_ = std::make_unique<graph::AdamW>(params_, optimizer_options(options_));
+    : options_(options), groups_(std::make_unique<comm::GroupCache>(nullptr, 0, nullptr)) {
+  DistOptions o;
+  o.train = options_;
+  o.plan_name = "single-process";
+  trainer_ = std::make_unique<DistTrainer>(
+      config, dataset, models::compile_llama_plan(config, single_rank_strategy(config, options_)), o, 0, 1, *groups_);
 }
 
 Trainer::~Trainer() = default;
 
-void Trainer::load_weights(const graph::TensorMap& weights) {
-  for (auto& [name, param] : params_) {
-    auto it = weights.find(name);
-    HSPMD_CHECK(it != weights.end()) << "weights have no tensor '" << name << "'";
-    HSPMD_CHECK(it->second.shape() == param.shape() && it->second.dtype() == param.dtype())
-        << "weight '" << name << "' is " << it->second.to_string() << ", the model has " << param.to_string();
-    param.copy_from(it->second);  // in place: the optimizer holds the same tensors
-  }
-}
-
-void Trainer::restore(const Checkpoint& c) {
-  const TrainerOptions saved = TrainerOptions::from_json(c.state.options);
-  HSPMD_CHECK(saved.seq_len == options_.seq_len && saved.global_batch_tokens == options_.global_batch_tokens &&
-              c.state.seed == options_.seed)
-      << "cannot resume: the checkpoint's data stream was seq_len " << saved.seq_len << ", global_batch_tokens "
-      << saved.global_batch_tokens << ", seed " << c.state.seed << "; this run asks for " << options_.seq_len << ", "
-      << options_.global_batch_tokens << ", " << options_.seed;
-  HSPMD_CHECK(c.state.config.to_json_text() == model_.config.to_json_text())
-      << "cannot resume: the checkpoint is for another model config";
-  load_weights(c.model);
-  for (const auto& [name, param] : params_) {
-    Tensor m = optimizer_->exp_avg().at(name);  // handles share storage with the optimizer's state
-    Tensor v = optimizer_->exp_avg_sq().at(name);
-    m.copy_from(c.exp_avg.at(name));
-    v.copy_from(c.exp_avg_sq.at(name));
-  }
-  optimizer_->set_step_count(c.state.step);
-  loader_ = std::make_unique<data::Loader>(*dataset_, loader_->options(), c.state.loader);
-}
-
-StepMetrics Trainer::step() {
-  auto start = std::chrono::steady_clock::now();
-  std::vector<data::Segment> segments = loader_->next();
-  data::Batch batch = data::pack(segments, {.seq_len = options_.seq_len});
-  const int64_t labels = batch.num_label_tokens();
-  std::vector<Tensor> out = executor_->run(llama_feeds(batch, labels), params_);
-
-  graph::TensorMap grads;
-  for (size_t i = 0; i < model_.param_names.size(); ++i) grads.emplace(model_.param_names[i], out[i + 1]);
-  graph::AdamW::StepInfo info = optimizer_->step(params_, grads);
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-
-  StepMetrics m;
-  m.step = info.step;
-  m.loss = out[0].element_as_double(0);
-  m.lr = info.lr;
-  m.grad_norm = info.grad_norm;
-  m.tokens = batch.num_tokens();
-  m.label_tokens = labels;
-  m.step_seconds = seconds;
-  m.tokens_per_second = seconds > 0 ? static_cast<double>(m.tokens) / seconds : 0.0;
-  m.peak_bytes = executor_->stats().peak_bytes;
-  return m;
+graph::TensorMap Trainer::parameters() const {
+  graph::TensorMap out;
+  for (const SavedShard& s : trainer_->parameter_shards()) out.emplace(s.name, s.data);
+  return out;
 }
 
 Checkpoint Trainer::checkpoint() const {
   Checkpoint c;
-  c.model = params_;
-  c.exp_avg = optimizer_->exp_avg();
-  c.exp_avg_sq = optimizer_->exp_avg_sq();
+  for (const SavedShard& s : trainer_->state_shards()) {
+    if (s.name.ends_with(".exp_avg")) {
+      c.exp_avg.emplace(s.name.substr(0, s.name.size() - 8), s.data);
+    } else if (s.name.ends_with(".exp_avg_sq")) {
+      c.exp_avg_sq.emplace(s.name.substr(0, s.name.size() - 11), s.data);
+    } else {
+      c.model.emplace(s.name, s.data);
+    }
+  }
   c.state.step = step_count();
   c.state.seed = options_.seed;
-  c.state.loader = loader_->state();
-  c.state.config = model_.config;
+  c.state.loader = trainer_->loader_state();
+  c.state.config = trainer_->model().config;
   c.state.options = options_.to_json();
   return c;
 }

@@ -1,0 +1,64 @@
+// The options of a training run and what one step reports, shared by the single-process and the
+// distributed trainer (runtime/trainer.h, runtime/dist_trainer.h), with their JSON forms (checkpoint
+// state, metrics lines) and the optimizer and feeds they derive.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
+#include "hspmd/data/packing.h"
+#include "hspmd/graph/graph.h"
+#include "hspmd/graph/optimizer.h"
+#include "hspmd/models/llama_config.h"
+
+namespace hspmd::runtime {
+
+struct TrainerOptions {
+  int64_t steps = 100;                 // optimizer steps of the whole run (resumed steps included)
+  int64_t seq_len = 256;               // context length: longest segment and packed row
+  int64_t global_batch_tokens = 4096;  // token budget of one step (>= seq_len)
+  double lr = 3e-3;                    // peak learning rate
+  int64_t warmup = 10;                 // linear warm-up steps
+  double min_lr = 3e-4;                // reached at the end of the cosine decay
+  int64_t decay_steps = 0;             // length of the schedule; 0 = steps (set it to stop a run early
+                                       // and resume it later on the same schedule)
+  double weight_decay = 0.1;           // decoupled, matrices only
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double max_grad_norm = 1.0;          // global-norm clipping; 0 = none
+  uint64_t seed = 1;                   // parameter init and data order
+  bool recompute = false;              // per-layer activation recomputation
+  int threads = 0;                     // kernel threads; 0 = leave the process setting alone
+
+  nlohmann::json to_json() const;
+  // Fields absent from j keep their value in `defaults`; Error naming a field of the wrong type.
+  static TrainerOptions from_json(const nlohmann::json& j, const TrainerOptions& defaults);
+  static TrainerOptions from_json(const nlohmann::json& j);  // defaults: TrainerOptions{}
+};
+
+struct StepMetrics {
+  int64_t step = 0;           // 1-based optimizer step just taken
+  double loss = 0.0;          // token-weighted mean cross-entropy over the global batch
+  double lr = 0.0;
+  double grad_norm = 0.0;     // before clipping
+  int64_t tokens = 0;         // tokens in the global batch
+  int64_t label_tokens = 0;   // tokens that carry a label (the loss denominator)
+  double step_seconds = 0.0;  // wall time of the whole step (data, forward, backward, optimizer)
+  double tokens_per_second = 0.0;
+  size_t peak_bytes = 0;      // executor's allocator high-water mark in this step
+
+  nlohmann::json to_json() const;  // one metrics JSONL line
+};
+
+// Errors naming the option at fault (steps, seq_len beyond the model's context, learning rates ...).
+void validate_options(const TrainerOptions& options, const models::LlamaConfig& config);
+// AdamW, clipping and the warm-up + cosine schedule of a run (shared with DistTrainer).
+graph::OptimizerOptions optimizer_options(const TrainerOptions& options);
+
+// The feeds of the Llama placeholders for one packed batch; loss_scale = 1 / label_tokens.
+graph::TensorMap llama_feeds(const data::Batch& batch, int64_t label_tokens);
+
+}  // namespace hspmd::runtime
