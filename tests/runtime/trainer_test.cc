@@ -7,8 +7,12 @@
 #include <cmath>
 #include <numeric>
 
+#include "hspmd/data/loader.h"
 #include "hspmd/data/packing.h"
 #include "hspmd/data/token_dataset.h"
+#include "hspmd/graph/executor.h"
+#include "hspmd/graph/optimizer.h"
+#include "hspmd/models/llama.h"
 #include "runtime/runtime_testlib.h"
 
 namespace hspmd::runtime {
@@ -25,6 +29,43 @@ std::vector<double> train_losses(const TrainerOptions& options) {
   std::vector<double> losses;
   while (!t.done()) losses.push_back(t.step().loss);
   return losses;
+}
+
+// The single-process trainer is the one-rank case of the distributed one. Against the graph
+// layer's own single-device executor and AdamW, driven here step by step: the distributed
+// machinery (executable graph, schedule, gradient sync, state shards) adds nothing to one rank's math.
+TEST(Trainer, OneRankEqualsTheGraphExecutorAndAdamW) {
+  data::TokenDataset ds = data::TokenDataset::open(corpus_dataset());
+  const TrainerOptions o = tiny_options(4);
+  Trainer trainer(tiny_config(), ds, o);
+
+  const models::LlamaModel m = models::build_llama(tiny_config());
+  graph::TensorMap params = graph::init_parameters(m.graph, o.seed);
+  graph::Executor executor(m.graph, m.fetches());
+  graph::AdamW adamw(params, optimizer_options(o));
+  data::Loader loader(ds, {.seq_len = o.seq_len, .global_batch_tokens = o.global_batch_tokens, .seed = o.seed});
+  for (int step = 1; step <= 4; ++step) {
+    const data::Batch batch = data::pack(loader.next(), {.seq_len = o.seq_len});
+    const std::vector<Tensor> out = executor.run(llama_feeds(batch, batch.num_label_tokens()), params);
+    graph::TensorMap grads;
+    for (size_t i = 0; i < m.param_names.size(); ++i) grads.emplace(m.param_names[i], out[i + 1]);
+    const graph::AdamW::StepInfo info = adamw.step(params, grads);
+    const StepMetrics got = trainer.step();
+    const double loss = out[0].element_as_double(0);
+    EXPECT_NEAR(got.loss, loss, 1e-6 * loss) << "step " << step;
+    EXPECT_NEAR(got.grad_norm, info.grad_norm, 1e-5 * info.grad_norm) << "step " << step;
+    EXPECT_DOUBLE_EQ(got.lr, info.lr) << "step " << step;
+  }
+  const graph::TensorMap trained = trainer.parameters();
+  for (const auto& [name, w] : params) {
+    const std::vector<float> a = trained.at(name).to_vector<float>(), b = w.to_vector<float>();
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      diff += (a[i] - b[i]) * static_cast<double>(a[i] - b[i]);
+      norm += b[i] * static_cast<double>(b[i]);
+    }
+    EXPECT_LT(std::sqrt(diff / norm), 1e-5) << name;
+  }
 }
 
 TEST(Trainer, LossFallsOver50StepsOnTheBundledCorpus) {
