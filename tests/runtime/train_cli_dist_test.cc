@@ -5,10 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <cmath>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
+#include "hspmd/core/safetensors.h"
+#include "hspmd/models/llama_config.h"
 #include "runtime/runtime_testlib.h"
 
 namespace hspmd::runtime {
@@ -43,18 +47,101 @@ TEST_F(TrainCli, HeterogeneousStrategyOnEmulatedDevicesMatchesOneProcess) {
   }
 }
 
-// The resumed run also recomputes activations (TP 2 x PP 2), from the command line.
+// Every "loss" (or another field) of a metrics file's step lines, in order.
+std::vector<double> metric(const std::string& path, const std::string& field = "loss") {
+  std::ifstream in(path);
+  std::vector<double> out;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("event")) out.push_back(j.at(field).get<double>());
+  }
+  return out;
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i])) << "step " << i + 1;
+}
+
+// Steps 1-2 under DP 2, steps 3-4 resumed under TP 2 x PP 2 with recomputation: the same losses
+// and learning rates as one uninterrupted process. The resumed run is not given --lr: it keeps the
+// checkpoint's (not the default), and takes the new --steps it is given.
 TEST_F(TrainCli, SaveUnderOneStrategyResumeUnderAnother) {
-  const std::string ckpt = path("ckpt");
-  testing::CommandResult a = run_hspmd(common(2) + " --decay-steps 4 --nproc 2 --strategy " +
-                                       example("examples/strategies/local-dp2.json") + " --save " + ckpt);
+  const std::string ckpt = path("ckpt"), metrics = path("m.jsonl"), reference = path("ref.jsonl");
+  testing::CommandResult a = run_hspmd(common(2) + " --lr 5e-3 --decay-steps 4 --nproc 2 --strategy " +
+                                       example("examples/strategies/local-dp2.json") + " --save " + ckpt +
+                                       " --metrics " + metrics);
   ASSERT_EQ(a.code, 0) << a.output;
   testing::CommandResult b =
       run_hspmd(common(4) + " --nproc 4 --strategy " + example("examples/strategies/local-tp2-pp2.json") +
-                " --resume " + ckpt + " --recompute");
+                " --resume " + ckpt + " --recompute --metrics " + metrics);
   ASSERT_EQ(b.code, 0) << b.output;
   EXPECT_THAT(b.output, AllOf(HasSubstr("resumed from"), HasSubstr("at step 2"), HasSubstr("step     4/4"),
                               HasSubstr("recomputing each layer in B")));
+  testing::CommandResult r = run_hspmd(common(4) + " --lr 5e-3 --decay-steps 4 --metrics " + reference);
+  ASSERT_EQ(r.code, 0) << r.output;
+  expect_close(metric(metrics), metric(reference));
+  expect_close(metric(metrics, "lr"), metric(reference, "lr"));
+}
+
+// One checkpoint format: a distributed run's checkpoint is evaluated and resumed by one process,
+// and a run under another model config is refused, naming the key that differs.
+TEST_F(TrainCli, DistributedCheckpointServesEvalAndOneProcess) {
+  const std::string ckpt = path("ckpt"), metrics = path("m.jsonl"), reference = path("ref.jsonl");
+  testing::CommandResult a = run_hspmd(common(2) + " --decay-steps 3 --nproc 4 --strategy " +
+                                       example("examples/strategies/local-hetero-4.json") + " --save " + ckpt +
+                                       " --metrics " + metrics);
+  ASSERT_EQ(a.code, 0) << a.output;
+  testing::CommandResult e = run_hspmd("eval --model " + example("configs/llama-tiny.json") + " --weights " + ckpt +
+                                       " --data " + testing::corpus_dataset() + " --max-tokens 2000 --seq-len 64");
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_THAT(e.output, HasSubstr("perplexity"));
+  testing::CommandResult b = run_hspmd(common(3) + " --resume " + ckpt + " --metrics " + metrics);
+  ASSERT_EQ(b.code, 0) << b.output;
+  testing::CommandResult r = run_hspmd(common(3) + " --decay-steps 3 --metrics " + reference);
+  ASSERT_EQ(r.code, 0) << r.output;
+  expect_close(metric(metrics), metric(reference));
+
+  models::LlamaConfig wider = models::LlamaConfig::from_file(example("configs/llama-tiny.json"));
+  wider.intermediate_size = 256;
+  std::ofstream(path("wider.json")) << wider.to_json_text();
+  testing::CommandResult bad = run_hspmd("train --model " + path("wider.json") + " --data " +
+                                         testing::corpus_dataset() + " --steps 3 --seq-len 64 --resume " + ckpt);
+  EXPECT_NE(bad.code, 0);
+  EXPECT_THAT(bad.output, AllOf(HasSubstr("intermediate_size"), HasSubstr("352"), HasSubstr("256")));
+}
+
+// --init-weights under a strategy: Hugging Face weights sharded over two files with their index;
+// every rank reads its slices, and the losses are those of one process started from the same file.
+TEST_F(TrainCli, DistributedRunStartsFromShardedHuggingFaceWeights) {
+  const std::string single = path("single.safetensors");
+  testing::CommandResult d = run_hspmd(common(1) + " --seed 7 --dump-init-weights " + single);
+  ASSERT_EQ(d.code, 0) << d.output;
+  std::filesystem::create_directories(path("hf"));
+  const std::map<std::string, Tensor> all = safetensors::load_all(single);
+  std::vector<std::pair<std::string, Tensor>> first, second;
+  nlohmann::json map;
+  for (const auto& [name, t] : all) {
+    const bool in_first = name.find("layers.0.") != std::string::npos || name.find("embed") != std::string::npos;
+    (in_first ? first : second).emplace_back(name, t);
+    map[name] = in_first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  safetensors::save(path("hf/model-00001-of-00002.safetensors"), first, {{"format", "pt"}});
+  safetensors::save(path("hf/model-00002-of-00002.safetensors"), second, {{"format", "pt"}});
+  std::ofstream(path("hf/model.safetensors.index.json")) << nlohmann::json{{"metadata", {}}, {"weight_map", map}}.dump();
+
+  testing::CommandResult one = run_hspmd(common(2) + " --init-weights " + single + " --metrics " + path("one.jsonl"));
+  ASSERT_EQ(one.code, 0) << one.output;
+  testing::CommandResult dist = run_hspmd(common(2) + " --nproc 4 --strategy " +
+                                          example("examples/strategies/local-hetero-4.json") + " --init-weights " +
+                                          path("hf") + " --metrics " + path("dist.jsonl"));
+  ASSERT_EQ(dist.code, 0) << dist.output;
+  EXPECT_THAT(dist.output, HasSubstr("loaded weights from"));
+  expect_close(metric(path("dist.jsonl")), metric(path("one.jsonl")));
+  // The weights differ from the run's own initialization (seed 1): otherwise this proves nothing.
+  testing::CommandResult plain = run_hspmd(common(2) + " --metrics " + path("plain.jsonl"));
+  ASSERT_EQ(plain.code, 0) << plain.output;
+  EXPECT_NE(metric(path("plain.jsonl")), metric(path("one.jsonl")));
 }
 
 TEST_F(TrainCli, PlanBeyondEmulatedMemoryIsRefusedUpFront) {

@@ -4,7 +4,8 @@
 //   hspmd eval --model configs/llama-tiny.json --weights runs/ckpt --data runs/kjv --max-tokens 65536
 //   -> eval: 65536 tokens (65210 labelled) in 3.1s: mean loss 1.8342, perplexity 6.261
 //
-// --weights is a checkpoint directory (hspmd train --save) or a Hugging Face safetensors file.
+// --weights is a checkpoint directory (hspmd train --save, one process or any strategy) or a
+// Hugging Face safetensors file.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/kernels/threading.h"
 #include "hspmd/runtime/checkpoint.h"
+#include "hspmd/runtime/sharded_checkpoint.h"
 #include "hspmd/runtime/evaluate.h"
 
 namespace hspmd::cli {
@@ -37,7 +39,7 @@ void run_eval(const EvalArgs& args) {
   HSPMD_CHECK(std::filesystem::exists(args.weights)) << "weights " << args.weights << " do not exist";
   if (args.threads > 0) kernels::set_num_threads(args.threads);
   graph::TensorMap weights = std::filesystem::is_directory(args.weights)
-                                 ? runtime::load_checkpoint(args.weights, config).model
+                                 ? runtime::read_checkpoint_weights(args.weights, config)
                                  : runtime::load_hf_weights(args.weights, config);
   runtime::EvalResult r = runtime::evaluate(config, weights, dataset, args.options);
   std::printf("eval: %lld tokens (%lld labelled) in %.1fs: mean loss %.4f, perplexity %.3f\n",

@@ -4,8 +4,10 @@
 //   hspmd train --model configs/llama-tiny.json --data runs/kjv --steps 200 --save runs/ckpt
 //   hspmd train --model configs/llama-tiny.json --data runs/kjv --steps 400 --resume runs/ckpt
 //
-// On --resume the run's options come from the checkpoint; flags given on the command line
-// override them (the data-stream ones, seq-len / global-batch-tokens / seed, must not change).
+// On --resume the run's options come from the checkpoint, for one process and for a strategy
+// alike; flags given on the command line override them (the data-stream ones, seq-len /
+// global-batch-tokens / seed, must not change). Every run writes and reads one checkpoint format
+// (runtime/sharded_checkpoint.h): a single-process run's is its one-rank case.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -27,6 +29,7 @@
 #include "hspmd/core/safetensors.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/runtime/checkpoint.h"
+#include "hspmd/runtime/sharded_checkpoint.h"
 #include "hspmd/runtime/trainer.h"
 
 namespace hspmd::cli {
@@ -93,7 +96,25 @@ std::string progress_bar(int64_t done, int64_t first, int64_t total, double elap
          "  ETA " + format_duration(per_step * static_cast<double>(total - done));
 }
 
-void run_train(const TrainArgs& args, const CLI::App& sub) {
+// A resumed run continues with the options its checkpoint records (learning-rate schedule
+// included), whatever the strategy; a flag given on this command line changes its option, so
+// changing lr or steps on resume takes an explicit --lr / --steps. The model config must be the
+// checkpoint's (Error naming the first key that differs).
+runtime::TrainerOptions resumed_options(const TrainArgs& args, const CLI::App& sub) {
+  const nlohmann::json state = runtime::read_checkpoint_state(args.resume);
+  HSPMD_CHECK(state.contains("config") && state.contains("options"))
+      << "checkpoint " << args.resume << " records no model config or training options";
+  runtime::check_same_config(state.at("config"), models::LlamaConfig::from_file(args.model), args.resume);
+  runtime::TrainerOptions options = runtime::TrainerOptions::from_json(state.at("options"));
+  for (const OptionFlag& f : option_flags()) {
+    if (sub.count(f.flag) > 0) f.copy(options, args.options);
+  }
+  return options;
+}
+
+void run_train(TrainArgs args, const CLI::App& sub) {
+  HSPMD_CHECK(args.resume.empty() || args.init_weights.empty()) << "--resume and --init-weights exclude each other";
+  if (!args.resume.empty()) args.options = resumed_options(args, sub);
   if (!args.strategy.empty()) return run_dist_train(args);
   HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty() && args.switches.empty())
       << "--nproc, --devices, --trace and --switch need --strategy (distributed training)";
@@ -102,28 +123,17 @@ void run_train(const TrainArgs& args, const CLI::App& sub) {
   HSPMD_CHECK(dataset.vocab_size() <= static_cast<uint64_t>(config.vocab_size))
       << "dataset " << args.data << " has vocab_size " << dataset.vocab_size() << " (tokenizer '"
       << dataset.tokenizer_id() << "') but model config " << args.model << " has vocab_size " << config.vocab_size;
-  HSPMD_CHECK(args.resume.empty() || args.init_weights.empty()) << "--resume and --init-weights exclude each other";
 
-  runtime::TrainerOptions options = args.options;
-  std::unique_ptr<runtime::Checkpoint> checkpoint;
-  if (!args.resume.empty()) {
-    checkpoint = std::make_unique<runtime::Checkpoint>(runtime::load_checkpoint(args.resume, config));
-    options = runtime::TrainerOptions::from_json(checkpoint->state.options);
-    for (const OptionFlag& f : option_flags()) {
-      if (sub.count(f.flag) > 0) f.copy(options, args.options);
-    }
-  }
-
+  const runtime::TrainerOptions& options = args.options;
   runtime::Trainer trainer(config, dataset, options);
   if (!args.dump_init_weights.empty()) {
     const graph::TensorMap params = trainer.parameters();
     std::vector<std::pair<std::string, Tensor>> tensors(params.begin(), params.end());
     safetensors::save(args.dump_init_weights, tensors, {{"format", "pt"}});
   }
-  if (checkpoint) {
-    trainer.restore(*checkpoint);
+  if (!args.resume.empty()) {
+    trainer.restore(args.resume);
     std::cout << "resumed from " << args.resume << " at step " << trainer.step_count() << "\n";
-    checkpoint.reset();
   }
   if (!args.init_weights.empty()) {
     trainer.load_weights(runtime::load_hf_weights(args.init_weights, config));
@@ -161,7 +171,7 @@ void run_train(const TrainArgs& args, const CLI::App& sub) {
     if (metrics.is_open()) metrics << m.to_json().dump() << std::endl;
     bool last = trainer.done();
     if (!args.save.empty() && (last || (args.save_every > 0 && m.step % args.save_every == 0))) {
-      runtime::save_checkpoint(args.save, trainer.checkpoint());
+      trainer.save(args.save);
       if (!tty) std::cout << "saved checkpoint " << args.save << " at step " << m.step << std::endl;
     }
   }
@@ -202,7 +212,8 @@ void add_train_command(CLI::App& app) {
   sub->add_option("--save-every", args->save_every, "also checkpoint every K steps")->check(CLI::NonNegativeNumber);
   sub->add_option("--resume", args->resume, "continue the run saved in this checkpoint directory");
   sub->add_option("--init-weights", args->init_weights,
-                  "start from these weights (Hugging Face Llama safetensors), fresh optimizer state");
+                  "start from Hugging Face Llama weights (a .safetensors file, a sharded set's index.json, or a "
+                  "directory with either), fresh optimizer state; distributed ranks read only their slices");
   sub->add_option("--metrics", args->metrics, "append one JSON line of metrics per step to this file");
   // For bench/pytorch_compare.py: the initial weights, to load the same model elsewhere.
   sub->add_option("--dump-init-weights", args->dump_init_weights, "")->group("");
@@ -214,6 +225,12 @@ void add_train_command(CLI::App& app) {
   sub->add_option("--switch", args->switches,
                   "STEP:S.json: before step STEP, switch to strategy S without a restart (one fused BSR of weights "
                   "and Adam states); repeatable")
+      ->group(dist);
+  sub->add_option("--comm-timeout", args->comm_timeout,
+                  "seconds a communication (or connecting) may take before the run fails; cover your slowest "
+                  "save or step")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
       ->group(dist);
   sub->add_option("--schedule", args->schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str()->group(dist);
   sub->add_option("--devices", args->devices, "emulated devices JSON: per-rank relative speed and memory")->group(dist);

@@ -17,6 +17,7 @@ struct TrainArgs {
   std::string strategy, devices, trace, schedule = "1f1b";
   std::vector<std::string> switches;  // --switch STEP:STRATEGY.json, in step order
   int nproc = 0;
+  double comm_timeout = 300;  // seconds: bound on connecting and on every communication
   bool check_single = false;
 };
 

@@ -15,6 +15,7 @@
 // any of the strategies uses, and a rank the strategy in force does not use waits as a spare.
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -127,7 +128,9 @@ void run_worker(const TrainArgs& args) {
   size_t in_force = 0;
   while (in_force + 1 < plans.size() && plans[in_force + 1].step <= first_step) ++in_force;
 
-  comm::GroupCache groups(comm::open_run_store(env), env.rank, comm::gloo_backend({.host = env.host}));
+  const auto timeout = std::chrono::duration_cast<comm::Millis>(std::chrono::duration<double>(args.comm_timeout));
+  comm::GroupCache groups(comm::open_run_store(env), env.rank,
+                          comm::gloo_backend({.timeout = timeout, .host = env.host}));
   runtime::DistOptions options{.train = args.options,
                                .schedule = specialize::parse_schedule_kind(args.schedule),
                                .device = devices.of(env.rank),
@@ -150,6 +153,10 @@ void run_worker(const TrainArgs& args) {
   if (!args.resume.empty()) {
     trainer.restore(args.resume);
     if (lead) std::cout << "resumed from " << args.resume << " at step " << trainer.step_count() << std::endl;
+  }
+  if (!args.init_weights.empty()) {
+    trainer.load_weights(runtime::HfWeights(args.init_weights, config));  // each rank reads its own slices
+    if (lead) std::cout << "loaded weights from " << args.init_weights << std::endl;
   }
 
   std::ofstream metrics;
@@ -199,11 +206,13 @@ void run_worker(const TrainArgs& args) {
 }  // namespace
 
 void run_dist_train(const TrainArgs& args) {
-  HSPMD_CHECK(args.init_weights.empty() && args.dump_init_weights.empty())
-      << "--init-weights is single-process only (load them once, save a checkpoint, then --resume it)";
+  HSPMD_CHECK(args.dump_init_weights.empty()) << "--dump-init-weights is single-process only";
   if (std::getenv("RANK") != nullptr || args.nproc == 0) return run_worker(args);
-  // Bad strategy files and --switch flags fail here, once, before any worker starts.
-  scheduled_plans(args, models::LlamaConfig::from_file(args.model));
+  // Bad files and flags fail here, once, before any worker starts.
+  const models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
+  scheduled_plans(args, config);
+  if (!args.init_weights.empty()) const runtime::HfWeights checked(args.init_weights, config);
+  const data::TokenDataset checked_data = data::TokenDataset::open(args.data);
   comm::LaunchOptions launch;
   launch.nproc = args.nproc;
   launch.command = own_command_line();

@@ -18,7 +18,7 @@
 #include "hspmd/core/atomic_file.h"
 #include "hspmd/core/error.h"
 #include "hspmd/core/safetensors.h"
-#include "hspmd/kernels/cast.h"
+#include "hspmd/runtime/hf_weights.h"
 
 namespace hspmd::runtime {
 namespace {
@@ -245,6 +245,21 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   }
 }
 
+void check_same_config(const nlohmann::json& saved, const LlamaConfig& config, const std::string& source) {
+  const nlohmann::json run = nlohmann::json::parse(config.to_json_text());
+  HSPMD_CHECK(saved.is_object()) << source << ": the checkpoint records no model config";
+  for (const auto& [key, value] : run.items()) {
+    HSPMD_CHECK(saved.contains(key) && saved.at(key) == value)
+        << "cannot resume from " << source << ": its model config has \"" << key
+        << "\": " << (saved.contains(key) ? saved.at(key).dump() : std::string("nothing")) << ", the run's (--model) has "
+        << value.dump();
+  }
+  for (const auto& [key, value] : saved.items()) {
+    HSPMD_CHECK(run.contains(key)) << "cannot resume from " << source << ": its model config has \"" << key
+                                   << "\": " << value.dump() << ", which the run's (--model) does not set";
+  }
+}
+
 Checkpoint load_checkpoint(const std::string& dir, const LlamaConfig& config) {
   const nlohmann::json j = read_trainer_state(dir);  // format, sizes and checksums verified
   const std::string state_path = dir + "/" + kTrainerStateFile;
@@ -258,10 +273,7 @@ Checkpoint load_checkpoint(const std::string& dir, const LlamaConfig& config) {
   } catch (const nlohmann::json::exception& e) {
     HSPMD_THROW() << state_path << ": malformed trainer state (truncated or corrupted?): " << e.what();
   }
-  HSPMD_CHECK(c.state.config.to_json_text() == config.to_json_text())
-      << dir << ": the checkpoint's model config differs from the run's: checkpoint "
-      << nlohmann::json::parse(c.state.config.to_json_text()).dump() << " vs run "
-      << nlohmann::json::parse(config.to_json_text()).dump();
+  check_same_config(j.at("config"), config, dir);
 
   c.model = read_exact(dir + "/" + kModelFile, model_tensors(config));
   graph::TensorMap opt = read_exact(dir + "/" + kOptimizerFile, optimizer_tensors(config));
@@ -273,31 +285,10 @@ Checkpoint load_checkpoint(const std::string& dir, const LlamaConfig& config) {
 }
 
 graph::TensorMap load_hf_weights(const std::string& path, const LlamaConfig& config) {
-  HSPMD_CHECK(fs::is_regular_file(path)) << "weights file " << path << " does not exist";
-  safetensors::Reader reader(path);
-  std::set<std::string> wanted;
+  const HfWeights weights(path, config);
   graph::TensorMap out;
   for (const LlamaParam& p : models::llama_parameters(config)) {
-    wanted.insert(p.name);
-    HSPMD_CHECK(reader.contains(p.name)) << path << ": tensor '" << p.name << "' is missing";
-    const safetensors::TensorInfo& info = reader.info(p.name);
-    HSPMD_CHECK(info.shape == p.shape) << path << ": tensor '" << p.name << "' has shape " << info.shape.to_string()
-                                       << ", the model config expects " << p.shape.to_string();
-    HSPMD_CHECK(is_floating(info.dtype)) << path << ": tensor '" << p.name << "' is " << dtype_name(info.dtype)
-                                         << ", weights must be floating point";
-    Tensor t = reader.read(p.name);
-    if (t.dtype() != DType::kFloat32) {
-      Tensor f = Tensor::empty(t.shape(), DType::kFloat32);
-      kernels::cast(t, f);
-      t = f;
-    }
-    out.emplace(p.name, t);
-  }
-  for (const safetensors::TensorInfo& info : reader.tensors()) {
-    if (wanted.count(info.name)) continue;
-    if (info.name.ends_with("rotary_emb.inv_freq")) continue;  // a buffer older HF exports carry
-    if (config.tie_word_embeddings && info.name == "lm_head.weight") continue;  // tied: same as embed_tokens
-    HSPMD_THROW() << path << ": unexpected tensor '" << info.name << "' (the weights are for another model config)";
+    out.emplace(p.name, weights.read(p.name, sharding::Region::full(p.shape)));
   }
   return out;
 }

@@ -63,7 +63,13 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c);
 // checkpoint's config must equal it.
 Checkpoint load_checkpoint(const std::string& dir, const models::LlamaConfig& config);
 
-// Weights only, from a Hugging Face Llama safetensors file (F32, BF16 or F64; converted to float32).
+// Error naming the first key whose value differs between a checkpoint's model config (its JSON)
+// and the run's: "cannot resume from runs/ckpt: its model config has \"hidden_size\": 128, the
+// run's has 256". `source` names the checkpoint.
+void check_same_config(const nlohmann::json& saved, const models::LlamaConfig& config, const std::string& source);
+
+// Weights only, whole, from Hugging Face Llama safetensors (runtime/hf_weights.h: a file, a
+// sharded set's index.json or a directory holding either; F32, BF16, F16 or F64, as float32).
 // Every parameter of `config` must be present with its shape; "rotary_emb.inv_freq" buffers (and
 // "lm_head.weight" when the embeddings are tied) are skipped; any other tensor is an error, since
 // it means the file is for another model.

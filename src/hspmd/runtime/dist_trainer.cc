@@ -601,6 +601,7 @@ void DistTrainer::restore_from(const std::function<Tensor(const std::string&, co
 void DistTrainer::restore(const std::string& dir) {
   const ShardedCheckpoint c = ShardedCheckpoint::open(dir);
   const nlohmann::json& state = c.state();
+  check_same_config(state.at("config"), model_.config, dir);
   restore_from([&](const std::string& name, const Shape&, const Region& region) { return c.read(name, region); },
                TrainerOptions::from_json(state.at("options")), state.at("seed").get<uint64_t>(),
                state.at("step").get<int64_t>(), data::LoaderState::from_json(state.at("loader").dump()), dir);
@@ -622,8 +623,7 @@ Tensor region_of(const graph::TensorMap& tensors, const std::string& name, const
 }  // namespace
 
 void DistTrainer::restore(const Checkpoint& c) {
-  HSPMD_CHECK(c.state.config.to_json_text() == model_.config.to_json_text())
-      << "cannot resume: the checkpoint is for another model config";
+  check_same_config(nlohmann::json::parse(c.state.config.to_json_text()), model_.config, "the checkpoint");
   auto read = [&](const std::string& name, const Shape& shape, const Region& region) {
     if (name.ends_with(".exp_avg_sq")) {
       return region_of(c.exp_avg_sq, name.substr(0, name.size() - 11), shape, region, "the checkpoint's moments");
@@ -639,6 +639,10 @@ void DistTrainer::restore(const Checkpoint& c) {
 
 void DistTrainer::load_weights(const graph::TensorMap& weights) {
   for (ParamState& s : params_) s.value.copy_from(region_of(weights, s.name, s.shape, s.region, "the weights"));
+}
+
+void DistTrainer::load_weights(const HfWeights& weights) {
+  for (ParamState& s : params_) s.value.copy_from(weights.read(s.name, s.region));
 }
 
 namespace {

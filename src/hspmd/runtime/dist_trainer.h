@@ -58,6 +58,7 @@
 #include "hspmd/resolve/resolver.h"
 #include "hspmd/resolve/topology.h"
 #include "hspmd/runtime/emulation.h"
+#include "hspmd/runtime/hf_weights.h"
 #include "hspmd/runtime/reshard_exec.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
 #include "hspmd/runtime/trace.h"
@@ -129,6 +130,8 @@ class DistTrainer {
   // Replaces the initial weights with whole tensors by Hugging Face name (each rank takes its
   // slices); optimizer state stays fresh. Error naming a missing or mis-shaped tensor.
   void load_weights(const graph::TensorMap& weights);
+  // The same from Hugging Face files, each rank reading only the rows of its own slices.
+  void load_weights(const HfWeights& weights);
 
   // Collective over every process of the run: moves the training state to `plan` (see above).
   // Throws SwitchRefused, on every rank alike, when the plan is invalid or exceeds a rank's memory;

@@ -366,4 +366,21 @@ Tensor ShardedCheckpoint::read(const std::string& name, const Region& region) co
   return out;
 }
 
+nlohmann::json read_checkpoint_state(const std::string& dir) {
+  const std::string index_path = dir + "/" + kIndexFile;
+  if (!fs::exists(index_path)) return ShardedCheckpoint::open(dir).state();  // single-process, or an error
+  const nlohmann::json index = parse_json_object(read_text_file(index_path, "checkpoint index"), index_path);
+  return json_member(index, "state", index_path);
+}
+
+graph::TensorMap read_checkpoint_weights(const std::string& dir, const models::LlamaConfig& config) {
+  const ShardedCheckpoint c = ShardedCheckpoint::open(dir);
+  check_same_config(json_member(c.state(), "config", dir), config, dir);
+  graph::TensorMap weights;
+  for (const models::LlamaParam& p : models::llama_parameters(config)) {
+    weights.emplace(p.name, c.read(p.name, Region::full(p.shape)));
+  }
+  return weights;
+}
+
 }  // namespace hspmd::runtime

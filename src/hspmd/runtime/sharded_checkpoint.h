@@ -47,6 +47,8 @@
 
 #include "hspmd/core/safetensors.h"
 #include "hspmd/core/tensor.h"
+#include "hspmd/graph/graph.h"
+#include "hspmd/models/llama_config.h"
 #include "hspmd/sharding/region.h"
 
 namespace hspmd::runtime {
@@ -88,5 +90,13 @@ class ShardedCheckpoint {
   std::map<std::string, Entry> tensors_;
   std::map<std::string, std::shared_ptr<safetensors::Reader>> readers_;
 };
+
+// The run state of any checkpoint directory (the "state" of index.json, or a single-process
+// checkpoint's trainer_state.json): step, seed, loader, config, options. Tensor files are not read.
+nlohmann::json read_checkpoint_state(const std::string& dir);
+
+// The whole weights of any checkpoint directory by Hugging Face name, float32, after checking its
+// model config against `config` (hspmd eval, export).
+graph::TensorMap read_checkpoint_weights(const std::string& dir, const models::LlamaConfig& config);
 
 }  // namespace hspmd::runtime

@@ -8,7 +8,7 @@
 //   while (!t.done()) {
 //     StepMetrics m = t.step();        // m.loss, m.lr, m.grad_norm, m.tokens_per_second, ...
 //   }
-//   save_checkpoint("runs/ckpt", t.checkpoint());
+//   t.save("runs/ckpt");             // readable by eval and by a resume under any strategy
 //
 // One step: the Loader yields the global batch (whole segments, <= global_batch_tokens tokens),
 // pack() lays it out in rows of seq_len (documents never attend across each other) as one
@@ -48,8 +48,12 @@ class Trainer {
   // Replaces the freshly initialized weights (e.g. Hugging Face weights); optimizer state stays fresh.
   void load_weights(const graph::TensorMap& weights) { trainer_->load_weights(weights); }
   // Continues a checkpointed run: weights, optimizer moments, step and data position. The options
-  // that decide the data stream (seq_len, global_batch_tokens, seed) must equal the checkpoint's.
+  // that decide the data stream (seq_len, global_batch_tokens, seed) and the model config must equal
+  // the checkpoint's. From a checkpoint directory of any strategy, or one in memory.
+  void restore(const std::string& dir) { trainer_->restore(dir); }
   void restore(const Checkpoint& checkpoint) { trainer_->restore(checkpoint); }
+  // Writes a checkpoint directory in the one format every run reads (runtime/sharded_checkpoint.h).
+  void save(const std::string& dir) { trainer_->save(dir); }
 
   StepMetrics step() { return trainer_->step(); }
   bool done() const { return trainer_->done(); }
