@@ -32,6 +32,8 @@ struct Builder {
   TensorRef positions, cu_seqlens;  // of the current layer (its Reshards of the placeholders)
   TensorRef m_positions, m_cu_seqlens;  // the placeholders
   SymExpr T = SymExpr::symbol("T");
+  // RoPE's inverse frequencies, scaled as the config says; shared by every layer's q and k.
+  std::vector<double> inv_freq = c.rope.inverse_frequencies(c.head_dim());
 
   TensorRef linear(TensorRef x, const std::string& weight_name, const std::string& name) {
     return ops::matmul(g, x, w.at(weight_name), {.trans_b = true}, name);
@@ -45,8 +47,8 @@ struct Builder {
     q = ops::reshape(g, q, {T, nq, D}, p + "self_attn.q_heads");
     k = ops::reshape(g, k, {T, nkv, D}, p + "self_attn.k_heads");
     v = ops::reshape(g, v, {T, nkv, D}, p + "self_attn.v_heads");
-    q = ops::rope(g, q, positions, c.rope_theta, p + "self_attn.q_rope");
-    k = ops::rope(g, k, positions, c.rope_theta, p + "self_attn.k_rope");
+    q = ops::rope(g, q, positions, inv_freq, p + "self_attn.q_rope");
+    k = ops::rope(g, k, positions, inv_freq, p + "self_attn.k_rope");
     TensorRef o = ops::attention(g, q, k, v, cu_seqlens, p + "self_attn.attention");
     o = ops::reshape(g, o, {T, nq * D}, p + "self_attn.merge_heads");
     return linear(o, p + "self_attn.o_proj.weight", p + "self_attn.o_proj");

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <map>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -19,6 +20,7 @@
 #include "hspmd/core/error.h"
 #include "hspmd/core/safetensors.h"
 #include "hspmd/kernels/cast.h"
+#include "hspmd/runtime/hf_weights.h"
 
 namespace hspmd::runtime {
 namespace {
@@ -273,31 +275,24 @@ Checkpoint load_checkpoint(const std::string& dir, const LlamaConfig& config) {
 }
 
 graph::TensorMap load_hf_weights(const std::string& path, const LlamaConfig& config) {
-  HSPMD_CHECK(fs::is_regular_file(path)) << "weights file " << path << " does not exist";
-  safetensors::Reader reader(path);
-  std::set<std::string> wanted;
+  // The stored dtype may differ from the config's: the values are converted to float32 either way.
+  const HfWeightsAudit audit = audit_hf_weights(path, config, /*check_dtype=*/false);
+  HSPMD_CHECK(audit.missing.empty()) << path << ": tensor '" << audit.missing.front() << "' is missing";
+  HSPMD_CHECK(audit.mismatched.empty()) << path << ": " << audit.mismatched.front();
+  HSPMD_CHECK(audit.extra.empty()) << path << ": unexpected tensor '" << audit.extra.front()
+                                   << "' (the weights are for another model config)";
+  std::map<std::string, safetensors::Reader> readers;
   graph::TensorMap out;
-  for (const LlamaParam& p : models::llama_parameters(config)) {
-    wanted.insert(p.name);
-    HSPMD_CHECK(reader.contains(p.name)) << path << ": tensor '" << p.name << "' is missing";
-    const safetensors::TensorInfo& info = reader.info(p.name);
-    HSPMD_CHECK(info.shape == p.shape) << path << ": tensor '" << p.name << "' has shape " << info.shape.to_string()
-                                       << ", the model config expects " << p.shape.to_string();
-    HSPMD_CHECK(is_floating(info.dtype)) << path << ": tensor '" << p.name << "' is " << dtype_name(info.dtype)
-                                         << ", weights must be floating point";
-    Tensor t = reader.read(p.name);
+  for (const HfWeightsAudit::Found& found : audit.found) {
+    auto it = readers.find(found.file);
+    if (it == readers.end()) it = readers.emplace(found.file, safetensors::Reader(found.file)).first;
+    Tensor t = it->second.read(found.info.name);
     if (t.dtype() != DType::kFloat32) {
       Tensor f = Tensor::empty(t.shape(), DType::kFloat32);
       kernels::cast(t, f);
       t = f;
     }
-    out.emplace(p.name, t);
-  }
-  for (const safetensors::TensorInfo& info : reader.tensors()) {
-    if (wanted.count(info.name)) continue;
-    if (info.name.ends_with("rotary_emb.inv_freq")) continue;  // a buffer older HF exports carry
-    if (config.tie_word_embeddings && info.name == "lm_head.weight") continue;  // tied: same as embed_tokens
-    HSPMD_THROW() << path << ": unexpected tensor '" << info.name << "' (the weights are for another model config)";
+    out.emplace(found.info.name, t);
   }
   return out;
 }

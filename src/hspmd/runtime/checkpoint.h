@@ -63,10 +63,10 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c);
 // checkpoint's config must equal it.
 Checkpoint load_checkpoint(const std::string& dir, const models::LlamaConfig& config);
 
-// Weights only, from a Hugging Face Llama safetensors file (F32, BF16 or F64; converted to float32).
-// Every parameter of `config` must be present with its shape; "rotary_emb.inv_freq" buffers (and
-// "lm_head.weight" when the embeddings are tied) are skipped; any other tensor is an error, since
-// it means the file is for another model.
+// Weights only, from Hugging Face Llama safetensors: a file or a save_pretrained directory
+// (hf_weights.h). F32, BF16 or F64, converted to float32. Every parameter of `config` must be
+// present with its shape; "rotary_emb.inv_freq" buffers (and "lm_head.weight" when the embeddings
+// are tied) are skipped; any other tensor is an error, since it means the file is for another model.
 graph::TensorMap load_hf_weights(const std::string& path, const models::LlamaConfig& config);
 
 // CRC-32 (IEEE 802.3, the zlib one) of a byte range, continuing from `crc` (0 to start).

@@ -1,0 +1,105 @@
+#include "hspmd/runtime/hf_weights.h"
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "hspmd/core/error.h"
+#include "hspmd/core/json_file.h"
+
+namespace hspmd::runtime {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+// Tensors an export may carry that the model recomputes instead of loading.
+bool recomputed(const std::string& name, const models::LlamaConfig& config) {
+  if (name.ends_with("rotary_emb.inv_freq")) return true;  // a buffer older exports carry
+  return config.tie_word_embeddings && name == "lm_head.weight";  // tied: the embedding table itself
+}
+
+}  // namespace
+
+bool is_hf_weights(const std::string& path) {
+  if (fs::is_regular_file(path)) return path.ends_with(".safetensors");
+  return fs::is_directory(path) && (fs::exists(fs::path(path) / kSingleFile) || fs::exists(fs::path(path) / kIndexFile));
+}
+
+std::vector<std::string> hf_weight_files(const std::string& path) {
+  HSPMD_CHECK(fs::exists(path)) << "weights " << path << " do not exist";
+  if (!fs::is_directory(path)) return {path};
+  const fs::path dir(path);
+  if (fs::exists(dir / kSingleFile)) return {(dir / kSingleFile).string()};
+  const std::string index = (dir / kIndexFile).string();
+  HSPMD_CHECK(fs::exists(index)) << "weights directory " << path << " holds neither " << kSingleFile << " nor "
+                                 << kIndexFile;
+  nlohmann::json j = parse_json_object(read_text_file(index, "weights index"), index);
+  HSPMD_CHECK(j.contains("weight_map") && j.at("weight_map").is_object())
+      << index << ": missing object \"weight_map\"";
+  std::set<std::string> shards;
+  for (const auto& [name, file] : j.at("weight_map").items()) {
+    HSPMD_CHECK(file.is_string()) << index << ": weight_map entry \"" << name << "\" must name a file";
+    shards.insert(file.get<std::string>());
+  }
+  std::vector<std::string> files;
+  for (const std::string& shard : shards) {
+    const fs::path file = dir / shard;
+    HSPMD_CHECK(fs::is_regular_file(file)) << index << " names shard " << shard << ", which does not exist";
+    files.push_back(file.string());
+  }
+  return files;
+}
+
+std::string HfWeightsAudit::problems() const {
+  std::string out;
+  for (const std::string& name : missing) out += "tensor '" + name + "' is missing\n";
+  for (const std::string& name : extra) out += "unexpected tensor '" + name + "' (the config implies no such parameter)\n";
+  for (const std::string& line : mismatched) out += line + "\n";
+  return out;
+}
+
+HfWeightsAudit audit_hf_weights(const std::string& path, const models::LlamaConfig& config, bool check_dtype) {
+  std::map<std::string, HfWeightsAudit::Found> tensors;
+  for (const std::string& file : hf_weight_files(path)) {
+    safetensors::Reader reader(file);
+    for (const safetensors::TensorInfo& info : reader.tensors()) {
+      auto [it, fresh] = tensors.emplace(info.name, HfWeightsAudit::Found{file, info});
+      HSPMD_CHECK(fresh) << "weights " << path << ": tensor " << info.name << " is in both " << it->second.file
+                         << " and " << file;
+    }
+  }
+  HfWeightsAudit audit;
+  std::set<std::string> wanted;
+  for (const models::LlamaParam& p : models::llama_parameters(config)) {
+    wanted.insert(p.name);
+    auto it = tensors.find(p.name);
+    if (it == tensors.end()) {
+      audit.missing.push_back(p.name);
+      continue;
+    }
+    const safetensors::TensorInfo& info = it->second.info;
+    if (info.shape != p.shape) {
+      audit.mismatched.push_back("tensor '" + p.name + "' has shape " + info.shape.to_string() +
+                                 ", the config implies " + p.shape.to_string());
+    } else if (!is_floating(info.dtype)) {
+      audit.mismatched.push_back("tensor '" + p.name + "' is " + std::string(dtype_name(info.dtype)) +
+                                 ", weights must be floating point");
+    } else if (check_dtype && dtype_name(info.dtype) != config.weights_dtype) {
+      audit.mismatched.push_back("tensor '" + p.name + "' is " + std::string(dtype_name(info.dtype)) +
+                                 ", the config's dtype is " + config.weights_dtype);
+    }
+    audit.found.push_back(it->second);
+  }
+  for (const auto& [name, found] : tensors) {
+    if (!wanted.count(name) && !recomputed(name, config)) audit.extra.push_back(name);
+  }
+  return audit;
+}
+
+}  // namespace hspmd::runtime

@@ -1,0 +1,52 @@
+// Hugging Face weights as save_pretrained writes them, checked against a model config.
+//
+//   weights/                           a save_pretrained directory, or just the .safetensors file
+//     model.safetensors                one file, or
+//     model.safetensors.index.json     {"weight_map": {"model.norm.weight": "model-00002-of-00002.safetensors", ...}}
+//     model-0000N-of-0000M.safetensors   and the shards it lists
+//
+//   HfWeightsAudit a = audit_hf_weights("llama/", config);   // headers only, no tensor data read
+//   a.missing;  a.extra;  a.mismatched;  a.ok();
+//
+// The audit is what `hspmd model info --weights` prints and what load_hf_weights (checkpoint.h)
+// refuses to load past: every tensor the config implies present with its shape, none left over
+// ("rotary_emb.inv_freq" buffers of older exports, and "lm_head.weight" when the embeddings are
+// tied, are recomputed rather than loaded, so they are not extra).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hspmd/core/safetensors.h"
+#include "hspmd/models/llama_config.h"
+
+namespace hspmd::runtime {
+
+// The safetensors files of `path` (a file, or a directory as above), in a fixed order. Error
+// naming the path when it holds none, or when the index names a missing shard.
+std::vector<std::string> hf_weight_files(const std::string& path);
+
+// True for a .safetensors file or a directory holding model.safetensors or its index: a Hugging
+// Face checkpoint rather than an hspmd training checkpoint (trainer_state.json).
+bool is_hf_weights(const std::string& path);
+
+struct HfWeightsAudit {
+  struct Found {
+    std::string file;  // which safetensors file holds it
+    safetensors::TensorInfo info;
+  };
+  std::vector<Found> found;             // every parameter of the config, llama_parameters() order
+  std::vector<std::string> missing;     // parameter names absent from the files
+  std::vector<std::string> extra;       // tensor names the config does not imply
+  std::vector<std::string> mismatched;  // "tensor 'NAME' has shape [8, 16], the config implies [16, 16]"
+  bool ok() const { return missing.empty() && extra.empty() && mismatched.empty(); }
+  // Every problem, one per line ("tensor 'model.norm.weight' is missing", ...); empty when ok().
+  std::string problems() const;
+};
+
+// Reads the headers of `path`'s files. A shape that differs from the config's, or a dtype other
+// than the config's "torch_dtype"/"dtype" (LlamaConfig::weights_dtype), is mismatched when
+// `check_dtype`.
+HfWeightsAudit audit_hf_weights(const std::string& path, const models::LlamaConfig& config, bool check_dtype);
+
+}  // namespace hspmd::runtime
