@@ -51,6 +51,9 @@ SUPPORTED = {
                                                   "original_max_position_embeddings": 64}}, None),
     "linear": ({"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}}, None),
     "bf16": ({}, "bf16"),
+    # biases on q/k/v/o (attention_bias) and on gate/up/down (mlp_bias), drawn non-zero
+    "attention_bias": ({"attention_bias": True}, None),
+    "mlp_bias": ({"mlp_bias": True, "tie_word_embeddings": True}, None),
     # the transformers < 5 generation of the keys: top-level rope_theta and rope_scaling
     "legacy_llama3": ({"head_dim": 8, "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0,
                                                          "factor": 8.0, "low_freq_factor": 1.0,
@@ -59,12 +62,12 @@ SUPPORTED = {
 }
 
 REFUSED = {
-    "attention_bias": {"attention_bias": True},
-    "mlp_bias": {"mlp_bias": True},
     "gelu": {"hidden_act": "gelu"},
+    "float16": {"dtype": "float16"},
     "yarn": {"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                  "original_max_position_embeddings": 32}},
     "dynamic": {"rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}},
+    "qwen2": {},
 }
 
 DOC_LENGTHS = [48, 21]
@@ -139,7 +142,10 @@ def make_supported(out, name, overrides, edit, seed):
 
 
 def make_refused(out, name, overrides):
-    config = LlamaConfig(**{**BASE, **overrides})
+    if name == "qwen2":  # another architecture: q/k/v bias without o_proj bias, sliding windows
+        config = transformers.Qwen2Config(**BASE)
+    else:
+        config = LlamaConfig(**{**BASE, **overrides})
     os.makedirs(os.path.join(out, name), exist_ok=True)
     config.save_pretrained(os.path.join(out, name))
     print(f"{name}: config only (refused)")

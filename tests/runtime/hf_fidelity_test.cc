@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -31,8 +32,8 @@ using ::testing::HasSubstr;
 
 fs::path fixtures() { return testing::source_dir() / "tests/runtime/hf_fixtures"; }
 
-const std::vector<std::string> kSupported = {"untied", "tied", "mha_eps", "head_dim", "theta",
-                                             "llama3", "linear", "bf16",    "legacy_llama3"};
+const std::vector<std::string> kSupported = {"untied", "tied",   "mha_eps", "head_dim",       "theta",        "llama3",
+                                             "linear", "bf16",   "attention_bias", "mlp_bias", "legacy_llama3"};
 
 nlohmann::json expected_of(const std::string& variant) {
   std::ifstream f(fixtures() / "supported" / variant / "expected.json");
@@ -140,8 +141,12 @@ TEST(HfFidelityControls, IgnoringAKeyMovesTheLoss) {
   auto mean_loss_with = [](const std::string& variant, auto edit) {
     const std::string dir = (fixtures() / "supported" / variant).string();
     models::LlamaConfig config = models::LlamaConfig::from_file(dir);
-    const graph::TensorMap weights = load_hf_weights(dir, config);
-    edit(config);
+    graph::TensorMap weights = load_hf_weights(dir, config);
+    if constexpr (std::is_invocable_v<decltype(edit), models::LlamaConfig&>) {
+      edit(config);
+    } else {
+      edit(weights);
+    }
     return relative(forward(config, weights, documents_of(expected_of(variant))).mean_loss,
                     expected_of(variant).at("mean_loss").get<double>());
   };
@@ -150,6 +155,13 @@ TEST(HfFidelityControls, IgnoringAKeyMovesTheLoss) {
   EXPECT_GT(mean_loss_with("linear", [](models::LlamaConfig& c) { c.rope.type = models::RopeType::kDefault; }), 1e-3);
   EXPECT_GT(mean_loss_with("theta", [](models::LlamaConfig& c) { c.rope.theta = 10000.0; }), 1e-4);
   EXPECT_GT(mean_loss_with("mha_eps", [](models::LlamaConfig& c) { c.rms_norm_eps = 1e-6; }), 1e-3);
+  auto zero_biases = [](graph::TensorMap& w) {
+    for (auto& [name, t] : w) {
+      if (name.ends_with(".bias")) t = Tensor::zeros(t.shape(), t.dtype());
+    }
+  };
+  EXPECT_GT(mean_loss_with("attention_bias", zero_biases), 1e-3);
+  EXPECT_GT(mean_loss_with("mlp_bias", zero_biases), 1e-3);
 }
 
 class HfFidelityCli : public testing::TempDirTest {};
@@ -183,9 +195,9 @@ TEST_F(HfFidelityCli, EvalOnSavePretrainedDirectoriesEqualsTransformers) {
 // exist and (for these directories) there are no weights.
 TEST_F(HfFidelityCli, UnsupportedVariantsAreRefusedNamingTheKey) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"attention_bias", "\"attention_bias\" is true"},
-      {"mlp_bias", "\"mlp_bias\" is true"},
       {"gelu", "\"hidden_act\" is \"gelu\""},
+      {"float16", "\"dtype\" is \"float16\""},
+      {"qwen2", "\"model_type\" is \"qwen2\""},
       {"yarn", "\"rope_parameters.rope_type\" is \"yarn\""},
       {"dynamic", "\"rope_parameters.rope_type\" is \"dynamic\""}};
   for (const auto& [variant, message] : cases) {

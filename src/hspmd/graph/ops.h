@@ -37,6 +37,8 @@ TensorRef attention(Graph& g, TensorRef q, TensorRef k, TensorRef v, TensorRef c
 // silu(gate) * up, same shapes
 TensorRef swiglu(Graph& g, TensorRef gate, TensorRef up, const std::string& name);
 TensorRef add(Graph& g, TensorRef a, TensorRef b, const std::string& name);
+// x [..., N] + bias [N] (broadcast over the leading dims): a linear layer's bias
+TensorRef bias_add(Graph& g, TensorRef x, TensorRef bias, const std::string& name);
 // Same elements, new (symbolic) shape; numel must agree (checked at build when static, per run
 // otherwise). Use SymExpr::exact_div in `shape` to split a symbolic dim.
 TensorRef reshape(Graph& g, TensorRef x, const SymShape& shape, const std::string& name);

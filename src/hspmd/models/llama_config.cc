@@ -110,6 +110,9 @@ void expect_value(const nlohmann::json& j, const char* key, const nlohmann::json
 
 LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::string& source) {
   nlohmann::json j = parse_json_object(text, source);
+  // What the checkpoint is, first: only the Llama causal LM computes what build_llama() builds,
+  // and another architecture's own keys are better explained by its name than as unknown keys.
+  expect_value(j, "model_type", "llama", "another architecture", source);
   std::vector<std::string> unknown;
   for (const auto& [key, value] : j.items()) {
     if (!keys_read().count(key) && !keys_without_effect().count(key)) unknown.push_back("\"" + key + "\"");
@@ -121,15 +124,11 @@ LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::stri
                   << ": hspmd cannot tell whether " << (unknown.size() > 1 ? "they change" : "it changes")
                   << " the model, so it refuses the config (docs/model-config.md lists the keys it reads)";
   }
-  // What the checkpoint is: only the Llama causal LM computes what build_llama() builds.
-  expect_value(j, "model_type", "llama", "another architecture", source);
   if (j.contains("architectures") && !j.at("architectures").is_null()) {
     expect_value(j, "architectures", nlohmann::json::array({"LlamaForCausalLM"}), "another model head", source);
   }
   if (j.contains("hidden_act") && j.at("hidden_act") == "swish") j.erase("hidden_act");  // swish is silu
   expect_value(j, "hidden_act", "silu", "the MLP is silu(gate) * up", source);
-  expect_value(j, "attention_bias", false, "the projections have no bias", source);
-  expect_value(j, "mlp_bias", false, "the projections have no bias", source);
   expect_value(j, "attention_dropout", 0.0, "training would drop attention weights", source);
   expect_value(j, "is_decoder", false, "a decoder of an encoder-decoder model", source);
   expect_value(j, "is_encoder_decoder", false, "an encoder-decoder model", source);
@@ -150,6 +149,8 @@ LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::stri
   c.rope = RopeParameters::from_config(j, source);
   read_key(j, "max_position_embeddings", c.max_position_embeddings, false, source);
   read_key(j, "tie_word_embeddings", c.tie_word_embeddings, false, source);
+  read_key(j, "attention_bias", c.attention_bias, false, source);
+  read_key(j, "mlp_bias", c.mlp_bias, false, source);
   // transformers >= 5 writes "dtype", older versions "torch_dtype"; "auto" leaves the file's dtype.
   std::string torch_dtype, dtype;
   read_key(j, "torch_dtype", torch_dtype, false, source);
@@ -196,6 +197,8 @@ std::string LlamaConfig::to_json_text() const {
                       {"rope_parameters", rope.to_json()},
                       {"max_position_embeddings", max_position_embeddings},
                       {"tie_word_embeddings", tie_word_embeddings},
+                      {"attention_bias", attention_bias},
+                      {"mlp_bias", mlp_bias},
                       {"dtype", weights_dtype}};
   return j.dump(2);
 }
@@ -207,15 +210,23 @@ std::vector<LlamaParam> llama_parameters(const LlamaConfig& c) {
   params.push_back({"model.embed_tokens.weight", Shape{V, H}, LlamaParamRole::kEmbedding, -1});
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    params.push_back({p + "input_layernorm.weight", Shape{H}, LlamaParamRole::kNorm, l});
-    params.push_back({p + "self_attn.q_proj.weight", Shape{q_out, H}, LlamaParamRole::kQProj, l});
-    params.push_back({p + "self_attn.k_proj.weight", Shape{kv_out, H}, LlamaParamRole::kKProj, l});
-    params.push_back({p + "self_attn.v_proj.weight", Shape{kv_out, H}, LlamaParamRole::kVProj, l});
-    params.push_back({p + "self_attn.o_proj.weight", Shape{H, q_out}, LlamaParamRole::kOProj, l});
-    params.push_back({p + "post_attention_layernorm.weight", Shape{H}, LlamaParamRole::kNorm, l});
-    params.push_back({p + "mlp.gate_proj.weight", Shape{F, H}, LlamaParamRole::kGateProj, l});
-    params.push_back({p + "mlp.up_proj.weight", Shape{F, H}, LlamaParamRole::kUpProj, l});
-    params.push_back({p + "mlp.down_proj.weight", Shape{H, F}, LlamaParamRole::kDownProj, l});
+    // A projection's weight [out, in], then (with `bias`) its bias [out].
+    auto proj = [&](const std::string& name, int64_t out, int64_t in, LlamaParamRole role, bool bias,
+                    LlamaParamRole bias_role) {
+      params.push_back({p + name + ".weight", Shape{out, in}, role, l});
+      if (bias) params.push_back({p + name + ".bias", Shape{out}, bias_role, l});
+    };
+    const bool ab = c.attention_bias, mb = c.mlp_bias;
+    using R = LlamaParamRole;
+    params.push_back({p + "input_layernorm.weight", Shape{H}, R::kNorm, l});
+    proj("self_attn.q_proj", q_out, H, R::kQProj, ab, R::kQBias);
+    proj("self_attn.k_proj", kv_out, H, R::kKProj, ab, R::kKBias);
+    proj("self_attn.v_proj", kv_out, H, R::kVProj, ab, R::kVBias);
+    proj("self_attn.o_proj", H, q_out, R::kOProj, ab, R::kOBias);
+    params.push_back({p + "post_attention_layernorm.weight", Shape{H}, R::kNorm, l});
+    proj("mlp.gate_proj", F, H, R::kGateProj, mb, R::kGateBias);
+    proj("mlp.up_proj", F, H, R::kUpProj, mb, R::kUpBias);
+    proj("mlp.down_proj", H, F, R::kDownProj, mb, R::kDownBias);
   }
   params.push_back({"model.norm.weight", Shape{H}, LlamaParamRole::kNorm, -1});
   if (!c.tie_word_embeddings) params.push_back({"lm_head.weight", Shape{V, H}, LlamaParamRole::kLmHead, -1});

@@ -34,6 +34,8 @@ struct LlamaConfig {
   RopeParameters rope;
   int64_t max_position_embeddings = 512;
   bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v/o_proj carry a bias
+  bool mlp_bias = false;        // gate/up/down_proj carry a bias
   // "torch_dtype" / "dtype": how the checkpoint stores its weights ("float32", "bfloat16",
   // "float64"). hspmd computes in its own dtype whatever this says; `model info --weights` checks
   // the file against it.
@@ -65,6 +67,8 @@ enum class LlamaParamRole {
   kUpProj,     // mlp.up_proj.weight                   [F, H]
   kDownProj,   // mlp.down_proj.weight                 [H, F]
   kLmHead,     // lm_head.weight                       [V, H] (absent when tied)
+  // Biases (attention_bias: q/k/v/o, mlp_bias: gate/up/down), each [out features]:
+  kQBias, kKBias, kVBias, kOBias, kGateBias, kUpBias, kDownBias,
 };
 
 struct LlamaParam {
@@ -74,7 +78,8 @@ struct LlamaParam {
   int layer;  // decoder layer index; -1 for embedding, final norm and lm_head
 };
 
-// Every parameter of the model in a fixed order (embedding, layers 0..L-1, final norm, lm_head).
+// Every parameter of the model in a fixed order (embedding, layers 0..L-1, final norm, lm_head);
+// a projection's bias, when the config has one, right after its weight.
 std::vector<LlamaParam> llama_parameters(const LlamaConfig& config);
 
 }  // namespace hspmd::models
