@@ -51,6 +51,14 @@ SUPPORTED = {
                                                   "original_max_position_embeddings": 64}}, None),
     "linear": ({"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}}, None),
     "bf16": ({}, "bf16"),
+    # YaRN: head dim 16 puts pairs on both sides of the ramp and in it; factor 4 gives cos/sin
+    # scale 0.1 ln 4 + 1; the second variant sets mscale / mscale_all_dim and beta_fast instead
+    "yarn": ({"head_dim": 16, "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                 "original_max_position_embeddings": 32}}, None),
+    "yarn_mscale": ({"head_dim": 16, "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0,
+                                                        "factor": 8.0, "original_max_position_embeddings": 16,
+                                                        "mscale": 0.9, "mscale_all_dim": 0.5, "beta_fast": 16.0,
+                                                        "truncate": False}}, None),
     # biases on q/k/v/o (attention_bias) and on gate/up/down (mlp_bias), drawn non-zero
     "attention_bias": ({"attention_bias": True}, None),
     "mlp_bias": ({"mlp_bias": True, "tie_word_embeddings": True}, None),
@@ -64,9 +72,10 @@ SUPPORTED = {
 REFUSED = {
     "gelu": {"hidden_act": "gelu"},
     "float16": {"dtype": "float16"},
-    "yarn": {"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
-                                 "original_max_position_embeddings": 32}},
     "dynamic": {"rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}},
+    "longrope": {"head_dim": 4, "rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0,
+                                                    "short_factor": [1.0, 1.0], "long_factor": [2.0, 2.0],
+                                                    "original_max_position_embeddings": 64}},
     "qwen2": {},
 }
 

@@ -97,9 +97,11 @@ TEST(LlamaConfig, DisagreeingGenerationsNameBothKeys) {
 }
 
 TEST(LlamaConfig, RefusesRopeTypesAndKeysItDoesNotCompute) {
+  EXPECT_THAT(error_parsing(R"("rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4, "factor": 4.0})"),
+              AllOf(HasSubstr("my/config.json"), HasSubstr("\"rope_parameters.rope_type\" is \"longrope\""),
+                    HasSubstr("supported: default, linear, llama3, yarn")));
   EXPECT_THAT(error_parsing(R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0})"),
-              AllOf(HasSubstr("my/config.json"), HasSubstr("\"rope_parameters.rope_type\" is \"yarn\""),
-                    HasSubstr("supported: default, linear, llama3")));
+              HasSubstr("\"rope_parameters\" of type yarn needs \"original_max_position_embeddings\""));
   EXPECT_THAT(error_parsing(R"("rope_scaling": {"type": "dynamic", "factor": 2.0})"),
               HasSubstr("\"rope_scaling.type\" is \"dynamic\""));
   EXPECT_THAT(error_parsing(R"("rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
@@ -164,6 +166,20 @@ TEST(LlamaConfig, ExplicitHeadDimSetsProjectionShapes) {
   // Heads need not divide hidden_size when head_dim says how wide they are.
   EXPECT_EQ(LlamaConfig::from_json_text(R"({"hidden_size": 18, "intermediate_size": 8, "num_hidden_layers": 1,
       "num_attention_heads": 4, "vocab_size": 8, "head_dim": 8})", "c").head_dim(), 8);
+}
+
+TEST(RopeParameters, YarnScalesCosAndSin) {
+  LlamaConfig c = parse(R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+      "original_max_position_embeddings": 32})");
+  EXPECT_EQ(c.rope.type, RopeType::kYarn);
+  EXPECT_DOUBLE_EQ(c.rope.cos_sin_scale(), 0.1 * std::log(4.0) + 1.0);
+  c.rope.mscale = 0.9;
+  c.rope.mscale_all_dim = 0.5;
+  EXPECT_DOUBLE_EQ(c.rope.cos_sin_scale(), (0.09 * std::log(4.0) + 1.0) / (0.05 * std::log(4.0) + 1.0));
+  c.rope.attention_factor = 1.5;  // explicit: wins
+  EXPECT_EQ(c.rope.cos_sin_scale(), 1.5);
+  EXPECT_EQ(LlamaConfig::from_json_text(c.to_json_text(), "round trip").rope, c.rope);
+  EXPECT_EQ(RopeParameters{.type = RopeType::kLlama3}.cos_sin_scale(), 1.0);
 }
 
 TEST(RopeParameters, InverseFrequenciesPerType) {

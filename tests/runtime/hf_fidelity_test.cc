@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hspmd/core/safetensors.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/graph/executor.h"
 #include "hspmd/models/llama.h"
@@ -32,8 +33,9 @@ using ::testing::HasSubstr;
 
 fs::path fixtures() { return testing::source_dir() / "tests/runtime/hf_fixtures"; }
 
-const std::vector<std::string> kSupported = {"untied", "tied",   "mha_eps", "head_dim",       "theta",        "llama3",
-                                             "linear", "bf16",   "attention_bias", "mlp_bias", "legacy_llama3"};
+const std::vector<std::string> kSupported = {"untied", "tied",        "mha_eps",        "head_dim", "theta",
+                                             "llama3", "linear",      "yarn",           "yarn_mscale", "bf16",
+                                             "attention_bias", "mlp_bias", "legacy_llama3"};
 
 nlohmann::json expected_of(const std::string& variant) {
   std::ifstream f(fixtures() / "supported" / variant / "expected.json");
@@ -154,6 +156,10 @@ TEST(HfFidelityControls, IgnoringAKeyMovesTheLoss) {
   EXPECT_GT(mean_loss_with("legacy_llama3", [](models::LlamaConfig& c) { c.rope = {}; }), 1e-3);
   EXPECT_GT(mean_loss_with("linear", [](models::LlamaConfig& c) { c.rope.type = models::RopeType::kDefault; }), 1e-3);
   EXPECT_GT(mean_loss_with("theta", [](models::LlamaConfig& c) { c.rope.theta = 10000.0; }), 1e-4);
+  // YaRN without its cos/sin scale, and without its frequencies.
+  EXPECT_GT(mean_loss_with("yarn", [](models::LlamaConfig& c) { c.rope.attention_factor = 1.0; }), 1e-3);
+  EXPECT_GT(mean_loss_with("yarn_mscale", [](models::LlamaConfig& c) { c.rope.type = models::RopeType::kDefault; }),
+            1e-3);
   EXPECT_GT(mean_loss_with("mha_eps", [](models::LlamaConfig& c) { c.rms_norm_eps = 1e-6; }), 1e-3);
   auto zero_biases = [](graph::TensorMap& w) {
     for (auto& [name, t] : w) {
@@ -165,6 +171,36 @@ TEST(HfFidelityControls, IgnoringAKeyMovesTheLoss) {
 }
 
 class HfFidelityCli : public testing::TempDirTest {};
+
+// A sharded save_pretrained directory (model.safetensors.index.json and its shards) loads as the
+// single file does; a shard the index names but the directory lacks is an error naming both.
+TEST_F(HfFidelityCli, ShardedSavePretrainedDirectoryLoads) {
+  const fs::path src = fixtures() / "supported" / "untied";
+  const fs::path dir = path("sharded");
+  fs::create_directories(dir);
+  fs::copy_file(src / "config.json", dir / "config.json");
+  std::vector<std::pair<std::string, Tensor>> first, second;
+  nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+  for (const auto& [name, t] : safetensors::load_all((src / "model.safetensors").string())) {
+    const bool late = name.starts_with("model.layers.1.") || name.starts_with("lm_head");
+    (late ? second : first).emplace_back(name, t);
+    index["weight_map"][name] = late ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+  }
+  safetensors::save((dir / "model-00001-of-00002.safetensors").string(), first);
+  safetensors::save((dir / "model-00002-of-00002.safetensors").string(), second);
+  std::ofstream(dir / "model.safetensors.index.json") << index.dump();
+
+  EXPECT_EQ(hf_weight_files(dir.string()).size(), 2u);
+  const models::LlamaConfig config = models::LlamaConfig::from_file(dir.string());
+  const nlohmann::json expected = expected_of("untied");
+  const Forward f = forward(config, load_hf_weights(dir.string(), config), documents_of(expected));
+  EXPECT_LT(relative(f.mean_loss, expected.at("mean_loss").get<double>()), 1e-5);
+
+  fs::remove(dir / "model-00002-of-00002.safetensors");
+  EXPECT_THAT(testing::error_of([&] { load_hf_weights(dir.string(), config); }),
+              AllOf(HasSubstr("model.safetensors.index.json"), HasSubstr("model-00002-of-00002.safetensors"),
+                    HasSubstr("does not exist")));
+}
 
 // `hspmd eval` on each save_pretrained directory (config and weights from the one path) prints
 // transformers' mean loss to 1e-5.
@@ -198,7 +234,7 @@ TEST_F(HfFidelityCli, UnsupportedVariantsAreRefusedNamingTheKey) {
       {"gelu", "\"hidden_act\" is \"gelu\""},
       {"float16", "\"dtype\" is \"float16\""},
       {"qwen2", "\"model_type\" is \"qwen2\""},
-      {"yarn", "\"rope_parameters.rope_type\" is \"yarn\""},
+      {"longrope", "\"rope_parameters.rope_type\" is \"longrope\""},
       {"dynamic", "\"rope_parameters.rope_type\" is \"dynamic\""}};
   for (const auto& [variant, message] : cases) {
     const std::string dir = (fixtures() / "refused" / variant).string();

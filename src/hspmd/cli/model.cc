@@ -54,8 +54,10 @@ void print_parameters(const models::LlamaConfig& c) {
     if (p.layer == 0) per_layer += p.shape.numel();
     std::printf("  %-50s %s\n", p.name.c_str(), p.shape.to_string().c_str());
   }
-  std::printf("  (layers 1..%lld: the same shapes; %lld parameters per layer)\n",
-              static_cast<long long>(c.num_hidden_layers - 1), static_cast<long long>(per_layer));
+  if (c.num_hidden_layers > 1) {
+    std::printf("  (layers 1..%lld: the same shapes; %lld parameters per layer)\n",
+                static_cast<long long>(c.num_hidden_layers - 1), static_cast<long long>(per_layer));
+  }
   if (c.tie_word_embeddings) std::printf("  lm_head: tied to model.embed_tokens.weight\n");
 }
 

@@ -1,5 +1,6 @@
 #include "hspmd/models/llama.h"
 
+#include <cmath>
 #include <map>
 
 #include "hspmd/core/error.h"
@@ -25,6 +26,13 @@ std::vector<std::string> llama_layer_reshard_names(int layer) {
 
 namespace {
 
+// YaRN scales cos and sin, i.e. rotated q and k, by s: every logit by s^2. 0 (the attention op's
+// default 1/sqrt(D)) for every other RoPE.
+double attention_scale_of(const LlamaConfig& c) {
+  const double s = c.rope.cos_sin_scale();
+  return s == 1.0 ? 0.0 : s * s / std::sqrt(static_cast<double>(c.head_dim()));
+}
+
 struct Builder {
   const LlamaConfig& c;
   Graph& g;
@@ -34,6 +42,7 @@ struct Builder {
   SymExpr T = SymExpr::symbol("T");
   // RoPE's inverse frequencies, scaled as the config says; shared by every layer's q and k.
   std::vector<double> inv_freq = c.rope.inverse_frequencies(c.head_dim());
+  double attention_scale = attention_scale_of(c);
 
   TensorRef linear(TensorRef x, const std::string& weight_name, const std::string& name) {
     return ops::matmul(g, x, w.at(weight_name), {.trans_b = true}, name);
@@ -62,7 +71,7 @@ struct Builder {
     v = ops::reshape(g, v, {T, nkv, D}, p + "self_attn.v_heads");
     q = ops::rope(g, q, positions, inv_freq, p + "self_attn.q_rope");
     k = ops::rope(g, k, positions, inv_freq, p + "self_attn.k_rope");
-    TensorRef o = ops::attention(g, q, k, v, cu_seqlens, p + "self_attn.attention");
+    TensorRef o = ops::attention(g, q, k, v, cu_seqlens, p + "self_attn.attention", attention_scale);
     o = ops::reshape(g, o, {T, nq * D}, p + "self_attn.merge_heads");
     return linear(o, p + "self_attn.o_proj.weight", p + "self_attn.o_proj");
   }

@@ -1,5 +1,6 @@
 #include "hspmd/models/rope_parameters.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <optional>
@@ -29,8 +30,9 @@ RopeType parse_type(const std::string& name, const std::string& key, const std::
   if (name == "default") return RopeType::kDefault;
   if (name == "linear") return RopeType::kLinear;
   if (name == "llama3") return RopeType::kLlama3;
+  if (name == "yarn") return RopeType::kYarn;
   HSPMD_THROW() << source << ": \"" << key << "\" is \"" << name
-                << "\", a RoPE type hspmd does not compute (supported: default, linear, llama3)";
+                << "\", a RoPE type hspmd does not compute (supported: default, linear, llama3, yarn)";
 }
 
 // One RoPE object: transformers >= 5 "rope_parameters" (theta inside, `theta` unused) or < 5
@@ -58,11 +60,28 @@ RopeParameters parse_object(const json& obj, const std::string& key, bool theta_
     out = read_value<std::decay_t<decltype(out)>>(obj, name, key + "." + name, source);
     allowed.insert(name);
   };
-  if (r.type == RopeType::kLinear || r.type == RopeType::kLlama3) require("factor", r.factor);
+  auto optional = [&](const char* name, auto& out) {
+    allowed.insert(name);
+    if (present(obj, name)) out = read_value<std::decay_t<decltype(out)>>(obj, name, key + "." + name, source);
+  };
+  if (r.type != RopeType::kDefault) require("factor", r.factor);
   if (r.type == RopeType::kLlama3) {
     require("low_freq_factor", r.low_freq_factor);
     require("high_freq_factor", r.high_freq_factor);
+  }
+  if (r.type == RopeType::kLlama3 || r.type == RopeType::kYarn) {
     require("original_max_position_embeddings", r.original_max_position_embeddings);
+  }
+  if (r.type == RopeType::kYarn) {
+    optional("beta_fast", r.beta_fast);
+    optional("beta_slow", r.beta_slow);
+    optional("truncate", r.truncate);
+    optional("attention_factor", r.attention_factor);
+    optional("mscale", r.mscale);
+    optional("mscale_all_dim", r.mscale_all_dim);
+    // transformers reads these with `or`: 0 means its default too.
+    if (r.beta_fast == 0) r.beta_fast = 32.0;
+    if (r.beta_slow == 0) r.beta_slow = 1.0;
   }
   // Any other key (partial_rotary_factor, attention_factor, ...) would change the frequencies.
   for (const auto& [name, value] : obj.items()) {
@@ -81,6 +100,7 @@ std::string RopeParameters::type_name() const {
     case RopeType::kDefault: return "default";
     case RopeType::kLinear: return "linear";
     case RopeType::kLlama3: return "llama3";
+    case RopeType::kYarn: return "yarn";
   }
   return "unknown";
 }
@@ -89,6 +109,12 @@ void RopeParameters::validate(const std::string& key) const {
   HSPMD_CHECK(theta > 0) << key << ": rope_theta must be positive, got " << theta;
   if (type == RopeType::kDefault) return;
   HSPMD_CHECK(factor > 0) << key << ": factor must be positive, got " << factor;
+  if (type == RopeType::kYarn) {
+    HSPMD_CHECK(original_max_position_embeddings > 0)
+        << key << ": original_max_position_embeddings must be positive, got " << original_max_position_embeddings;
+    HSPMD_CHECK(beta_fast > 0 && beta_slow > 0) << key << ": beta_fast and beta_slow must be positive";
+    HSPMD_CHECK(attention_factor >= 0) << key << ": attention_factor must be positive, got " << attention_factor;
+  }
   if (type != RopeType::kLlama3) return;
   HSPMD_CHECK(low_freq_factor > 0 && low_freq_factor < high_freq_factor)
       << key << ": low_freq_factor " << low_freq_factor << " must be positive and below high_freq_factor "
@@ -97,7 +123,49 @@ void RopeParameters::validate(const std::string& key) const {
       << key << ": original_max_position_embeddings must be positive, got " << original_max_position_embeddings;
 }
 
+double RopeParameters::cos_sin_scale() const {
+  if (type != RopeType::kYarn) return 1.0;
+  if (attention_factor > 0) return attention_factor;
+  auto get_mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  if (mscale != 0 && mscale_all_dim != 0) return get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim);
+  return get_mscale(factor, 1.0);
+}
+
+namespace {
+
+// YaRN's frequencies (transformers' _compute_yarn_parameters): pair i is interpolated (/ factor)
+// below the ramp, kept above it, blended linearly across it; the ramp spans the pairs whose
+// wavelength fits beta_fast .. beta_slow rotations into the original context.
+std::vector<double> yarn_inverse_frequencies(const RopeParameters& r, int64_t dim) {
+  const double base = r.theta, orig = static_cast<double>(r.original_max_position_embeddings);
+  auto correction_dim = [&](double rotations) {
+    return (static_cast<double>(dim) * std::log(orig / (rotations * 2 * std::numbers::pi))) / (2 * std::log(base));
+  };
+  double low = correction_dim(r.beta_fast), high = correction_dim(r.beta_slow);
+  if (r.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;  // as transformers does, against a zero-width ramp
+  std::vector<double> out(dim / 2);
+  const float f = static_cast<float>(r.factor), b = static_cast<float>(base);
+  for (int64_t i = 0; i < dim / 2; ++i) {
+    const float pos_freq = std::pow(b, static_cast<float>(2 * i) / static_cast<float>(dim));
+    const float extrapolation = 1.0f / pos_freq, interpolation = 1.0f / (f * pos_freq);
+    const float ramp = std::clamp((static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low),
+                                  0.0f, 1.0f);
+    const float keep = 1.0f - ramp;
+    out[i] = interpolation * (1.0f - keep) + extrapolation * keep;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<double> RopeParameters::inverse_frequencies(int64_t head_dim) const {
+  if (type == RopeType::kYarn) return yarn_inverse_frequencies(*this, head_dim);
   // float32 arithmetic throughout, step by step as transformers' _compute_*_parameters does.
   const int64_t half = head_dim / 2;
   std::vector<double> out(half);
@@ -129,7 +197,17 @@ json RopeParameters::to_json() const {
   if (type == RopeType::kLlama3) {
     j["low_freq_factor"] = low_freq_factor;
     j["high_freq_factor"] = high_freq_factor;
+  }
+  if (type == RopeType::kLlama3 || type == RopeType::kYarn) {
     j["original_max_position_embeddings"] = original_max_position_embeddings;
+  }
+  if (type == RopeType::kYarn) {
+    j["beta_fast"] = beta_fast;
+    j["beta_slow"] = beta_slow;
+    j["truncate"] = truncate;
+    if (attention_factor > 0) j["attention_factor"] = attention_factor;
+    if (mscale != 0) j["mscale"] = mscale;
+    if (mscale_all_dim != 0) j["mscale_all_dim"] = mscale_all_dim;
   }
   return j;
 }
@@ -141,6 +219,11 @@ std::string RopeParameters::to_string() const {
   if (type == RopeType::kLlama3) {
     s << ", low_freq_factor " << low_freq_factor << ", high_freq_factor " << high_freq_factor
       << ", original_max_position_embeddings " << original_max_position_embeddings;
+  }
+  if (type == RopeType::kYarn) {
+    s << ", original_max_position_embeddings " << original_max_position_embeddings << ", beta_fast " << beta_fast
+      << ", beta_slow " << beta_slow << (truncate ? "" : ", not truncated") << ", cos/sin scale "
+      << cos_sin_scale();
   }
   s << ")";
   return s.str();
