@@ -28,7 +28,8 @@ bool recomputed(const std::string& name, const models::LlamaConfig& config) {
 
 bool is_hf_weights(const std::string& path) {
   if (fs::is_regular_file(path)) return path.ends_with(".safetensors");
-  return fs::is_directory(path) && (fs::exists(fs::path(path) / kSingleFile) || fs::exists(fs::path(path) / kIndexFile));
+  const fs::path dir(path);
+  return fs::is_directory(dir) && (fs::exists(dir / kSingleFile) || fs::exists(dir / kIndexFile));
 }
 
 std::vector<std::string> hf_weight_files(const std::string& path) {
@@ -59,7 +60,9 @@ std::vector<std::string> hf_weight_files(const std::string& path) {
 std::string HfWeightsAudit::problems() const {
   std::string out;
   for (const std::string& name : missing) out += "tensor '" + name + "' is missing\n";
-  for (const std::string& name : extra) out += "unexpected tensor '" + name + "' (the config implies no such parameter)\n";
+  for (const std::string& name : extra) {
+    out += "unexpected tensor '" + name + "' (the config implies no such parameter)\n";
+  }
   for (const std::string& line : mismatched) out += line + "\n";
   return out;
 }
