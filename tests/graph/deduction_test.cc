@@ -151,6 +151,27 @@ TEST(DeductionTest, RopePositionsFollowTheTokenSplit) {
               AllOf(HasSubstr("'rope'"), HasSubstr("head dim")));
 }
 
+TEST(DeductionTest, BiasFollowsTheLastDimAndItsGradientSumsTheOthers) {
+  Graph g;
+  TensorRef x = g.placeholder("x", {8, 6}, DType::kFloat32);
+  TensorRef b = g.placeholder("b", {6}, DType::kFloat32);
+  TensorRef y = ops::bias_add(g, x, b, "bias");
+  TensorRef db = g.add_op1(OpKind::kBiasAddBwd, "bias.bwd", {y});
+  // Column-parallel output: the bias is split alike; the gradient of the bias likewise.
+  DeducedAnnotations col = deduce_annotations(g, {{"x", A("dup{[0-1](S1:2)}")}, {"b", A("dup{[0-1](S0:2)}")}});
+  EXPECT_EQ(col.at(y), A("dup{[0-1](S1:2)}"));
+  EXPECT_EQ(col.at(db), A("dup{[0-1](S0:2)}"));
+  // Tokens split across pipelines, duplicated in each: a duplicated bias; its gradient is a partial sum.
+  DeducedAnnotations dp = deduce_annotations(
+      g, {{"x", A("split0{[0-1](D:2);[2-3](D:2)}")}, {"b", A("dup{[0-1](D:2);[2-3](D:2)}")}});
+  EXPECT_EQ(dp.at(db), A("partial{[0-1](D:2);[2-3](D:2)}"));
+  // A partial x would add the bias once per summand; a bias split unlike x is refused too.
+  EXPECT_THAT(deduce_error(g, {{"x", A("dup{[0-1](P:2)}")}, {"b", A("dup{[0-1](D:2)}")}}),
+              AllOf(HasSubstr("'bias'"), HasSubstr("partial")));
+  EXPECT_THAT(deduce_error(g, {{"x", A("dup{[0-1](S1:2)}")}, {"b", A("dup{[0-1](D:2)}")}}),
+              AllOf(HasSubstr("'bias'"), HasSubstr("input 1")));
+}
+
 // q [8, 4, 8], k, v [8, 2, 8], cu [N + 1].
 struct AttentionCase {
   Graph g;

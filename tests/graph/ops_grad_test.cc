@@ -90,6 +90,18 @@ TEST_F(OpGrad, Rope) {
   EXPECT_LT(check(loss_of(ops::rope(g, x, pos, 10000.0, "rope")), {x}), 1e-7);
 }
 
+TEST_F(OpGrad, RopeWithScaledInverseFrequencies) {
+  TensorRef x = input("x", {5, 2, 4}, 7);
+  TensorRef pos = ids("pos", {0, 1, 2, 0, 40});
+  EXPECT_LT(check(loss_of(ops::rope(g, x, pos, std::vector<double>{1.0, 0.0125}, "rope")), {x}), 1e-7);
+}
+
+TEST_F(OpGrad, BiasAdd) {
+  TensorRef x = input("x", {4, 6}, 11);
+  TensorRef b = param("b", {6}, 12);
+  EXPECT_LT(check(loss_of(ops::bias_add(g, x, b, "bias")), {x, b}), 1e-7);
+}
+
 TEST_F(OpGrad, AttentionGqaTwoSequences) {
   TensorRef q = input("q", {5, 4, 2}, 8);
   TensorRef k = input("k", {5, 2, 2}, 9);

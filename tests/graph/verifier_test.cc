@@ -25,7 +25,8 @@ TEST(OpRegistry, OneEntryPerKindWithUniqueNames) {
   EXPECT_EQ(op_kind_name(OpKind::kRmsNormBwd), "rms_norm_bwd");
   // Every forward kind that takes floating inputs has a gradient builder.
   for (OpKind k : {OpKind::kEmbedding, OpKind::kRmsNorm, OpKind::kMatmul, OpKind::kRope, OpKind::kAttention,
-                   OpKind::kSwiglu, OpKind::kAdd, OpKind::kReshape, OpKind::kReshard, OpKind::kCrossEntropy}) {
+                   OpKind::kSwiglu, OpKind::kAdd, OpKind::kReshape, OpKind::kReshard, OpKind::kCrossEntropy,
+                   OpKind::kBiasAdd}) {
     EXPECT_TRUE(r.get(k).grad) << op_kind_name(k);
   }
 }

@@ -2,10 +2,12 @@
 // (runtime/evaluate.h).
 //
 //   hspmd eval --model configs/llama-tiny.json --weights runs/ckpt --data runs/kjv --max-tokens 65536
-//   -> eval: 65536 tokens (65210 labelled) in 3.1s: mean loss 1.8342, perplexity 6.261
+//   -> eval: 65536 tokens (65210 labelled) in 3.1s: mean loss 1.834213, perplexity 6.261
+//   hspmd eval --model hf/llama-tiny --data runs/kjv    # a save_pretrained directory: config + weights
 //
-// --weights is a checkpoint directory (hspmd train --save, one process or any strategy) or a
-// Hugging Face safetensors file.
+// --weights is a checkpoint directory (hspmd train --save, one process or any strategy), a Hugging
+// Face safetensors file or save_pretrained directory; without it, --model must be such a
+// directory. The loss has 6 decimals so that it can be compared with transformers' to 1e-5.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -20,6 +22,7 @@
 #include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
 #include "hspmd/runtime/evaluate.h"
+#include "hspmd/runtime/hf_weights.h"
 
 namespace hspmd::cli {
 namespace {
@@ -36,13 +39,16 @@ void run_eval(const EvalArgs& args) {
   HSPMD_CHECK(dataset.vocab_size() <= static_cast<uint64_t>(config.vocab_size))
       << "dataset " << args.data << " has vocab_size " << dataset.vocab_size() << " but model config "
       << args.model << " has vocab_size " << config.vocab_size;
-  HSPMD_CHECK(std::filesystem::exists(args.weights)) << "weights " << args.weights << " do not exist";
+  const std::string weights_path = args.weights.empty() ? args.model : args.weights;
+  HSPMD_CHECK(!args.weights.empty() || runtime::is_hf_weights(args.model))
+      << "--weights is needed: --model " << args.model << " is not a save_pretrained directory with weights";
+  HSPMD_CHECK(std::filesystem::exists(weights_path)) << "weights " << weights_path << " do not exist";
   if (args.threads > 0) kernels::set_num_threads(args.threads);
-  graph::TensorMap weights = std::filesystem::is_directory(args.weights)
-                                 ? runtime::read_checkpoint_weights(args.weights, config)
-                                 : runtime::load_hf_weights(args.weights, config);
+  graph::TensorMap weights = runtime::is_hf_weights(weights_path)
+                                 ? runtime::load_hf_weights(weights_path, config)
+                                 : runtime::read_checkpoint_weights(weights_path, config);
   runtime::EvalResult r = runtime::evaluate(config, weights, dataset, args.options);
-  std::printf("eval: %lld tokens (%lld labelled) in %.1fs: mean loss %.4f, perplexity %.3f\n",
+  std::printf("eval: %lld tokens (%lld labelled) in %.1fs: mean loss %.6f, perplexity %.3f\n",
               static_cast<long long>(r.tokens), static_cast<long long>(r.label_tokens), r.seconds, r.mean_loss,
               r.perplexity);
 }
@@ -52,9 +58,11 @@ void run_eval(const EvalArgs& args) {
 void add_eval_command(CLI::App& app) {
   auto args = std::make_shared<EvalArgs>();
   CLI::App* sub = app.add_subcommand("eval", "Mean token loss and perplexity of a model on a token dataset");
-  sub->add_option("--model", args->model, "model config.json (Hugging Face Llama keys)")->required();
+  sub->add_option("--model", args->model,
+                  "model config.json (Hugging Face Llama keys), or a save_pretrained directory")->required();
   sub->add_option("--weights", args->weights,
-                  "checkpoint directory (hspmd train --save) or Hugging Face safetensors file")->required();
+                  "checkpoint directory (hspmd train --save), Hugging Face safetensors file or save_pretrained "
+                  "directory (default: --model, when it is a save_pretrained directory)");
   sub->add_option("--data", args->data, "token dataset directory (made by `hspmd data prepare`)")->required();
   sub->add_option("--max-tokens", args->options.max_tokens, "stop after this many tokens (0: whole dataset)")
       ->capture_default_str();

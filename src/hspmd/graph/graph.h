@@ -51,7 +51,7 @@ struct OpAttrs {
   bool trans_a = false;         // matmul: use a^T
   bool trans_b = false;         // matmul: use b^T
   double eps = 0.0;             // rms_norm
-  double theta = 0.0;           // rope base
+  std::vector<double> inv_freq;  // rope: inverse frequency of each rotate-half pair (D/2 values)
   double scale = 0.0;           // attention softmax scale, 0 = 1/sqrt(D)
   int64_t ignore_index = -100;  // cross_entropy
   int64_t vocab_start = 0;      // embedding, cross_entropy: first vocabulary entry this rank holds

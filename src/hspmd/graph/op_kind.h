@@ -14,6 +14,7 @@
 //   kReshape                      kReshape
 //   kReshard                      kReshard (named "<name>.bwd")
 //   kCrossEntropy (loss, lse)     kCrossEntropyBwd
+//   kBiasAdd                      kBiasAddBwd (dbias)
 // Leaves: kPlaceholder (fed per run), kParameter (trained), kFull (a constant, e.g. the seed 1.0
 // of d loss / d loss).
 #pragma once
@@ -43,8 +44,10 @@ enum class OpKind : uint8_t {
   kReshard,
   kCrossEntropy,
   kCrossEntropyBwd,
+  kBiasAdd,
+  kBiasAddBwd,
 };
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kCrossEntropyBwd) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kBiasAddBwd) + 1;
 
 // Canonical snake_case name ("rms_norm_bwd"), as used in logs, dumps and error messages.
 std::string_view op_kind_name(OpKind kind);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "hspmd/graph/graph.h"
 
@@ -26,7 +27,9 @@ TensorRef embedding(Graph& g, TensorRef table, TensorRef ids, const std::string&
 TensorRef rms_norm(Graph& g, TensorRef x, TensorRef weight, double eps, const std::string& name);
 // op(a) [M, K] @ op(b) [K, N] -> [M, N]  (2-D operands)
 TensorRef matmul(Graph& g, TensorRef a, TensorRef b, MatmulAttrs attrs, const std::string& name);
-// x [T, N, D], positions [T] -> [T, N, D]: Hugging Face rotate-half RoPE
+// x [T, N, D], positions [T] -> [T, N, D]: Hugging Face rotate-half RoPE with D/2 inverse
+// frequencies (a scaled RoPE's, models/rope_parameters.h), or the unscaled theta^(-2i/D).
+TensorRef rope(Graph& g, TensorRef x, TensorRef positions, std::vector<double> inv_freq, const std::string& name);
 TensorRef rope(Graph& g, TensorRef x, TensorRef positions, double theta, const std::string& name);
 // q [T, Nq, D], k, v [T, Nkv, D], cu_seqlens [N + 1] -> [T, Nq, D]: causal within each sequence
 TensorRef attention(Graph& g, TensorRef q, TensorRef k, TensorRef v, TensorRef cu_seqlens, const std::string& name,
@@ -34,6 +37,8 @@ TensorRef attention(Graph& g, TensorRef q, TensorRef k, TensorRef v, TensorRef c
 // silu(gate) * up, same shapes
 TensorRef swiglu(Graph& g, TensorRef gate, TensorRef up, const std::string& name);
 TensorRef add(Graph& g, TensorRef a, TensorRef b, const std::string& name);
+// x [..., N] + bias [N] (broadcast over the leading dims): a linear layer's bias
+TensorRef bias_add(Graph& g, TensorRef x, TensorRef bias, const std::string& name);
 // Same elements, new (symbolic) shape; numel must agree (checked at build when static, per run
 // otherwise). Use SymExpr::exact_div in `shape` to split a symbolic dim.
 TensorRef reshape(Graph& g, TensorRef x, const SymShape& shape, const std::string& name);

@@ -1,5 +1,6 @@
 #include "hspmd/models/llama.h"
 
+#include <cmath>
 #include <map>
 
 #include "hspmd/core/error.h"
@@ -25,6 +26,13 @@ std::vector<std::string> llama_layer_reshard_names(int layer) {
 
 namespace {
 
+// YaRN scales cos and sin, i.e. rotated q and k, by s: every logit by s^2. 0 (the attention op's
+// default 1/sqrt(D)) for every other RoPE.
+double attention_scale_of(const LlamaConfig& c) {
+  const double s = c.rope.cos_sin_scale();
+  return s == 1.0 ? 0.0 : s * s / std::sqrt(static_cast<double>(c.head_dim()));
+}
+
 struct Builder {
   const LlamaConfig& c;
   Graph& g;
@@ -32,29 +40,45 @@ struct Builder {
   TensorRef positions, cu_seqlens;  // of the current layer (its Reshards of the placeholders)
   TensorRef m_positions, m_cu_seqlens;  // the placeholders
   SymExpr T = SymExpr::symbol("T");
+  // RoPE's inverse frequencies, scaled as the config says; shared by every layer's q and k.
+  std::vector<double> inv_freq = c.rope.inverse_frequencies(c.head_dim());
+  double attention_scale = attention_scale_of(c);
 
   TensorRef linear(TensorRef x, const std::string& weight_name, const std::string& name) {
     return ops::matmul(g, x, w.at(weight_name), {.trans_b = true}, name);
   }
 
+  // A column-parallel projection's bias goes right after its matmul (the output is split like the
+  // bias); a row-parallel one's (o_proj, down_proj) after the Reshard that sums the partial
+  // outputs, so it is added once.
+  TensorRef with_bias(TensorRef x, bool has_bias, const std::string& module) {
+    return has_bias ? ops::bias_add(g, x, w.at(module + ".bias"), module + ".bias_add") : x;
+  }
+
+  // x W^T (+ b) of a column-parallel module ("model.layers.0.self_attn.q_proj").
+  TensorRef projection(TensorRef x, const std::string& module, bool has_bias) {
+    return with_bias(linear(x, module + ".weight", module), has_bias, module);
+  }
+
   TensorRef attention_block(TensorRef h, const std::string& p) {
     const int64_t D = c.head_dim(), nq = c.num_attention_heads, nkv = c.num_key_value_heads;
-    TensorRef q = linear(h, p + "self_attn.q_proj.weight", p + "self_attn.q_proj");
-    TensorRef k = linear(h, p + "self_attn.k_proj.weight", p + "self_attn.k_proj");
-    TensorRef v = linear(h, p + "self_attn.v_proj.weight", p + "self_attn.v_proj");
+    const bool ab = c.attention_bias;
+    TensorRef q = projection(h, p + "self_attn.q_proj", ab);
+    TensorRef k = projection(h, p + "self_attn.k_proj", ab);
+    TensorRef v = projection(h, p + "self_attn.v_proj", ab);
     q = ops::reshape(g, q, {T, nq, D}, p + "self_attn.q_heads");
     k = ops::reshape(g, k, {T, nkv, D}, p + "self_attn.k_heads");
     v = ops::reshape(g, v, {T, nkv, D}, p + "self_attn.v_heads");
-    q = ops::rope(g, q, positions, c.rope_theta, p + "self_attn.q_rope");
-    k = ops::rope(g, k, positions, c.rope_theta, p + "self_attn.k_rope");
-    TensorRef o = ops::attention(g, q, k, v, cu_seqlens, p + "self_attn.attention");
+    q = ops::rope(g, q, positions, inv_freq, p + "self_attn.q_rope");
+    k = ops::rope(g, k, positions, inv_freq, p + "self_attn.k_rope");
+    TensorRef o = ops::attention(g, q, k, v, cu_seqlens, p + "self_attn.attention", attention_scale);
     o = ops::reshape(g, o, {T, nq * D}, p + "self_attn.merge_heads");
     return linear(o, p + "self_attn.o_proj.weight", p + "self_attn.o_proj");
   }
 
   TensorRef mlp_block(TensorRef h, const std::string& p) {
-    TensorRef gate = linear(h, p + "mlp.gate_proj.weight", p + "mlp.gate_proj");
-    TensorRef up = linear(h, p + "mlp.up_proj.weight", p + "mlp.up_proj");
+    TensorRef gate = projection(h, p + "mlp.gate_proj", c.mlp_bias);
+    TensorRef up = projection(h, p + "mlp.up_proj", c.mlp_bias);
     TensorRef a = ops::swiglu(g, gate, up, p + "mlp.act");
     return linear(a, p + "mlp.down_proj.weight", p + "mlp.down_proj");
   }
@@ -66,12 +90,13 @@ struct Builder {
     cu_seqlens = ops::reshard(g, m_cu_seqlens, p + "cu_seqlens");
     TensorRef h = ops::rms_norm(g, x, w.at(p + "input_layernorm.weight"), c.rms_norm_eps, p + "input_layernorm");
     h = ops::reshard(g, h, p + "attn_in");
-    TensorRef a = ops::reshard(g, attention_block(h, p), p + "attn_out");
+    TensorRef a = with_bias(ops::reshard(g, attention_block(h, p), p + "attn_out"), c.attention_bias,
+                            p + "self_attn.o_proj");
     x = ops::add(g, x, a, p + "attn_residual");
     h = ops::rms_norm(g, x, w.at(p + "post_attention_layernorm.weight"), c.rms_norm_eps,
                       p + "post_attention_layernorm");
     h = ops::reshard(g, h, p + "mlp_in");
-    TensorRef m = ops::reshard(g, mlp_block(h, p), p + "mlp_out");
+    TensorRef m = with_bias(ops::reshard(g, mlp_block(h, p), p + "mlp_out"), c.mlp_bias, p + "mlp.down_proj");
     x = ops::add(g, x, m, p + "mlp_residual");
     x = ops::reshard(g, x, p + "output");
     g.set_layer(-1);
@@ -97,7 +122,10 @@ LlamaModel build_llama(const LlamaConfig& config, const LlamaBuildOptions& optio
 
   Builder b{config, g, {}, {}, {}, m.positions, m.cu_seqlens};
   for (const LlamaParam& p : llama_parameters(config)) {
+    // Norm weights start at 1 and biases at 0, as in transformers.
+    const bool bias = p.name.ends_with(".bias");
     graph::InitSpec init = p.role == LlamaParamRole::kNorm ? graph::InitSpec::ones()
+                           : bias                          ? graph::InitSpec::zeros()
                                                            : graph::InitSpec::normal(options.init_std);
     g.set_layer(p.layer);
     TensorRef ref = g.parameter(p.name, p.shape, options.dtype, init);

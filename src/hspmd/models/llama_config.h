@@ -2,11 +2,14 @@
 //
 //   { "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
 //     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 260,
-//     "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 512,
-//     "tie_word_embeddings": false }
+//     "rms_norm_eps": 1e-5, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+//     "max_position_embeddings": 512, "tie_word_embeddings": false }
 //
-// head_dim = hidden_size / num_attention_heads. Parameters use Hugging Face Llama tensor names
-// (see llama_parameters()), so Hugging Face checkpoints load by name.
+// Every key is either read, known not to change the model (token ids, generation settings, ...),
+// or refused with an error naming the file, the key and the value: a config that would make hspmd
+// compute a different model than transformers does never loads (docs/model-config.md lists them).
+// RoPE is read from either config generation (rope_parameters.h). Parameters use Hugging Face
+// Llama tensor names (see llama_parameters()), so Hugging Face checkpoints load by name.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "hspmd/core/shape.h"
+#include "hspmd/models/rope_parameters.h"
 
 namespace hspmd::models {
 
@@ -24,20 +28,30 @@ struct LlamaConfig {
   int64_t num_attention_heads = 4;
   int64_t num_key_value_heads = 2;
   int64_t vocab_size = 260;
+  // "head_dim": set when a head is not hidden_size / num_attention_heads wide (0: that quotient).
+  int64_t explicit_head_dim = 0;
   double rms_norm_eps = 1e-5;
-  double rope_theta = 10000.0;
+  RopeParameters rope;
   int64_t max_position_embeddings = 512;
   bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v/o_proj carry a bias
+  bool mlp_bias = false;        // gate/up/down_proj carry a bias
+  // "torch_dtype" / "dtype": how the checkpoint stores its weights ("float32", "bfloat16",
+  // "float64"). hspmd computes in its own dtype whatever this says; `model info --weights` checks
+  // the file against it.
+  std::string weights_dtype = "float32";
 
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads; }
   // Throws Error naming the offending key (e.g. heads not dividing hidden_size).
   void validate() const;
   int64_t num_parameters() const;
 
-  // Parses config.json text; `source` names the file in error messages. Unknown keys are ignored
-  // (Hugging Face configs carry many); missing required keys and wrong types are errors.
+  // Parses config.json text; `source` names the file in error messages. Missing required keys,
+  // wrong types, unknown keys and values hspmd does not compute are errors.
   static LlamaConfig from_json_text(const std::string& text, const std::string& source);
+  // `path` is a config.json, or a directory holding one (a save_pretrained directory).
   static LlamaConfig from_file(const std::string& path);
+  // Transformers >= 5 form (rope_parameters); from_json_text(to_json_text()) gives the same config.
   std::string to_json_text() const;
 };
 
@@ -53,6 +67,8 @@ enum class LlamaParamRole {
   kUpProj,     // mlp.up_proj.weight                   [F, H]
   kDownProj,   // mlp.down_proj.weight                 [H, F]
   kLmHead,     // lm_head.weight                       [V, H] (absent when tied)
+  // Biases (attention_bias: q/k/v/o, mlp_bias: gate/up/down), each [out features]:
+  kQBias, kKBias, kVBias, kOBias, kGateBias, kUpBias, kDownBias,
 };
 
 struct LlamaParam {
@@ -62,7 +78,8 @@ struct LlamaParam {
   int layer;  // decoder layer index; -1 for embedding, final norm and lm_head
 };
 
-// Every parameter of the model in a fixed order (embedding, layers 0..L-1, final norm, lm_head).
+// Every parameter of the model in a fixed order (embedding, layers 0..L-1, final norm, lm_head);
+// a projection's bias, when the config has one, right after its weight.
 std::vector<LlamaParam> llama_parameters(const LlamaConfig& config);
 
 }  // namespace hspmd::models

@@ -46,7 +46,15 @@ DistState param_ds(LlamaParamRole role, int tp, bool zero) {
     case LlamaParamRole::kDownProj:
       return DistState::make({{1, tp}}, zero);
     case LlamaParamRole::kNorm:
+    case LlamaParamRole::kOBias:     // added after the all-reduce of the row-parallel output
+    case LlamaParamRole::kDownBias:
       return DistState::make({{kDuplicate, tp}}, zero);
+    case LlamaParamRole::kQBias:  // split like the column-parallel output it is added to
+    case LlamaParamRole::kKBias:
+    case LlamaParamRole::kVBias:
+    case LlamaParamRole::kGateBias:
+    case LlamaParamRole::kUpBias:
+      return DistState::make({{0, tp}}, zero);
   }
   HSPMD_THROW() << "unknown Llama parameter role";
 }

@@ -8,6 +8,8 @@
 //   o_proj, down_proj         [H, in]  (S1:tp)  row-parallel
 //   *layernorm.weight, norm   [H]      (D:tp)
 //   lm_head.weight            [V, H]   (S0:tp)  vocab-parallel, last stage
+//   q/k/v_proj, gate/up_proj .bias  [out]  (S0:tp)  split like the column-parallel output
+//   o_proj, down_proj .bias         [H]    (D:tp)   added after the row-parallel all-reduce
 // e.g. Table 9's first 32B strategy, layer 0's q_proj on R16-19 and R24-27, ZeRO-1 on:
 //   "dup{[16-19](S0:4;zero);[24-27](S0:4;zero)}", optimizer state "split1{[16-19](S0:4);[24-27](S0:4)}"
 // Activations [T, ...] are split by tokens across pipelines (hdim 0; each pipeline's size is bound at

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <map>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -245,9 +246,11 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   }
 }
 
-void check_same_config(const nlohmann::json& saved, const LlamaConfig& config, const std::string& source) {
+void check_same_config(const nlohmann::json& recorded, const LlamaConfig& config, const std::string& source) {
+  HSPMD_CHECK(recorded.is_object()) << source << ": the checkpoint records no model config";
+  // Both sides in today's spelling, so a checkpoint written with older key names still compares.
+  const nlohmann::json saved = nlohmann::json::parse(LlamaConfig::from_json_text(recorded.dump(), source).to_json_text());
   const nlohmann::json run = nlohmann::json::parse(config.to_json_text());
-  HSPMD_CHECK(saved.is_object()) << source << ": the checkpoint records no model config";
   for (const auto& [key, value] : run.items()) {
     HSPMD_CHECK(saved.contains(key) && saved.at(key) == value)
         << "cannot resume from " << source << ": its model config has \"" << key

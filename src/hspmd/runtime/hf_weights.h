@@ -1,20 +1,28 @@
-// Hugging Face Llama weights, read slice by slice: one `model.safetensors` file, or a set sharded
-// the way Hugging Face writes large models (`model.safetensors.index.json` mapping each tensor to
-// its file). Opening checks the names, shapes and dtypes of every tensor against the model config
-// without reading any data; read() then reads only the rows (dim 0) a slice spans, so each rank of
-// a distributed run reads its own part and nothing else.
+// Hugging Face weights as save_pretrained writes them, checked against a model config.
 //
-//   HfWeights w("llama/", config);            // a directory, a .safetensors file or an index.json
+//   weights/                           a save_pretrained directory, or just the .safetensors file
+//     model.safetensors                one file, or
+//     model.safetensors.index.json     {"weight_map": {"model.norm.weight": "model-00002-of-00002.safetensors", ...}}
+//     model-0000N-of-0000M.safetensors   and the shards it lists
+//
+//   HfWeightsAudit a = audit_hf_weights("llama/", config);   // headers only, no tensor data read
+//   a.missing;  a.extra;  a.mismatched;  a.ok();
+//
+// The audit is what `hspmd model info --weights` prints and what HfWeights refuses to read past:
+// every tensor the config implies present with its shape, none left over ("rotary_emb.inv_freq"
+// buffers of older exports, and "lm_head.weight" when the embeddings are tied, are recomputed
+// rather than loaded, so they are not extra).
+//
+//   HfWeights w("llama/", config);       // audited, no tensor data read yet
 //   Tensor q = w.read("model.layers.0.self_attn.q_proj.weight", region);   // float32
-//
-// Accepted: float32, bfloat16, float16 and float64 tensors (converted to float32), the
-// "rotary_emb.inv_freq" buffers older exports carry and, with tied embeddings, an lm_head.weight.
-// Anything else left over is an error: the file is for another model.
+// read() reads only the rows (dim 0) a region spans, so each rank of a distributed run reads its
+// own slices and nothing else.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hspmd/core/safetensors.h"
 #include "hspmd/core/tensor.h"
@@ -23,9 +31,37 @@
 
 namespace hspmd::runtime {
 
+// The safetensors files of `path` (a file, or a directory as above), in a fixed order. Error
+// naming the path when it holds none, or when the index names a missing shard.
+std::vector<std::string> hf_weight_files(const std::string& path);
+
+// True for a .safetensors file or a directory holding model.safetensors or its index: a Hugging
+// Face checkpoint rather than an hspmd training checkpoint (trainer_state.json).
+bool is_hf_weights(const std::string& path);
+
+struct HfWeightsAudit {
+  struct Found {
+    std::string file;  // which safetensors file holds it
+    safetensors::TensorInfo info;
+  };
+  std::vector<Found> found;             // every parameter of the config, llama_parameters() order
+  std::vector<std::string> missing;     // parameter names absent from the files
+  std::vector<std::string> extra;       // tensor names the config does not imply
+  std::vector<std::string> mismatched;  // "tensor 'NAME' has shape [8, 16], the config implies [16, 16]"
+  bool ok() const { return missing.empty() && extra.empty() && mismatched.empty(); }
+  // Every problem, one per line ("tensor 'model.norm.weight' is missing", ...); empty when ok().
+  std::string problems() const;
+};
+
+// Reads the headers of `path`'s files. A shape that differs from the config's, or a dtype other
+// than the config's "torch_dtype"/"dtype" (LlamaConfig::weights_dtype), is mismatched when
+// `check_dtype`.
+HfWeightsAudit audit_hf_weights(const std::string& path, const models::LlamaConfig& config, bool check_dtype);
+
+// Hugging Face weights to read slice by slice, stored dtype converted to float32.
 class HfWeights {
  public:
-  // Error naming the file and tensor that is missing, mis-shaped, not floating point, or unexpected.
+  // Error naming the path and the first missing, mis-shaped or unexpected tensor.
   HfWeights(const std::string& path, const models::LlamaConfig& config);
 
   // `region` (global coordinates) of a parameter, float32.
@@ -34,8 +70,7 @@ class HfWeights {
 
  private:
   std::string path_;
-  std::map<std::string, std::shared_ptr<safetensors::Reader>> files_;  // by file path
-  std::map<std::string, const safetensors::Reader*> tensors_;         // parameter -> its file
+  std::map<std::string, std::shared_ptr<safetensors::Reader>> tensors_;  // parameter -> its file
 };
 
 }  // namespace hspmd::runtime

@@ -1,9 +1,12 @@
-// Rotary position embedding, Hugging Face rotate-half convention (attrs.theta):
+// Rotary position embedding, Hugging Face rotate-half convention (attrs.inv_freq: D/2 inverse
+// frequencies, unscaled theta^(-2i/D) or a scaled RoPE's, models/rope_parameters.h):
 //   rope(x [T, N, D], positions [T])       -> y [T, N, D]
 //   rope_bwd(dy [T, N, D], positions [T])  -> dx [T, N, D]   (rotation by the opposite angle)
 // Deduction: a rotation is linear in x, so x may be partial; x may be split on tokens T or heads N
 // but not on D (rotate-half pairs element i with i + D/2). positions must be split on T exactly
 // where x is and duplicated elsewhere. The output is sharded like x.
+#include <cmath>
+
 #include "hspmd/core/error.h"
 #include "hspmd/graph/ops.h"
 #include "hspmd/graph/ops/op_defs.h"
@@ -22,7 +25,11 @@ std::vector<TensorInfo> infer_rope(const ShapeContext& ctx) {
   const SymExpr& head_dim = ctx.inputs[0].shape[2];
   HSPMD_CHECK(!head_dim.is_constant() || head_dim.constant_value() % 2 == 0)
       << ctx.where() << ": head dim " << head_dim.to_string() << " must be even";
-  HSPMD_CHECK(ctx.op.attrs.theta > 0) << ctx.where() << ": theta must be positive, got " << ctx.op.attrs.theta;
+  const std::vector<double>& inv_freq = ctx.op.attrs.inv_freq;
+  HSPMD_CHECK(!head_dim.is_constant() || static_cast<int64_t>(inv_freq.size()) * 2 == head_dim.constant_value())
+      << ctx.where() << ": " << inv_freq.size() << " inverse frequencies for head dim " << head_dim.to_string()
+      << " (need one per rotate-half pair)";
+  for (double f : inv_freq) HSPMD_CHECK(f > 0) << ctx.where() << ": inverse frequency " << f << " must be positive";
   return {ctx.inputs[0]};
 }
 
@@ -43,12 +50,12 @@ OpDef rope_def() {
   d.deduce = deduce_rope;
   d.run = [](KernelContext& k) {
     Tensor y = k.new_output(0);
-    kernels::rope_fwd(k.inputs[0], k.inputs[1], k.op.attrs.theta, y);
+    kernels::rope_fwd(k.inputs[0], k.inputs[1], k.op.attrs.inv_freq, y);
     k.outputs = {y};
   };
   d.grad = [](GradContext& c) {
     OpAttrs a;
-    a.theta = c.op.attrs.theta;
+    a.inv_freq = c.op.attrs.inv_freq;
     TensorRef dx = c.graph.add_op1(OpKind::kRopeBwd, c.name("bwd"), {c.output_grads[0], c.input(1)}, a);
     return std::vector<TensorRef>{dx, TensorRef{}};
   };
@@ -60,7 +67,7 @@ OpDef rope_bwd_def() {
   d.deduce = deduce_rope;
   d.run = [](KernelContext& k) {
     Tensor dx = k.new_output(0);
-    kernels::rope_bwd(k.inputs[0], k.inputs[1], k.op.attrs.theta, dx);
+    kernels::rope_bwd(k.inputs[0], k.inputs[1], k.op.attrs.inv_freq, dx);
     k.outputs = {dx};
   };
   return d;
@@ -68,10 +75,23 @@ OpDef rope_bwd_def() {
 
 }  // namespace detail
 
-TensorRef ops::rope(Graph& g, TensorRef x, TensorRef positions, double theta, const std::string& name) {
+TensorRef ops::rope(Graph& g, TensorRef x, TensorRef positions, std::vector<double> inv_freq, const std::string& name) {
   OpAttrs a;
-  a.theta = theta;
+  a.inv_freq = std::move(inv_freq);
   return g.add_op1(OpKind::kRope, name, {x, positions}, a);
+}
+
+TensorRef ops::rope(Graph& g, TensorRef x, TensorRef positions, double theta, const std::string& name) {
+  const SymExpr& head_dim = g.info(x).shape.at(2);
+  HSPMD_CHECK(head_dim.is_constant()) << name << ": rope by theta needs a constant head dim, x has "
+                                      << head_dim.to_string();
+  HSPMD_CHECK(theta > 0) << name << ": theta must be positive, got " << theta;
+  const int64_t dim = head_dim.constant_value();
+  std::vector<double> inv_freq(dim / 2);
+  for (int64_t i = 0; i < dim / 2; ++i) {
+    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(dim));
+  }
+  return rope(g, x, positions, std::move(inv_freq), name);
 }
 
 }  // namespace hspmd::graph

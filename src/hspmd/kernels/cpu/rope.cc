@@ -4,6 +4,7 @@
 #include "hspmd/kernels/rope.h"
 
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "hspmd/kernels/cpu/typed_visit.h"
@@ -19,8 +20,8 @@ struct RopeShape {
   int64_t dim;     // D (even)
 };
 
-RopeShape check_rope(const char* kernel, const char* in_name, const Tensor& in, const Tensor& positions, double theta,
-                     const char* out_name, const Tensor& out) {
+RopeShape check_rope(const char* kernel, const char* in_name, const Tensor& in, const Tensor& positions,
+                     std::span<const double> inv_freq, const char* out_name, const Tensor& out) {
   cpu::check_floating(kernel, in_name, in);
   HSPMD_CHECK(in.rank() == 3) << kernel << ": " << in_name << " " << in.to_string() << " must be [T, N, D]";
   const RopeShape s{in.dim(0), in.dim(1), in.dim(2)};
@@ -33,19 +34,16 @@ RopeShape check_rope(const char* kernel, const char* in_name, const Tensor& in, 
   HSPMD_CHECK(positions.numel() == s.tokens) << kernel << ": positions " << positions.to_string()
                                              << " must hold one position per token of " << in_name << " "
                                              << in.to_string();
-  HSPMD_CHECK(theta > 0) << kernel << ": theta " << theta << " must be > 0";
+  HSPMD_CHECK(static_cast<int64_t>(inv_freq.size()) * 2 == s.dim)
+      << kernel << ": " << inv_freq.size() << " inverse frequencies for head dim D = " << s.dim << " (need D/2)";
   return s;
 }
 
 // out = rotation of in by sign * angle, pairs (i, i + D/2). in and out may be the same buffer: each
 // pair is read before it is written.
 template <typename T, typename I>
-void rotate(const T* in, const I* positions, double theta, double sign, T* out, RopeShape s) {
+void rotate(const T* in, const I* positions, std::span<const double> inv_freq, double sign, T* out, RopeShape s) {
   const int64_t half = s.dim / 2;
-  std::vector<double> inv_freq(half);
-  for (int64_t i = 0; i < half; ++i) {
-    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(s.dim));
-  }
 #pragma omp parallel if (s.tokens * s.heads * s.dim >= kParallelThreshold)
   {
     std::vector<T> cos_t(half), sin_t(half);
@@ -70,25 +68,43 @@ void rotate(const T* in, const I* positions, double theta, double sign, T* out, 
   }
 }
 
-void rope(const char* kernel, const char* in_name, const Tensor& in, const Tensor& positions, double theta,
-          double sign, const char* out_name, const Tensor& out) {
-  const RopeShape s = check_rope(kernel, in_name, in, positions, theta, out_name, out);
+void rope(const char* kernel, const char* in_name, const Tensor& in, const Tensor& positions,
+          std::span<const double> inv_freq, double sign, const char* out_name, const Tensor& out) {
+  const RopeShape s = check_rope(kernel, in_name, in, positions, inv_freq, out_name, out);
   cpu::visit_floating(in, [&](auto* pin) {
     using T = std::remove_pointer_t<decltype(pin)>;
     cpu::visit_index(kernel, "positions", positions,
-                     [&](const auto* pos) { rotate<T>(pin, pos, theta, sign, out.data<T>(), s); });
+                     [&](const auto* pos) { rotate<T>(pin, pos, inv_freq, sign, out.data<T>(), s); });
   });
+}
+
+std::vector<double> default_inv_freq(const char* kernel, const Tensor& x, double theta) {
+  HSPMD_CHECK(theta > 0) << kernel << ": theta " << theta << " must be > 0";
+  const int64_t dim = x.rank() == 3 ? x.dim(2) : 0, half = dim / 2;
+  std::vector<double> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(dim));
+  }
+  return inv_freq;
 }
 
 }  // namespace
 
-void rope_fwd(const Tensor& x, const Tensor& positions, double theta, const Tensor& y) {
-  rope("rope_fwd", "x", x, positions, theta, +1.0, "y", y);
+void rope_fwd(const Tensor& x, const Tensor& positions, std::span<const double> inv_freq, const Tensor& y) {
+  rope("rope_fwd", "x", x, positions, inv_freq, +1.0, "y", y);
 }
 
 // The forward is a rotation, so its transpose (the backward) is the rotation by -angle.
+void rope_bwd(const Tensor& dy, const Tensor& positions, std::span<const double> inv_freq, const Tensor& dx) {
+  rope("rope_bwd", "dy", dy, positions, inv_freq, -1.0, "dx", dx);
+}
+
+void rope_fwd(const Tensor& x, const Tensor& positions, double theta, const Tensor& y) {
+  rope_fwd(x, positions, default_inv_freq("rope_fwd", x, theta), y);
+}
+
 void rope_bwd(const Tensor& dy, const Tensor& positions, double theta, const Tensor& dx) {
-  rope("rope_bwd", "dy", dy, positions, theta, -1.0, "dx", dx);
+  rope_bwd(dy, positions, default_inv_freq("rope_bwd", dy, theta), dx);
 }
 
 }  // namespace hspmd::kernels
