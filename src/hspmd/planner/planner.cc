@@ -95,6 +95,53 @@ struct Planner::Search {
   std::map<std::string, std::map<int, std::vector<int>>> devices;  // kind -> node -> ranks
   int milps = 0;
   std::map<std::string, PipelineTable> tables;  // by pipeline signature
+  // Re-planning prunes level 1 with the previous plan: each kind it used keeps its TP degree, and
+  // the micro-batch sizes are the previous ones.
+  std::map<std::string, int> keep_tp;
+  std::vector<int> keep_micro_batch_sizes;
+
+  // The ways to spread each kind's groups over D pipelines as evenly as possible: G / D each, and
+  // G % D pipelines with one more. Every choice of those pipelines while the combinations are few
+  // (small clusters: the search is complete there); otherwise one rotation, so that extras of
+  // different kinds land on different pipelines.
+  static std::vector<std::map<std::string, std::vector<int>>> spreads(
+      const std::vector<std::string>& used, const std::map<std::string, std::vector<Group>>& groups, int D) {
+    constexpr size_t kMaxSpreads = 64;
+    std::vector<std::map<std::string, std::vector<int>>> out{{}};
+    int offset = 0;
+    bool complete = true;
+    for (const std::string& kind : used) {
+      const int G = static_cast<int>(groups.at(kind).size());
+      const int extra = G % D;
+      // Subsets of `extra` pipelines out of D.
+      std::vector<std::vector<int>> options;
+      std::vector<int> mask(D, 0);
+      std::fill(mask.begin(), mask.begin() + extra, 1);
+      std::sort(mask.begin(), mask.end());
+      do {
+        std::vector<int> c(D, G / D);
+        for (int p = 0; p < D; ++p) c[p] += mask[p];
+        options.push_back(c);
+      } while (std::next_permutation(mask.begin(), mask.end()) && options.size() <= kMaxSpreads);
+      if (out.size() * options.size() > kMaxSpreads) complete = false;
+      if (!complete) {
+        std::vector<int> c(D, G / D);
+        for (int e = 0; e < extra; ++e) ++c[(offset + e) % D];
+        options = {c};
+      }
+      offset = (offset + extra) % D;
+      std::vector<std::map<std::string, std::vector<int>>> next;
+      for (const auto& partial : out) {
+        for (const auto& c : options) {
+          auto m = partial;
+          m[kind] = c;
+          next.push_back(std::move(m));
+        }
+      }
+      out = std::move(next);
+    }
+    return out;
+  }
 
   Search(const Planner& p, const std::vector<int>& available)
       : planner(p), cost(p.cost_), shape(p.cost_.shape()), layers(static_cast<int>(p.cost_.shape().layers)) {
@@ -138,15 +185,19 @@ struct Planner::Search {
       int largest_node = 0;
       for (const auto& [node, ranks] : devices.at(kind)) largest_node = std::max(largest_node, static_cast<int>(ranks.size()));
       for (int t = 1; t <= largest_node; t *= 2) {
-        if (tp_allowed(kind, t)) c.push_back(t);
+        if (tp_allowed(kind, t) && (!keep_tp.count(kind) || keep_tp.at(kind) == t)) c.push_back(t);
       }
       choices.push_back(c);
     }
-    const std::vector<int> sizes = planner.options_.micro_batch_sizes.empty()
+    const std::vector<int> sizes = !keep_micro_batch_sizes.empty() ? keep_micro_batch_sizes
+                                   : planner.options_.micro_batch_sizes.empty()
                                        ? powers_of_two_dividing(planner.options_.global_batch, 8)
                                        : planner.options_.micro_batch_sizes;
     std::vector<Candidate> out;
     std::vector<int> pick(kinds.size(), 0);
+    std::function<void(const std::vector<std::string>&, std::map<std::string, std::vector<Group>>&,
+                       const std::map<std::string, std::vector<int>>&, int)>
+        add;
     std::function<void(size_t)> recurse = [&](size_t k) {
       if (k < kinds.size()) {
         for (int t : choices[k]) {
@@ -167,24 +218,20 @@ struct Planner::Search {
       }
       if (used.empty()) return;
       for (int D = 1; D <= total; ++D) {
-        // Each kind's groups spread evenly; the pipelines that get one more group of a kind
-        // rotate, so extras of different kinds land on different pipelines.
-        std::map<std::string, std::vector<int>> count;
-        int offset = 0;
-        for (const std::string& kind : used) {
-          const int G = static_cast<int>(groups[kind].size());
-          std::vector<int>& c = count[kind];
-          c.assign(D, G / D);
-          for (int e = 0; e < G % D; ++e) ++c[(offset + e) % D];
-          offset = (offset + G % D) % D;
+        for (const auto& count : spreads(used, groups, D)) {
+          bool ok = true;
+          for (int p = 0; p < D && ok; ++p) {
+            int stages = 0;
+            for (const std::string& kind : used) stages += count.at(kind)[p];
+            ok = stages >= 1 && stages <= layers;
+          }
+          if (ok) add(used, groups, count, D);
         }
-        bool ok = true;
-        for (int p = 0; p < D && ok; ++p) {
-          int stages = 0;
-          for (const std::string& kind : used) stages += count[kind][p];
-          ok = stages >= 1 && stages <= layers;
-        }
-        if (!ok) continue;
+      }
+    };
+    // Every order of the used kinds along the pipelines, every micro-batch size.
+    add = [&](const std::vector<std::string>& used, std::map<std::string, std::vector<Group>>& groups,
+              const std::map<std::string, std::vector<int>>& count, int D) {
         std::vector<std::string> order = used;
         std::sort(order.begin(), order.end());
         do {
@@ -192,7 +239,7 @@ struct Planner::Search {
           std::map<std::string, size_t> next;
           for (int p = 0; p < D; ++p) {
             for (const std::string& kind : order) {
-              for (int i = 0; i < count[kind][p]; ++i) pipes[p].push_back(groups[kind][next[kind]++]);
+              for (int i = 0; i < count.at(kind)[p]; ++i) pipes[p].push_back(groups[kind][next[kind]++]);
             }
           }
           for (int b : sizes) {
@@ -217,7 +264,6 @@ struct Planner::Search {
             out.push_back(std::move(c));
           }
         } while (std::next_permutation(order.begin(), order.end()));
-      }
     };
     recurse(0);
     std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.bound < b.bound; });
@@ -521,6 +567,20 @@ double Planner::moved_bytes(const sharding::Strategy& previous, const sharding::
 Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* previous) const {
   const auto start = std::chrono::steady_clock::now();
   Search search(*this, available);
+  if (previous) {
+    for (const auto& pipe : previous->pipelines) {
+      search.keep_micro_batch_sizes.push_back(pipe.micro_batch_size);
+      for (const auto& s : pipe.stages) {
+        for (int r : s.ranks) {
+          if (r < topology_.num_devices()) search.keep_tp[topology_.device(r).type] = s.tp();
+        }
+      }
+    }
+    auto& sizes = search.keep_micro_batch_sizes;
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    std::erase_if(sizes, [&](int b) { return options_.global_batch % b != 0; });
+  }
   const std::vector<Candidate> candidates = search.candidates();
   Plan best;
   best.prediction.step_seconds = kInf;
