@@ -92,11 +92,12 @@ struct Planner::Search {
   const CostModel& cost;
   const ModelShape& shape;
   int layers = 0;
+  int num_devices = 0;
   std::map<std::string, std::map<int, std::vector<int>>> devices;  // kind -> node -> ranks
   int milps = 0;
   std::map<std::string, PipelineTable> tables;  // by pipeline signature
-  // Re-planning prunes level 1 with the previous plan: each kind it used keeps its TP degree, and
-  // the micro-batch sizes are the previous ones.
+  // Fixed TP degrees per kind (options, or the previous plan's when re-planning) and, when
+  // re-planning, the previous micro-batch sizes.
   std::map<std::string, int> keep_tp;
   std::vector<int> keep_micro_batch_sizes;
 
@@ -104,9 +105,10 @@ struct Planner::Search {
   // G % D pipelines with one more. Every choice of those pipelines while the combinations are few
   // (small clusters: the search is complete there); otherwise one rotation, so that extras of
   // different kinds land on different pipelines.
-  static std::vector<std::map<std::string, std::vector<int>>> spreads(
-      const std::vector<std::string>& used, const std::map<std::string, std::vector<Group>>& groups, int D) {
-    constexpr size_t kMaxSpreads = 64;
+  std::vector<std::map<std::string, std::vector<int>>> spreads(
+      const std::vector<std::string>& used, const std::map<std::string, std::vector<Group>>& groups, int D) const {
+    // Up to 8 devices every spread is tried (the search is complete); above, at most 64 per count.
+    const size_t kMaxSpreads = num_devices <= 8 ? std::numeric_limits<size_t>::max() : 64;
     std::vector<std::map<std::string, std::vector<int>>> out{{}};
     int offset = 0;
     bool complete = true;
@@ -123,7 +125,7 @@ struct Planner::Search {
         for (int p = 0; p < D; ++p) c[p] += mask[p];
         options.push_back(c);
       } while (std::next_permutation(mask.begin(), mask.end()) && options.size() <= kMaxSpreads);
-      if (out.size() * options.size() > kMaxSpreads) complete = false;
+      if (options.size() > kMaxSpreads || out.size() * options.size() > kMaxSpreads) complete = false;
       if (!complete) {
         std::vector<int> c(D, G / D);
         for (int e = 0; e < extra; ++e) ++c[(offset + e) % D];
@@ -144,7 +146,11 @@ struct Planner::Search {
   }
 
   Search(const Planner& p, const std::vector<int>& available)
-      : planner(p), cost(p.cost_), shape(p.cost_.shape()), layers(static_cast<int>(p.cost_.shape().layers)) {
+      : planner(p),
+        cost(p.cost_),
+        shape(p.cost_.shape()),
+        layers(static_cast<int>(p.cost_.shape().layers)),
+        num_devices(static_cast<int>(available.size())) {
     for (int r : available) {
       const resolve::DeviceSpec& d = p.topology_.device(r);
       devices[d.type][d.node].push_back(r);
@@ -567,6 +573,7 @@ double Planner::moved_bytes(const sharding::Strategy& previous, const sharding::
 Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* previous) const {
   const auto start = std::chrono::steady_clock::now();
   Search search(*this, available);
+  search.keep_tp = options_.tp_per_kind;
   if (previous) {
     for (const auto& pipe : previous->pipelines) {
       search.keep_micro_batch_sizes.push_back(pipe.micro_batch_size);

@@ -30,10 +30,14 @@
 //
 // Re-planning (elastic training): replan(previous, available) plans on the available ranks only
 // and, among plans within `replan_tolerance` of the fastest, keeps the one whose ranks must fetch
-// the fewest bytes of parameters and optimizer states they did not hold in `previous`.
+// the fewest bytes of parameters and optimizer states they did not hold in `previous`. To answer
+// within a second at 48 devices it prunes level 1 with the previous plan: each device kind keeps
+// its TP degree (or stays idle; kinds new to the cluster are searched) and the micro-batch sizes
+// are the previous ones.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -52,6 +56,7 @@ struct PlannerOptions {
   specialize::ScheduleKind schedule = specialize::ScheduleKind::k1F1B;
   std::vector<int> micro_batch_sizes;  // empty: powers of two up to 8 dividing the global batch
   std::vector<int> devices;            // the ranks the plan may use; empty: every device of the cluster
+  std::map<std::string, int> tp_per_kind;  // fixes a kind's TP degree (or idle); absent kinds: searched
   double replan_tolerance = 0.05;      // replan(): plans this much slower than the fastest may win on movement
   std::string name = "planned";        // the strategy's name
 };
