@@ -8,9 +8,11 @@
 // Compute: for each TP degree t (ranks as threads of this process, one kernel thread each, Gloo
 // between them, as in training), sequence length s and micro-batch size b, one training step of a
 // single-stage TP-t pipeline is timed (best of `repeats` after a warm-up step) for a model of 1
-// and of 3 decoder layers: layer = (T3 - T1) / 2 is one decoder layer's forward, backward, TP
-// all-reduces and AdamW update; ends = T1 - layer is the embedding, head, loss, optimizer of
-// those and the step's fixed costs. layer is fitted to b (a s^2 + c1 s) + c0, ends to per_token * b s
+// and of 3 decoder layers: layer = (T3 - T1) / 2 is one decoder layer's forward, backward and
+// AdamW update; ends = T1 - layer is the embedding, head, loss, optimizer of those and the step's
+// fixed costs. The time is the CPU time of rank 0's thread (its kernels run on it): builds or other
+// ranks sharing the host's cores do not inflate it, and the TP all-reduces are not in it (the
+// profile says so, and the cost model adds them from the measured links). layer is fitted to b (a s^2 + c1 s) + c0, ends to per_token * b s
 // + constant (least squares). TP degrees above the host's cores are not profiled: their ranks would
 // share cores and the figure would measure the sharing.
 // Emulated devices (runtime/emulation.h): each distinct device name becomes a kind whose times
