@@ -23,6 +23,7 @@
 #include <iostream>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_data.h"
@@ -120,6 +121,18 @@ std::vector<Candidate> candidates() {
   };
 }
 
+// The host's 1-minute load average: timings on emulated devices are faithful only while it stays
+// under the core count (other processes stretch a rank's busy time, and the emulation's pacing
+// stretches it again by 1 / speed).
+double load_average() {
+  double one = 0;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &one) != 1) one = 0;
+    std::fclose(f);
+  }
+  return one;
+}
+
 constexpr int64_t kSeqLen = 256;
 constexpr int64_t kGlobalBatch = 8;  // sequences: 2048 tokens a step
 
@@ -154,7 +167,8 @@ void emulated(int steps, int rounds) {
   const runtime::EmulatedDevices devices =
       runtime::EmulatedDevices::from_file(kRoot + "/examples/devices/local-hetero-4-dilated.json", 4);
   const resolve::Topology topo = resolve::Topology::from_file(kRoot + "/examples/clusters/local-hetero-4.json");
-  std::printf("\n== emulated devices (CPU emulation, not GPUs): %s ==\n", devices.describe().c_str());
+  std::printf("\n== emulated devices (CPU emulation, not GPUs): %s ==\nhost load average at start: %.1f on %u cores\n",
+              devices.describe().c_str(), load_average(), std::thread::hardware_concurrency());
   planner::ProfilerOptions po;
   po.model = "configs/llama-tiny.json";
   po.devices = &devices;
@@ -185,6 +199,7 @@ void emulated(int steps, int rounds) {
       std::fprintf(stderr, "round %d: %s %.3f s\n", round, all[i].label.c_str(), best[i]);
     }
   }
+  std::printf("host load average after measuring: %.1f\n", load_average());
   std::printf("\n%-38s %12s %12s %8s\n", "strategy", "predicted s", "measured s", "error");
   std::vector<double> errors;
   double best_homogeneous = 1e30;

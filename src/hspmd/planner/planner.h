@@ -12,7 +12,9 @@
 //     consecutive devices of the kind inside one node (TP never crosses a node); devices of a node
 //     that do not make up a whole group stay idle;
 //   - the number of pipelines D; each kind's groups are spread over the pipelines as evenly as
-//     possible (pipelines may differ by one group of a kind: heterogeneous pipelines);
+//     possible (pipelines may differ by one group of a kind: heterogeneous pipelines): every such
+//     spread on clusters of up to 8 devices, one rotation (extras of different kinds on different
+//     pipelines) or at most 64 spreads above;
 //   - the order of the kinds along every pipeline (e.g. H20 stages first, then H800);
 //   - one micro-batch size b for all pipelines (a power of two dividing the global batch).
 // Candidates are visited in order of a lower bound on their step time (all layer work spread
@@ -25,7 +27,10 @@
 //       best split is a line in n; the lower envelope of those lines is found exactly with a few
 //       solves at their crossing points (each solve at a real-valued n).
 //   (b) micro-batches per pipeline: binaries y_{p,n} (pipeline p runs n micro-batches), one per
-//       pipeline, sum n y_{p,n} = global batch / b, minimizing the slowest pipeline.
+//       pipeline, sum n y_{p,n} = global batch / b, minimizing the slowest pipeline. Each
+//       pipeline's window of n is narrowed first, exactly: pipeline times grow with n, so the
+//       optimum's threshold T* (the least time at which the pipelines can take every micro-batch)
+//       bounds every count.
 // Each candidate's solution is priced by CostModel::predict, which picks the plan.
 //
 // Re-planning (elastic training): replan(previous, available) plans on the available ranks only

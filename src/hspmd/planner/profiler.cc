@@ -205,6 +205,52 @@ LinkProfile measure_links(const ProfilerOptions& o) {
 
 }  // namespace
 
+namespace {
+
+// Non-negative least squares by trying every subset of the coefficients (there are at most 3):
+// the best residual among the subsets whose unconstrained fit is non-negative.
+std::vector<double> non_negative_fit(const std::vector<std::vector<double>>& features, const std::vector<double>& y) {
+  const size_t k = features.front().size();
+  std::vector<double> best(k, 0);
+  double best_residual = 0;
+  for (double v : y) best_residual += v * v;  // all coefficients zero
+  for (unsigned mask = 1; mask < (1u << k); ++mask) {
+    std::vector<std::vector<double>> f;
+    for (const auto& row : features) {
+      std::vector<double> r;
+      for (size_t c = 0; c < k; ++c) {
+        if (mask & (1u << c)) r.push_back(row[c]);
+      }
+      f.push_back(r);
+    }
+    if (f.front().size() > y.size()) continue;
+    std::vector<double> x;
+    try {
+      x = least_squares(f, y);
+    } catch (const Error&) {
+      continue;  // these samples do not determine this subset
+    }
+    if (std::any_of(x.begin(), x.end(), [](double v) { return v < 0; })) continue;
+    std::vector<double> full(k, 0);
+    for (size_t c = 0, i = 0; c < k; ++c) {
+      if (mask & (1u << c)) full[c] = x[i++];
+    }
+    double residual = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      double fit = 0;
+      for (size_t c = 0; c < k; ++c) fit += full[c] * features[i][c];
+      residual += (fit - y[i]) * (fit - y[i]);
+    }
+    if (residual < best_residual) {
+      best_residual = residual;
+      best = full;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
 LayerTimeFit fit_layer_time(const std::vector<TimeSample>& samples) {
   HSPMD_CHECK(samples.size() >= 3) << "profile fit: need at least 3 samples, got " << samples.size();
   std::vector<std::vector<double>> f;
@@ -213,12 +259,7 @@ LayerTimeFit fit_layer_time(const std::vector<TimeSample>& samples) {
     f.push_back({s.micro_batch_size * s.seq_len * s.seq_len, s.micro_batch_size * s.seq_len, 1.0});
     y.push_back(s.seconds);
   }
-  std::vector<double> x = least_squares(f, y);
-  if (x[0] < 0) {
-    for (auto& row : f) row.erase(row.begin());
-    std::vector<double> x2 = least_squares(f, y);
-    x = {0, x2[0], x2[1]};
-  }
+  const std::vector<double> x = non_negative_fit(f, y);
   return {x[0], x[1], x[2]};
 }
 
@@ -230,8 +271,8 @@ LinearFit fit_linear(const std::vector<std::pair<double, double>>& tokens_second
     f.push_back({tokens, 1.0});
     y.push_back(seconds);
   }
-  const std::vector<double> x = least_squares(f, y);
-  return {std::max(0.0, x[0]), x[1]};
+  const std::vector<double> x = non_negative_fit(f, y);
+  return {x[0], x[1]};
 }
 
 Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& options) {

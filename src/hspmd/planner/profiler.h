@@ -48,8 +48,9 @@ struct ProfilerOptions {
 
 Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& options);
 
-// The fits, exposed for tests: least squares of y = b (a s^2 + c1 s) + c0 over (s, b, y) samples,
-// with a >= 0 (refitted without the s^2 term when noise makes it negative).
+// The fits, exposed for tests: least squares of y = b (a s^2 + c1 s) + c0 over (s, b, y) samples
+// with every coefficient >= 0 (noise must not make a longer sequence cheaper), and of
+// y = per_token * tokens + constant, likewise.
 struct TimeSample {
   double seq_len = 0;
   int micro_batch_size = 1;
