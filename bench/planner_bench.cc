@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <mutex>
@@ -42,12 +43,25 @@ namespace {
 
 const std::string kRoot = std::filesystem::path(__FILE__).parent_path().parent_path().string();
 
+// The host's 1-minute load average: timings on emulated devices are faithful only while it stays
+// under the core count (other processes stretch a rank's busy time, and the emulation's pacing
+// stretches it again by 1 / speed).
+double load_average() {
+  double one = 0;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &one) != 1) one = 0;
+    std::fclose(f);
+  }
+  return one;
+}
+
 void paper() {
   const resolve::Topology topo = resolve::Topology::from_file(kRoot + "/examples/clusters/paper-16h800-32h20.json");
-  std::printf("== paper cluster (%s), profiles DERIVED from the paper's figures, global batch 64 x 4096 ==\n",
-              topo.name().c_str());
-  std::printf("%-6s %-14s %10s %14s %14s %8s\n", "model", "devices", "plan (s)", "planner step", "Table 9 step",
-              "ratio");
+  std::printf("== paper cluster (%s), profiles DERIVED from the paper's figures, global batch 64 x 4096 ==\n"
+              "host load average %.1f on %u cores (plan = wall seconds, plan cpu = this process's CPU seconds)\n",
+              topo.name().c_str(), load_average(), std::thread::hardware_concurrency());
+  std::printf("%-6s %-14s %10s %10s %14s %14s %8s\n", "model", "devices", "plan (s)", "plan cpu", "planner step",
+              "Table 9 step", "ratio");
   for (const char* model : {"32b", "70b"}) {
     const models::LlamaConfig config = models::LlamaConfig::from_file(kRoot + "/configs/llama-" + model + ".json");
     const planner::Profile profile = planner::derive_profile(config, topo, {});
@@ -59,9 +73,11 @@ void paper() {
       o.seq_len = 4096;
       o.devices = table9.ranks();
       const planner::Planner planner(config, topo, profile, o);
+      const std::clock_t cpu = std::clock();
       const planner::Plan plan = planner.plan();
+      const double cpu_seconds = static_cast<double>(std::clock() - cpu) / CLOCKS_PER_SEC;
       const planner::Prediction theirs = planner.cost_model().predict(table9);
-      std::printf("%-6s %-14s %10.2f %14.3f %14.3f %8.3f%s\n", model, set, plan.planning_seconds,
+      std::printf("%-6s %-14s %10.2f %10.2f %14.3f %14.3f %8.3f%s\n", model, set, plan.planning_seconds, cpu_seconds,
                   plan.prediction.step_seconds, theirs.step_seconds, plan.prediction.step_seconds / theirs.step_seconds,
                   theirs.fits ? "" : " (Table 9 over memory in this model)");
       std::fflush(stdout);
@@ -119,18 +135,6 @@ std::vector<Candidate> candidates() {
       {"fast only: TP2", false, parse(R"({"name": "fast-tp2", "pipelines": [
         {"micro_batch_size": 2, "num_micro_batches": 4, "stages": [{"ranks": "0-1", "layers": "0-3"}]}]})")},
   };
-}
-
-// The host's 1-minute load average: timings on emulated devices are faithful only while it stays
-// under the core count (other processes stretch a rank's busy time, and the emulation's pacing
-// stretches it again by 1 / speed).
-double load_average() {
-  double one = 0;
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &one) != 1) one = 0;
-    std::fclose(f);
-  }
-  return one;
 }
 
 constexpr int64_t kSeqLen = 256;

@@ -107,8 +107,8 @@ struct Planner::Search {
   // different kinds land on different pipelines.
   std::vector<std::map<std::string, std::vector<int>>> spreads(
       const std::vector<std::string>& used, const std::map<std::string, std::vector<Group>>& groups, int D) const {
-    // Up to 8 devices every spread is tried (the search is complete); above, at most 64 per count.
-    const size_t kMaxSpreads = num_devices <= 8 ? std::numeric_limits<size_t>::max() : 64;
+    // Up to 8 devices every spread is tried (the search is complete); above, at most 16 per count.
+    const size_t kMaxSpreads = num_devices <= 8 ? std::numeric_limits<size_t>::max() : 16;
     std::vector<std::map<std::string, std::vector<int>>> out{{}};
     int offset = 0;
     bool complete = true;
@@ -238,38 +238,38 @@ struct Planner::Search {
     // Every order of the used kinds along the pipelines, every micro-batch size.
     add = [&](const std::vector<std::string>& used, std::map<std::string, std::vector<Group>>& groups,
               const std::map<std::string, std::vector<int>>& count, int D) {
-        std::vector<std::string> order = used;
-        std::sort(order.begin(), order.end());
-        do {
-          std::vector<std::vector<Group>> pipes(D);
-          std::map<std::string, size_t> next;
-          for (int p = 0; p < D; ++p) {
-            for (const std::string& kind : order) {
-              for (int i = 0; i < count.at(kind)[p]; ++i) pipes[p].push_back(groups[kind][next[kind]++]);
-            }
+      std::vector<std::string> order = used;
+      std::sort(order.begin(), order.end());
+      do {
+        std::vector<std::vector<Group>> pipes(D);
+        std::map<std::string, size_t> next;
+        for (int p = 0; p < D; ++p) {
+          for (const std::string& kind : order) {
+            for (int i = 0; i < count.at(kind)[p]; ++i) pipes[p].push_back(groups[kind][next[kind]++]);
           }
-          for (int b : sizes) {
-            const int64_t N = planner.options_.global_batch / b;
-            if (N < D) continue;
-            Candidate c;
-            for (size_t i = 0; i < kinds.size(); ++i) {
-              if (pick[i]) c.tp[kinds[i]] = pick[i];
-            }
-            c.micro_batch_size = b;
-            c.pipelines = pipes;
-            // Pipeline p needs at least (n_p + S_p - 1) * L / R_p, R_p = sum over its stages of
-            // 1 / (seconds per layer): its slowest stage holds at least L / R_p of layer work per
-            // micro-batch. Relaxing n_p to reals, the slowest pipeline is fastest when all finish
-            // together: T = L (N + sum_p (S_p - 1)) / sum_p R_p, a lower bound on the step.
-            double rate = 0, bubbles = 0;
-            for (const auto& pipe : pipes) {
-              for (const Group& g : pipe) rate += 1.0 / layer_seconds(g, b);
-              bubbles += static_cast<double>(pipe.size()) - 1;
-            }
-            c.bound = (static_cast<double>(N) + bubbles) * layers / rate;
-            out.push_back(std::move(c));
+        }
+        for (int b : sizes) {
+          const int64_t N = planner.options_.global_batch / b;
+          if (N < D) continue;
+          Candidate c;
+          for (size_t i = 0; i < kinds.size(); ++i) {
+            if (pick[i]) c.tp[kinds[i]] = pick[i];
           }
-        } while (std::next_permutation(order.begin(), order.end()));
+          c.micro_batch_size = b;
+          c.pipelines = pipes;
+          // Pipeline p needs at least (n_p + S_p - 1) * L / R_p, R_p = sum over its stages of
+          // 1 / (seconds per layer): its slowest stage holds at least L / R_p of layer work per
+          // micro-batch. Relaxing n_p to reals, the slowest pipeline is fastest when all finish
+          // together: T = L (N + sum_p (S_p - 1)) / sum_p R_p, a lower bound on the step.
+          double rate = 0, bubbles = 0;
+          for (const auto& pipe : pipes) {
+            for (const Group& g : pipe) rate += 1.0 / layer_seconds(g, b);
+            bubbles += static_cast<double>(pipe.size()) - 1;
+          }
+          c.bound = (static_cast<double>(N) + bubbles) * layers / rate;
+          out.push_back(std::move(c));
+        }
+      } while (std::next_permutation(order.begin(), order.end()));
     };
     recurse(0);
     std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.bound < b.bound; });

@@ -14,7 +14,7 @@
 //   - the number of pipelines D; each kind's groups are spread over the pipelines as evenly as
 //     possible (pipelines may differ by one group of a kind: heterogeneous pipelines): every such
 //     spread on clusters of up to 8 devices, one rotation (extras of different kinds on different
-//     pipelines) or at most 64 spreads above;
+//     pipelines) or at most 16 spreads above;
 //   - the order of the kinds along every pipeline (e.g. H20 stages first, then H800);
 //   - one micro-batch size b for all pipelines (a power of two dividing the global batch).
 // Candidates are visited in order of a lower bound on their step time (all layer work spread
