@@ -6,8 +6,8 @@
 //    predicted step time of its plan vs the Table 9 strategy's, under the same cost model.
 // 2. error: cost-model error on emulated heterogeneous devices (CPU emulation, not GPUs; four ranks
 //    as threads, one kernel thread each). The host is profiled first (planner/profiler.h) with the
-//    devices of examples/devices/local-hetero-4-dilated.json: time dilated so that the ranks'
-//    compute (1/2 + 1/2 + 1/6 + 1/6 of a core) fits two cores and a rank is never waiting for a
+//    devices of examples/devices/local-hetero-4-dilated.json: time dilated 8x so that the ranks'
+//    compute (1/8 + 1/8 + 1/24 + 1/24 of a core) fits the share of a busy host and a rank is never waiting for a
 //    core held by another rank. Then each strategy's step is predicted and measured: rounds
 //    interleave the strategies, a strategy's measure is the best over rounds of its median step
 //    (steps after the first, which connects the groups). Error = |predicted - measured| / measured.
