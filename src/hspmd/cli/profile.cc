@@ -35,7 +35,7 @@ struct ProfileOptions {
   std::vector<int> tp_degrees;
   std::vector<int64_t> seq_lens;
   std::vector<int> micro_batch_sizes{1, 2};
-  int repeats = 2;
+  int repeats = 3;
 };
 
 void write_profile(const planner::Profile& p, const std::string& path) {

@@ -40,7 +40,7 @@ struct ProfilerOptions {
   std::vector<int> tp_degrees;            // empty: powers of two up to the host's cores that divide the model
   std::vector<int64_t> seq_lens;          // empty: 64, 128, 256 (capped by max_position_embeddings)
   std::vector<int> micro_batch_sizes{1, 2};
-  int repeats = 2;                        // timed steps per point (the best counts)
+  int repeats = 3;                        // timed steps per point (the best counts)
   std::string kind = "cpu";               // the device kind without emulated devices
   const runtime::EmulatedDevices* devices = nullptr;  // kinds by device name, times / speed
   std::function<void(const std::string&)> progress;  // one line per measurement
