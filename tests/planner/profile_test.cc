@@ -2,6 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "hspmd/core/error.h"
 #include "hspmd/planner/derived_profile.h"
 #include "hspmd/planner/profile.h"
@@ -86,6 +88,28 @@ TEST(DerivedProfileTest, ComputeFromFlopsOverPeak) {
   EXPECT_NEAR(p.at("fast", 1).layer.seconds(1, 64), flops / 5e10, 1e-12);
   EXPECT_NEAR(p.at("slow", 2).layer.seconds(1, 64), flops / 5e10 / 2, 1e-12);
   EXPECT_FALSE(p.has("fast", 4));  // a node holds two of each
+}
+
+// The shipped paper profiles are what `hspmd profile --from-cluster` derives today.
+TEST(DerivedProfileTest, ShippedPaperProfilesAreCurrent) {
+  const std::string root = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().string();
+  const resolve::Topology topo = resolve::Topology::from_file(root + "/examples/clusters/paper-16h800-32h20.json");
+  for (const char* model : {"32b", "70b"}) {
+    const models::LlamaConfig c = models::LlamaConfig::from_file(root + "/configs/llama-" + model + ".json");
+    const Profile shipped =
+        Profile::from_file(root + "/examples/profiles/paper-h800-h20-llama-" + std::string(model) + ".json");
+    const Profile derived = derive_profile(c, topo, {});
+    EXPECT_THAT(shipped.source, HasSubstr("DERIVED from datasheet figures, not measured"));
+    ASSERT_EQ(shipped.devices.size(), derived.devices.size());
+    for (const auto& [kind, k] : derived.devices) {
+      ASSERT_EQ(shipped.kind(kind).tp.size(), k.tp.size()) << model << " " << kind;
+      for (const auto& [t, tp] : k.tp) {
+        EXPECT_DOUBLE_EQ(shipped.at(kind, t).layer.c1, tp.layer.c1) << model << " " << kind << " TP " << t;
+        EXPECT_DOUBLE_EQ(shipped.at(kind, t).activations.keep_per_token, tp.activations.keep_per_token);
+      }
+      EXPECT_DOUBLE_EQ(shipped.kind(kind).zero_bytes_per_parameter, k.zero_bytes_per_parameter);
+    }
+  }
 }
 
 }  // namespace
