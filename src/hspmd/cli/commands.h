@@ -13,6 +13,8 @@ void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_explain_command(CLI::App& app);
 void add_model_command(CLI::App& app);
+void add_profile_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 
 inline void register_commands(CLI::App& app) {
   add_launch_command(app);
@@ -22,6 +24,8 @@ inline void register_commands(CLI::App& app) {
   add_eval_command(app);
   add_explain_command(app);
   add_model_command(app);
+  add_profile_command(app);
+  add_plan_command(app);
 }
 
 }  // namespace hspmd::cli

@@ -9,6 +9,9 @@
 //
 //   hspmd explain --strategy examples/strategies/local-hetero-4.json --model configs/llama-tiny.json --seq-len 64
 //
+// With --cluster C.json --profile P.json it also prints the cost model's prediction
+// (planner/cost_model.h): "predicted step time: X s" and the memory of every rank.
+//
 // `hspmd explain --switch A.json B.json --model CONFIG --cluster C.json [--states params|params+adam]
 //  [--no-heuristics]`: the fused BSR (§7) that moves every Llama parameter (and its Adam states)
 // from strategy A's plan to strategy B's — per sender the bytes on each link tier, per
@@ -35,6 +38,8 @@
 #include "hspmd/models/llama.h"
 #include "hspmd/models/llama_config.h"
 #include "hspmd/models/llama_plan.h"
+#include "hspmd/planner/cost_model.h"
+#include "hspmd/planner/profile.h"
 #include "hspmd/resolve/fused_bsr.h"
 #include "hspmd/resolve/topology.h"
 #include "hspmd/sharding/strategy.h"
@@ -55,6 +60,7 @@ struct ExplainOptions {
   std::string states = "params";  // or "params+adam"
   bool no_heuristics = false;
   std::vector<int> dead;  // failed ranks: they hold data in A but cannot send
+  std::string profile;    // --profile P.json: add the cost model's predicted step time and memory
 };
 
 std::string human(double bytes) { return specialize::human_bytes(bytes); }
@@ -74,6 +80,13 @@ void run_strategy(const ExplainOptions& o) {
             << config.num_hidden_layers << " layers, " << model.graph.num_ops() << " ops with backward), "
             << st.ranks().size() << " ranks, ZeRO-1 " << (st.zero1 ? "on" : "off") << "\n"
             << specialize::to_string(report) << "explained in " << ms << " ms\n";
+  if (!o.profile.empty()) {
+    HSPMD_CHECK(topo.has_value()) << "explain --profile needs --cluster C.json (device kinds, memory, links)";
+    const planner::Profile profile = planner::Profile::from_file(o.profile);
+    const planner::CostModel cost(config, *topo, profile, {o.seq_len, specialize::parse_schedule_kind(o.schedule)});
+    std::cout << "cost model (profile " << o.profile << ": " << profile.source << ")\n"
+              << planner::to_string(cost.predict(st));
+  }
 }
 
 void run_switch(const ExplainOptions& o) {
@@ -158,6 +171,8 @@ void add_explain_command(CLI::App& app) {
   cmd->add_option("--switch", opts->switch_files, "two strategy files: from A.json to B.json")->expected(2);
   cmd->add_option("--model", opts->model, "Llama config.json (Hugging Face style)")->required();
   cmd->add_option("--cluster", opts->cluster, "cluster spec JSON (devices, link bandwidths)");
+  cmd->add_option("--profile", opts->profile,
+                  "profile JSON (--strategy, with --cluster): print the predicted step time and memory per rank");
   cmd->add_option("--states", opts->states, "what moves: params or params+adam")->capture_default_str();
   cmd->add_flag("--no-heuristics", opts->no_heuristics, "one BSR per tensor, lowest-rank owner sends");
   cmd->add_option("--dead", opts->dead, "failed ranks that cannot send (elastic recovery), e.g. --dead 15")

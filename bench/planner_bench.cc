@@ -1,0 +1,246 @@
+// The planner and its cost model, three measures (the planner issue's benchmark):
+//
+// 1. paper: the paper's 48-GPU cluster (examples/clusters/paper-16h800-32h20.json) with the
+//    profiles derived from its datasheet figures (planner/derived_profile.h: DERIVED, not measured):
+//    for Llama 32B and 70B and each of the Table 9 device sets, the planner's planning time and the
+//    predicted step time of its plan vs the Table 9 strategy's, under the same cost model.
+// 2. error: cost-model error on emulated heterogeneous devices (CPU emulation, not GPUs; four ranks
+//    as threads, one kernel thread each). The host is profiled first (planner/profiler.h) with the
+//    devices of examples/devices/local-hetero-4-dilated.json: time dilated 8x so that the ranks'
+//    compute (1/8 + 1/8 + 1/24 + 1/24 of a core) fits the share of a busy host and a rank is never waiting for a
+//    core held by another rank. Then each strategy's step is predicted and measured: rounds
+//    interleave the strategies, a strategy's measure is the best over rounds of its median step
+//    over the second half of its steps (the first steps connect the groups and warm up memory). Error = |predicted - measured| / measured.
+// 3. emulated: the planner's plan for those devices, measured in the same rounds as the
+//    homogeneous strategies (every rank the same share of work), vs the best of them.
+//
+// Run: build/release/bench_planner_bench [--part=paper|emulated|all] [--steps=N] [--rounds=R]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_data.h"
+#include "hspmd/comm/thread_ranks.h"
+#include "hspmd/data/token_dataset.h"
+#include "hspmd/models/llama_plan.h"
+#include "hspmd/planner/cost_model.h"
+#include "hspmd/planner/derived_profile.h"
+#include "hspmd/planner/planner.h"
+#include "hspmd/planner/profiler.h"
+#include "hspmd/runtime/dist_trainer.h"
+#include "hspmd/runtime/emulation.h"
+
+namespace hspmd {
+namespace {
+
+const std::string kRoot = std::filesystem::path(__FILE__).parent_path().parent_path().string();
+
+// The host's 1-minute load average: timings on emulated devices are faithful only while it stays
+// under the core count (other processes stretch a rank's busy time, and the emulation's pacing
+// stretches it again by 1 / speed).
+double load_average() {
+  double one = 0;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &one) != 1) one = 0;
+    std::fclose(f);
+  }
+  return one;
+}
+
+void paper() {
+  const resolve::Topology topo = resolve::Topology::from_file(kRoot + "/examples/clusters/paper-16h800-32h20.json");
+  std::printf("== paper cluster (%s), profiles DERIVED from the paper's figures, global batch 64 x 4096 ==\n"
+              "host load average %.1f on %u cores (plan = wall seconds, plan cpu = this process's CPU seconds)\n",
+              topo.name().c_str(), load_average(), std::thread::hardware_concurrency());
+  std::printf("%-6s %-14s %10s %10s %14s %14s %8s\n", "model", "devices", "plan (s)", "plan cpu", "planner step",
+              "Table 9 step", "ratio");
+  for (const char* model : {"32b", "70b"}) {
+    const models::LlamaConfig config = models::LlamaConfig::from_file(kRoot + "/configs/llama-" + model + ".json");
+    const planner::Profile profile = planner::derive_profile(config, topo, {});
+    for (const char* set : {"16h800-16h20", "16h800-24h20", "16h800-32h20"}) {
+      const sharding::Strategy table9 = sharding::Strategy::from_file(kRoot + "/examples/strategies/table9-" + model +
+                                                                      "-" + set + ".json");
+      planner::PlannerOptions o;
+      o.global_batch = 64;
+      o.seq_len = 4096;
+      o.devices = table9.ranks();
+      const planner::Planner planner(config, topo, profile, o);
+      const std::clock_t cpu = std::clock();
+      const planner::Plan plan = planner.plan();
+      const double cpu_seconds = static_cast<double>(std::clock() - cpu) / CLOCKS_PER_SEC;
+      const planner::Prediction theirs = planner.cost_model().predict(table9);
+      std::printf("%-6s %-14s %10.2f %10.2f %14.3f %14.3f %8.3f%s\n", model, set, plan.planning_seconds, cpu_seconds,
+                  plan.prediction.step_seconds, theirs.step_seconds, plan.prediction.step_seconds / theirs.step_seconds,
+                  theirs.fits ? "" : " (Table 9 over memory in this model)");
+      std::fflush(stdout);
+    }
+  }
+}
+
+struct Candidate {
+  std::string label;
+  bool homogeneous;
+  sharding::Strategy strategy;
+};
+
+sharding::Strategy parse(const std::string& json) { return sharding::Strategy::from_json_text(json, "bench"); }
+
+std::vector<Candidate> candidates() {
+  return {
+      {"DP4, 2 rows each", true, parse(R"({"name": "dp4", "pipelines": [
+        {"micro_batch_size": 2, "num_micro_batches": 1, "stages": [{"ranks": "0", "layers": "0-3"}]},
+        {"micro_batch_size": 2, "num_micro_batches": 1, "stages": [{"ranks": "1", "layers": "0-3"}]},
+        {"micro_batch_size": 2, "num_micro_batches": 1, "stages": [{"ranks": "2", "layers": "0-3"}]},
+        {"micro_batch_size": 2, "num_micro_batches": 1, "stages": [{"ranks": "3", "layers": "0-3"}]}]})")},
+      {"DP2 x TP2", true, parse(R"({"name": "dp2-tp2", "pipelines": [
+        {"micro_batch_size": 4, "num_micro_batches": 1, "stages": [{"ranks": "0-1", "layers": "0-3"}]},
+        {"micro_batch_size": 4, "num_micro_batches": 1, "stages": [{"ranks": "2-3", "layers": "0-3"}]}]})")},
+      {"DP2 x PP2 (fast->slow)", true, parse(R"({"name": "dp2-pp2", "pipelines": [
+        {"micro_batch_size": 1, "num_micro_batches": 4,
+         "stages": [{"ranks": "0", "layers": "0-1"}, {"ranks": "2", "layers": "2-3"}]},
+        {"micro_batch_size": 1, "num_micro_batches": 4,
+         "stages": [{"ranks": "1", "layers": "0-1"}, {"ranks": "3", "layers": "2-3"}]}]})")},
+      {"TP2 x PP2 (fast->slow)", true, parse(R"({"name": "tp2-pp2", "pipelines": [
+        {"micro_batch_size": 2, "num_micro_batches": 4,
+         "stages": [{"ranks": "0-1", "layers": "0-1"}, {"ranks": "2-3", "layers": "2-3"}]}]})")},
+      {"PP4, 1 layer each", true, parse(R"({"name": "pp4", "pipelines": [
+        {"micro_batch_size": 1, "num_micro_batches": 8,
+         "stages": [{"ranks": "0", "layers": "0"}, {"ranks": "1", "layers": "1"},
+                    {"ranks": "2", "layers": "2"}, {"ranks": "3", "layers": "3"}]}]})")},
+      {"hetero DP, rows 3:3:1:1", false, parse(R"({"name": "hetero-dp", "pipelines": [
+        {"micro_batch_size": 3, "num_micro_batches": 1, "stages": [{"ranks": "0", "layers": "0-3"}]},
+        {"micro_batch_size": 3, "num_micro_batches": 1, "stages": [{"ranks": "1", "layers": "0-3"}]},
+        {"micro_batch_size": 1, "num_micro_batches": 1, "stages": [{"ranks": "2", "layers": "0-3"}]},
+        {"micro_batch_size": 1, "num_micro_batches": 1, "stages": [{"ranks": "3", "layers": "0-3"}]}]})")},
+      {"hetero TP2 (fast) 6 + PP2 (slow) 2", false, parse(R"({"name": "hetero-tp-pp", "pipelines": [
+        {"micro_batch_size": 3, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3"}]},
+        {"micro_batch_size": 1, "num_micro_batches": 2,
+         "stages": [{"ranks": "2", "layers": "0-1"}, {"ranks": "3", "layers": "2-3"}]}]})")},
+      {"hetero PP2 3:1 layers", false, parse(R"({"name": "hetero-pp", "pipelines": [
+        {"micro_batch_size": 1, "num_micro_batches": 4,
+         "stages": [{"ranks": "0", "layers": "0-2"}, {"ranks": "2", "layers": "3"}]},
+        {"micro_batch_size": 1, "num_micro_batches": 4,
+         "stages": [{"ranks": "1", "layers": "0-2"}, {"ranks": "3", "layers": "3"}]}]})")},
+      {"fast only: DP2, 4 rows each", false, parse(R"({"name": "fast-dp2", "pipelines": [
+        {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "0", "layers": "0-3"}]},
+        {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "1", "layers": "0-3"}]}]})")},
+      {"fast only: TP2", false, parse(R"({"name": "fast-tp2", "pipelines": [
+        {"micro_batch_size": 2, "num_micro_batches": 4, "stages": [{"ranks": "0-1", "layers": "0-3"}]}]})")},
+  };
+}
+
+constexpr int64_t kSeqLen = 256;
+constexpr int64_t kGlobalBatch = 8;  // sequences: 2048 tokens a step
+
+// Median step time of one strategy on the emulated devices over the second half of its steps: the
+// first steps connect the groups and touch fresh memory (they run up to 3x slower than later ones).
+double measure(const models::LlamaConfig& config, const data::TokenDataset& ds, const sharding::Strategy& st,
+               const runtime::EmulatedDevices& devices, int steps) {
+  const sharding::AnnotationPlan plan = models::compile_llama_plan(config, st);
+  const int world = st.ranks().back() + 1;
+  std::vector<double> times;
+  comm::run_thread_ranks(world, [&](int rank, comm::GroupCache& groups) {
+    runtime::DistOptions o;
+    o.train.steps = steps;
+    o.train.seq_len = kSeqLen;
+    o.train.global_batch_tokens = kGlobalBatch * kSeqLen;
+    o.train.threads = 1;
+    o.device = devices.of(rank);
+    const std::vector<int> used = st.ranks();
+    if (!std::binary_search(used.begin(), used.end(), rank)) return;  // an idle rank of this strategy
+    runtime::DistTrainer t(config, ds, plan, o, rank, world, groups);
+    for (int s = 0; s < steps; ++s) {
+      const double seconds = t.step().step_seconds;
+      if (rank == used.front() && s >= steps / 2) times.push_back(seconds);
+    }
+  });
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+void emulated(int steps, int rounds) {
+  const models::LlamaConfig config = models::LlamaConfig::from_file(kRoot + "/configs/llama-tiny.json");
+  const data::TokenDataset ds = data::TokenDataset::open(bench::prepared_kjv_dataset(kRoot));
+  const runtime::EmulatedDevices devices =
+      runtime::EmulatedDevices::from_file(kRoot + "/examples/devices/local-hetero-4-dilated.json", 4);
+  const resolve::Topology topo = resolve::Topology::from_file(kRoot + "/examples/clusters/local-hetero-4.json");
+  std::printf("\n== emulated devices (CPU emulation, not GPUs): %s ==\nhost load average at start: %.1f on %u cores\n",
+              devices.describe().c_str(), load_average(), std::thread::hardware_concurrency());
+  planner::ProfilerOptions po;
+  po.model = "configs/llama-tiny.json";
+  po.devices = &devices;
+  po.repeats = 4;
+  po.progress = [](const std::string& line) { std::fputs(line.c_str(), stderr); };
+  const auto t0 = std::chrono::steady_clock::now();
+  const planner::Profile profile = planner::profile_host(config, po);
+  std::printf("profiled the host in %.1f s (%s)\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), profile.source.c_str());
+  for (const auto& [t, tp] : profile.kind("fast").tp) {
+    std::printf("  fast TP %d: layer fit largest error %.1f%% over %d points\n", t, 100 * tp.fit_error, tp.samples);
+  }
+  const planner::CostModel cost(config, topo, profile, {.seq_len = kSeqLen});
+  planner::PlannerOptions o;
+  o.global_batch = kGlobalBatch;
+  o.seq_len = kSeqLen;
+  o.zero1 = false;
+  o.name = "planned";
+  const planner::Plan plan = planner::Planner(config, topo, profile, o).plan();
+  std::printf("planner (%.3f s): %s", plan.planning_seconds, planner::describe_plan(plan).c_str());
+
+  std::vector<Candidate> all = candidates();
+  all.push_back({"planner's plan", false, plan.strategy});
+  std::vector<double> best(all.size(), 1e30);
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t i = 0; i < all.size(); ++i) {
+      best[i] = std::min(best[i], measure(config, ds, all[i].strategy, devices, steps));
+      std::fprintf(stderr, "round %d: %s %.3f s\n", round, all[i].label.c_str(), best[i]);
+    }
+  }
+  std::printf("host load average after measuring: %.1f\n", load_average());
+  std::printf("\n%-38s %12s %12s %8s\n", "strategy", "predicted s", "measured s", "error");
+  std::vector<double> errors;
+  double best_homogeneous = 1e30;
+  std::string best_homogeneous_label;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const double predicted = cost.predict(all[i].strategy).step_seconds;
+    const double error = std::abs(predicted - best[i]) / best[i];
+    errors.push_back(error);
+    std::printf("%-38s %12.3f %12.3f %7.1f%%\n", all[i].label.c_str(), predicted, best[i], 100 * error);
+    if (all[i].homogeneous && best[i] < best_homogeneous) {
+      best_homogeneous = best[i];
+      best_homogeneous_label = all[i].label;
+    }
+  }
+  std::vector<double> sorted = errors;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted.size() % 2 ? sorted[sorted.size() / 2]
+                                          : (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]) / 2;
+  std::printf("cost-model error over %zu strategies: median %.1f%%, max %.1f%%\n", sorted.size(), 100 * median,
+              100 * sorted.back());
+  std::printf("planner's plan measured %.3f s vs best homogeneous (%s) %.3f s: %.2fx faster\n", best.back(),
+              best_homogeneous_label.c_str(), best_homogeneous, best_homogeneous / best.back());
+}
+
+}  // namespace
+}  // namespace hspmd
+
+int main(int argc, char** argv) {
+  std::string part = "all";
+  int steps = 8, rounds = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--part=", 7) == 0) part = argv[i] + 7;
+    if (std::strncmp(argv[i], "--steps=", 8) == 0) steps = std::max(2, std::atoi(argv[i] + 8));
+    if (std::strncmp(argv[i], "--rounds=", 9) == 0) rounds = std::max(1, std::atoi(argv[i] + 9));
+  }
+  if (part == "all" || part == "paper") hspmd::paper();
+  if (part == "all" || part == "emulated") hspmd::emulated(steps, rounds);
+  return 0;
+}

@@ -1,0 +1,109 @@
+// `hspmd plan --model CONFIG --cluster C.json --profile P.json --global-batch B --seq-len S
+//  --out S.json`: writes the planner's strategy (planner/planner.h) for the model on the cluster,
+// and prints its predicted step time, the memory of every rank and how long planning took.
+//
+//   hspmd plan --model configs/llama-32b.json --cluster examples/clusters/paper-16h800-32h20.json
+//       --profile examples/profiles/paper-h800-h20.json --global-batch 64 --seq-len 4096
+//       --out runs/plan-32b.json                                        (one line)
+//
+// Re-planning after a membership change (elastic training): --previous OLD.json --ranks 0-14,16-47
+// plans on those ranks only, preferring plans that move little state away from OLD.json.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+#include <string>
+
+#include "hspmd/core/atomic_file.h"
+#include "hspmd/core/error.h"
+#include "hspmd/models/llama_config.h"
+#include "hspmd/planner/planner.h"
+#include "hspmd/planner/profile.h"
+#include "hspmd/resolve/topology.h"
+#include "hspmd/sharding/device_group.h"
+#include "hspmd/sharding/strategy.h"
+#include "hspmd/specialize/plan_report.h"
+
+namespace hspmd::cli {
+
+namespace {
+
+struct PlanOptions {
+  std::string model, cluster, profile, out, previous, ranks, schedule = "1f1b", name;
+  int64_t global_batch = 0, seq_len = 0;
+  bool no_zero1 = false;
+  std::vector<int> micro_batch_sizes;
+};
+
+void run_plan(const PlanOptions& o) {
+  const models::LlamaConfig config = models::LlamaConfig::from_file(o.model);
+  const resolve::Topology topo = resolve::Topology::from_file(o.cluster);
+  const planner::Profile profile = planner::Profile::from_file(o.profile);
+  planner::PlannerOptions po;
+  po.global_batch = o.global_batch;
+  po.seq_len = o.seq_len;
+  po.zero1 = !o.no_zero1;
+  po.schedule = specialize::parse_schedule_kind(o.schedule);
+  po.micro_batch_sizes = o.micro_batch_sizes;
+  po.name = o.name.empty() ? "planned-" + std::to_string(o.global_batch) + "x" + std::to_string(o.seq_len) : o.name;
+  std::vector<int> ranks;
+  if (!o.ranks.empty()) {
+    try {
+      ranks = sharding::DeviceGroup::parse("[" + o.ranks + "]").devices();
+    } catch (const Error& e) {
+      HSPMD_THROW() << "--ranks: " << e.what();
+    }
+  }
+  std::cout << "planning " << o.model << " (" << config.num_hidden_layers << " layers) on " << topo.name() << " ("
+            << topo.num_devices() << " devices), global batch " << o.global_batch << " x " << o.seq_len
+            << " tokens, profile " << o.profile << " (" << profile.source << ")\n";
+  planner::Plan plan;
+  if (!o.previous.empty()) {
+    HSPMD_CHECK(!ranks.empty()) << "--previous needs --ranks: the ranks available to the new plan";
+    const sharding::Strategy previous = sharding::Strategy::from_file(o.previous);
+    po.devices = ranks;
+    const planner::Planner planner(config, topo, profile, po);
+    plan = planner.replan(previous, ranks);
+  } else {
+    po.devices = ranks;
+    const planner::Planner planner(config, topo, profile, po);
+    plan = planner.plan();
+  }
+  std::cout << planner::describe_plan(plan) << planner::to_string(plan.prediction);
+  for (const std::string& idle : plan.idle) std::cout << "idle: " << idle << "\n";
+  if (!o.previous.empty()) {
+    std::cout << "state to move from " << o.previous << ": " << specialize::human_bytes(plan.moved_bytes) << "\n";
+  }
+  std::cout << "planning time: " << plan.planning_seconds << " s (" << plan.candidates
+            << " pipeline configurations, " << plan.candidates_solved << " solved at level 2, " << plan.milps
+            << " integer programs solved by CBC)\n";
+  const std::string text = plan.strategy.to_json_text() + "\n";
+  AtomicFile out(o.out);
+  out.write(text.data(), text.size());
+  out.commit();
+  std::cout << "wrote " << o.out << "\n";
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto opts = std::make_shared<PlanOptions>();
+  CLI::App* cmd = app.add_subcommand("plan", "Generate a strategy file from a cluster spec and a profile (planner)");
+  cmd->add_option("--model", opts->model, "Llama config.json (Hugging Face style)")->required();
+  cmd->add_option("--cluster", opts->cluster, "cluster spec JSON (devices, memory, link bandwidths)")->required();
+  cmd->add_option("--profile", opts->profile, "profile JSON from `hspmd profile` (or examples/profiles/)")->required();
+  cmd->add_option("--global-batch", opts->global_batch, "sequences per step")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--seq-len", opts->seq_len, "tokens per sequence")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--out", opts->out, "where to write the strategy file")->required();
+  cmd->add_option("--micro-batch-sizes", opts->micro_batch_sizes,
+                  "micro-batch sizes to consider (default: powers of two up to 8 dividing the global batch)")
+      ->delimiter(',');
+  cmd->add_option("--schedule", opts->schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str();
+  cmd->add_flag("--no-zero1", opts->no_zero1, "keep optimizer states whole on every replica (default: ZeRO-1 on)");
+  cmd->add_option("--ranks", opts->ranks, "ranks the plan may use, e.g. 0-14,16-47 (default: every device)");
+  cmd->add_option("--previous", opts->previous,
+                  "re-plan from this strategy (with --ranks: the surviving and added ranks), moving little state");
+  cmd->add_option("--name", opts->name, "the strategy's name (default planned-<batch>x<seq>)");
+  cmd->callback([opts] { run_plan(*opts); });
+}
+
+}  // namespace hspmd::cli

@@ -1,0 +1,179 @@
+#include "hspmd/planner/profile.h"
+
+#include <nlohmann/json.hpp>
+
+#include "hspmd/core/error.h"
+#include "hspmd/core/json_file.h"
+
+namespace hspmd::planner {
+
+namespace {
+
+using Json = nlohmann::json;
+using OJson = nlohmann::ordered_json;
+
+constexpr const char* kFormat = "hspmd-profile/1";
+
+double number(const Json& j, const std::string& key, const std::string& where, bool required = true) {
+  if (!j.contains(key)) {
+    HSPMD_CHECK(!required) << where << ": missing required key \"" << key << "\"";
+    return 0;
+  }
+  HSPMD_CHECK(j[key].is_number()) << where << "." << key << ": expected a number, got " << j[key].dump();
+  const double v = j[key].get<double>();
+  HSPMD_CHECK(v >= 0 || key == "c0" || key == "constant")
+      << where << "." << key << ": expected a non-negative number, got " << v;
+  return v;
+}
+
+std::string text(const Json& j, const std::string& key, const std::string& where) {
+  const Json& v = json_member(j, key, where);
+  HSPMD_CHECK(v.is_string()) << where << "." << key << ": expected a string, got " << v.dump();
+  return v.get<std::string>();
+}
+
+}  // namespace
+
+const DeviceKindProfile& Profile::kind(const std::string& name) const {
+  auto it = devices.find(name);
+  if (it != devices.end()) return it->second;
+  std::string known;
+  for (const auto& [k, _] : devices) known += (known.empty() ? "" : ", ") + k;
+  HSPMD_THROW() << "profile (" << source << ") has no device kind \"" << name << "\"; it has: " << known
+                << " (profile the kind, or name it as the cluster spec's \"type\")";
+}
+
+bool Profile::has(const std::string& kind_name, int tp) const {
+  auto it = devices.find(kind_name);
+  return it != devices.end() && it->second.tp.count(tp) > 0;
+}
+
+const TpProfile& Profile::at(const std::string& kind_name, int tp) const {
+  const DeviceKindProfile& k = kind(kind_name);
+  auto it = k.tp.find(tp);
+  if (it != k.tp.end()) return it->second;
+  std::string known;
+  for (const auto& [t, _] : k.tp) known += (known.empty() ? "" : ", ") + std::to_string(t);
+  HSPMD_THROW() << "profile (" << source << "): device kind \"" << kind_name << "\" was not profiled at TP " << tp
+                << "; profiled degrees: " << known;
+}
+
+std::optional<LinkProfile> Profile::link(const std::string& tier) const {
+  auto it = links.find(tier);
+  if (it == links.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Profile::to_json_text() const {
+  OJson j;
+  j["format"] = kFormat;
+  j["source"] = source;
+  j["model"] = model;
+  j["layer_includes_tp_comm"] = layer_includes_tp_comm;
+  j["devices"] = OJson::object();
+  for (const auto& [name, k] : devices) {
+    OJson kj;
+    kj["optimizer_seconds_per_parameter"] = k.optimizer_seconds_per_parameter;
+    kj["bytes_per_parameter"] = k.bytes_per_parameter;
+    kj["zero_bytes_per_parameter"] = k.zero_bytes_per_parameter;
+    kj["reserved_bytes"] = k.reserved_bytes;
+    kj["activation_element_bytes"] = k.activation_element_bytes;
+    kj["tp"] = OJson::object();
+    for (const auto& [t, p] : k.tp) {
+      OJson tj;
+      tj["layer"] = {{"a", p.layer.a}, {"c1", p.layer.c1}, {"c0", p.layer.c0}};
+      tj["ends"] = {{"per_token", p.ends.per_token}, {"constant", p.ends.constant}};
+      tj["activations"] = {{"keep_per_token", p.activations.keep_per_token},
+                           {"keep_per_token2", p.activations.keep_per_token2},
+                           {"transient_per_token", p.activations.transient_per_token},
+                           {"ends_keep_per_token", p.activations.ends_keep_per_token},
+                           {"ends_transient_per_token", p.activations.ends_transient_per_token}};
+      tj["samples"] = p.samples;
+      tj["fit_error"] = p.fit_error;
+      kj["tp"][std::to_string(t)] = tj;
+    }
+    j["devices"][name] = kj;
+  }
+  j["links"] = OJson::object();
+  for (const auto& [tier, l] : links) {
+    j["links"][tier] = {{"p2p_bandwidth", l.p2p_bandwidth},
+                        {"allreduce_bandwidth", l.allreduce_bandwidth},
+                        {"latency", l.latency}};
+  }
+  return j.dump(2) + "\n";
+}
+
+Profile Profile::from_json_text(const std::string& json_text, const std::string& src) {
+  const Json j = parse_json_object(json_text, src);
+  HSPMD_CHECK(text(j, "format", src) == kFormat)
+      << src << ".format: expected \"" << kFormat << "\", got \"" << j["format"].get<std::string>() << "\"";
+  Profile p;
+  p.source = text(j, "source", src);
+  p.model = j.contains("model") ? text(j, "model", src) : "";
+  if (j.contains("layer_includes_tp_comm")) {
+    HSPMD_CHECK(j["layer_includes_tp_comm"].is_boolean()) << src << ".layer_includes_tp_comm: expected true or false";
+    p.layer_includes_tp_comm = j["layer_includes_tp_comm"].get<bool>();
+  }
+  const Json& devs = json_member(j, "devices", src);
+  HSPMD_CHECK(devs.is_object() && !devs.empty()) << src << ".devices: expected a non-empty object keyed by device kind";
+  for (const auto& [name, kj] : devs.items()) {
+    const std::string kw = src + ".devices." + name;
+    DeviceKindProfile k;
+    k.optimizer_seconds_per_parameter = number(kj, "optimizer_seconds_per_parameter", kw, false);
+    k.bytes_per_parameter = number(kj, "bytes_per_parameter", kw);
+    k.zero_bytes_per_parameter = number(kj, "zero_bytes_per_parameter", kw);
+    k.reserved_bytes = number(kj, "reserved_bytes", kw, false);
+    k.activation_element_bytes = kj.contains("activation_element_bytes")
+                                     ? number(kj, "activation_element_bytes", kw)
+                                     : 4.0;
+    const Json& tps = json_member(kj, "tp", kw);
+    HSPMD_CHECK(tps.is_object() && !tps.empty()) << kw << ".tp: expected a non-empty object keyed by TP degree";
+    for (const auto& [degree, tj] : tps.items()) {
+      const std::string tw = kw + ".tp." + degree;
+      int t = 0;
+      try {
+        size_t used = 0;
+        t = std::stoi(degree, &used);
+        HSPMD_CHECK(used == degree.size()) << "trailing text";
+      } catch (const std::exception&) {
+        HSPMD_THROW() << tw << ": the key must be a TP degree (a positive integer)";
+      }
+      HSPMD_CHECK(t > 0) << tw << ": the TP degree must be positive";
+      TpProfile tp;
+      const Json& layer = json_member(tj, "layer", tw);
+      tp.layer = {number(layer, "a", tw + ".layer"), number(layer, "c1", tw + ".layer"),
+                  number(layer, "c0", tw + ".layer")};
+      const Json& ends = json_member(tj, "ends", tw);
+      tp.ends = {number(ends, "per_token", tw + ".ends"), number(ends, "constant", tw + ".ends")};
+      const Json& act = json_member(tj, "activations", tw);
+      const std::string aw = tw + ".activations";
+      tp.activations = {number(act, "keep_per_token", aw), number(act, "keep_per_token2", aw, false),
+                        number(act, "transient_per_token", aw, false), number(act, "ends_keep_per_token", aw, false),
+                        number(act, "ends_transient_per_token", aw, false)};
+      tp.samples = static_cast<int>(number(tj, "samples", tw, false));
+      tp.fit_error = number(tj, "fit_error", tw, false);
+      k.tp[t] = tp;
+    }
+    p.devices[name] = k;
+  }
+  if (j.contains("links")) {
+    const Json& links = j["links"];
+    HSPMD_CHECK(links.is_object()) << src << ".links: expected an object keyed by link tier";
+    for (const auto& [tier, lj] : links.items()) {
+      const std::string lw = src + ".links." + tier;
+      HSPMD_CHECK(tier == "intra-node" || tier == "inter-node")
+          << lw << ": unknown link tier (expected \"intra-node\" or \"inter-node\")";
+      LinkProfile l{number(lj, "p2p_bandwidth", lw), number(lj, "allreduce_bandwidth", lw),
+                    number(lj, "latency", lw, false)};
+      HSPMD_CHECK(l.p2p_bandwidth > 0 && l.allreduce_bandwidth > 0) << lw << ": bandwidths must be positive";
+      p.links[tier] = l;
+    }
+  }
+  return p;
+}
+
+Profile Profile::from_file(const std::string& path) {
+  return from_json_text(read_text_file(path, "profile"), path);
+}
+
+}  // namespace hspmd::planner

@@ -1,0 +1,97 @@
+// Profile: what the cost model knows about each device kind and link tier, as fitted regression
+// coefficients (written by `hspmd profile`, or derived from datasheet figures for clusters this
+// host cannot reach). docs/profile-format.md specifies the JSON file.
+//
+// Compute, per device kind and TP degree t, for one micro-batch of b sequences of s tokens:
+//   decoder layer, forward + backward:  layer(t, b, s) = b * (a * s^2 + c1 * s) + c0      (seconds)
+//   embedding + head + loss, fwd + bwd:  ends(t, b, s) = per_token * b * s + constant       (seconds)
+//   optimizer: optimizer_seconds_per_parameter * parameters of the rank (0 when the layer figure
+//   already contains it, as a measured training step does)
+// A profile whose `layer_includes_tp_comm` is true measured the layer with its TP all-reduces
+// inside (host profiles); otherwise the cost model adds them from the link tiers.
+// Memory, per device kind (the element size and the runtime's layout are the device's):
+//   bytes_per_parameter        kept for every parameter a rank holds (weights, gradient buffers)
+//   zero_bytes_per_parameter   sharded over the data-parallel replicas under ZeRO-1 (optimizer
+//                              states, synced gradients); held whole without ZeRO-1
+//   activations, per TP degree, for one micro-batch of T = b * s tokens:
+//     kept per micro-batch in flight:  layers * (keep_per_token * T + keep_per_token2 * T^2)
+//                                      + ends_keep_per_token * T
+//     transient (one micro-batch):     layers * (transient_per_token * T) + ends_transient_per_token * T
+//   reserved_bytes                     taken by the runtime before any tensor (CUDA context, ...)
+// Links, per tier ("intra-node", "inter-node"): point-to-point bytes/s, all-reduce bus bytes/s
+// (ring: 2 (n-1)/n * bytes / bus_bandwidth) and a latency per message.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace hspmd::planner {
+
+struct LayerTimeFit {
+  double a = 0;   // seconds per token^2 of one sequence (attention)
+  double c1 = 0;  // seconds per token
+  double c0 = 0;  // seconds per micro-batch
+  double seconds(int micro_batch_size, double seq_len) const {
+    return micro_batch_size * (a * seq_len * seq_len + c1 * seq_len) + c0;
+  }
+};
+
+struct LinearFit {
+  double per_token = 0;
+  double constant = 0;
+  double seconds(double tokens) const { return per_token * tokens + constant; }
+};
+
+struct ActivationFit {
+  double keep_per_token = 0;       // bytes per token per layer, per micro-batch in flight
+  double keep_per_token2 = 0;      // bytes per token^2 per layer (attention scores, if kept)
+  double transient_per_token = 0;  // bytes per token per layer, one micro-batch
+  double ends_keep_per_token = 0;       // embedding + head, per micro-batch in flight
+  double ends_transient_per_token = 0;  // embedding + head + loss, one micro-batch
+};
+
+struct TpProfile {
+  LayerTimeFit layer;
+  LinearFit ends;
+  ActivationFit activations;
+  int samples = 0;       // measurements behind the time fits (0: derived, not measured)
+  double fit_error = 0;  // largest |fit - measured| / measured over those samples
+};
+
+struct DeviceKindProfile {
+  std::map<int, TpProfile> tp;  // by TP degree
+  double optimizer_seconds_per_parameter = 0;
+  double bytes_per_parameter = 0;
+  double zero_bytes_per_parameter = 0;
+  double reserved_bytes = 0;
+  double activation_element_bytes = 4;  // bytes of one activation element on the wire (p2p, TP)
+};
+
+struct LinkProfile {
+  double p2p_bandwidth = 0;        // bytes/s
+  double allreduce_bandwidth = 0;  // bus bytes/s
+  double latency = 0;              // seconds per message
+};
+
+struct Profile {
+  std::string source;  // how the figures were obtained ("measured on ...", "derived from ...")
+  std::string model;   // the model config it was made for
+  bool layer_includes_tp_comm = false;
+  std::map<std::string, DeviceKindProfile> devices;  // by device kind (the cluster spec's "type")
+  std::map<std::string, LinkProfile> links;          // by tier name: "intra-node", "inter-node"
+
+  // The kind's profile, or Error naming the kind and the kinds the profile has.
+  const DeviceKindProfile& kind(const std::string& name) const;
+  // The TP profile, or Error naming the kind, the degree and the degrees profiled.
+  const TpProfile& at(const std::string& kind, int tp) const;
+  bool has(const std::string& kind, int tp) const;
+  // The tier's link figures when the profile has them.
+  std::optional<LinkProfile> link(const std::string& tier) const;
+
+  std::string to_json_text() const;
+  static Profile from_json_text(const std::string& text, const std::string& source);
+  static Profile from_file(const std::string& path);
+};
+
+}  // namespace hspmd::planner

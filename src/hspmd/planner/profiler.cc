@@ -1,0 +1,400 @@
+#include "hspmd/planner/profiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <ctime>
+#include <thread>
+
+#include <unistd.h>
+
+#include "hspmd/comm/thread_ranks.h"
+#include "hspmd/core/error.h"
+#include "hspmd/data/token_dataset.h"
+#include "hspmd/models/llama.h"
+#include "hspmd/models/llama_plan.h"
+#include "hspmd/runtime/dist_trainer.h"
+#include "hspmd/specialize/exec_graph.h"
+#include "hspmd/specialize/memory_estimate.h"
+
+namespace hspmd::planner {
+
+namespace {
+
+// Solves the n x n system m x = y (Gaussian elimination with partial pivoting).
+std::vector<double> solve_linear(std::vector<std::vector<double>> m, std::vector<double> y) {
+  const size_t n = y.size();
+  for (size_t c = 0; c < n; ++c) {
+    size_t pivot = c;
+    for (size_t r = c + 1; r < n; ++r) {
+      if (std::abs(m[r][c]) > std::abs(m[pivot][c])) pivot = r;
+    }
+    std::swap(m[c], m[pivot]);
+    std::swap(y[c], y[pivot]);
+    HSPMD_CHECK(std::abs(m[c][c]) > 1e-300) << "profile fit: the samples do not determine the coefficients "
+                                               "(measure more sequence lengths or micro-batch sizes)";
+    for (size_t r = 0; r < n; ++r) {
+      if (r == c) continue;
+      const double f = m[r][c] / m[c][c];
+      for (size_t k = c; k < n; ++k) m[r][k] -= f * m[c][k];
+      y[r] -= f * y[c];
+    }
+  }
+  for (size_t c = 0; c < n; ++c) y[c] /= m[c][c];
+  return y;
+}
+
+// Least squares of y = sum_k x_k * features_k.
+std::vector<double> least_squares(const std::vector<std::vector<double>>& features, const std::vector<double>& y) {
+  const size_t k = features.front().size();
+  std::vector<std::vector<double>> ata(k, std::vector<double>(k, 0));
+  std::vector<double> aty(k, 0);
+  for (size_t i = 0; i < y.size(); ++i) {
+    for (size_t a = 0; a < k; ++a) {
+      aty[a] += features[i][a] * y[i];
+      for (size_t b = 0; b < k; ++b) ata[a][b] += features[i][a] * features[i][b];
+    }
+  }
+  return solve_linear(ata, aty);
+}
+
+std::string temp_dataset(const models::LlamaConfig& config, int64_t longest) {
+  namespace fs = std::filesystem;
+  const std::string dir =
+      (fs::temp_directory_path() / ("hspmd-profile-" + std::to_string(config.vocab_size) + "-" +
+                                    std::to_string(longest) + "-" + std::to_string(::getpid())))
+          .string();
+  data::TokenDatasetWriter w(dir, {.vocab_size = static_cast<uint32_t>(config.vocab_size), .tokenizer_id = "random"});
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.vocab_size) - 1);
+  std::vector<int32_t> doc(static_cast<size_t>(longest) + 1);
+  for (int d = 0; d < 64; ++d) {
+    for (int32_t& t : doc) t = token(rng);
+    w.add_document(doc);
+  }
+  w.finish();
+  return dir;
+}
+
+sharding::Strategy single_stage(int tp, int layers, int micro_batch_size, int pipelines = 1, bool zero1 = false) {
+  sharding::Strategy st;
+  st.name = "profile";
+  st.zero1 = zero1;
+  for (int p = 0; p < pipelines; ++p) {
+    sharding::PipelineSpec pipe;
+    pipe.micro_batch_size = micro_batch_size;
+    pipe.num_micro_batches = 1;
+    sharding::StageSpec s;
+    for (int r = 0; r < tp; ++r) s.ranks.push_back(p * tp + r);
+    s.first_layer = 0;
+    s.last_layer = layers - 1;
+    pipe.stages.push_back(s);
+    st.pipelines.push_back(pipe);
+  }
+  return st;
+}
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Best compute time of rank 0's step over `repeats` steps after a warm-up step: the CPU time of
+// the rank's thread (its kernels run on it, one kernel thread), so other processes on the host do
+// not inflate it and waiting for a TP peer does not count.
+double time_step(const models::LlamaConfig& config, const data::TokenDataset& ds, int tp, int64_t seq_len,
+                 int micro_batch_size, int repeats) {
+  const sharding::AnnotationPlan plan = models::compile_llama_plan(config, single_stage(tp, static_cast<int>(config.num_hidden_layers), micro_batch_size));
+  double best = 1e30;
+  comm::run_thread_ranks(tp, [&](int rank, comm::GroupCache& groups) {
+    runtime::DistOptions o;
+    o.train.steps = 1 + repeats;
+    o.train.seq_len = seq_len;
+    o.train.global_batch_tokens = micro_batch_size * seq_len;
+    o.train.threads = 1;
+    o.train.warmup = 1;
+    o.device.rank = rank;
+    runtime::DistTrainer t(config, ds, plan, o, rank, tp, groups);
+    for (int s = 0; s <= repeats; ++s) {
+      const double cpu = thread_cpu_seconds();
+      t.step();
+      const double seconds = thread_cpu_seconds() - cpu;
+      if (rank == 0 && s > 0) best = std::min(best, seconds);
+    }
+  });
+  return best;
+}
+
+struct MemoryPoint {
+  double states = 0, activations = 0;
+};
+
+MemoryPoint estimate(const models::LlamaConfig& config, int tp, int layers, int64_t tokens, int in_flight,
+                     int pipelines, bool zero1) {
+  models::LlamaConfig c = config;
+  c.num_hidden_layers = layers;
+  const models::LlamaModel model = models::build_llama(c);
+  const sharding::AnnotationPlan plan = models::compile_llama_plan(c, single_stage(tp, layers, 1, pipelines, zero1));
+  const specialize::ExecGraph exec(model.graph, plan, 0);
+  const specialize::MemoryEstimate m =
+      specialize::estimate_memory(exec, {.micro_batch_tokens = tokens, .micro_batches_in_flight = in_flight});
+  return {static_cast<double>(m.parameters + m.gradients + m.optimizer_states), static_cast<double>(m.activations)};
+}
+
+double rank_parameters(const models::LlamaConfig& config, int tp, int layers) {
+  double n = 0;
+  for (const models::LlamaParam& p : models::llama_parameters(config)) {
+    if (p.layer < layers) n += static_cast<double>(p.shape.numel());
+  }
+  return n / tp;
+}
+
+void say(const ProfilerOptions& o, const std::string& line) {
+  if (o.progress) o.progress(line);
+}
+
+LinkProfile measure_links(const ProfilerOptions& o) {
+  constexpr int64_t kSmall = 1024, kLarge = 4 << 20;  // floats: 4 KiB and 16 MiB
+  constexpr int kRounds = 5;
+  double p2p_small = 1e30, p2p_large = 1e30, ar_small = 1e30, ar_large = 1e30;
+  comm::run_thread_ranks(2, [&](int rank, comm::GroupCache& groups) {
+    auto comm = groups.get({0, 1});
+    for (int64_t count : {kSmall, kLarge}) {
+      std::vector<float> buf(count, 1.0f);
+      for (int round = 0; round <= kRounds; ++round) {
+        comm->barrier().wait();
+        auto t0 = std::chrono::steady_clock::now();
+        // Ping-pong: 0 -> 1, then 1 -> 0; half the round trip is one message.
+        if (rank == 0) {
+          comm->send_recv({.sends = {{1, comm::CommBuffer::of(buf)}}}).wait();
+          comm->send_recv({.recvs = {{1, comm::CommBuffer::of(buf)}}}).wait();
+        } else {
+          comm->send_recv({.recvs = {{0, comm::CommBuffer::of(buf)}}}).wait();
+          comm->send_recv({.sends = {{0, comm::CommBuffer::of(buf)}}}).wait();
+        }
+        const double ping = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 2;
+        comm->barrier().wait();
+        t0 = std::chrono::steady_clock::now();
+        comm->allreduce({.data = comm::CommBuffer::of(buf)}).wait();
+        const double ar = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (rank == 0 && round > 0) {
+          (count == kSmall ? p2p_small : p2p_large) = std::min(count == kSmall ? p2p_small : p2p_large, ping);
+          (count == kSmall ? ar_small : ar_large) = std::min(count == kSmall ? ar_small : ar_large, ar);
+        }
+      }
+    }
+  });
+  LinkProfile l;
+  l.latency = p2p_small;
+  const double bytes = kLarge * 4.0;
+  l.p2p_bandwidth = bytes / std::max(p2p_large - p2p_small, 1e-9);
+  // Two ranks: a ring all-reduce sends bytes / 2 twice, paying the latency twice.
+  l.allreduce_bandwidth = bytes / std::max(ar_large - ar_small, 1e-9);
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "profile: links (2 thread ranks, Gloo): latency %.1f us, p2p %.2f GB/s, all-reduce bus %.2f GB/s\n",
+                l.latency * 1e6, l.p2p_bandwidth / 1e9, l.allreduce_bandwidth / 1e9);
+  say(o, line);
+  return l;
+}
+
+}  // namespace
+
+namespace {
+
+// Non-negative least squares by trying every subset of the coefficients (there are at most 3):
+// the best residual among the subsets whose unconstrained fit is non-negative.
+std::vector<double> non_negative_fit(const std::vector<std::vector<double>>& features, const std::vector<double>& y) {
+  const size_t k = features.front().size();
+  std::vector<double> best(k, 0);
+  double best_residual = 0;
+  for (double v : y) best_residual += v * v;  // all coefficients zero
+  for (unsigned mask = 1; mask < (1u << k); ++mask) {
+    std::vector<std::vector<double>> f;
+    for (const auto& row : features) {
+      std::vector<double> r;
+      for (size_t c = 0; c < k; ++c) {
+        if (mask & (1u << c)) r.push_back(row[c]);
+      }
+      f.push_back(r);
+    }
+    if (f.front().size() > y.size()) continue;
+    std::vector<double> x;
+    try {
+      x = least_squares(f, y);
+    } catch (const Error&) {
+      continue;  // these samples do not determine this subset
+    }
+    if (std::any_of(x.begin(), x.end(), [](double v) { return v < 0; })) continue;
+    std::vector<double> full(k, 0);
+    for (size_t c = 0, i = 0; c < k; ++c) {
+      if (mask & (1u << c)) full[c] = x[i++];
+    }
+    double residual = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      double fit = 0;
+      for (size_t c = 0; c < k; ++c) fit += full[c] * features[i][c];
+      residual += (fit - y[i]) * (fit - y[i]);
+    }
+    if (residual < best_residual) {
+      best_residual = residual;
+      best = full;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+LayerTimeFit fit_layer_time(const std::vector<TimeSample>& samples) {
+  HSPMD_CHECK(samples.size() >= 3) << "profile fit: need at least 3 samples, got " << samples.size();
+  std::vector<std::vector<double>> f;
+  std::vector<double> y;
+  for (const TimeSample& s : samples) {
+    f.push_back({s.micro_batch_size * s.seq_len * s.seq_len, s.micro_batch_size * s.seq_len, 1.0});
+    y.push_back(s.seconds);
+  }
+  const std::vector<double> x = non_negative_fit(f, y);
+  return {x[0], x[1], x[2]};
+}
+
+LinearFit fit_linear(const std::vector<std::pair<double, double>>& tokens_seconds) {
+  HSPMD_CHECK(tokens_seconds.size() >= 2) << "profile fit: need at least 2 samples";
+  std::vector<std::vector<double>> f;
+  std::vector<double> y;
+  for (const auto& [tokens, seconds] : tokens_seconds) {
+    f.push_back({tokens, 1.0});
+    y.push_back(seconds);
+  }
+  const std::vector<double> x = non_negative_fit(f, y);
+  return {x[0], x[1]};
+}
+
+Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& options) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<int> tps = options.tp_degrees;
+  if (tps.empty()) {
+    for (int t = 1; t <= cores; t *= 2) {
+      bool divides = true;
+      for (int64_t size : {config.num_attention_heads, config.num_key_value_heads, config.hidden_size,
+                           config.intermediate_size, config.vocab_size}) {
+        divides = divides && size % t == 0;
+      }
+      if (divides) tps.push_back(t);
+    }
+  }
+  std::vector<int64_t> seqs = options.seq_lens;
+  if (seqs.empty()) {
+    for (int64_t s : {64, 128, 256}) {
+      if (s <= config.max_position_embeddings) seqs.push_back(s);
+    }
+  }
+  HSPMD_CHECK(!tps.empty() && !seqs.empty() && !options.micro_batch_sizes.empty())
+      << "profile: nothing to measure (TP degrees, sequence lengths and micro-batch sizes must be non-empty)";
+  const int64_t longest = *std::max_element(seqs.begin(), seqs.end());
+  const int biggest_b = *std::max_element(options.micro_batch_sizes.begin(), options.micro_batch_sizes.end());
+  const std::string dir = temp_dataset(config, longest * biggest_b);
+  const data::TokenDataset ds = data::TokenDataset::open(dir);
+
+  models::LlamaConfig one = config, three = config;
+  one.num_hidden_layers = 1;
+  three.num_hidden_layers = 3;
+  const int points = static_cast<int>(tps.size() * seqs.size() * options.micro_batch_sizes.size());
+  int done = 0;
+  DeviceKindProfile host;
+  host.activation_element_bytes = 4;  // float32 activations
+  for (int t : tps) {
+    std::vector<TimeSample> layer_samples;
+    std::vector<std::pair<double, double>> ends_samples;
+    for (int64_t s : seqs) {
+      for (int b : options.micro_batch_sizes) {
+        const double t1 = time_step(one, ds, t, s, b, options.repeats);
+        const double t3 = time_step(three, ds, t, s, b, options.repeats);
+        const double layer = std::max(0.0, (t3 - t1) / 2);
+        layer_samples.push_back({static_cast<double>(s), b, layer});
+        ends_samples.push_back({static_cast<double>(b * s), t1 - layer});
+        char line[200];
+        std::snprintf(line, sizeof line,
+                      "profile: [%d/%d] TP %d, seq %lld, micro-batch %d: step %.2f ms (1 layer), %.2f ms (3 layers): "
+                      "layer %.2f ms\n",
+                      ++done, points, t, static_cast<long long>(s), b, t1 * 1e3, t3 * 1e3, layer * 1e3);
+        say(options, line);
+      }
+    }
+    TpProfile tp;
+    tp.layer = fit_layer_time(layer_samples);
+    tp.ends = fit_linear(ends_samples);
+    tp.samples = static_cast<int>(layer_samples.size());
+    for (const TimeSample& s : layer_samples) {
+      const double fit = tp.layer.seconds(s.micro_batch_size, s.seq_len);
+      if (s.seconds > 0) tp.fit_error = std::max(tp.fit_error, std::abs(fit - s.seconds) / s.seconds);
+    }
+    // Memory from the runtime's estimate (see the header).
+    const int64_t T1 = 128, T2 = 256;
+    auto act = [&](int layers, int64_t tokens, int k) { return estimate(config, t, layers, tokens, k, 1, false).activations; };
+    auto keep = [&](int layers, int64_t tokens) { return act(layers, tokens, 2) - act(layers, tokens, 1); };
+    const double d1 = keep(2, T1) - keep(1, T1), d2 = keep(2, T2) - keep(1, T2);
+    // d = alpha T + alpha2 T^2 at T1 and T2.
+    const double alpha2 = (d2 / T2 - d1 / T1) / static_cast<double>(T2 - T1);
+    const double alpha = d1 / T1 - alpha2 * T1;
+    ActivationFit& a = tp.activations;
+    a.keep_per_token = std::max(0.0, alpha);
+    a.keep_per_token2 = std::max(0.0, alpha2);
+    a.ends_keep_per_token = std::max(0.0, (keep(1, T1) - d1) / T1);
+    const double tr1 = act(1, T1, 1) - keep(1, T1), tr2 = act(2, T1, 1) - keep(2, T1);
+    a.transient_per_token = std::max(0.0, (tr2 - tr1) / T1);
+    a.ends_transient_per_token = std::max(0.0, (tr1 - (tr2 - tr1)) / T1);
+    if (t == tps.front()) {
+      const double n = rank_parameters(one, t, 1);
+      const double plain = estimate(config, t, 1, T1, 1, 1, false).states;
+      const double zero = estimate(config, t, 1, T1, 1, 2, true).states;
+      host.zero_bytes_per_parameter = 2 * (plain - zero) / n;
+      host.bytes_per_parameter = plain / n - host.zero_bytes_per_parameter;
+    }
+    host.tp[t] = tp;
+    char line[240];
+    std::snprintf(line, sizeof line,
+                  "profile: TP %d fit: layer = b (%.3g s^2 + %.3g s) + %.3g s (largest error %.1f%%); ends %.3g s/token "
+                  "+ %.3g s\n",
+                  t, tp.layer.a, tp.layer.c1, tp.layer.c0, 100 * tp.fit_error, tp.ends.per_token, tp.ends.constant);
+    say(options, line);
+  }
+  std::filesystem::remove_all(dir);
+
+  Profile p;
+  p.model = options.model;
+  p.layer_includes_tp_comm = false;  // CPU time: the cost model adds the TP all-reduces
+  p.links["intra-node"] = measure_links(options);
+  std::string how = "measured on this host (" + std::to_string(cores) +
+                    " cores; ranks as threads, one kernel thread each, Gloo); memory from the runtime's estimate";
+  if (!options.devices) {
+    p.devices[options.kind] = host;
+  } else {
+    std::map<std::string, double> speed_of;
+    for (int r = 0; r < options.devices->world_size(); ++r) {
+      const runtime::EmulatedDevice& d = options.devices->of(r);
+      auto [it, fresh] = speed_of.emplace(d.name, d.speed);
+      HSPMD_CHECK(fresh || it->second == d.speed)
+          << "profile: emulated devices named \"" << d.name << "\" have different speeds (" << it->second << " and "
+          << d.speed << "); a device kind needs one speed";
+    }
+    for (const auto& [name, speed] : speed_of) {
+      DeviceKindProfile k = host;
+      for (auto& [t, tp] : k.tp) {
+        tp.layer = {tp.layer.a / speed, tp.layer.c1 / speed, tp.layer.c0 / speed};
+        tp.ends = {tp.ends.per_token / speed, tp.ends.constant / speed};
+      }
+      p.devices[name] = k;
+    }
+    how += "; emulated device kinds (CPU emulation, not GPUs): the host's times divided by each kind's speed";
+  }
+  p.source = how;
+  return p;
+}
+
+}  // namespace hspmd::planner

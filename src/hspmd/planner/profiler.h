@@ -1,0 +1,62 @@
+// Profiler: measures this host (or emulated devices on it) and fits the coefficients of a Profile
+// (planner/profile.h). What `hspmd profile` runs.
+//
+//   Profile p = profile_host(config, {.model = "configs/llama-tiny.json",
+//                                     .progress = [](const std::string& line) { std::cerr << line; }});
+//   write(p.to_json_text())
+//
+// Compute: for each TP degree t (ranks as threads of this process, one kernel thread each, Gloo
+// between them, as in training), sequence length s and micro-batch size b, one training step of a
+// single-stage TP-t pipeline is timed (best of `repeats` after a warm-up step) for a model of 1
+// and of 3 decoder layers: layer = (T3 - T1) / 2 is one decoder layer's forward, backward and
+// AdamW update; ends = T1 - layer is the embedding, head, loss, optimizer of those and the step's
+// fixed costs. The time is the CPU time of rank 0's thread (its kernels run on it): builds or other
+// ranks sharing the host's cores do not inflate it, and the TP all-reduces are not in it (the
+// profile says so, and the cost model adds them from the measured links). layer is fitted to b (a s^2 + c1 s) + c0, ends to per_token * b s
+// + constant (least squares). TP degrees above the host's cores are not profiled: their ranks would
+// share cores and the figure would measure the sharing.
+// Emulated devices (runtime/emulation.h): each distinct device name becomes a kind whose times
+// are the host's divided by its speed (the runtime stretches compute the same way).
+// Memory: the runtime's own estimate (specialize/memory_estimate.h), the figure it refuses a plan
+// on, evaluated on the executable graphs of 1- and 2-layer models at two token counts and one or
+// two micro-batches in flight, without and with ZeRO-1, and solved for the Profile's coefficients.
+// Links: two thread ranks over Gloo: ping-pong and all-reduce of 4 KiB (latency) and 16 MiB
+// (bandwidth), reported as the "intra-node" tier (one host).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "hspmd/models/llama_config.h"
+#include "hspmd/planner/profile.h"
+#include "hspmd/runtime/emulation.h"
+
+namespace hspmd::planner {
+
+struct ProfilerOptions {
+  std::string model;                      // named in the profile
+  std::vector<int> tp_degrees;            // empty: powers of two up to the host's cores that divide the model
+  std::vector<int64_t> seq_lens;          // empty: 64, 128, 256 (capped by max_position_embeddings)
+  std::vector<int> micro_batch_sizes{1, 2};
+  int repeats = 3;                        // timed steps per point (the best counts)
+  std::string kind = "cpu";               // the device kind without emulated devices
+  const runtime::EmulatedDevices* devices = nullptr;  // kinds by device name, times / speed
+  std::function<void(const std::string&)> progress;  // one line per measurement
+};
+
+Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& options);
+
+// The fits, exposed for tests: least squares of y = b (a s^2 + c1 s) + c0 over (s, b, y) samples
+// with every coefficient >= 0 (noise must not make a longer sequence cheaper), and of
+// y = per_token * tokens + constant, likewise.
+struct TimeSample {
+  double seq_len = 0;
+  int micro_batch_size = 1;
+  double seconds = 0;
+};
+LayerTimeFit fit_layer_time(const std::vector<TimeSample>& samples);
+LinearFit fit_linear(const std::vector<std::pair<double, double>>& tokens_seconds);
+
+}  // namespace hspmd::planner

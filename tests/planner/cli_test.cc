@@ -1,0 +1,97 @@
+// `hspmd plan`, `hspmd explain --profile` and `hspmd profile --from-cluster` through the built
+// binary: the plan is written as a strategy file the runtime accepts, the figures are printed,
+// and a model that cannot fit is refused with exit code 1.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "hspmd/models/llama_plan.h"
+#include "hspmd/planner/profile.h"
+#include "planner/planner_testlib.h"
+#include "run_hspmd.h"
+
+namespace hspmd::planner {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+const std::string kRoot = fs::path(__FILE__).parent_path().parent_path().parent_path().string();
+
+class PlanCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::ifstream(hspmd::testing::hspmd_binary()).good()) << "hspmd not built (set HSPMD_BINARY_DIR)";
+    dir_ = fs::temp_directory_path() / ("hspmd-plan-cli-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "profile.json") << testing::two_kind_profile().to_json_text();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  void write_cluster(double memory) {
+    std::ofstream out(path("cluster.json"));
+    out << R"({"name": "two-kinds", "devices": [)";
+    for (int r = 0; r < 4; ++r) {
+      out << (r ? "," : "") << R"({"id": )" << r << R"(, "node": )" << r / 2 << R"(, "type": ")"
+          << (r < 2 ? "fast" : "slow") << R"(", "memory": )" << memory << "}";
+    }
+    out << R"(], "intra_node_bandwidth": 1e10, "inter_node_bandwidth": 1e9})";
+  }
+  fs::path dir_;
+};
+
+TEST_F(PlanCliTest, PlanThenExplain) {
+  write_cluster(1e9);
+  const std::string model = kRoot + "/configs/llama-tiny.json";
+  const auto plan = hspmd::testing::run_hspmd("plan --model " + model + " --cluster " + path("cluster.json") +
+                                              " --profile " + path("profile.json") +
+                                              " --global-batch 8 --seq-len 64 --out " + path("s.json"));
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  EXPECT_THAT(plan.output, HasSubstr("predicted step time: "));
+  EXPECT_THAT(plan.output, HasSubstr("predicted memory per rank:\n  rank 0 (fast"));
+  EXPECT_THAT(plan.output, HasSubstr("planning time: "));
+  const sharding::Strategy st = sharding::Strategy::from_file(path("s.json"));
+  models::compile_llama_plan(models::LlamaConfig::from_file(model), st);  // what `hspmd train` compiles
+
+  const auto explain = hspmd::testing::run_hspmd("explain --strategy " + path("s.json") + " --model " + model +
+                                                 " --cluster " + path("cluster.json") + " --profile " +
+                                                 path("profile.json") + " --seq-len 64");
+  ASSERT_EQ(explain.code, 0) << explain.output;
+  EXPECT_THAT(explain.output, HasSubstr("pipeline 0"));
+  // The same prediction as the planner printed.
+  const size_t at = plan.output.find("predicted step time: ");
+  const std::string line = plan.output.substr(at, plan.output.find('\n', at) - at);
+  EXPECT_THAT(explain.output, HasSubstr(line));
+
+  const auto missing = hspmd::testing::run_hspmd("explain --strategy " + path("s.json") + " --model " + model +
+                                                 " --profile " + path("profile.json"));
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_THAT(missing.output, HasSubstr("--profile needs --cluster"));
+}
+
+TEST_F(PlanCliTest, UnfitModelIsRefused) {
+  write_cluster(2e6);
+  const auto r = hspmd::testing::run_hspmd("plan --model " + kRoot + "/configs/llama-tiny.json --cluster " +
+                                           path("cluster.json") + " --profile " + path("profile.json") +
+                                           " --global-batch 8 --seq-len 64 --out " + path("s.json"));
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("no plan fits in memory"));
+  EXPECT_FALSE(fs::exists(path("s.json")));
+}
+
+TEST_F(PlanCliTest, DerivedProfileIsLabelled) {
+  const auto r = hspmd::testing::run_hspmd("profile --model " + kRoot + "/configs/llama-32b.json --from-cluster " +
+                                           kRoot + "/examples/clusters/paper-16h800-32h20.json --out " +
+                                           path("p.json"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const Profile p = Profile::from_file(path("p.json"));
+  EXPECT_THAT(p.source, HasSubstr("DERIVED from datasheet figures, not measured"));
+  EXPECT_TRUE(p.has("H800", 8));
+  EXPECT_TRUE(p.has("H20", 4));
+}
+
+}  // namespace
+}  // namespace hspmd::planner

@@ -1,0 +1,309 @@
+// The planner against exhaustive enumeration on small clusters (two device kinds, <= 8 devices):
+// every strategy of the planner's space (per kind a TP degree or idle; any number of pipelines;
+// every even spread of each kind's groups; every kind order; every micro-batch size; EVERY layer
+// split of every pipeline and EVERY micro-batch count per pipeline) is priced by the cost model,
+// and the planner's plan must be the cheapest that fits. Then memory limits, the refusal of a
+// model that cannot fit, and re-planning after losing or gaining devices.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <ctime>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <map>
+
+#include "hspmd/core/error.h"
+#include "hspmd/models/llama_plan.h"
+#include "hspmd/planner/derived_profile.h"
+#include "hspmd/planner/planner.h"
+#include "planner/planner_testlib.h"
+
+namespace hspmd::planner {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::tiny_config;
+using testing::two_kind_cluster;
+using testing::two_kind_profile;
+
+const std::string kRoot = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().string();
+
+// All compositions of `total` into `parts` positive integers.
+void compositions(int total, int parts, std::vector<int>& cur, const std::function<void(const std::vector<int>&)>& f) {
+  if (parts == 1) {
+    cur.push_back(total);
+    f(cur);
+    cur.pop_back();
+    return;
+  }
+  for (int first = 1; first <= total - (parts - 1); ++first) {
+    cur.push_back(first);
+    compositions(total - first, parts - 1, cur, f);
+    cur.pop_back();
+  }
+}
+
+struct Brute {
+  double best = std::numeric_limits<double>::infinity();
+  int strategies = 0;
+};
+
+// Exhaustive search over the planner's documented space, written independently of the planner.
+Brute exhaustive(const models::LlamaConfig& config, const resolve::Topology& topo, const CostModel& cost,
+                 int64_t global_batch, bool zero1) {
+  const int L = static_cast<int>(config.num_hidden_layers);
+  std::map<std::string, std::vector<int>> ranks_of;  // one node per kind in these clusters
+  for (int r = 0; r < topo.num_devices(); ++r) ranks_of[topo.device(r).type].push_back(r);
+  std::vector<std::string> kinds;
+  for (const auto& [k, _] : ranks_of) kinds.push_back(k);
+  Brute out;
+  for (int t_fast : {0, 1, 2}) {
+    for (int t_slow : {0, 1, 2}) {
+      std::map<std::string, int> tp{{kinds[0], t_fast}, {kinds[1], t_slow}};
+      std::map<std::string, std::vector<std::vector<int>>> groups;
+      std::vector<std::string> used;
+      int G = 0;
+      for (const std::string& k : kinds) {
+        if (!tp[k]) continue;
+        for (size_t i = 0; i + tp[k] <= ranks_of[k].size(); i += tp[k]) {
+          groups[k].push_back(std::vector<int>(ranks_of[k].begin() + i, ranks_of[k].begin() + i + tp[k]));
+        }
+        used.push_back(k);
+        G += static_cast<int>(groups[k].size());
+      }
+      if (used.empty()) continue;
+      for (int D = 1; D <= G; ++D) {
+        // Per kind, every vector of per-pipeline counts in {G_k / D, G_k / D + 1} summing to G_k.
+        std::vector<std::map<std::string, std::vector<int>>> spreads{{}};
+        for (const std::string& k : used) {
+          const int Gk = static_cast<int>(groups[k].size());
+          std::vector<std::map<std::string, std::vector<int>>> next;
+          for (int mask = 0; mask < (1 << D); ++mask) {
+            std::vector<int> c(D);
+            int sum = 0;
+            for (int p = 0; p < D; ++p) sum += c[p] = Gk / D + ((mask >> p) & 1);
+            if (sum != Gk) continue;
+            for (auto m : spreads) {
+              m[k] = c;
+              next.push_back(m);
+            }
+          }
+          spreads = next;
+        }
+        for (const auto& count : spreads) {
+          std::vector<std::string> order = used;
+          do {
+            std::vector<std::vector<std::vector<int>>> pipes(D);
+            std::map<std::string, size_t> used_groups;
+            bool ok = true;
+            for (int p = 0; p < D; ++p) {
+              for (const std::string& k : order) {
+                for (int i = 0; i < count.at(k)[p]; ++i) pipes[p].push_back(groups[k][used_groups[k]++]);
+              }
+              ok = ok && !pipes[p].empty() && static_cast<int>(pipes[p].size()) <= L;
+            }
+            if (!ok) continue;
+            for (int b = 1; b <= 8; b *= 2) {
+              if (global_batch % b) continue;
+              const int N = static_cast<int>(global_batch / b);
+              if (N < D) continue;
+              // Every layer split of every pipeline, every micro-batch count per pipeline.
+              std::vector<std::vector<std::vector<int>>> splits(D);
+              for (int p = 0; p < D; ++p) {
+                std::vector<int> cur;
+                compositions(L, static_cast<int>(pipes[p].size()), cur,
+                             [&](const std::vector<int>& c) { splits[p].push_back(c); });
+              }
+              std::vector<int> cur;
+              compositions(N, D, cur, [&](const std::vector<int>& counts) {
+                std::vector<size_t> pick(D, 0);
+                while (true) {
+                  sharding::Strategy st;
+                  st.zero1 = zero1;
+                  for (int p = 0; p < D; ++p) {
+                    sharding::PipelineSpec pipe;
+                    pipe.micro_batch_size = b;
+                    pipe.num_micro_batches = counts[p];
+                    int layer = 0;
+                    for (size_t j = 0; j < pipes[p].size(); ++j) {
+                      const int x = splits[p][pick[p]][j];
+                      pipe.stages.push_back({pipes[p][j], layer, layer + x - 1});
+                      layer += x;
+                    }
+                    st.pipelines.push_back(pipe);
+                  }
+                  const Prediction pr = cost.predict(st);
+                  ++out.strategies;
+                  if (pr.fits) out.best = std::min(out.best, pr.step_seconds);
+                  int p = 0;
+                  while (p < D && ++pick[p] == splits[p].size()) pick[p++] = 0;
+                  if (p == D) break;
+                }
+              });
+            }
+          } while (std::next_permutation(order.begin(), order.end()));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+struct Case {
+  int fast, slow;
+  double slowdown;
+  double memory;  // bytes per device
+};
+
+class PlannerExhaustiveTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PlannerExhaustiveTest, PlanIsTheCheapestValidStrategy) {
+  const Case c = GetParam();
+  const models::LlamaConfig config = tiny_config();
+  const resolve::Topology topo = two_kind_cluster(c.fast, c.slow, c.memory);
+  const Profile profile = two_kind_profile(c.slowdown);
+  PlannerOptions o;
+  o.global_batch = 8;
+  o.seq_len = 64;
+  const Planner planner(config, topo, profile, o);
+  const Brute brute = exhaustive(config, topo, planner.cost_model(), o.global_batch, o.zero1);
+  ASSERT_LT(brute.best, std::numeric_limits<double>::infinity()) << "no strategy fits: the case is mis-sized";
+  const Plan plan = planner.plan();
+  plan.strategy.validate(4);
+  EXPECT_TRUE(plan.prediction.fits);
+  EXPECT_NEAR(plan.prediction.step_seconds, brute.best, 1e-9 * brute.best)
+      << "planner " << plan.prediction.step_seconds << " s vs the best of " << brute.strategies
+      << " enumerated strategies " << brute.best << " s\n"
+      << describe_plan(plan);
+  // The priced plan is what the cost model says of the written strategy.
+  EXPECT_DOUBLE_EQ(planner.cost_model().predict(plan.strategy).step_seconds, plan.prediction.step_seconds);
+  models::compile_llama_plan(config, plan.strategy);  // the runtime accepts it
+}
+
+INSTANTIATE_TEST_SUITE_P(TwoKinds, PlannerExhaustiveTest,
+                         ::testing::Values(Case{2, 2, 3.0, 1e9},     // 4 devices
+                                           Case{2, 4, 3.0, 1e9},     // 6 devices, slow ones worth using
+                                           Case{2, 4, 40.0, 1e9},    // slow ones hardly worth it
+                                           Case{2, 2, 3.0, 9.5e6},   // memory binds: no stage holds 4 layers
+                                           Case{4, 4, 2.0, 1e9}));   // 8 devices
+
+TEST(PlannerMemoryTest, LimitsAreRespectedAndChangeThePlan) {
+  const models::LlamaConfig config = tiny_config();
+  const Profile profile = two_kind_profile();
+  PlannerOptions o;
+  o.global_batch = 8;
+  o.seq_len = 64;
+  const resolve::Topology roomy = two_kind_cluster(2, 2, 1e9);
+  const Plan free_plan = Planner(config, roomy, profile, o).plan();
+  double most = 0;
+  for (const RankPrediction& r : free_plan.prediction.ranks) most = std::max(most, r.memory.total());
+  // Give every device less than the unconstrained plan needs somewhere.
+  const double capacity = 0.9 * most;
+  const resolve::Topology tight = two_kind_cluster(2, 2, capacity);
+  const Plan plan = Planner(config, tight, profile, o).plan();
+  ASSERT_TRUE(plan.prediction.fits) << describe_plan(plan);
+  for (const RankPrediction& r : plan.prediction.ranks) {
+    EXPECT_LE(r.memory.total(), capacity) << describe_memory(r);
+  }
+  EXPECT_NE(plan.strategy.pipelines, free_plan.strategy.pipelines);
+  EXPECT_GE(plan.prediction.step_seconds, free_plan.prediction.step_seconds);
+}
+
+TEST(PlannerMemoryTest, ModelThatCannotFitIsRefusedWithTheFigures) {
+  const Profile profile = two_kind_profile();
+  PlannerOptions o;
+  o.global_batch = 8;
+  o.seq_len = 64;
+  const resolve::Topology tiny = two_kind_cluster(2, 2, 2e6);  // 2 MB a device
+  try {
+    Planner(tiny_config(), tiny, profile, o).plan();
+    FAIL() << "a 4-layer model with 3.7 MB of states per layer fitted in 4 x 2 MB";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_THAT(what, HasSubstr("no plan fits in memory"));
+    EXPECT_THAT(what, HasSubstr("billion parameters"));
+    EXPECT_THAT(what, HasSubstr("the devices have 7.63 MiB in all, the largest 1.91 MiB"));
+  }
+}
+
+// Re-planning on the paper's 48-GPU cluster after losing H800 rank 15, from Table 9's strategy.
+TEST(PlannerReplanTest, AfterALossEverySurvivorIsUsedOrDeliberatelyIdle) {
+  const models::LlamaConfig config = models::LlamaConfig::from_file(kRoot + "/configs/llama-32b.json");
+  const resolve::Topology topo = resolve::Topology::from_file(kRoot + "/examples/clusters/paper-16h800-32h20.json");
+  const Profile profile = derive_profile(config, topo, {});
+  const sharding::Strategy previous =
+      sharding::Strategy::from_file(kRoot + "/examples/strategies/table9-32b-16h800-32h20.json");
+  PlannerOptions o;
+  o.global_batch = 64;
+  o.seq_len = 4096;
+  const Planner planner(config, topo, profile, o);
+  std::vector<int> survivors;
+  for (int r = 0; r < 48; ++r) {
+    if (r != 15) survivors.push_back(r);
+  }
+  const std::clock_t cpu = std::clock();
+  const Plan plan = planner.replan(previous, survivors);
+  const double cpu_seconds = static_cast<double>(std::clock() - cpu) / CLOCKS_PER_SEC;
+  EXPECT_LT(cpu_seconds, 1.0) << "re-planning at 48 devices must take under a second";
+  plan.strategy.validate(60);
+  models::compile_llama_plan(config, plan.strategy);
+  EXPECT_TRUE(plan.prediction.fits);
+  const std::vector<int> used = plan.strategy.ranks();
+  EXPECT_FALSE(std::binary_search(used.begin(), used.end(), 15)) << "the lost rank is in the new plan";
+  for (int r : survivors) {
+    const bool in_plan = std::binary_search(used.begin(), used.end(), r);
+    const bool idle = std::any_of(plan.idle.begin(), plan.idle.end(), [&](const std::string& line) {
+      return line.rfind("rank " + std::to_string(r) + " (", 0) == 0;
+    });
+    EXPECT_NE(in_plan, idle) << "rank " << r << " must be either used or listed idle with a reason";
+  }
+  EXPECT_EQ(used.size() + plan.idle.size(), survivors.size());
+  // Against the fastest plan on the survivors with the previous TP degrees and micro-batch size
+  // (the re-planner's space): at most the tolerance slower, and it moves no more state.
+  PlannerOptions fresh = o;
+  fresh.devices = survivors;
+  fresh.micro_batch_sizes = {1};
+  fresh.tp_per_kind = {{"H800", 4}, {"H20", 4}};
+  const Plan fastest = Planner(config, topo, profile, fresh).plan();
+  EXPECT_LE(plan.prediction.step_seconds, fastest.prediction.step_seconds * (1 + o.replan_tolerance) + 1e-9);
+  EXPECT_LE(plan.moved_bytes, planner.moved_bytes(previous, fastest.strategy));
+  EXPECT_GT(planner.moved_bytes(previous, plan.strategy), 0);
+  EXPECT_DOUBLE_EQ(plan.moved_bytes, planner.moved_bytes(previous, plan.strategy));
+}
+
+TEST(PlannerReplanTest, AddedRanksAreUsedOrDeliberatelyIdle) {
+  const models::LlamaConfig config = tiny_config();
+  const resolve::Topology topo = two_kind_cluster(2, 4, 1e9);
+  const Profile profile = two_kind_profile();
+  PlannerOptions o;
+  o.global_batch = 8;
+  o.seq_len = 64;
+  o.devices = {0, 1, 2, 3};
+  const Planner small(config, topo, profile, o);
+  const Plan before = small.plan();
+  const Plan after = small.replan(before.strategy, {0, 1, 2, 3, 4, 5});
+  after.strategy.validate(4);
+  EXPECT_EQ(after.strategy.ranks().size() + after.idle.size(), 6u) << describe_plan(after);
+  EXPECT_LE(after.prediction.step_seconds, before.prediction.step_seconds * (1 + o.replan_tolerance));
+  // With the same ranks the previous plan is among the candidates: nothing needs to move.
+  const Plan same = small.replan(before.strategy, {0, 1, 2, 3});
+  EXPECT_EQ(same.moved_bytes, 0) << describe_plan(same);
+}
+
+TEST(PlannerTest, RejectsBadOptions) {
+  const resolve::Topology topo = two_kind_cluster(2, 2, 1e9);
+  const Profile profile = two_kind_profile();
+  PlannerOptions odd;
+  odd.global_batch = 8;
+  odd.micro_batch_sizes = {3};
+  EXPECT_THROW(Planner(tiny_config(), topo, profile, odd), Error);
+  PlannerOptions outside;
+  outside.global_batch = 8;
+  outside.devices = {7};
+  EXPECT_THROW(Planner(tiny_config(), topo, profile, outside), Error);
+}
+
+}  // namespace
+}  // namespace hspmd::planner

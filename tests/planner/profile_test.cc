@@ -1,0 +1,116 @@
+// Profile files (round trip, errors naming the key) and the regression fits of the profiler.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "hspmd/core/error.h"
+#include "hspmd/planner/derived_profile.h"
+#include "hspmd/planner/profile.h"
+#include "hspmd/planner/profiler.h"
+#include "planner/planner_testlib.h"
+
+namespace hspmd::planner {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ProfileTest, JsonRoundTrip) {
+  Profile p = testing::two_kind_profile();
+  p.model = "configs/llama-tiny.json";
+  p.links["intra-node"] = {2e9, 3e9, 5e-5};
+  const Profile q = Profile::from_json_text(p.to_json_text(), "p.json");
+  EXPECT_EQ(q.source, p.source);
+  EXPECT_EQ(q.model, p.model);
+  ASSERT_EQ(q.devices.size(), 2u);
+  EXPECT_DOUBLE_EQ(q.at("slow", 2).layer.c1, p.at("slow", 2).layer.c1);
+  EXPECT_DOUBLE_EQ(q.at("fast", 1).activations.transient_per_token, p.at("fast", 1).activations.transient_per_token);
+  EXPECT_DOUBLE_EQ(q.kind("slow").optimizer_seconds_per_parameter, p.kind("slow").optimizer_seconds_per_parameter);
+  EXPECT_DOUBLE_EQ(q.link("intra-node")->allreduce_bandwidth, 3e9);
+  EXPECT_FALSE(q.link("inter-node").has_value());
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ProfileTest, ErrorsNameTheKey) {
+  const std::string good = testing::two_kind_profile().to_json_text();
+  std::string bad = good;
+  bad.replace(bad.find("\"bytes_per_parameter\""), 21, "\"bytes_per_paramter\"");
+  EXPECT_THAT(error_of([&] { Profile::from_json_text(bad, "p.json"); }),
+              HasSubstr("missing required key \"bytes_per_parameter\""));
+  EXPECT_THAT(error_of([&] { Profile::from_json_text(R"({"format": "x", "source": "s", "devices": {}})", "p.json"); }),
+              HasSubstr("p.json.format: expected \"hspmd-profile/1\""));
+  const Profile p = testing::two_kind_profile();
+  EXPECT_THAT(error_of([&] { p.at("fast", 4); }), HasSubstr("was not profiled at TP 4; profiled degrees: 1, 2"));
+  EXPECT_THAT(error_of([&] { p.kind("H100"); }), HasSubstr("no device kind \"H100\"; it has: fast, slow"));
+}
+
+TEST(ProfilerFitTest, RecoversQuadraticLayerTime) {
+  const LayerTimeFit truth{3e-9, 2e-6, 4e-4};
+  std::vector<TimeSample> samples;
+  for (double s : {64.0, 128.0, 256.0}) {
+    for (int b : {1, 2}) samples.push_back({s, b, truth.seconds(b, s)});
+  }
+  const LayerTimeFit fit = fit_layer_time(samples);
+  EXPECT_NEAR(fit.a, truth.a, 1e-15);
+  EXPECT_NEAR(fit.c1, truth.c1, 1e-12);
+  EXPECT_NEAR(fit.c0, truth.c0, 1e-10);
+}
+
+TEST(ProfilerFitTest, NegativeQuadraticTermIsDropped) {
+  // Concave samples (noise) would fit a < 0: refitted as a line.
+  std::vector<TimeSample> samples{{64, 1, 1.0}, {128, 1, 1.9}, {256, 1, 3.0}};
+  const LayerTimeFit fit = fit_layer_time(samples);
+  EXPECT_EQ(fit.a, 0);
+  EXPECT_GT(fit.c1, 0);
+  const LinearFit line = fit_linear({{100, 1.0}, {200, 2.0}});
+  EXPECT_NEAR(line.per_token, 0.01, 1e-12);
+  EXPECT_NEAR(line.constant, 0, 1e-12);
+}
+
+TEST(DerivedProfileTest, ComputeFromFlopsOverPeak) {
+  const models::LlamaConfig c = testing::tiny_config();
+  const resolve::Topology topo = testing::two_kind_cluster(2, 2, 1e9);  // peak 1e11
+  DerivationOptions o;
+  o.efficiency = 0.5;
+  const Profile p = derive_profile(c, topo, o);
+  EXPECT_THAT(p.source, HasSubstr("DERIVED"));
+  // One layer, fwd + bwd, one 64-token sequence at TP 1: 3 * (2 * 64 * matmul params + 2 * 64^2 * hidden) FLOPs.
+  const double matmul = 184576 - 2 * 128;
+  const double flops = 3 * (2 * 64 * matmul + 2 * 64.0 * 64 * 128);
+  EXPECT_NEAR(p.at("fast", 1).layer.seconds(1, 64), flops / 5e10, 1e-12);
+  EXPECT_NEAR(p.at("slow", 2).layer.seconds(1, 64), flops / 5e10 / 2, 1e-12);
+  EXPECT_FALSE(p.has("fast", 4));  // a node holds two of each
+}
+
+// The shipped paper profiles are what `hspmd profile --from-cluster` derives today.
+TEST(DerivedProfileTest, ShippedPaperProfilesAreCurrent) {
+  const std::string root = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().string();
+  const resolve::Topology topo = resolve::Topology::from_file(root + "/examples/clusters/paper-16h800-32h20.json");
+  for (const char* model : {"32b", "70b"}) {
+    const models::LlamaConfig c = models::LlamaConfig::from_file(root + "/configs/llama-" + model + ".json");
+    const Profile shipped =
+        Profile::from_file(root + "/examples/profiles/paper-h800-h20-llama-" + std::string(model) + ".json");
+    const Profile derived = derive_profile(c, topo, {});
+    EXPECT_THAT(shipped.source, HasSubstr("DERIVED from datasheet figures, not measured"));
+    ASSERT_EQ(shipped.devices.size(), derived.devices.size());
+    for (const auto& [kind, k] : derived.devices) {
+      ASSERT_EQ(shipped.kind(kind).tp.size(), k.tp.size()) << model << " " << kind;
+      for (const auto& [t, tp] : k.tp) {
+        EXPECT_DOUBLE_EQ(shipped.at(kind, t).layer.c1, tp.layer.c1) << model << " " << kind << " TP " << t;
+        EXPECT_DOUBLE_EQ(shipped.at(kind, t).activations.keep_per_token, tp.activations.keep_per_token);
+      }
+      EXPECT_DOUBLE_EQ(shipped.kind(kind).zero_bytes_per_parameter, k.zero_bytes_per_parameter);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hspmd::planner
