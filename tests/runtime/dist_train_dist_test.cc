@@ -118,6 +118,25 @@ TEST(DistTrain, TiedEmbeddingsAcrossPipelineStages) {
   expect_matches_single_process(run(st, options(kSteps), {.tied = true}), kSteps, 1, true);
 }
 
+// Evaluation runs the forward passes of the current plan only: the same loss as one process, and
+// the weights do not move (training afterwards still follows the one-process run).
+TEST(DistTrain, EvaluationUnderAStrategyEqualsOneProcess) {
+  data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
+  Trainer one(config(), ds, options(2));
+  while (!one.done()) one.step();
+  const double expected = one.evaluate(ds, 2048);
+  sharding::Strategy st = strategy(R"({"name": "uneven", "pipelines": [
+    {"micro_batch_size": 1, "num_micro_batches": 3,
+     "stages": [{"ranks": "0", "layers": "0"}, {"ranks": "1", "layers": "1-2"}, {"ranks": "2", "layers": "3"}]},
+    {"micro_batch_size": 2, "num_micro_batches": 2,
+     "stages": [{"ranks": "3-4", "layers": "0-2"}, {"ranks": "5", "layers": "3"}]}]})");
+  std::vector<double> got(6);
+  const DistRun r = run(st, options(2), {.after = [&](DistTrainer& t) { got[t.rank()] = t.evaluate(ds, 2048); }});
+  for (int rank = 0; rank < 6; ++rank) EXPECT_NEAR(got[rank], expected, 1e-5 * expected) << rank;
+  EXPECT_GT(expected, 0);
+  expect_matches_single_process(r, 2);
+}
+
 class DistCheckpoint : public testing::TempDirTest {};
 
 TEST_F(DistCheckpoint, SaveUnderOneStrategyResumeUnderAnother) {

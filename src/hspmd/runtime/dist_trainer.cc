@@ -207,7 +207,7 @@ std::unique_ptr<DistTrainer::PlanRuntime> DistTrainer::specialize_plan(const sha
   p->active = exec.data_group() >= 0;
   std::vector<std::pair<std::string, Shape>> shapes;
   for (size_t i = 0; i < model_.params.size(); ++i) {
-    shapes.emplace_back(model_.param_names[i], evaluate(model_.graph.info(model_.params[i]).shape, {}));
+    shapes.emplace_back(model_.param_names[i], hspmd::evaluate(model_.graph.info(model_.params[i]).shape, {}));
   }
   p->layouts = switching::param_layouts(exec.plan(), shapes);
   const std::vector<graph::GradientSync> syncs =
@@ -452,41 +452,77 @@ void DistTrainer::backward(MicroBatch& mb) {
   tracer_.record(std::string("B").append(std::to_string(mb.index)), "compute", start, tracer_.now_us());
 }
 
-StepMetrics DistTrainer::step() {
-  const auto start = Clock::now();
+double DistTrainer::run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train) {
   const TrainerOptions& o = options_.train;
-  const sharding::AnnotationPlan& plan = current_->exec->plan();
-
-  // The global batch, the same on every rank; this pipeline's share, micro-batch by micro-batch.
-  std::vector<data::Segment> segments = loader_->next();
-  const data::Batch global = data::pack(segments, {.seq_len = o.seq_len});
-  const int64_t labels = global.num_label_tokens();
   std::vector<data::PartSpec> parts;
-  for (const sharding::PipelineSchedule& p : plan.pipelines) {
+  for (const sharding::PipelineSchedule& p : current_->exec->plan().pipelines) {
     parts.push_back({static_cast<double>(p.micro_batch_size) * p.num_micro_batches, p.num_micro_batches});
   }
   const auto split = data::split_global_batch(segments, parts);
-  const std::remove_cvref_t<decltype(split.at(0))> none;  // a spare trains no micro-batch
+  const std::remove_cvref_t<decltype(split.at(0))> none;  // a spare runs no micro-batch
   const auto& mine = current_->active ? split.at(current_->exec->data_group()) : none;
 
   std::vector<MicroBatch> batches(mine.size());
   double loss_sum = 0;
   for (const specialize::Task& task : current_->schedule) {
     MicroBatch& mb = batches.at(task.micro_batch);
-    if (task.forward) {
-      mb.index = task.micro_batch;
-      graph::TensorMap feeds = llama_feeds(data::pack(mine[task.micro_batch], {.seq_len = o.seq_len}), labels);
-      for (int id : current_->exec->placeholders()) {
-        const std::string& name = model_.graph.op(id).name;
-        mb.feeds[name] = feeds.at(name);
-      }
-      mb.binding = model_.graph.bind(mb.feeds);
-      forward(mb);
-      loss_sum += mb.loss;
-    } else {
-      backward(mb);
+    if (!task.forward) {
+      if (train) backward(mb);
+      continue;
     }
+    mb.index = task.micro_batch;
+    graph::TensorMap feeds = llama_feeds(data::pack(mine[task.micro_batch], {.seq_len = o.seq_len}), labels);
+    for (int id : current_->exec->placeholders()) {
+      const std::string& name = model_.graph.op(id).name;
+      mb.feeds[name] = feeds.at(name);
+    }
+    mb.binding = model_.graph.bind(mb.feeds);
+    forward(mb);
+    loss_sum += mb.loss;
+    if (!train) mb.values.clear();  // no backward pass will read them
   }
+  return loss_sum;
+}
+
+bool DistTrainer::counts_loss() const {
+  // Each pipeline's last stage counts its micro-batches once (the first rank of its TP group).
+  const Annotation& loss = current_->exec->annotation(model_.loss);
+  const auto where = loss.locate(rank_);
+  return where && where->second == 0 && (loss.hdim() == sharding::kPartial || where->first == 0);
+}
+
+double DistTrainer::evaluate(const data::TokenDataset& dataset, int64_t max_tokens) {
+  const TrainerOptions& o = options_.train;
+  // Always the same batches: the first ones of a fixed order.
+  data::Loader loader(dataset, {.seq_len = o.seq_len, .global_batch_tokens = o.global_batch_tokens, .seed = 0});
+  std::vector<double> totals{0.0, 0.0};  // sum over batches of (mean loss x labels), labels
+  int64_t tokens = 0;
+  while (tokens < std::max<int64_t>(max_tokens, 1) && loader.state().epoch == 0) {
+    const std::vector<data::Segment> segments = loader.next();
+    const data::Batch global = data::pack(segments, {.seq_len = o.seq_len});
+    const int64_t labels = global.num_label_tokens();
+    tokens += global.num_tokens();
+    if (labels == 0) continue;
+    const double loss = run_passes(segments, labels, /*train=*/false);
+    if (counts_loss()) totals[0] += loss * static_cast<double>(labels);
+    totals[1] += static_cast<double>(labels);
+  }
+  session_.wait_deferred();
+  std::vector<double> sum{totals[0]};
+  all_ranks_group()->allreduce({.data = comm::CommBuffer::of(sum)}).wait();
+  HSPMD_CHECK(totals[1] > 0) << "evaluation data " << dataset.dir() << " has no labelled token";
+  return sum[0] / totals[1];
+}
+
+StepMetrics DistTrainer::step() {
+  const auto start = Clock::now();
+  const TrainerOptions& o = options_.train;
+
+  // The global batch, the same on every rank; this pipeline's share, micro-batch by micro-batch.
+  std::vector<data::Segment> segments = loader_->next();
+  const data::Batch global = data::pack(segments, {.seq_len = o.seq_len});
+  const int64_t labels = global.num_label_tokens();
+  const double loss_sum = run_passes(segments, labels, /*train=*/true);
   const double loss = post(loss_sum);
 
   StepMetrics m;
@@ -519,12 +555,7 @@ double DistTrainer::post(double loss_sum) {
     s.grad = Tensor();
     if (counts_once(s.state_annotation, s.shape, rank_)) squares += kernels::sum_squares(grads[i]);
   }
-  // Loss: each pipeline's last stage counts its micro-batches once (the first rank of its TP group).
-  const Annotation& loss_annotation = current_->exec->annotation(model_.loss);
-  const auto where = loss_annotation.locate(rank_);
-  const bool counts_loss =
-      where && where->second == 0 && (loss_annotation.hdim() == sharding::kPartial || where->first == 0);
-  std::vector<double> totals{squares, counts_loss ? loss_sum : 0.0};
+  std::vector<double> totals{squares, counts_loss() ? loss_sum : 0.0};
   all_ranks_group()->allreduce({.data = comm::CommBuffer::of(totals)}).wait();
   const double norm = std::sqrt(totals[0]);
   last_grad_norm_ = norm;

@@ -117,6 +117,10 @@ class DistTrainer {
   DistTrainer& operator=(const DistTrainer&) = delete;
 
   StepMetrics step();  // collective (every process of the run); a spare's loss is the global one
+  // Collective: the token-weighted mean loss, forward only under the current plan, over the first
+  // batches (the run's seq_len and global_batch_tokens, a fixed order) of `dataset` until
+  // `max_tokens` tokens or the end of one epoch. The weights do not change.
+  double evaluate(const data::TokenDataset& dataset, int64_t max_tokens);
   bool done() const { return step_ >= options_.train.steps; }
   int64_t step_count() const { return step_; }
 
@@ -190,6 +194,10 @@ class DistTrainer {
                     const TrainerOptions& saved, uint64_t saved_seed, int64_t step, const data::LoaderState& loader,
                     const std::string& source);
   double post(double loss_sum);  // returns the global loss; updates weights
+  // This rank's part of one global batch, in its schedule's order: forward passes (and the backward
+  // ones when `train`); returns the sum of the losses of its micro-batches.
+  double run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train);
+  bool counts_loss() const;  // whether this rank's micro-batch losses enter the global loss
   std::shared_ptr<comm::Communicator> all_ranks_group();
 
   DistOptions options_;

@@ -56,6 +56,10 @@ class Trainer {
   void save(const std::string& dir) { trainer_->save(dir); }
 
   StepMetrics step() { return trainer_->step(); }
+  // Mean token loss on `dataset` (e.g. the validation split), forward only (DistTrainer::evaluate).
+  double evaluate(const data::TokenDataset& dataset, int64_t max_tokens) {
+    return trainer_->evaluate(dataset, max_tokens);
+  }
   bool done() const { return trainer_->done(); }
   int64_t step_count() const { return trainer_->step_count(); }
 
