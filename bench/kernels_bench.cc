@@ -1,7 +1,7 @@
 // Kernel benchmarks at training-like sizes, and a table of ratios measured side by side in one run:
 //
 //   matmul wrapper / direct cblas_sgemm, per size      (goal >= 0.90: the wrapper adds nothing)
-//   attention fwd+bwd / sgemm 1024^3 rate              (goal >= 0.50)
+//   attention fwd+bwd / sgemm 1024^3 rate              (goal >= 0.70)
 //
 // FLOP counts: a GEMM is 2 M N K. Causal attention counts only the unmasked half of each
 // sequence's S x S score matrix: per (sequence, query head) the forward does 2 products
@@ -13,7 +13,7 @@
 //
 //   bench_kernels [--threads=N] [google benchmark flags, e.g. --benchmark_filter=attention]
 #include <benchmark/benchmark.h>
-#include <cblas.h>
+#include <cblas.h>  // CBLAS enums; the function is the one the kernels load
 
 #include <cstdio>
 #include <cstring>
@@ -23,6 +23,7 @@
 
 #include "hspmd/core/random.h"
 #include "hspmd/kernels/attention.h"
+#include "hspmd/kernels/blas_library.h"
 #include "hspmd/kernels/matmul.h"
 #include "hspmd/kernels/rms_norm.h"
 #include "hspmd/kernels/threading.h"
@@ -58,7 +59,7 @@ void bm_sgemm_direct(benchmark::State& state, GemmSize g) {
   Tensor a = random({g.m, g.k}, 1), b = random(g.trans_b ? hspmd::Shape{g.n, g.k} : hspmd::Shape{g.k, g.n}, 2);
   Tensor c = Tensor::empty({g.m, g.n}, DType::kFloat32);
   for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(g.m),
+    hspmd::kernels::blas_library().sgemm(CblasRowMajor, CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(g.m),
                 static_cast<int>(g.n), static_cast<int>(g.k), 1.0f, a.data<float>(), static_cast<int>(g.k),
                 b.data<float>(), static_cast<int>(g.trans_b ? g.k : g.n), 0.0f, c.data<float>(),
                 static_cast<int>(g.n));
@@ -163,7 +164,8 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("rms_norm_fwd_bwd/2048x1024", bm_rms_norm)->UseRealTime();
 
   RatioReporter reporter;
-  std::printf("kernel threads: %d\n", hspmd::kernels::num_threads());
+  std::printf("kernel threads: %d\nGEMM: %s\n", hspmd::kernels::num_threads(),
+              hspmd::kernels::blas_library().describe().c_str());
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
 
@@ -176,7 +178,7 @@ int main(int argc, char** argv) {
   const std::string sgemm = "sgemm_direct/1024x1024x1024";
   for (const char* nkv : {"4", "8"}) {
     print_ratio(rates, std::string("attention fwd+bwd nkv") + nkv + " / sgemm 1024^3",
-                std::string("attention_fwd_bwd/seq4x512_nq8_nkv") + nkv + "_d64", sgemm, 0.5);
+                std::string("attention_fwd_bwd/seq4x512_nq8_nkv") + nkv + "_d64", sgemm, 0.7);
   }
   return 0;
 }

@@ -1,9 +1,9 @@
 #include "hspmd/kernels/threading.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include "hspmd/core/error.h"
+#include "hspmd/kernels/blas_library.h"
 
 namespace hspmd::kernels {
 
@@ -12,7 +12,7 @@ namespace hspmd::kernels {
 void set_num_threads(int n) {
   HSPMD_CHECK(n >= 1) << "set_num_threads: thread count must be >= 1, got " << n;
   omp_set_num_threads(n);
-  openblas_set_num_threads(n);
+  blas_library().set_num_threads(n);
 }
 
 int num_threads() { return omp_get_max_threads(); }
