@@ -53,4 +53,8 @@ struct BlasLibrary {
 // Loads the library on first call (thread-safe); throws hspmd::Error when it cannot be loaded.
 const BlasLibrary& blas_library();
 
+// OpenBLAS's thread count: applied now when the library is loaded, else when it loads. A process
+// that runs only float32 kernels never loads it, so its thread pool never competes for the cores.
+void set_blas_num_threads(int n);
+
 }  // namespace hspmd::kernels

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <optional>
 
@@ -11,6 +12,10 @@
 
 namespace hspmd::kernels {
 namespace {
+
+// What set_blas_num_threads asked for (0: nothing yet), and whether blas_library() has loaded.
+std::atomic<int> g_requested_threads{0};
+std::atomic<bool> g_loaded{false};
 
 // The SONAME of Debian's libopenblas0 (pthread or openmp flavour, chosen by update-alternatives).
 constexpr const char* kOpenBlasSoname = "libopenblas.so.0";
@@ -105,8 +110,18 @@ std::string BlasLibrary::describe() const {
 }
 
 const BlasLibrary& blas_library() {
-  static const BlasLibrary library = load();
+  static const BlasLibrary library = [] {
+    BlasLibrary lib = load();
+    if (const int n = g_requested_threads.load(); n > 0) lib.set_num_threads(n);
+    g_loaded.store(true);
+    return lib;
+  }();
   return library;
+}
+
+void set_blas_num_threads(int n) {
+  g_requested_threads.store(n);
+  if (g_loaded.load()) blas_library().set_num_threads(n);
 }
 
 }  // namespace hspmd::kernels
