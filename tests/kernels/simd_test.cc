@@ -116,7 +116,8 @@ TEST_P(SimdLevelTest, AttentionMatchesScalarAndFloat64) {
   auto run = [&](DType dtype) {
     Tensor qd = as(q, dtype), kd = as(k, dtype), vd = as(v, dtype), dd = as(dout, dtype);
     Tensor out = Tensor::empty(q.shape(), dtype), lse = Tensor::empty({4, 150}, dtype);
-    Tensor dq = Tensor::empty(q.shape(), dtype), dk = Tensor::empty(k.shape(), dtype), dv = Tensor::empty(k.shape(), dtype);
+    Tensor dq = Tensor::empty(q.shape(), dtype), dk = Tensor::empty(k.shape(), dtype);
+    Tensor dv = Tensor::empty(k.shape(), dtype);
     attention_fwd(qd, kd, vd, cu, out, lse);
     attention_bwd(qd, kd, vd, cu, out, lse, dd, dq, dk, dv);
     return std::vector<Tensor>{out, lse, dq, dk, dv};
@@ -146,11 +147,13 @@ TEST_P(SimdLevelTest, RmsNormMatchesScalarAndFloat64) {
 
 TEST_P(SimdLevelTest, SwigluMatchesScalarAndFloat64) {
   // Large enough to be split over threads, with a tail; gates reach the clamped exp range.
-  Tensor g = random_tensor({3, 5001}, DType::kFloat32, 8, -100.0, 100.0), u = random_tensor({3, 5001}, DType::kFloat32, 9);
+  Tensor g = random_tensor({3, 5001}, DType::kFloat32, 8, -100.0, 100.0);
+  Tensor u = random_tensor({3, 5001}, DType::kFloat32, 9);
   Tensor dy = random_tensor({3, 5001}, DType::kFloat32, 10);
   auto run = [&](DType dtype) {
     Tensor gd = as(g, dtype), ud = as(u, dtype), dyd = as(dy, dtype);
-    Tensor y = Tensor::empty(g.shape(), dtype), dg = Tensor::empty(g.shape(), dtype), du = Tensor::empty(g.shape(), dtype);
+    Tensor y = Tensor::empty(g.shape(), dtype), dg = Tensor::empty(g.shape(), dtype);
+    Tensor du = Tensor::empty(g.shape(), dtype);
     swiglu_fwd(gd, ud, y);
     swiglu_bwd(gd, ud, dyd, dg, du);
     return std::vector<Tensor>{y, dg, du};
@@ -167,7 +170,8 @@ TEST_P(SimdLevelTest, CrossEntropyMatchesScalarAndFloat64) {
   Tensor dlosses = random_tensor({6}, DType::kFloat32, 13);
   auto run = [&](DType dtype) {
     Tensor ld = as(logits, dtype), dl = as(dlosses, dtype);
-    Tensor losses = Tensor::empty({6}, dtype), lse = Tensor::empty({6}, dtype), dlogits = Tensor::empty(logits.shape(), dtype);
+    Tensor losses = Tensor::empty({6}, dtype), lse = Tensor::empty({6}, dtype);
+    Tensor dlogits = Tensor::empty(logits.shape(), dtype);
     cross_entropy_fwd(ld, targets, losses, lse);
     cross_entropy_bwd(ld, targets, lse, dl, dlogits);
     return std::vector<Tensor>{losses, lse, dlogits};

@@ -34,7 +34,9 @@ Float32Gemm float32_gemm() {
   return static_cast<Float32Gemm>(v);
 }
 
-void set_float32_gemm(Float32Gemm backend) { g_float32_gemm.store(static_cast<int>(backend), std::memory_order_release); }
+void set_float32_gemm(Float32Gemm backend) {
+  g_float32_gemm.store(static_cast<int>(backend), std::memory_order_release);
+}
 
 const char* float32_gemm_name(Float32Gemm backend) { return backend == Float32Gemm::kOneDnn ? "onednn" : "openblas"; }
 

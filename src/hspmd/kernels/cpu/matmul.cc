@@ -1,6 +1,6 @@
-// matmul (kernels/matmul.h) on the GEMM libraries of cpu/blas.h. One GEMM per batch, or a single GEMM for the whole batch
-// when b is shared and a is not transposed (a[B, M, K] is then just a[B*M, K]): the common
-// linear-layer case gets one large, well-threaded call instead of B small ones.
+// matmul (kernels/matmul.h) on the GEMM libraries of cpu/blas.h. One GEMM per batch, or a single
+// GEMM for the whole batch when b is shared and a is not transposed (a[B, M, K] is then just
+// a[B*M, K]): the common linear-layer case gets one large, well-threaded call instead of B small ones.
 #include "hspmd/kernels/matmul.h"
 
 #include <climits>

@@ -32,7 +32,9 @@ double exp_shift_sum(double* x, int64_t n, double shift) {
   return s;
 }
 
-void softmax_grad_row(float* dp, const float* p, int64_t n, float delta) { row_ops().softmax_grad_row(dp, p, n, delta); }
+void softmax_grad_row(float* dp, const float* p, int64_t n, float delta) {
+  row_ops().softmax_grad_row(dp, p, n, delta);
+}
 
 void softmax_grad_row(double* dp, const double* p, int64_t n, double delta) {
   for (int64_t i = 0; i < n; ++i) dp[i] = p[i] * (dp[i] - delta);
