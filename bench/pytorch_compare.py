@@ -218,29 +218,62 @@ def median(xs):
     return xs[len(xs) // 2]
 
 
-def compare(binary, sides, config_path, batch, seq, steps, threads, rounds):
-    """Runs every side once per round, interleaved; returns the table row."""
+def compare(binary, sides, config_path, batch, seq, args):
+    """Runs every side once per round, interleaved; prints the table so far after each round (a long
+    run on a busy host can be stopped early and still leave results); returns the table row."""
     hspmd = Side("hspmd")
-    all_sides = [hspmd] + [Side(*s) for s in sides]
-    for r in range(rounds):
+    with open(config_path) as f:
+        config = json.load(f)
+    row = {"name": os.path.basename(config_path), "batch": f"{batch}x{seq}", "tokens": batch * seq,
+           "flops": train_flops(config, batch, seq), "sides": [hspmd] + [Side(*s) for s in sides]}
+    for r in range(args.rounds):
         with tempfile.TemporaryDirectory(prefix="hspmd_pytorch_compare.") as out:
             subprocess.run([binary, "--config", config_path, "--batch", str(batch), "--seq", str(seq), "--steps",
-                            str(steps), "--threads", str(threads), "--out", out], check=True)
+                            str(args.steps), "--threads", str(args.threads), "--out", out], check=True)
             with open(os.path.join(out, "hspmd.json")) as f:
                 ours = json.load(f)
             hspmd.record(ours, ours["losses"])
-            for side in all_sides[1:]:
+            for side in row["sides"][1:]:
                 result_path = os.path.join(out, "torch.json")
                 subprocess.run([side.python, os.path.abspath(__file__), "--worker", "--mode", side.mode, "--config",
-                                config_path, "--data", out, "--steps", str(steps), "--threads", str(threads),
-                                "--out", result_path], check=True)
+                                config_path, "--data", out, "--steps", str(args.steps), "--threads",
+                                str(args.threads), "--out", result_path], check=True)
                 with open(result_path) as f:
                     side.record(json.load(f), ours["losses"])
-        print(f"  {os.path.basename(config_path)} {batch}x{seq} round {r + 1}/{rounds}: " +
-              ", ".join(f"{s.name} {batch * seq / s.best['step_time']:.0f} tok/s" for s in all_sides), flush=True)
-    return {"name": os.path.basename(config_path), "params": ours["parameters"], "batch": f"{batch}x{seq}",
-            "tokens": batch * seq, "flops": train_flops(json.load(open(config_path)), batch, seq),
-            "sides": all_sides}
+        if r + 1 < args.rounds:
+            print_table([row], args, r + 1)
+    return row
+
+
+def print_table(rows, args, rounds_done):
+    """Prints the table of the best rounds so far; returns whether every fp32 side agreed with hspmd."""
+    print(f"\nhspmd vs PyTorch (CPU), {args.threads} threads, {args.steps} steps per round (first is warm-up), "
+          f"best of {rounds_done} interleaved rounds, same weights and batch")
+    print(f"{'model':16} {'batch':>7} {'side':26} | {'tok/s':>8} {'hspmd/side':>10} | {'peak MiB':>8} "
+          f"{'side/hspmd':>10} | {'GFLOP/s':>7} {'/sgemm':>6} | {'max rel loss diff':>17}")
+    ok = True
+    for r in rows:
+        hspmd = r["sides"][0]
+        h_tok = r["tokens"] / hspmd.best["step_time"]
+        for side in r["sides"]:
+            b = side.best
+            tok = r["tokens"] / b["step_time"]
+            gflops = r["flops"] / b["step_time"] / 1e9
+            fp32 = "bf16" not in side.name
+            agree = side.max_rel_loss_diff <= (1e-4 if fp32 else 5e-2)
+            ok &= agree or not fp32
+            print(f"{r['name']:16} {r['batch']:>7} {side.name:26} | {tok:8.0f} {h_tok / tok:10.2f} | "
+                  f"{side.peak / 2 ** 20:8.1f} {side.peak / max(hspmd.peak, 1):10.2f} | {gflops:7.1f} "
+                  f"{gflops / b['sgemm_gflops']:6.2f} | {side.max_rel_loss_diff:11.2e} "
+                  f"{'' if side is hspmd else ('ok' if agree else ('FAIL' if fp32 else 'differs'))}")
+    for r in rows:
+        for side in r["sides"]:
+            print(f"losses {r['name']} {side.name}: {['%.6f' % x for x in side.best['losses']]}")
+    print("sgemm 1024^3 GFLOP/s (best round): " +
+          ", ".join(f"{s.name} {s.best['sgemm_gflops']:.1f}" for s in rows[0]["sides"]))
+    if not all(s.best["peak_reset"] for r in rows for s in r["sides"]):
+        print("note: /proc/self/clear_refs was not writable; peak memory includes earlier high-water marks")
+    return ok
 
 
 def find_sides(args):
@@ -285,34 +318,9 @@ def main():
     sizes = {"tiny": (os.path.join(root, "configs/llama-tiny.json"), 8, 128),
              "16m": (os.path.join(root, "bench/llama-16m.json"), 4, 512)}
     sides = find_sides(args)
-    rows = [compare(args.binary, sides, *sizes[s], args.steps, args.threads, args.rounds) for s in args.sizes.split(",")]
+    rows = [compare(args.binary, sides, *sizes[s], args) for s in args.sizes.split(",")]
 
-    print(f"\nhspmd vs PyTorch (CPU), {args.threads} threads, {args.steps} steps per round (first is warm-up), "
-          f"best of {args.rounds} interleaved rounds, same weights and batch")
-    print(f"{'model':16} {'batch':>7} {'side':26} | {'tok/s':>8} {'hspmd/side':>10} | {'peak MiB':>8} "
-          f"{'side/hspmd':>10} | {'GFLOP/s':>7} {'/sgemm':>6} | {'max rel loss diff':>17}")
-    ok = True
-    for r in rows:
-        hspmd = r["sides"][0]
-        h_tok = r["tokens"] / hspmd.best["step_time"]
-        for side in r["sides"]:
-            b = side.best
-            tok = r["tokens"] / b["step_time"]
-            gflops = r["flops"] / b["step_time"] / 1e9
-            fp32 = "bf16" not in side.name
-            agree = side.max_rel_loss_diff <= (1e-4 if fp32 else 5e-2)
-            ok &= agree or not fp32
-            print(f"{r['name']:16} {r['batch']:>7} {side.name:26} | {tok:8.0f} {h_tok / tok:10.2f} | "
-                  f"{side.peak / 2 ** 20:8.1f} {side.peak / max(hspmd.peak, 1):10.2f} | {gflops:7.1f} "
-                  f"{gflops / b['sgemm_gflops']:6.2f} | {side.max_rel_loss_diff:11.2e} "
-                  f"{'' if side is hspmd else ('ok' if agree else ('FAIL' if fp32 else 'differs'))}")
-    for r in rows:
-        for side in r["sides"]:
-            print(f"losses {r['name']} {side.name}: {['%.6f' % x for x in side.best['losses']]}")
-    print("sgemm 1024^3 GFLOP/s (best round): " +
-          ", ".join(f"{s.name} {s.best['sgemm_gflops']:.1f}" for s in rows[0]["sides"]))
-    if not all(s.best["peak_reset"] for r in rows for s in r["sides"]):
-        print("note: /proc/self/clear_refs was not writable; peak memory includes earlier high-water marks")
+    ok = print_table(rows, args, args.rounds)
     if not ok:
         print("FAIL: fp32 losses differ from hspmd's by more than relative 1e-4", file=sys.stderr)
         sys.exit(1)
