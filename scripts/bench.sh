@@ -12,6 +12,12 @@ fi
 status=0
 for b in "${benches[@]}"; do
   [ -x "$b" ] || continue
+  # Not a Google Benchmark program: it needs a config and an output folder, and its own script
+  # (which also runs PyTorch) drives it.
+  if [ "$(basename "$b")" = bench_pytorch_compare_bench ]; then
+    echo "=== $b: skipped (run bench/pytorch_compare.sh)"
+    continue
+  fi
   echo "=== $b"
   "$b" "$@" || { echo "bench: $b failed" >&2; status=1; }
 done

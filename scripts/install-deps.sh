@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build
-  libopenblas-dev libomp-dev
+  libopenblas-dev libomp-dev libdnnl-dev
   libgloo-dev libhiredis-dev redis-server
   nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev

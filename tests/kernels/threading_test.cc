@@ -1,11 +1,11 @@
 // set_num_threads drives both OpenMP (our kernels) and OpenBLAS (matmul).
 #include "hspmd/kernels/threading.h"
 
-#include <cblas.h>
 #include <gmock/gmock.h>
 #include <omp.h>
 
 #include "hspmd/core/error.h"
+#include "hspmd/kernels/blas_library.h"
 
 namespace hspmd::kernels {
 namespace {
@@ -29,7 +29,7 @@ TEST(Threading, SetsOpenMPAndOpenBLAS) {
     set_num_threads(n);
     EXPECT_EQ(num_threads(), n);
     EXPECT_EQ(threads_in_parallel_region(), n);
-    EXPECT_EQ(openblas_get_num_threads(), n);
+    EXPECT_EQ(blas_library().get_num_threads(), n);
   }
   set_num_threads(before);
 }

@@ -18,9 +18,11 @@
 #include "hspmd/core/error.h"
 #include "hspmd/core/random.h"
 #include "hspmd/kernels/attention.h"
+#include "hspmd/kernels/gemm_backend.h"
 #include "hspmd/kernels/cross_entropy.h"
 #include "hspmd/kernels/matmul.h"
 #include "hspmd/kernels/rms_norm.h"
+#include "hspmd/kernels/simd.h"
 #include "hspmd/kernels/softmax.h"
 #include "hspmd/kernels/threading.h"
 
@@ -305,6 +307,9 @@ void micro_benchmark(bool quick) {
 void run_selfcheck(int threads, bool quick) {
   if (threads > 0) kernels::set_num_threads(threads);
   std::printf("hspmd selfcheck: CPU kernels against references (%d threads)\n", kernels::num_threads());
+  std::printf("GEMM: %s\n", kernels::gemm_backend_description().c_str());
+  std::printf("SIMD level: %s (best on this CPU: %s; HSPMD_SIMD forces one)\n",
+              kernels::simd_level_name(kernels::simd_level()), kernels::simd_level_name(kernels::best_simd_level()));
   const std::vector<std::function<Check()>> checks = {
       [] { return check_matmul(DType::kFloat32, 1e-5); },
       [] { return check_matmul(DType::kFloat64, 1e-12); },

@@ -1,4 +1,4 @@
-// Matrix multiplication via OpenBLAS (cblas_sgemm / cblas_dgemm).
+// Matrix multiplication: float32 on oneDNN's sgemm, float64 on OpenBLAS (kernels/gemm_backend.h).
 //
 //   out[..., M, N] = alpha * op(a)[..., M, K] @ op(b)[..., K, N] + beta * out
 //

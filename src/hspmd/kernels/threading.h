@@ -1,5 +1,5 @@
-// Thread count used by every CPU kernel (OpenMP) and by OpenBLAS. A process running one rank per
-// core sets 1; the default is the number of cores.
+// Thread count used by every CPU kernel (OpenMP, which oneDNN's GEMMs share) and by OpenBLAS. A
+// process running one rank per core sets 1; the default is the number of cores.
 #pragma once
 
 namespace hspmd::kernels {

@@ -2,10 +2,12 @@
 // once in double; the per-element math runs in the tensors' dtype, as PyTorch's for-each AdamW does.
 #include "hspmd/kernels/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
 #include "hspmd/kernels/cpu/numel_checks.h"
+#include "hspmd/kernels/cpu/simd/row_ops.h"
 #include "hspmd/kernels/cpu/typed_visit.h"
 
 namespace hspmd::kernels {
@@ -39,6 +41,24 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
     const T inv_sqrt_bias2 = static_cast<T>(1 / std::sqrt(bias2));
     const T eps = static_cast<T>(options.eps);
     const int64_t n = param.numel();
+    if constexpr (std::is_same_v<T, float>) {
+      // The SIMD loop over chunks (of whole cache lines) that the threads share.
+      const cpu::AdamwStep coefficients{.decay = decay,
+                                        .beta1 = b1,
+                                        .beta2 = b2,
+                                        .step_size = step_size,
+                                        .inv_sqrt_bias2 = inv_sqrt_bias2,
+                                        .eps = eps};
+      const cpu::RowOps& ops = cpu::row_ops();
+      constexpr int64_t kChunk = 4096;
+      const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= cpu::kParallelThreshold)
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t i = c * kChunk, len = std::min(kChunk, n - i);
+        ops.adamw(p + i, g + i, pm + i, pv + i, len, coefficients);
+      }
+      return;
+    }
 #pragma omp parallel for schedule(static) if (n >= cpu::kParallelThreshold)
     for (int64_t i = 0; i < n; ++i) {
       const T gi = g[i];

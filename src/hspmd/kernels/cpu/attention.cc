@@ -3,7 +3,7 @@
 // Every sequence is cut into blocks of B tokens starting at its first token, so query block i
 // sees key blocks 0..i and only the diagonal block i needs the causal mask. A tile is addressed in
 // place inside q/k/v ([T, N, D] row-major: a head's rows are N * D apart, the BLAS leading
-// dimension), and its products are OpenBLAS GEMMs on B x D and B x B operands. Per thread the only
+// dimension), and its products are library GEMMs (cpu/blas.h) on B x D and B x B operands. Per thread the only
 // scratch is two B x B tiles and a few vectors of B: never a score matrix of a whole sequence.
 //
 // Forward, one task per (sequence, query head, query block), online softmax over key blocks:
@@ -36,8 +36,9 @@ struct AttentionDims {
   int64_t block = 64;            // tile rows (tokens); see block_size
 };
 
-// The largest power-of-two tile (<= 64) whose GEMMs (B x B x D) OpenBLAS keeps single-threaded:
-// the tiles run inside our own OpenMP threads.
+// The largest power-of-two tile (<= 64) whose GEMMs (B x B x D) OpenBLAS keeps single-threaded: the
+// tiles run inside our own OpenMP threads (where oneDNN runs on the calling thread by itself). Tiles
+// of 128 on oneDNN measured no faster (1 thread, CPU time, interleaved).
 int64_t block_size(int64_t d) {
   int64_t b = 64;
   while (b > 8 && b * b * d > cpu::kSingleThreadedGemmWork) b /= 2;

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
+#include "hspmd/kernels/cpu/simd/row_ops.h"
 #include "hspmd/kernels/cpu/typed_visit.h"
 
 namespace hspmd::kernels {
@@ -76,9 +78,16 @@ void stats_rows(const T* logits, const I* targets, const CrossEntropyOptions& op
 #pragma omp parallel for schedule(static) if (s.rows * s.vocab >= kParallelThreshold)
   for (int64_t t = 0; t < s.rows; ++t) {
     const T* row = logits + t * s.vocab;
-    const T max = *std::max_element(row, row + s.vocab);
+    T max;
     double sum = 0;
-    for (int64_t j = 0; j < s.vocab; ++j) sum += std::exp(row[j] - max);
+    if constexpr (std::is_same_v<T, float>) {  // the SIMD row loops (cpu/simd/row_ops.h)
+      const cpu::RowOps& ops = cpu::row_ops();
+      max = ops.row_max(row, s.vocab);
+      sum = ops.exp_shift_sum_f64(row, s.vocab, max);
+    } else {
+      max = *std::max_element(row, row + s.vocab);
+      for (int64_t j = 0; j < s.vocab; ++j) sum += std::exp(row[j] - max);
+    }
     const int64_t j = local_target(targets[t], s, options);
     maxes[t] = max;
     sums[t] = sum;
@@ -119,7 +128,11 @@ void bwd_rows(const T* logits, const I* targets, const CrossEntropyOptions& opti
       continue;
     }
     const T dl = dlosses[t];
-    for (int64_t j = 0; j < s.vocab; ++j) out[j] = dl * std::exp(row[j] - lse[t]);
+    if constexpr (std::is_same_v<T, float>) {
+      cpu::row_ops().exp_shift_scale(row, s.vocab, lse[t], dl, out);
+    } else {
+      for (int64_t j = 0; j < s.vocab; ++j) out[j] = dl * std::exp(row[j] - lse[t]);
+    }
     const int64_t j = local_target(targets[t], s, options);
     if (j >= 0) out[j] -= dl;
   }

@@ -3,10 +3,12 @@
 // back (round to nearest even) on store; float64 computes in double.
 #include "hspmd/kernels/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
 #include "hspmd/kernels/cpu/numel_checks.h"
+#include "hspmd/kernels/cpu/simd/row_ops.h"
 #include "hspmd/kernels/cpu/typed_visit.h"
 
 namespace hspmd::kernels {
@@ -147,7 +149,24 @@ void gelu_tanh_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   });
 }
 
+// float32 runs the SIMD loops (cpu/simd/row_ops.h) over chunks that the threads share.
+constexpr int64_t kSimdChunk = 4096;
+
 void swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& y) {
+  check_like("swiglu_fwd", "gate", gate, "up", up);
+  check_like("swiglu_fwd", "gate", gate, "y", y);
+  if (gate.dtype() == DType::kFloat32) {
+    const float *g = gate.data<float>(), *u = up.data<float>();
+    float* out = y.data<float>();
+    const cpu::RowOps& ops = cpu::row_ops();
+    const int64_t n = gate.numel(), chunks = (n + kSimdChunk - 1) / kSimdChunk;
+#pragma omp parallel for schedule(static) if (n >= kCostlyGrain)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t i = c * kSimdChunk;
+      ops.swiglu_fwd(g + i, u + i, out + i, std::min(kSimdChunk, n - i));
+    }
+    return;
+  }
   binary("swiglu_fwd", "gate", gate, "up", up, "y", y, kCostlyGrain,
          [](auto g, auto u) { return g * sigmoid(g) * u; });
 }
@@ -168,6 +187,16 @@ void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dy, const Te
     T* pdg = dgate.data<T>();
     T* pdu = dup.data<T>();
     int64_t n = gate.numel();
+    if constexpr (std::is_same_v<T, float>) {
+      const cpu::RowOps& ops = cpu::row_ops();
+      const int64_t chunks = (n + kSimdChunk - 1) / kSimdChunk;
+#pragma omp parallel for schedule(static) if (n >= kCostlyGrain)
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t i = c * kSimdChunk;
+        ops.swiglu_bwd(pg + i, pu + i, pd + i, pdg + i, pdu + i, std::min(kSimdChunk, n - i));
+      }
+      return;
+    }
 #pragma omp parallel for schedule(static) if (n >= kCostlyGrain)
     for (int64_t i = 0; i < n; ++i) {
       V g = static_cast<V>(pg[i]), u = static_cast<V>(pu[i]), d = static_cast<V>(pd[i]);

@@ -1,6 +1,6 @@
-// matmul (kernels/matmul.h) on OpenBLAS. One GEMM per batch, or a single GEMM for the whole batch
-// when b is shared and a is not transposed (a[B, M, K] is then just a[B*M, K]): the common
-// linear-layer case gets one large, well-threaded call instead of B small ones.
+// matmul (kernels/matmul.h) on the GEMM libraries of cpu/blas.h. One GEMM per batch, or a single
+// GEMM for the whole batch when b is shared and a is not transposed (a[B, M, K] is then just
+// a[B*M, K]): the common linear-layer case gets one large, well-threaded call instead of B small ones.
 #include "hspmd/kernels/matmul.h"
 
 #include <climits>
@@ -76,7 +76,7 @@ void matmul_typed(const T* a, const T* b, T* c, const MatmulDims& d, const Matmu
     return;
   }
   const int64_t b_step = d.b_shared ? 0 : d.k * d.n;
-  // Small products run single-threaded inside OpenBLAS, so spread the batch over our threads
+  // Small products run single-threaded inside the GEMM library, so spread the batch over our threads
   // instead (each batch writes its own slice of out: no races, same result for any thread count).
   const bool small = d.m * d.n * d.k <= cpu::kSingleThreadedGemmWork;
 #pragma omp parallel for schedule(static) if (small && d.batch > 1 && d.batch * d.m * d.n * d.k >= (1 << 20))

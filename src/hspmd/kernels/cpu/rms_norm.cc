@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
+#include "hspmd/kernels/cpu/simd/row_ops.h"
 #include "hspmd/kernels/cpu/typed_visit.h"
 
 namespace hspmd::kernels {
@@ -45,6 +47,10 @@ void fwd_rows(const T* x, const T* w, double eps, T* y, T* rstd, RowsShape s) {
 #pragma omp parallel for schedule(static) if (s.rows * s.hidden >= kParallelThreshold)
   for (int64_t t = 0; t < s.rows; ++t) {
     const T* xr = x + t * s.hidden;
+    if constexpr (std::is_same_v<T, float>) {  // the SIMD row loop, same arithmetic
+      rstd[t] = cpu::row_ops().rms_norm_row(xr, w, s.hidden, eps, y + t * s.hidden);
+      continue;
+    }
     double sumsq = 0;
     for (int64_t i = 0; i < s.hidden; ++i) sumsq += static_cast<double>(xr[i]) * xr[i];
     // The backward uses the saved (rounded) rstd, so y is computed from the same value.
@@ -83,6 +89,10 @@ void dx_rows(const T* x, const T* w, const T* rstd, const T* dy, T* dx, RowsShap
     const T* xr = x + t * s.hidden;
     const T* dyr = dy + t * s.hidden;
     T* dxr = dx + t * s.hidden;
+    if constexpr (std::is_same_v<T, float>) {  // the SIMD row loop: the dot in double, the rest in float
+      cpu::row_ops().rms_norm_dx_row(xr, w, dyr, rstd[t], s.hidden, dxr);
+      continue;
+    }
     const double r = rstd[t];
     double g_dot_x = 0;
     for (int64_t i = 0; i < s.hidden; ++i) g_dot_x += static_cast<double>(dyr[i]) * w[i] * xr[i];

@@ -4,10 +4,9 @@
 //   float m = row_max(s, 64);
 //   float l = exp_shift_sum(s, 64, m);       // s[i] = exp(s[i] - m), l = sum of them
 //
-// The float versions use exp_approx (a polynomial exp that the compiler vectorizes, within 2 ulp
-// of std::exp) and are built both for AVX2 and for baseline x86-64, picked at load time: the
-// build targets baseline x86-64, and at SSE2 width the exponentials would cost as much as the
-// attention's matrix products. The double versions use std::exp (they are the accurate oracle).
+// The float versions run the row loops of the SIMD level in use (cpu/simd/row_ops.h; exp_approx is
+// their polynomial exp, within 2 ulp of std::exp). The double versions use std::exp (they are the
+// accurate oracle).
 #pragma once
 
 #include <cstdint>

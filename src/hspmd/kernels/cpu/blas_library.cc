@@ -1,0 +1,127 @@
+// blas_library (kernels/blas_library.h): feature detection, the core-type choice and the dlopen.
+#include "hspmd/kernels/blas_library.h"
+
+#include <dlfcn.h>
+#include <link.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <optional>
+
+#include "hspmd/core/error.h"
+
+namespace hspmd::kernels {
+namespace {
+
+// What set_blas_num_threads asked for (0: nothing yet), and whether blas_library() has loaded.
+std::atomic<int> g_requested_threads{0};
+std::atomic<bool> g_loaded{false};
+
+// The SONAME of Debian's libopenblas0 (pthread or openmp flavour, chosen by update-alternatives).
+constexpr const char* kOpenBlasSoname = "libopenblas.so.0";
+
+template <typename Fn>
+Fn symbol(void* handle, const char* name, bool required = true) {
+  void* p = dlsym(handle, name);
+  HSPMD_CHECK(p != nullptr || !required) << "BLAS: " << kOpenBlasSoname << " has no symbol " << name;
+  return reinterpret_cast<Fn>(p);
+}
+
+// Sets OPENBLAS_CORETYPE for the duration of one scope unless it is set already; restores the
+// environment afterwards so that child processes make the same choice themselves.
+class ScopedCoreType {
+ public:
+  explicit ScopedCoreType(const std::string& core) {
+    if (const char* user = std::getenv("OPENBLAS_CORETYPE"); user != nullptr && *user != '\0') {
+      in_force_ = user;
+      by_user_ = true;
+    } else if (!core.empty()) {
+      setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+      in_force_ = core;
+      set_ = true;
+    }
+  }
+  ~ScopedCoreType() {
+    if (set_) unsetenv("OPENBLAS_CORETYPE");
+  }
+  ScopedCoreType(const ScopedCoreType&) = delete;
+  ScopedCoreType& operator=(const ScopedCoreType&) = delete;
+
+  const std::string& in_force() const { return in_force_; }
+  bool by_user() const { return by_user_; }
+
+ private:
+  std::string in_force_;
+  bool by_user_ = false, set_ = false;
+};
+
+BlasLibrary load() {
+  BlasLibrary lib;
+  ScopedCoreType core(openblas_core_for(CpuFeatures::detect()));
+  lib.requested_core = core.in_force();
+  lib.requested_by_user = core.by_user();
+  // RTLD_LOCAL: nothing else in the process resolves against it; we only use what dlsym returns.
+  void* handle = dlopen(kOpenBlasSoname, RTLD_NOW | RTLD_LOCAL);
+  HSPMD_CHECK(handle != nullptr) << "BLAS: cannot load " << kOpenBlasSoname << " (" << dlerror()
+                                 << "); install Debian's libopenblas0 (scripts/install-deps.sh)";
+  // The handle is kept for the life of the process: the kernels call into it until exit.
+  lib.sgemm = symbol<BlasLibrary::Sgemm>(handle, "cblas_sgemm");
+  lib.dgemm = symbol<BlasLibrary::Dgemm>(handle, "cblas_dgemm");
+  lib.set_num_threads = symbol<void (*)(int)>(handle, "openblas_set_num_threads");
+  lib.get_num_threads = symbol<int (*)()>(handle, "openblas_get_num_threads");
+  auto corename = symbol<char* (*)()>(handle, "openblas_get_corename", false);
+  auto config = symbol<char* (*)()>(handle, "openblas_get_config", false);
+  lib.core = corename != nullptr ? corename() : "unknown";
+  lib.config = config != nullptr ? config() : "unknown";
+  link_map* map = nullptr;
+  lib.path = dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr ? map->l_name : kOpenBlasSoname;
+  return lib;
+}
+
+}  // namespace
+
+CpuFeatures CpuFeatures::detect() {
+  // GCC's __builtin_cpu_supports also checks that the OS saves the wider registers (XCR0).
+  __builtin_cpu_init();
+  CpuFeatures f;
+  f.avx = __builtin_cpu_supports("avx");
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.fma = __builtin_cpu_supports("fma");
+  f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512bw = __builtin_cpu_supports("avx512bw");
+  f.avx512dq = __builtin_cpu_supports("avx512dq");
+  f.avx512vl = __builtin_cpu_supports("avx512vl");
+  f.amd = __builtin_cpu_is("amd");
+  return f;
+}
+
+std::string openblas_core_for(const CpuFeatures& f) {
+  if (f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl) return "SkylakeX";
+  if (f.avx2 && f.fma) return f.amd ? "Zen" : "Haswell";
+  if (f.avx) return "Sandybridge";
+  return "";
+}
+
+std::string BlasLibrary::describe() const {
+  std::string from = requested_core.empty() ? "OpenBLAS's own choice"
+                     : requested_by_user    ? "OPENBLAS_CORETYPE=" + requested_core + " from the environment"
+                                            : "chosen by hspmd from CPU features";
+  return "OpenBLAS (" + path + "), kernels " + core + " (" + from + "); " + config;
+}
+
+const BlasLibrary& blas_library() {
+  static const BlasLibrary library = [] {
+    BlasLibrary lib = load();
+    if (const int n = g_requested_threads.load(); n > 0) lib.set_num_threads(n);
+    g_loaded.store(true);
+    return lib;
+  }();
+  return library;
+}
+
+void set_blas_num_threads(int n) {
+  g_requested_threads.store(n);
+  if (g_loaded.load()) blas_library().set_num_threads(n);
+}
+
+}  // namespace hspmd::kernels
