@@ -12,6 +12,7 @@ void add_selfcheck_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_explain_command(CLI::App& app);
+void add_checkpoint_command(CLI::App& app);
 
 inline void register_commands(CLI::App& app) {
   add_launch_command(app);
@@ -20,6 +21,7 @@ inline void register_commands(CLI::App& app) {
   add_train_command(app);
   add_eval_command(app);
   add_explain_command(app);
+  add_checkpoint_command(app);
 }
 
 }  // namespace hspmd::cli
