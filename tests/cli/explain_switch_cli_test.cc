@@ -13,8 +13,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// H 8, F 16, 1 layer, 2 query heads of D 4 over 1 key/value head, vocabulary 10, untied.
-constexpr int64_t kH = 8, kF = 16, kV = 10, kD = 4, kHeads = 2, kKvHeads = 1;
+// H 8, F 16, 1 layer, 2 query and 2 key/value heads of D 4 (TP 2 splits both), vocabulary 10, untied.
+constexpr int64_t kH = 8, kF = 16, kV = 10, kD = 4, kHeads = 2, kKvHeads = 2;
 constexpr int64_t kEmbed = kV * kH;                        // model.embed_tokens.weight
 constexpr int64_t kLmHead = kV * kH;                       // lm_head.weight
 constexpr int64_t kNorms = 3 * kH;                         // input, post-attention, final
@@ -22,14 +22,14 @@ constexpr int64_t kQ = kHeads * kD * kH, kO = kH * kHeads * kD;
 constexpr int64_t kK = kKvHeads * kD * kH, kVProj = kKvHeads * kD * kH;
 constexpr int64_t kMlp = 3 * kF * kH;                      // gate, up, down
 constexpr int64_t kAllFloats = kEmbed + kLmHead + kNorms + kQ + kO + kK + kVProj + kMlp;
-static_assert(kAllFloats == 760);
+static_assert(kAllFloats == 824);
 
 class ExplainSwitchCli : public testing::CliTest {
  protected:
   void SetUp() override {
     CliTest::SetUp();
     model_ = write_file("model.json", R"({"hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
-        "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 10})");
+        "num_attention_heads": 2, "num_key_value_heads": 2, "vocab_size": 10})");
     // Ranks 0 and 1 on different nodes, so the link of the pair is named "inter-node".
     cluster_ = write_file("cluster.json", R"({"name": "two-nodes", "devices": [
         {"id": 0, "node": 0, "type": "cpu", "memory": 1e9, "peak_flops": 1e11},
@@ -70,7 +70,7 @@ TEST_F(ExplainSwitchCli, SplittingOneRankIntoTensorParallelSendsHalfTheMatricesA
   const testing::Run r = explain_switch(a, b, "params");
   ASSERT_EQ(r.code, 0) << r.err;
   constexpr int64_t kToRank1 = (kEmbed + kLmHead + kQ + kO + kK + kVProj + kMlp) / 2 + kNorms;
-  static_assert(kToRank1 == 392);
+  static_assert(kToRank1 == 424);
   EXPECT_THAT(r.out, HasSubstr("  0 -> 1: "));
   EXPECT_THAT(r.out, HasSubstr("(" + std::to_string(4 * kToRank1) + " bytes), 1 message, inter-node")) << r.out;
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("  1 -> 0: ")));

@@ -79,7 +79,10 @@ void print_state(const nlohmann::json& state, const std::string& source) {
   print_row("options", key_values(options));
   if (state.contains("loader")) print_row("loader", key_values(state["loader"]));
   for (const auto& [key, value] : state.items()) {
-    if (key == "step" || key == "seed" || key == "config" || key == "options" || key == "loader") continue;
+    if (key == "step" || key == "seed" || key == "config" || key == "options" || key == "loader" || key == "format" ||
+        key == "files") {
+      continue;  // printed above, or by the format-specific part
+    }
     print_row(key, value.is_object() ? key_values(value) : value.dump());
   }
 }
