@@ -27,7 +27,7 @@ class CheckpointCli : public testing::CliTest {
  protected:
   void SetUp() override {
     CliTest::SetUp();
-    const testing::Run r = run("data prepare --input " + testing::source_file("data/corpus/kjv-genesis-2kings.txt") +
+    const testing::RunResult r = run("data prepare --input " + testing::source_file("data/corpus/kjv-genesis-2kings.txt") +
                                " --output " + path("kjv") + " --append-eos");
     ASSERT_EQ(r.code, 0) << r.err;
   }
@@ -38,9 +38,9 @@ class CheckpointCli : public testing::CliTest {
 };
 
 TEST_F(CheckpointCli, InfoOfASingleProcessCheckpoint) {
-  const testing::Run t = run(train(2) + " --lr 0.002 --save " + path("ckpt"));
+  const testing::RunResult t = run(train(2) + " --lr 0.002 --save " + path("ckpt"));
   ASSERT_EQ(t.code, 0) << t.out << t.err;
-  const testing::Run r = run("checkpoint info " + path("ckpt"));
+  const testing::RunResult r = run("checkpoint info " + path("ckpt"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, AllOf(HasSubstr("format      hspmd-checkpoint-v1 (single process)"), HasSubstr("step        2\n"),
                            HasSubstr("4 layers, hidden 128, 4 heads (2 key/value), intermediate 352, vocab 260, " +
@@ -55,10 +55,10 @@ TEST_F(CheckpointCli, InfoOfASingleProcessCheckpoint) {
 }
 
 TEST_F(CheckpointCli, InfoOfADistributedCheckpoint) {
-  const testing::Run t = run(train(2) + " --nproc 2 --strategy " +
+  const testing::RunResult t = run(train(2) + " --nproc 2 --strategy " +
                              testing::source_file("examples/strategies/local-dp2.json") + " --save " + path("ckpt"));
   ASSERT_EQ(t.code, 0) << t.out << t.err;
-  const testing::Run r = run("checkpoint info " + path("ckpt"));
+  const testing::RunResult r = run("checkpoint info " + path("ckpt"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, AllOf(HasSubstr("format      hspmd-sharded-checkpoint-v1 (distributed: 2 ranks, 2 shard files)"),
                            HasSubstr("step        2\n"), HasSubstr(std::to_string(kParameters) + " parameters"),
@@ -80,14 +80,14 @@ TEST_F(CheckpointCli, InfoOfADistributedCheckpoint) {
     f.seekp(-5, std::ios::end);
     f.put(static_cast<char>(c ^ 0x40));
   }
-  const testing::Run bad = run("checkpoint info " + path("ckpt"));
+  const testing::RunResult bad = run("checkpoint info " + path("ckpt"));
   EXPECT_EQ(bad.code, 1);
   EXPECT_THAT(bad.err, AllOf(HasSubstr("rank-00001.safetensors"), HasSubstr("CRC")));
 }
 
 TEST_F(CheckpointCli, ADirectoryThatIsNotACheckpointIsNamed) {
   fs::create_directories(path("empty"));
-  testing::Run r = run("checkpoint info " + path("empty"));
+  testing::RunResult r = run("checkpoint info " + path("empty"));
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err, "hspmd: error: " + path("empty") +
                        " is not an hspmd checkpoint: it has neither index.json (distributed) nor trainer_state.json "

@@ -32,7 +32,7 @@ std::string CliTest::write_file(const std::string& name, const std::string& text
   return p;
 }
 
-Run CliTest::run(const std::string& args, const std::string& environment) const {
+RunResult CliTest::run(const std::string& args, const std::string& environment) const {
   const std::string out = path(".stdout"), err = path(".stderr");
   const int status =
       std::system((environment + " " + hspmd::testing::hspmd_binary() + " " + args + " >" + out + " 2>" + err).c_str());

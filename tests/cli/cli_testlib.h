@@ -9,7 +9,7 @@
 
 namespace hspmd::cli::testing {
 
-struct Run {
+struct RunResult {
   int code = -1;  // exit status; -1 when killed by a signal
   std::string out, err;
 };
@@ -22,7 +22,7 @@ class CliTest : public ::testing::Test {
   std::string write_file(const std::string& name, const std::string& text) const;
   // `hspmd <args>` with stdout and stderr captured separately; `environment` ("NAME=value ...")
   // is set for that run only.
-  Run run(const std::string& args, const std::string& environment = "") const;
+  RunResult run(const std::string& args, const std::string& environment = "") const;
 
   std::filesystem::path dir_;
 };

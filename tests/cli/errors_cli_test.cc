@@ -21,7 +21,7 @@ long lines(const std::string& text) { return std::count(text.begin(), text.end()
 TEST_F(ErrorsCli, BadConfigFileIsOneLineWithTheFileAndKeyAndNoSourceLocation) {
   const std::string config = write_file("config.json", R"({"hidden_size": 64, "intermediate_size": 176,
       "num_hidden_layers": 2, "num_attention_heads": 5, "num_key_value_heads": 1, "vocab_size": 260})");
-  const testing::Run r = run("explain --model " + config + " --strategy " +
+  const testing::RunResult r = run("explain --model " + config + " --strategy " +
                              testing::source_file("examples/strategies/local-dp2.json"));
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(lines(r.err), 1) << r.err;
@@ -31,7 +31,7 @@ TEST_F(ErrorsCli, BadConfigFileIsOneLineWithTheFileAndKeyAndNoSourceLocation) {
   EXPECT_THAT(r.err, Not(HasSubstr("src/hspmd/")));
   EXPECT_THAT(r.err, Not(HasSubstr("check failed")));
 
-  const testing::Run verbose = run("--verbose explain --model " + config + " --strategy " +
+  const testing::RunResult verbose = run("--verbose explain --model " + config + " --strategy " +
                                    testing::source_file("examples/strategies/local-dp2.json"));
   EXPECT_EQ(verbose.code, 1);
   EXPECT_EQ(lines(verbose.err), 2) << verbose.err;
@@ -41,7 +41,7 @@ TEST_F(ErrorsCli, BadConfigFileIsOneLineWithTheFileAndKeyAndNoSourceLocation) {
 
 // How worker processes started by a verbose run inherit the setting.
 TEST_F(ErrorsCli, VerboseFromTheEnvironment) {
-  const testing::Run r = run("data info " + path("absent"), "HSPMD_VERBOSE=1");
+  const testing::RunResult r = run("data info " + path("absent"), "HSPMD_VERBOSE=1");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(lines(r.err), 2) << r.err;
   EXPECT_THAT(r.err, HasSubstr("hspmd: raised at src/hspmd/data/token_dataset.cc:"));
@@ -50,7 +50,7 @@ TEST_F(ErrorsCli, VerboseFromTheEnvironment) {
 // A file system error (not an hspmd::Error): the output directory's parent is a regular file.
 TEST_F(ErrorsCli, UnwritablePathIsOneLineAndExitOne) {
   write_file("not-a-dir", "x");
-  const testing::Run r = run("data prepare --input " + testing::source_file("data/corpus/kjv-genesis-2kings.txt") +
+  const testing::RunResult r = run("data prepare --input " + testing::source_file("data/corpus/kjv-genesis-2kings.txt") +
                              " --output " + path("not-a-dir/dataset"));
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(lines(r.err), 1) << r.err;
@@ -60,7 +60,7 @@ TEST_F(ErrorsCli, UnwritablePathIsOneLineAndExitOne) {
 }
 
 TEST_F(ErrorsCli, MissingDatasetNamesTheFile) {
-  const testing::Run r = run("data info " + path("absent"));
+  const testing::RunResult r = run("data info " + path("absent"));
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(lines(r.err), 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr(path("absent") + "/index.bin"));

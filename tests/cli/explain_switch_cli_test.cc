@@ -40,7 +40,7 @@ class ExplainSwitchCli : public testing::CliTest {
     return write_file(name + ".json", R"({"name": ")" + name + R"(", "pipelines": [{"micro_batch_size": 1,
         "num_micro_batches": 1, "stages": [{"ranks": ")" + ranks + R"(", "layers": "0-0"}]}]})");
   }
-  testing::Run explain_switch(const std::string& a, const std::string& b, const std::string& states) const {
+  testing::RunResult explain_switch(const std::string& a, const std::string& b, const std::string& states) const {
     return run("explain --switch " + a + " " + b + " --model " + model_ + " --cluster " + cluster_ + " --states " +
                states);
   }
@@ -50,7 +50,7 @@ class ExplainSwitchCli : public testing::CliTest {
 // Every float32 of every tensor moves from rank 0 to rank 1; with AdamW, three times as many.
 TEST_F(ExplainSwitchCli, MovingEverythingToAnotherRankSendsTheWholeModel) {
   const std::string a = strategy("on-0", "0"), b = strategy("on-1", "1");
-  testing::Run r = explain_switch(a, b, "params");
+  testing::RunResult r = explain_switch(a, b, "params");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("  0 -> 1: "));
   EXPECT_THAT(r.out, HasSubstr("(" + std::to_string(4 * kAllFloats) + " bytes), 1 message, inter-node"));
@@ -67,7 +67,7 @@ TEST_F(ExplainSwitchCli, MovingEverythingToAnotherRankSendsTheWholeModel) {
 // and a full copy of each replicated norm weight; rank 0 keeps its half locally.
 TEST_F(ExplainSwitchCli, SplittingOneRankIntoTensorParallelSendsHalfTheMatricesAndTheNorms) {
   const std::string a = strategy("on-0", "0"), b = strategy("tp2", "0-1");
-  const testing::Run r = explain_switch(a, b, "params");
+  const testing::RunResult r = explain_switch(a, b, "params");
   ASSERT_EQ(r.code, 0) << r.err;
   constexpr int64_t kToRank1 = (kEmbed + kLmHead + kQ + kO + kK + kVProj + kMlp) / 2 + kNorms;
   static_assert(kToRank1 == 424);

@@ -14,7 +14,7 @@ using ::testing::Not;
 class SelfcheckCli : public testing::CliTest {};
 
 TEST_F(SelfcheckCli, QuickRunPassesEveryKernelCheck) {
-  const testing::Run r = run("selfcheck --quick --threads 1");
+  const testing::RunResult r = run("selfcheck --quick --threads 1");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("CPU kernels against references (1 threads)"));
   for (const char* kernel : {"matmul", "attention", "rms_norm", "softmax", "cross_entropy"}) {

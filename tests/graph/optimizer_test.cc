@@ -72,7 +72,7 @@ TEST(AdamW, MatchesAFloat64ReferenceWithClippingAndWarmupCosine) {
   AdamW opt(params, o);
 
   ReferenceAdamW ref{.peak_lr = 0.01, .min_lr = 0.001, .warmup = 3, .total = 8, .beta1 = 0.9, .beta2 = 0.95,
-                     .eps = 1e-8, .weight_decay = 0.1, .max_grad_norm = 1.0};
+                     .eps = 1e-8, .weight_decay = 0.1, .max_grad_norm = 1.0, .p = {}, .m = {}, .v = {}, .decayed = {}};
   ref.p["w"].assign(w0.begin(), w0.end());
   ref.p["b"].assign(b0.begin(), b0.end());
   ref.m = {{"w", std::vector<double>(6)}, {"b", std::vector<double>(3)}};
