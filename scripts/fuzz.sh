@@ -3,6 +3,7 @@
 #
 #   scripts/fuzz.sh 30          # each target 30 s (default 20)
 #   FUZZ_TARGETS="strategy safetensors" scripts/fuzz.sh 60
+#   FUZZ_SEED=1 scripts/fuzz.sh 20   # the same mutations every run (CI), instead of a random seed
 #
 # Builds fuzz/ with clang -fsanitize=fuzzer,address,undefined in build/fuzz (its own build dir),
 # seeds each target from the repository's own examples (fuzz/corpus/TARGET plus the example JSON
@@ -45,8 +46,10 @@ for t in "${targets[@]}"; do
   extra="$(seeds_of "$t")"
   [ -n "$extra" ] && seeds+=("$extra")
   log="$build/$t.log"
+  seed_flag=()
+  [ -n "${FUZZ_SEED:-}" ] && seed_flag=(-seed="$FUZZ_SEED")
   if "$build/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
-       -print_final_stats=1 -artifact_prefix="$build/findings/$t-" "$corpus" "${seeds[@]}" > "$log" 2>&1; then
+       -print_final_stats=1 "${seed_flag[@]}" -artifact_prefix="$build/findings/$t-" "$corpus" "${seeds[@]}" > "$log" 2>&1; then
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*' || echo "?")
     echo "fuzz: $t: ok, $runs inputs in ${seconds} s, coverage $cov edges, corpus $(ls "$corpus" | wc -l) files"

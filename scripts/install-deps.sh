@@ -9,6 +9,7 @@ packages=(
   libgloo-dev libhiredis-dev redis-server
   nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang
 )
 
 missing=()
