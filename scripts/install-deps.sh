@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   coinor-libcbc-dev pkg-config
+  clang
 )
 
 missing=()

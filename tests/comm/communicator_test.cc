@@ -289,7 +289,8 @@ TEST(GlooCommunicator, MissingPeerTimesOutWithClearErrorAndBreaksTheGroup) {
       },
       std::chrono::milliseconds(300));
   auto elapsed = std::chrono::steady_clock::now() - start;
-  EXPECT_LT(elapsed, std::chrono::seconds(5));
+  // The 300 ms timeout, not a hang: generous for a loaded machine, far below ctest's 300 s limit.
+  EXPECT_LT(elapsed, std::chrono::seconds(30));
 }
 
 TEST(GlooCommunicator, GroupWhoseMemberNeverComesTimesOut) {

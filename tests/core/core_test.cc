@@ -11,16 +11,50 @@
 namespace hspmd {
 namespace {
 
-TEST(Error, CheckNamesFileLineConditionAndContext) {
+TEST(Error, CheckMessageIsTheTextAndOriginKeepsLocationAndCondition) {
   try {
     int tp = 3;
     HSPMD_CHECK(8 % tp == 0) << "hidden 8 not divisible by tp " << tp;
     FAIL() << "no throw";
   } catch (const Error& e) {
-    std::string what = e.what();
+    EXPECT_STREQ(e.what(), "hidden 8 not divisible by tp 3");
+    EXPECT_NE(e.origin().find("core_test.cc:"), std::string::npos) << e.origin();
+    EXPECT_NE(e.origin().find("check failed (8 % tp == 0)"), std::string::npos) << e.origin();
+  }
+}
+
+TEST(Error, CheckWithoutMessageFallsBackToItsOrigin) {
+  try {
+    HSPMD_CHECK(1 + 1 == 3);
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1 + 1 == 3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Error, RethrowWithContextKeepsBothOrigins) {
+  try {
+    try {
+      HSPMD_CHECK(false) << "inner";
+    } catch (const Error& e) {
+      HSPMD_THROW() << "file.json: " << e.what();
+    }
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "file.json: inner");
+    EXPECT_NE(e.origin().find(": error, from "), std::string::npos) << e.origin();
+    EXPECT_NE(e.origin().find("check failed (false)"), std::string::npos) << e.origin();
+  }
+}
+
+TEST(Error, InternalErrorKeepsLocationInMessage) {
+  try {
+    HSPMD_ASSERT(2 < 1) << "offset 2";
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    const std::string what = e.what();
     EXPECT_NE(what.find("core_test.cc:"), std::string::npos) << what;
-    EXPECT_NE(what.find("8 % tp == 0"), std::string::npos) << what;
-    EXPECT_NE(what.find("hidden 8 not divisible by tp 3"), std::string::npos) << what;
+    EXPECT_NE(what.find("internal error (2 < 1): offset 2"), std::string::npos) << what;
   }
 }
 

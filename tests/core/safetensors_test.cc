@@ -156,6 +156,18 @@ TEST_F(SafetensorsTest, RefusesMalformedFilesNamingFileAndTensor) {
   EXPECT_NE(open_error(file("missing.safetensors")).find("cannot open"), std::string::npos);
 }
 
+// Found while writing the fuzz target: a refused file used to leak its descriptor (the constructor
+// threw after open(), and a throwing constructor never runs the destructor).
+TEST_F(SafetensorsTest, RefusedFilesLeakNoFileDescriptor) {
+  auto open_descriptors = [] {
+    return std::distance(fs::directory_iterator("/proc/self/fd"), fs::directory_iterator{});
+  };
+  const std::string path = write_raw("{\"w\": [1, 2", "");
+  const auto before = open_descriptors();
+  for (int i = 0; i < 50; ++i) EXPECT_NE(open_error(path).find("not valid JSON"), std::string::npos);
+  EXPECT_EQ(open_descriptors(), before);
+}
+
 TEST_F(SafetensorsTest, TruncatingAWrittenFileIsDetected) {
   std::string path = file("t.safetensors");
   Tensor w = Tensor::full({16, 16}, DType::kFloat32, 0.5);

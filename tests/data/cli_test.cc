@@ -94,6 +94,29 @@ TEST_F(CliTest, BadInputGivesOneErrorLineAndNonZeroExit) {
   EXPECT_NE(r.out.find("--append-eos"), std::string::npos);
 }
 
+TEST_F(CliTest, PrepareIdsOfAnotherTokenizerWithAValidationSplit) {
+  std::string ids;
+  for (int d = 0; d < 20; ++d) ids += "{\"input_ids\": [" + std::to_string(1000 + d) + ", 50000]}\n";
+  std::string input = write_file("ids.jsonl", ids);
+  Result r = run("data prepare --input " + input + " --output " + path("ds") + " --vocab-size 50257 --val-fraction 0.1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("18 documents, 36 tokens (vocab 50257, tokenizer ids); validation split " + path("ds") +
+                       "/val: 2 documents, 4 tokens"),
+            std::string::npos)
+      << r.out;
+  r = run("data info " + path("ds"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("validation  2 documents, 4 tokens"), std::string::npos) << r.out;
+
+  r = run("data prepare --input " + input + " --output " + path("small") + " --vocab-size 50000");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "hspmd: error: " + input + ":1: input_ids[1] = 50000 is outside the vocabulary [0, 50000) "
+                   "given by --vocab-size\n");
+  r = run("data prepare --input " + input + " --output " + path("x") + " --vocab-size 9 --tokenizer " + input);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("excludes"), std::string::npos) << r.err;
+}
+
 TEST_F(CliTest, PreparesTheBundledCorpus) {
   // tests/data/cli_test.cc -> the repository root.
   fs::path corpus = fs::path(__FILE__).parent_path().parent_path().parent_path() / "data/corpus/kjv-genesis-2kings.txt";

@@ -88,6 +88,79 @@ TEST_F(PrepareTest, ErrorsNameFileAndLine) {
   EXPECT_FALSE(std::filesystem::exists(path("out/index.bin")));
 }
 
+// Ids from a tokenizer hspmd does not know: accepted below --vocab-size, which the dataset records.
+TEST_F(PrepareTest, PretokenizedIdsWithAnExplicitVocabularySize) {
+  std::string ids = write_file("ids.jsonl", "{\"input_ids\": [1, 31999, 260]}\n\n{\"input_ids\": [70000]}\n");
+  PrepareOptions o;
+  o.inputs = {ids};
+  o.output_dir = path("out");
+  o.vocab_size = 70001;
+  PrepareStats s = prepare_dataset(tokenizer_, o);
+  EXPECT_EQ(s.documents, 2u);
+  TokenDataset ds = TokenDataset::open(path("out"));
+  EXPECT_EQ(ds.vocab_size(), 70001u);
+  EXPECT_EQ(ds.header().token_bytes, 4u);  // above 65536: uint32 tokens
+  EXPECT_EQ(ds.tokenizer_id(), "ids");
+  EXPECT_EQ(ds.document(0), (std::vector<int32_t>{1, 31999, 260}));
+  EXPECT_EQ(ds.document(1), (std::vector<int32_t>{70000}));
+}
+
+TEST_F(PrepareTest, PretokenizedIdAtOrAboveVocabularySizeIsNamedWithItsLine) {
+  std::string ids = write_file("ids.jsonl", "{\"input_ids\": [5, 6]}\n{\"input_ids\": [7, 32000, 40000]}\n");
+  PrepareOptions o;
+  o.inputs = {ids};
+  o.output_dir = path("out");
+  o.vocab_size = 32000;
+  EXPECT_EQ(error_of([&] { prepare_dataset(tokenizer_, o); }),
+            ids + ":2: input_ids[1] = 32000 is outside the vocabulary [0, 32000) given by --vocab-size");
+  EXPECT_FALSE(std::filesystem::exists(path("out/index.bin")));
+  // Without --vocab-size the byte tokenizer's 260 applies, and the message says how to go on.
+  EXPECT_NE(error_of([&] { prepare({ids}); }).find("give --vocab-size"), std::string::npos);
+  // Text is not pre-tokenized: --vocab-size refuses it rather than ignore the tokenizer.
+  o.inputs = {write_file("a.txt", "text")};
+  EXPECT_NE(error_of([&] { prepare_dataset(tokenizer_, o); }).find("--vocab-size is for pre-tokenized input"),
+            std::string::npos);
+}
+
+// floor(n F) documents, evenly spread, go to out/val; together the splits hold every document once.
+TEST_F(PrepareTest, ValidationFractionHoldsOutEvenlySpreadDocuments) {
+  std::string text;
+  for (int d = 0; d < 10; ++d) text += "doc " + std::to_string(d) + "\n\n";
+  PrepareOptions o;
+  o.inputs = {write_file("a.txt", text)};
+  o.output_dir = path("out");
+  o.val_fraction = 0.25;
+  PrepareStats s = prepare_dataset(tokenizer_, o);
+  EXPECT_EQ(s.documents, 8u);
+  EXPECT_EQ(s.val_documents, 2u);  // floor(10 * 0.25)
+  EXPECT_EQ(s.val_tokens, 10u);
+  ASSERT_TRUE(TokenDataset::has_validation(path("out")));
+  TokenDataset val = TokenDataset::open_validation(path("out"));
+  // Document i is held out when floor((i+1)/4) > floor(i/4): i = 3 and 7.
+  EXPECT_EQ(tokenizer_.decode(val.document(0)), "doc 3");
+  EXPECT_EQ(tokenizer_.decode(val.document(1)), "doc 7");
+  EXPECT_EQ(documents(), (std::vector<std::string>{"doc 0", "doc 1", "doc 2", "doc 4", "doc 5", "doc 6", "doc 8",
+                                                   "doc 9"}));
+
+  // A later prepare without a validation split removes the old one, which no longer matches.
+  o.val_fraction = 0;
+  prepare_dataset(tokenizer_, o);
+  EXPECT_FALSE(TokenDataset::has_validation(path("out")));
+  EXPECT_NE(error_of([&] { TokenDataset::open_validation(path("out")); }).find("--val-fraction"), std::string::npos);
+}
+
+TEST_F(PrepareTest, ValidationFractionThatLeavesASplitEmptyIsRefused) {
+  PrepareOptions o;
+  o.inputs = {write_file("a.txt", "one\n\ntwo\n")};
+  o.output_dir = path("out");
+  o.val_fraction = 0.4;  // floor(2 * 0.4) = 0 validation documents
+  EXPECT_NE(error_of([&] { prepare_dataset(tokenizer_, o); }).find("leaves no validation documents"),
+            std::string::npos);
+  o.val_fraction = 1.5;
+  EXPECT_NE(error_of([&] { prepare_dataset(tokenizer_, o); }).find("outside [0, 1)"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(path("out/index.bin")));
+}
+
 TEST_F(PrepareTest, ReportsProgress) {
   std::ostringstream progress;
   PrepareOptions o;

@@ -77,6 +77,33 @@ TEST_F(TokenDatasetTest, OpenRejectsMissingTruncatedAndMismatchedFiles) {
   EXPECT_NE(error_of([&] { TokenDataset::open(c); }).find("bad magic"), std::string::npos);
 }
 
+// Found while writing the dataset fuzz target: num_tokens = 2^63 + 1 makes num_tokens x 2 bytes wrap
+// around to 2, so a 2-byte tokens.bin matched the index and reading the document ran past it.
+TEST_F(TokenDatasetTest, TokenCountWhoseByteSizeWrapsAroundIsRefused) {
+  const uint64_t huge = (1ull << 63) + 1;
+  std::filesystem::create_directories(path("wrap"));
+  {
+    std::ofstream index(path("wrap/index.bin"), std::ios::binary);
+    const uint32_t fields[] = {1, 2, 260, 0};  // version, token width, vocab size, reserved
+    const uint64_t counts[] = {1, huge};      // documents, tokens
+    char tokenizer[32] = "byte";
+    const uint64_t offsets[] = {0, huge};
+    index.write("HSPMDIDX", 8);
+    index.write(reinterpret_cast<const char*>(fields), sizeof fields);
+    index.write(reinterpret_cast<const char*>(counts), sizeof counts);
+    index.write(tokenizer, sizeof tokenizer);
+    index.write(reinterpret_cast<const char*>(offsets), sizeof offsets);
+  }
+  {
+    std::ofstream tokens(path("wrap/tokens.bin"), std::ios::binary);
+    const uint32_t fields[] = {1, 2};  // version, token width
+    tokens.write("HSPMDTOK", 8);
+    tokens.write(reinterpret_cast<const char*>(fields), sizeof fields);
+    tokens.write("\x01\x00", 2);  // 16 + 2 bytes: what 2 x (2^63 + 1) wraps around to
+  }
+  EXPECT_NE(error_of([&] { TokenDataset::open(path("wrap")); }).find("tokens.bin"), std::string::npos);
+}
+
 TEST_F(TokenDatasetTest, CorruptedTokenIdsAreReportedOnRead) {
   std::string dir = write_dataset("d", {{1, 2}, {3, 4}});
   {

@@ -3,6 +3,7 @@
 //
 //   hspmd data prepare --input data/corpus/kjv-genesis-2kings.txt --output build/datasets/kjv --append-eos
 //   hspmd data prepare --input a.jsonl b.jsonl --output ds --tokenizer tokenizer.json --format jsonl-text
+//   hspmd data prepare --input ids.jsonl --output ds --vocab-size 32000 --val-fraction 0.05
 //   hspmd data info build/datasets/kjv
 #include <CLI/CLI.hpp>
 
@@ -24,6 +25,8 @@ struct PrepareArgs {
   std::string tokenizer;
   std::string format = "auto";
   bool append_eos = false;
+  uint32_t vocab_size = 0;
+  double val_fraction = 0;
 };
 
 void run_prepare(const PrepareArgs& args) {
@@ -33,12 +36,20 @@ void run_prepare(const PrepareArgs& args) {
   options.output_dir = args.output;
   options.format = data::parse_input_format(args.format);
   options.append_eos = args.append_eos;
+  options.vocab_size = args.vocab_size;
+  options.val_fraction = args.val_fraction;
   options.progress = &std::cerr;
   data::PrepareStats s = data::prepare_dataset(*tokenizer, options);
+  const data::TokenDataset written = data::TokenDataset::open(args.output);
   std::cout << "prepared " << args.output << ": " << s.documents << " documents, " << s.tokens << " tokens (vocab "
-            << tokenizer->vocab_size() << ", tokenizer " << tokenizer->id() << ") from " << std::fixed
+            << written.vocab_size() << ", tokenizer " << written.tokenizer_id() << ")";
+  if (s.val_documents > 0) {
+    std::cout << "; validation split " << args.output << "/" << data::kValidationDir << ": " << s.val_documents
+              << " documents, " << s.val_tokens << " tokens";
+  }
+  std::cout << " from " << std::fixed
             << std::setprecision(2) << static_cast<double>(s.bytes_read) / 1e6 << " MB in " << s.seconds << " s ("
-            << std::setprecision(0) << static_cast<double>(s.documents) / std::max(s.seconds, 1e-9)
+            << std::setprecision(0) << static_cast<double>(s.documents + s.val_documents) / std::max(s.seconds, 1e-9)
             << " documents/s)\n";
 }
 
@@ -52,6 +63,11 @@ void run_info(const std::string& dir) {
             << "tokenizer   " << ds.tokenizer_id() << "\n"
             << "doc length  min " << s.min_length << ", median " << s.median_length << ", mean " << std::fixed
             << std::setprecision(1) << s.mean_length << ", p90 " << s.p90_length << ", max " << s.max_length << "\n";
+  if (data::TokenDataset::has_validation(dir)) {
+    data::DatasetSummary v = data::summarize(data::TokenDataset::open_validation(dir));
+    std::cout << "validation  " << v.documents << " documents, " << v.tokens << " tokens (" << dir << "/"
+              << data::kValidationDir << ")\n";
+  }
 }
 
 }  // namespace
@@ -67,9 +83,19 @@ void add_data_command(CLI::App& app) {
       "{\"input_ids\": [...]} into a token dataset directory (docs/dataset-format.md)");
   prepare->add_option("--input", args->inputs, "Input files")->required()->check(CLI::ExistingFile);
   prepare->add_option("--output", args->output, "Output dataset directory")->required();
-  prepare->add_option("--tokenizer", args->tokenizer,
+  CLI::Option* tokenizer = prepare->add_option("--tokenizer", args->tokenizer,
                       "Hugging Face tokenizer.json (byte-level BPE); default: byte-level, vocab 260")
       ->check(CLI::ExistingFile);
+  prepare
+      ->add_option("--vocab-size", args->vocab_size,
+                   "Pre-tokenized input: JSONL {\"input_ids\": [...]} from another tokenizer, every id below N "
+                   "(recorded in the dataset; the tokenizer id becomes \"ids\")")
+      ->check(CLI::Range(1u, 1u << 31))
+      ->excludes(tokenizer);
+  prepare
+      ->add_option("--val-fraction", args->val_fraction,
+                   "Hold out this share of the documents (evenly spread) as a validation split in OUTPUT/val")
+      ->check(CLI::Range(0.0, 0.999999));
   prepare->add_option("--format", args->format, "Input format")
       ->check(CLI::IsMember({"auto", "text", "jsonl-text", "jsonl-ids"}))
       ->capture_default_str();

@@ -1,13 +1,17 @@
-// Errors: one exception type, two ways to raise it.
+// Errors: one exception type, three ways to raise it.
 //
 //   HSPMD_CHECK(n % tp == 0) << "hidden size " << n << " is not divisible by TP degree " << tp;
-//     -> user/config errors; the message names file:line, the failed condition and the context.
+//     -> user/config errors; what() is the message alone, written for the person who made the
+//        input (what is wrong, and where: file and key).
 //   HSPMD_ASSERT(offset <= size) << "offset " << offset;
-//     -> internal invariants (a bug in hspmd, not in the input).
+//     -> internal invariants (a bug in hspmd, not in the input); what() keeps the source location
+//        and the condition, since a bug report needs them.
 //   HSPMD_THROW() << "unknown dtype '" << text << "'";
-//     -> unconditional error.
+//     -> unconditional error, shown like a failed check.
 //
-// Library code never exits; the CLI catches Error and prints what() as one line.
+// Every Error also carries origin(): the source location, kind and condition that raised it, which
+// the CLI prints only with --verbose (or HSPMD_VERBOSE=1). Library code never exits; the CLI
+// catches every exception and prints one line.
 #pragma once
 
 #include <sstream>
@@ -18,7 +22,14 @@ namespace hspmd {
 
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
+  explicit Error(const std::string& what, std::string origin = {})
+      : std::runtime_error(what), origin_(std::move(origin)) {}
+  // "src/hspmd/x.cc:79: check failed (cond)", or empty when raised without a macro; raised while
+  // handling another Error, ", from <its origin>" follows.
+  const std::string& origin() const { return origin_; }
+
+ private:
+  std::string origin_;
 };
 
 // Thrown when an allocation would exceed an allocator's capacity.
@@ -38,9 +49,14 @@ class ErrorMessage {
     stream_ << value;
     return *this;
   }
-  std::string str() const { return stream_.str(); }
+  // The exception's what(): the message alone, but the origin in front for internal errors and
+  // in place of an empty message.
+  std::string what() const;
+  const std::string& origin() const { return origin_; }
 
  private:
+  std::string origin_;
+  bool internal_;
   std::ostringstream stream_;
 };
 

@@ -1,6 +1,7 @@
 #include "hspmd/core/json_file.h"
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "hspmd/core/error.h"
@@ -19,7 +20,7 @@ nlohmann::json parse_json_object(const std::string& text, const std::string& sou
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for numbers like 1E999
     HSPMD_THROW() << source << ": not valid JSON: " << e.what();
   }
   HSPMD_CHECK(j.is_object()) << source << ": expected a JSON object";
@@ -35,8 +36,10 @@ const nlohmann::json& json_member(const nlohmann::json& j, const std::string& ke
 
 int json_positive_int(const nlohmann::json& j, const std::string& key, const std::string& where) {
   const nlohmann::json& v = json_member(j, key, where);
-  HSPMD_CHECK(v.is_number_integer() && v.get<long long>() > 0)
-      << where << "." << key << ": expected a positive integer, got " << v.dump();
+  HSPMD_CHECK(v.is_number_integer() && v.get<long long>() > 0 &&
+              v.get<long long>() <= std::numeric_limits<int>::max())
+      << where << "." << key << ": expected a positive integer (at most " << std::numeric_limits<int>::max()
+      << "), got " << v.dump();
   return v.get<int>();
 }
 

@@ -142,6 +142,18 @@ std::map<std::string, Tensor> load_all(const std::string& path, Allocator* alloc
 Reader::Reader(std::string path) : path_(std::move(path)) {
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   HSPMD_CHECK(fd_ >= 0) << "cannot open " << path_ << ": " << std::strerror(errno);
+  // A constructor that throws never runs the destructor: close the file here, or every refused
+  // file would leak a descriptor.
+  try {
+    read_header();
+  } catch (...) {
+    ::close(fd_);
+    fd_ = -1;
+    throw;
+  }
+}
+
+void Reader::read_header() {
   struct stat st {};
   HSPMD_CHECK(::fstat(fd_, &st) == 0) << "cannot stat " << path_ << ": " << std::strerror(errno);
   uint64_t file_size = static_cast<uint64_t>(st.st_size);

@@ -83,6 +83,7 @@ class Reader {
   void read_bytes(const std::string& name, uint64_t offset, uint64_t length, void* out) const;
 
  private:
+  void read_header();  // validates the header into tensors_ and metadata_
   void read_at(uint64_t file_offset, uint64_t length, void* out, const std::string& what) const;
 
   std::string path_;

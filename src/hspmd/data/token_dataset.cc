@@ -170,8 +170,9 @@ TokenDataset TokenDataset::open(const std::string& dir) {
   }
 
   ds.tokens_map_ = map_file(tokens_path, ds.tokens_map_bytes_);
+  // num_tokens is bounded first so the product below cannot wrap around to the file's size.
   uint64_t expected_tokens = kTokensHeaderBytes + h.num_tokens * h.token_bytes;
-  HSPMD_CHECK(ds.tokens_map_bytes_ == expected_tokens)
+  HSPMD_CHECK(h.num_tokens < (1ull << 48) && ds.tokens_map_bytes_ == expected_tokens)
       << tokens_path << ": " << ds.tokens_map_bytes_ << " bytes, the index says " << expected_tokens << " ("
       << h.num_tokens << " tokens of " << h.token_bytes << " bytes + header): truncated or from another dataset";
   TokensHeader th;
@@ -181,6 +182,23 @@ TokenDataset TokenDataset::open(const std::string& dir) {
       << tokens_path << ": bad header (magic, version or token width disagree with " << kIndexFile << ")";
   ds.tokens_ = static_cast<const unsigned char*>(ds.tokens_map_) + kTokensHeaderBytes;
   return ds;
+}
+
+bool TokenDataset::has_validation(const std::string& dir) {
+  return std::filesystem::exists(std::filesystem::path(dir) / kValidationDir / kIndexFile);
+}
+
+TokenDataset TokenDataset::open_validation(const std::string& dir) {
+  const std::string val_dir = join(dir, kValidationDir);
+  HSPMD_CHECK(has_validation(dir)) << "dataset " << dir << " has no validation split (" << val_dir
+                                   << " is missing): make one with `hspmd data prepare --val-fraction F`";
+  TokenDataset train = open(dir);
+  TokenDataset val = open(val_dir);
+  HSPMD_CHECK(val.vocab_size() == train.vocab_size() && val.tokenizer_id() == train.tokenizer_id())
+      << val_dir << ": vocab_size " << val.vocab_size() << " and tokenizer '" << val.tokenizer_id()
+      << "' differ from the training split's (" << train.vocab_size() << ", '" << train.tokenizer_id()
+      << "'): the two splits come from different prepare runs";
+  return val;
 }
 
 TokenDataset::TokenDataset(TokenDataset&& other) noexcept { *this = std::move(other); }

@@ -33,6 +33,9 @@ struct DatasetHeader {
 
 inline constexpr const char* kTokensFile = "tokens.bin";
 inline constexpr const char* kIndexFile = "index.bin";
+// The held-out validation split of a dataset (`hspmd data prepare --val-fraction`) is a dataset of
+// its own in this subdirectory: same vocabulary and tokenizer, disjoint documents.
+inline constexpr const char* kValidationDir = "val";
 
 class TokenDatasetWriter {
  public:
@@ -68,6 +71,11 @@ class TokenDataset {
  public:
   // Maps both files and validates them; every Error names the file at fault.
   static TokenDataset open(const std::string& dir);
+  // Whether the dataset in `dir` has a validation split (dir/val/index.bin exists).
+  static bool has_validation(const std::string& dir);
+  // Opens the validation split of the dataset in `dir`; Error when there is none (saying how to make
+  // one) or when its vocabulary or tokenizer differ from the training split's.
+  static TokenDataset open_validation(const std::string& dir);
   TokenDataset(TokenDataset&&) noexcept;
   TokenDataset& operator=(TokenDataset&&) noexcept;
   TokenDataset(const TokenDataset&) = delete;

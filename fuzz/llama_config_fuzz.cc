@@ -1,0 +1,13 @@
+// Model config.json (models/llama_config.h), including validate() and the parameter count.
+#include "fuzz/fuzz_input.h"
+#include "hspmd/models/llama_config.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  hspmd::fuzz::expect_clean([&] {
+    const auto config = hspmd::models::LlamaConfig::from_json_text(hspmd::fuzz::as_text(data, size), "fuzz.json");
+    config.validate();
+    (void)config.num_parameters();
+    (void)config.to_json_text();
+  });
+  return 0;
+}

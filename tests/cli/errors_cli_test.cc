@@ -1,0 +1,71 @@
+// Errors a person sees: one line on stderr, exit code 1, the text of the problem (what and where
+// in the user's files) and no hspmd source location unless --verbose asks for it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "cli/cli_testlib.h"
+
+namespace hspmd::cli {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+class ErrorsCli : public testing::CliTest {};
+
+long lines(const std::string& text) { return std::count(text.begin(), text.end(), '\n'); }
+
+TEST_F(ErrorsCli, BadConfigFileIsOneLineWithTheFileAndKeyAndNoSourceLocation) {
+  const std::string config = write_file("config.json", R"({"hidden_size": 64, "intermediate_size": 176,
+      "num_hidden_layers": 2, "num_attention_heads": 5, "num_key_value_heads": 1, "vocab_size": 260})");
+  const testing::RunResult r = run("explain --model " + config + " --strategy " +
+                             testing::source_file("examples/strategies/local-dp2.json"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_THAT(r.err, StartsWith("hspmd: error: "));
+  EXPECT_THAT(r.err, HasSubstr(config));
+  EXPECT_THAT(r.err, HasSubstr("num_attention_heads"));
+  EXPECT_THAT(r.err, Not(HasSubstr("src/hspmd/")));
+  EXPECT_THAT(r.err, Not(HasSubstr("check failed")));
+
+  const testing::RunResult verbose = run("--verbose explain --model " + config + " --strategy " +
+                                   testing::source_file("examples/strategies/local-dp2.json"));
+  EXPECT_EQ(verbose.code, 1);
+  EXPECT_EQ(lines(verbose.err), 2) << verbose.err;
+  EXPECT_THAT(verbose.err, HasSubstr("hspmd: raised at src/hspmd/"));
+  EXPECT_THAT(verbose.err, HasSubstr(": check failed ("));
+}
+
+// How worker processes started by a verbose run inherit the setting.
+TEST_F(ErrorsCli, VerboseFromTheEnvironment) {
+  const testing::RunResult r = run("data info " + path("absent"), "HSPMD_VERBOSE=1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(lines(r.err), 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("hspmd: raised at src/hspmd/data/token_dataset.cc:"));
+}
+
+// A file system error (not an hspmd::Error): the output directory's parent is a regular file.
+TEST_F(ErrorsCli, UnwritablePathIsOneLineAndExitOne) {
+  write_file("not-a-dir", "x");
+  const testing::RunResult r = run("data prepare --input " + testing::source_file("data/corpus/kjv-genesis-2kings.txt") +
+                             " --output " + path("not-a-dir/dataset"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_THAT(r.err, StartsWith("hspmd: error: "));
+  EXPECT_THAT(r.err, HasSubstr("not-a-dir/dataset"));
+  EXPECT_THAT(r.err, Not(HasSubstr("terminate")));
+}
+
+TEST_F(ErrorsCli, MissingDatasetNamesTheFile) {
+  const testing::RunResult r = run("data info " + path("absent"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(path("absent") + "/index.bin"));
+  EXPECT_THAT(r.err, Not(HasSubstr(".cc:")));
+}
+
+}  // namespace
+}  // namespace hspmd::cli
