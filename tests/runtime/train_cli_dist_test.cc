@@ -144,6 +144,40 @@ TEST_F(TrainCli, DistributedRunStartsFromShardedHuggingFaceWeights) {
   EXPECT_NE(metric(path("plain.jsonl")), metric(path("one.jsonl")));
 }
 
+// --eval-every on a dataset with a validation split: one process and a strategy report the same
+// validation losses, in the log and in the metrics; without a split the run refuses to start.
+TEST_F(TrainCli, ValidationLossEveryKStepsEqualsOneProcess) {
+  const std::string data = path("kjv");
+  testing::CommandResult p = run_hspmd("data prepare --input " + testing::corpus_file() + " --output " + data +
+                                       " --append-eos --val-fraction 0.02");
+  ASSERT_EQ(p.code, 0) << p.output;
+  const std::string args = "train --model " + example("configs/llama-tiny.json") + " --data " + data +
+                           " --steps 3 --seq-len 64 --global-batch-tokens 512 --warmup 2 --threads 1 --eval-every 2 "
+                           "--eval-tokens 1024";
+  testing::CommandResult one = run_hspmd(args + " --metrics " + path("one.jsonl"));
+  ASSERT_EQ(one.code, 0) << one.output;
+  EXPECT_THAT(one.output, AllOf(HasSubstr("eval after step 2: validation loss"), HasSubstr("eval after step 3")));
+  testing::CommandResult dist = run_hspmd(args + " --nproc 4 --strategy " +
+                                          example("examples/strategies/local-hetero-4.json") + " --metrics " +
+                                          path("dist.jsonl"));
+  ASSERT_EQ(dist.code, 0) << dist.output;
+  auto val_losses = [](const std::string& file) {
+    std::ifstream in(file);
+    std::vector<double> out;
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.value("event", "") == "eval") out.push_back(j.at("val_loss").get<double>());
+    }
+    return out;
+  };
+  ASSERT_EQ(val_losses(path("one.jsonl")).size(), 2u);
+  expect_close(val_losses(path("dist.jsonl")), val_losses(path("one.jsonl")));
+
+  testing::CommandResult none = run_hspmd(common(2) + " --eval-every 1");
+  EXPECT_NE(none.code, 0);
+  EXPECT_THAT(none.output, HasSubstr("--val-fraction"));
+}
+
 TEST_F(TrainCli, PlanBeyondEmulatedMemoryIsRefusedUpFront) {
   const std::string strategy = path("one.json");
   std::ofstream(strategy) << R"({"name": "one", "pipelines": [{"micro_batch_size": 8, "num_micro_batches": 1,

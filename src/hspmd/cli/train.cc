@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -19,6 +20,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +30,8 @@
 #include "hspmd/core/error.h"
 #include "hspmd/core/safetensors.h"
 #include "hspmd/data/token_dataset.h"
+#include "hspmd/kernels/gemm_backend.h"
+#include "hspmd/kernels/simd.h"
 #include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
 #include "hspmd/runtime/trainer.h"
@@ -84,6 +88,22 @@ std::string step_line(const runtime::StepMetrics& m, int64_t total) {
   return buf;
 }
 
+std::string eval_line(int64_t step, double loss) {
+  char buf[120];
+  std::snprintf(buf, sizeof buf, "eval after step %lld: validation loss %.4f, perplexity %.2f",
+                static_cast<long long>(step), loss, std::exp(loss));
+  return buf;
+}
+
+std::string kernels_line() {
+  return "kernels: GEMM " + kernels::gemm_backend_description() + "; SIMD " +
+         kernels::simd_level_name(kernels::simd_level());
+}
+
+std::string eval_record(int64_t step, double loss) {
+  return nlohmann::json{{"event", "eval"}, {"step", step}, {"val_loss", loss}}.dump();
+}
+
 namespace {
 
 // "[##########----------]  50/100  ETA 1m23s" for terminals.
@@ -125,6 +145,8 @@ void run_train(TrainArgs args, const CLI::App& sub) {
       << dataset.tokenizer_id() << "') but model config " << args.model << " has vocab_size " << config.vocab_size;
 
   const runtime::TrainerOptions& options = args.options;
+  std::optional<data::TokenDataset> validation;
+  if (args.eval_every > 0) validation = data::TokenDataset::open_validation(args.data);
   runtime::Trainer trainer(config, dataset, options);
   if (!args.dump_init_weights.empty()) {
     const graph::TensorMap params = trainer.parameters();
@@ -146,6 +168,7 @@ void run_train(TrainArgs args, const CLI::App& sub) {
     metrics.open(args.metrics, args.resume.empty() ? std::ios::trunc : std::ios::app);
     HSPMD_CHECK(metrics.good()) << "cannot open metrics file " << args.metrics;
   }
+  std::cout << kernels_line() << "\n";
   std::cout << "model: " << config.num_parameters() << " parameters, " << config.num_hidden_layers
             << " layers, hidden " << config.hidden_size << "; data: " << dataset.num_tokens() << " tokens in "
             << dataset.num_documents() << " documents; " << options.steps << " steps of <= "
@@ -170,6 +193,11 @@ void run_train(TrainArgs args, const CLI::App& sub) {
     }
     if (metrics.is_open()) metrics << m.to_json().dump() << std::endl;
     bool last = trainer.done();
+    if (evaluates_after(args, m.step, last)) {
+      const double val = trainer.evaluate(*validation, args.eval_tokens);
+      std::cout << (tty ? "\r\033[K" : "") << eval_line(m.step, val) << std::endl;
+      if (metrics.is_open()) metrics << eval_record(m.step, val) << std::endl;
+    }
     if (!args.save.empty() && (last || (args.save_every > 0 && m.step % args.save_every == 0))) {
       trainer.save(args.save);
       if (!tty) std::cout << "saved checkpoint " << args.save << " at step " << m.step << std::endl;
@@ -210,6 +238,13 @@ void add_train_command(CLI::App& app) {
   sub->add_option("--threads", o.threads, "kernel threads (0: all cores)")->capture_default_str();
   sub->add_option("--save", args->save, "checkpoint directory, written at the end (and every --save-every steps)");
   sub->add_option("--save-every", args->save_every, "also checkpoint every K steps")->check(CLI::NonNegativeNumber);
+  sub->add_option("--eval-every", args->eval_every,
+                  "every K steps (and after the last) report the loss on the dataset's validation split "
+                  "(`data prepare --val-fraction`)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--eval-tokens", args->eval_tokens, "tokens of the validation split each evaluation reads")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sub->add_option("--resume", args->resume, "continue the run saved in this checkpoint directory");
   sub->add_option("--init-weights", args->init_weights,
                   "start from Hugging Face Llama weights (a .safetensors file, a sharded set's index.json, or a "

@@ -12,6 +12,8 @@ namespace hspmd::cli {
 struct TrainArgs {
   std::string model, data, save, resume, init_weights, metrics, dump_init_weights;
   int64_t save_every = 0;
+  int64_t eval_every = 0;       // validation loss every K steps (and after the last); 0: never
+  int64_t eval_tokens = 16384;  // tokens of the validation split each evaluation reads
   runtime::TrainerOptions options;
   // Distributed training (cli/train_dist.cc).
   std::string strategy, devices, trace, schedule = "1f1b";
@@ -23,6 +25,17 @@ struct TrainArgs {
 
 // "step    12/100  loss 3.1234  lr ...  grad_norm ...  tok/s ...  step 0.123s"
 std::string step_line(const runtime::StepMetrics& m, int64_t total);
+
+// Whether the step just taken (1-based) is followed by a validation evaluation.
+inline bool evaluates_after(const TrainArgs& args, int64_t step, bool last) {
+  return args.eval_every > 0 && (last || step % args.eval_every == 0);
+}
+// "eval after step 20: validation loss 2.3456, perplexity 10.44", and its metrics line
+// {"event": "eval", "step": 20, "val_loss": 2.3456}.
+std::string eval_line(int64_t step, double loss);
+std::string eval_record(int64_t step, double loss);
+// "kernels: GEMM oneDNN ... ; SIMD avx2": what the kernels run on, logged when training starts.
+std::string kernels_line();
 
 // `hspmd train --strategy`: under `hspmd launch` (or with --nproc, which launches the workers
 // itself) every worker trains its part of the strategy; rank 0 reports.

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "hspmd/cli/train_args.h"
@@ -113,6 +114,8 @@ void run_worker(const TrainArgs& args) {
   const comm::WorkerEnv env = comm::WorkerEnv::from_environment();
   const models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
   const data::TokenDataset dataset = data::TokenDataset::open(args.data);
+  std::optional<data::TokenDataset> validation;
+  if (args.eval_every > 0) validation = data::TokenDataset::open_validation(args.data);
   const std::vector<ScheduledPlan> plans = scheduled_plans(args, config);
   int world = 0;  // the run's processes: every rank some strategy uses
   for (const ScheduledPlan& p : plans) world = std::max(world, p.strategy.ranks().back() + 1);
@@ -148,6 +151,7 @@ void run_worker(const TrainArgs& args) {
                 << plans[i].file << ")\n";
     }
     if (!args.devices.empty()) std::cout << devices.describe() << "\n";
+    std::cout << kernels_line() << "\n";
   }
   std::cout << trainer.describe() << std::endl;
   if (!args.resume.empty()) {
@@ -183,6 +187,11 @@ void run_worker(const TrainArgs& args) {
     HSPMD_CHECK(std::isfinite(m.loss)) << "training diverged at step " << m.step << ": loss " << m.loss;
     if (lead) std::cout << step_line(m, args.options.steps) << std::endl;
     if (metrics.is_open()) metrics << m.to_json().dump() << std::endl;
+    if (evaluates_after(args, m.step, trainer.done())) {
+      const double val = trainer.evaluate(*validation, args.eval_tokens);
+      if (lead) std::cout << eval_line(m.step, val) << std::endl;
+      if (metrics.is_open()) metrics << eval_record(m.step, val) << std::endl;
+    }
     if (!args.save.empty() && (trainer.done() || (args.save_every > 0 && m.step % args.save_every == 0))) {
       trainer.save(args.save);
       if (lead) std::cout << "saved checkpoint " << args.save << " at step " << m.step << std::endl;
@@ -213,6 +222,7 @@ void run_dist_train(const TrainArgs& args) {
   scheduled_plans(args, config);
   if (!args.init_weights.empty()) const runtime::HfWeights checked(args.init_weights, config);
   const data::TokenDataset checked_data = data::TokenDataset::open(args.data);
+  if (args.eval_every > 0) const data::TokenDataset checked_validation = data::TokenDataset::open_validation(args.data);
   comm::LaunchOptions launch;
   launch.nproc = args.nproc;
   launch.command = own_command_line();
