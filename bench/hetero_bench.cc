@@ -1,5 +1,5 @@
 // Heterogeneous vs homogeneous strategies on emulated heterogeneous devices (CPU emulation, not
-// GPUs; DESIGN.md §5): ranks 0 and 1 at full speed, ranks 2 and 3 at one third (the speeds of
+// GPUs; architecture §5): ranks 0 and 1 at full speed, ranks 2 and 3 at one third (the speeds of
 // examples/devices/local-hetero-4.json). Same model (configs/llama-tiny.json), same global batch
 // (2048 tokens, rows of 256), four ranks as threads of this process over Gloo, one kernel thread
 // each. Per strategy: the mean step time (steps 2..N; step 1 connects the groups) and its ratio to

@@ -8,7 +8,7 @@
 // With --nproc N and no RANK in the environment, this process becomes the launcher of N workers
 // running the same command line (comm/launcher.h); each worker trains its part of the strategy.
 // Rank 0 prints the steps, writes metrics and, with --check-single, retrains the same steps in one
-// process and compares every loss (the oracle of DESIGN.md §9). Checkpoints (--save, --resume) are
+// process and compares every loss (the oracle of architecture §9). Checkpoints (--save, --resume) are
 // strategy-independent: a run saved under one strategy resumes under another, or single-process.
 // `--switch 20:B.json` moves the run to strategy B before step 20 with one fused BSR of weights and
 // Adam moments (runtime/dist_trainer.h, switch_to), without a restart; the workers are the ranks

@@ -1,4 +1,4 @@
-// N ranks as N threads of one process (DESIGN.md §8: rank is a parameter, never a global), for
+// N ranks as N threads of one process (architecture §8: rank is a parameter, never a global), for
 // tests, benchmarks and single-host experiments: each thread is one rank with its own
 // GroupCache (Gloo over loopback TCP) and all of them rendezvous through one file store in a fresh
 // temporary directory. Fast on 2 cores, and every distributed code path runs for real.

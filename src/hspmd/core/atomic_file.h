@@ -6,7 +6,7 @@
 //   out.commit();                                // fsync, rename onto the final name, fsync the dir
 //
 // Destroying an uncommitted AtomicFile (e.g. after an exception) removes the temp file, so bad
-// input or a crash never leaves a torn file under the final name (DESIGN.md §8).
+// input or a crash never leaves a torn file under the final name (architecture §8).
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,6 @@
 // Counter-based random numbers (Philox4x32-10, Salmon et al., SC'11). A value is a pure function of
 // (key, counter), so any shard of a tensor can generate exactly its slice of the same global random
-// tensor without materializing the rest (DESIGN.md §9):
+// tensor without materializing the rest (architecture §9):
 //
 //   float w = philox_normal(seed, stream, global_index);   // same on every rank and strategy
 #pragma once

@@ -1,5 +1,5 @@
 // From whole documents to what the model consumes: segments, packed or padded batches, and the
-// split of a global batch across pipelines / data-parallel groups (DESIGN.md §9).
+// split of a global batch across pipelines / data-parallel groups (architecture §9).
 //
 // A Segment is the unit of batching: a whole document, or a chunk of at most seq_len tokens of a
 // longer one (chunks are consecutive, [0, S), [S, 2S), ...; the last may be shorter). Attention and

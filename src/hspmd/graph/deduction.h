@@ -13,7 +13,7 @@
 //   - a Reshard without a plan entry is the identity;
 //   - a backward Reshard "<name>.bwd" without one reshards the gradient towards the ADJOINT of the
 //     forward Reshard's input annotation: the same layout with Partial replaced by Duplicate
-//     (the gradient of a partial sum is the full gradient on every summand; DESIGN.md §9). So the
+//     (the gradient of a partial sum is the full gradient on every summand; architecture §9). So the
 //     backward of "attn_in" (D -> D in the forward) all-reduces the partial input gradient;
 //   - a constant (kFull, e.g. the gradient seed of the loss) without one is duplicated over the
 //     device groups of the first op that consumes it.
@@ -51,7 +51,7 @@ struct GradientSync {
   sharding::Annotation param_annotation;  // from the plan
   sharding::Annotation deduced;           // of d loss / d param, as the backward ops leave it
   // The optimizer state's annotation (the parameter's own when no ZeRO state is planned), zero
-  // flags cleared: the gradient reshard goes deduced -> target (DESIGN.md §9: a Partial gradient is
+  // flags cleared: the gradient reshard goes deduced -> target (architecture §9: a Partial gradient is
   // reduced there; a Duplicate one is never summed).
   sharding::Annotation target;
   bool needs_reshard() const { return deduced != target; }

@@ -1,5 +1,5 @@
 // Parameter initializers. A value is a pure function of (seed, parameter name, global element
-// index) through Philox (DESIGN.md §9), so a shard holding elements [offset, offset + numel) of a
+// index) through Philox (architecture §9), so a shard holding elements [offset, offset + numel) of a
 // parameter generates exactly its slice of the single-process tensor:
 //
 //   InitSpec spec = InitSpec::normal(0.02);

@@ -1,4 +1,4 @@
-// One registry entry per op kind (DESIGN.md §2): everything about a kind in one place.
+// One registry entry per op kind (architecture §2): everything about a kind in one place.
 //
 //   const OpDef& def = OpRegistry::standard().get(OpKind::kRmsNorm);
 //   def.infer(shape_ctx)  -> output shapes/dtypes from input shapes (symbolic), errors name the op

@@ -46,7 +46,7 @@ TensorRef reshape(Graph& g, TensorRef x, const SymShape& shape, const std::strin
 TensorRef reshard(Graph& g, TensorRef x, const std::string& name);
 // logits [T, V], targets [T] (ignore_index where no label), loss_scale [] -> loss []:
 // loss_scale * sum of token losses. Feeding loss_scale = 1 / global token count normalizes by the
-// GLOBAL batch (DESIGN.md §9), however the tokens are split across micro-batches and pipelines.
+// GLOBAL batch (architecture §9), however the tokens are split across micro-batches and pipelines.
 TensorRef cross_entropy(Graph& g, TensorRef logits, TensorRef targets, TensorRef loss_scale, int64_t ignore_index,
                         const std::string& name);
 // A constant tensor.

@@ -11,7 +11,7 @@
 //   positions  [T] int64       position of each token within its document (RoPE restarts at 0)
 //   cu_seqlens [N + 1] int64   document offsets: document s is tokens [cu[s], cu[s+1])
 //   targets    [T] int64       next-token label, -100 where none (last token of a document)
-//   loss_scale []  (dtype)     1 / number of labelled tokens in the GLOBAL batch (DESIGN.md §9)
+//   loss_scale []  (dtype)     1 / number of labelled tokens in the GLOBAL batch (architecture §9)
 // Output: loss [] = loss_scale * sum of token cross-entropies.
 //
 // Per layer l (prefix P = "model.layers.<l>."), op names follow the Hugging Face modules:

@@ -34,7 +34,7 @@ namespace {
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Elements of `region` of parameter `name` (global shape `shape`), generated row by row from the
-// global element index, so every strategy starts from the single-process weights (DESIGN.md §9).
+// global element index, so every strategy starts from the single-process weights (architecture §9).
 Tensor init_region(const std::string& name, const Shape& shape, const Region& region, const graph::InitSpec& spec,
                    uint64_t seed, Allocator* allocator) {
   Tensor out = Tensor::empty(region.shape(), DType::kFloat32, allocator);

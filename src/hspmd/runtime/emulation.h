@@ -1,4 +1,4 @@
-// Emulated heterogeneous devices on one CPU host (DESIGN.md §5): each rank gets a relative speed
+// Emulated heterogeneous devices on one CPU host (architecture §5): each rank gets a relative speed
 // and a memory capacity, so heterogeneous strategies can be exercised and measured on a laptop.
 // This is an emulation, and is always reported as one: never presented as GPU results.
 //

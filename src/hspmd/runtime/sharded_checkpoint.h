@@ -1,4 +1,4 @@
-// Strategy-independent checkpoints (DESIGN.md §7, issue 6): each rank writes the shards it holds,
+// Strategy-independent checkpoints (architecture §7): each rank writes the shards it holds,
 // rank 0 writes an index of which file holds which region of which tensor; a run under ANY other
 // strategy loads it by reading, for each of its own shards, the overlapping pieces of the saved
 // ones (resharding at load). Tensors are addressed by name: "<param>" (weights),

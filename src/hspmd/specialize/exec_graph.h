@@ -9,7 +9,7 @@
 //   eg.op(id)           // the op with rank 2's attributes (a vocab-parallel embedding's row range)
 //   eg.local_shape(t, binding)   // what rank 2 holds of tensor t for one micro-batch's symbols
 //
-// The phases of a training step on a rank (DESIGN.md §6):
+// The phases of a training step on a rank (architecture §6):
 //   Pre   parameter preparation before the passes. Weights are float32 and whole per TP shard
 //         (ZeRO-1 shards optimizer states only), so there is nothing to gather: Pre is empty here.
 //   F, B  forward_ops() / backward_ops() once per micro-batch, in the order of the rank's schedule

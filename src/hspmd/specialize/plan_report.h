@@ -1,4 +1,4 @@
-// What a plan does on a cluster, in the terms a person checks by eye (DESIGN.md §4, §6; what
+// What a plan does on a cluster, in the terms a person checks by eye (architecture §4, §6; what
 // `hspmd explain --strategy` prints): the pipelines found in the annotated graph and each stage's
 // schedule; every Reshard that is not the identity everywhere, resolved per device, with Reshards
 // that differ only in their layer summarized once; the gradient syncs and ZeRO-1 parameter

@@ -3,7 +3,7 @@
 //       loss = loss_scale * sum_t (logsumexp(logits[t]) - logits[t, targets[t]])   (ignored tokens add 0)
 //   cross_entropy_bwd(logits, targets, lse, loss_scale, dloss [])  -> dlogits [T, V]
 // A sum times a runtime scale, not a mean: the caller feeds 1 / (global token count), so every
-// micro-batch and pipeline weighs each token the same (DESIGN.md §9).
+// micro-batch and pipeline weighs each token the same (architecture §9).
 // Deduction: logits may be split on tokens T in either tier (targets and lse split alike); the
 // summed loss is then partial over those splits: logits "split0{[0]();[1]()}" -> loss
 // "partial{[0]();[1]()}". loss_scale and dloss are duplicated. Partial logits are an error (not

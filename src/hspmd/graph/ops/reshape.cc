@@ -3,7 +3,7 @@
 //                 if both sides simplify to the same expression or are static, else per run.
 //   reshard(x) -> x. A named marker where an annotation plan may change the tensor's sharding
 //                 (paper §4-§5); specialization later replaces it by communication. Its gradient is
-//                 a reshard named "<name>.bwd", which plans annotate too (DESIGN.md §9).
+//                 a reshard named "<name>.bwd", which plans annotate too (architecture §9).
 // Deduction:
 //   reshape: input and output dims are matched in groups of equal element count ([T, 32] ->
 //            [T, 4, 8]: {0}->{0}, {1}->{1, 2}). A split of the first dim of a group moves to the
