@@ -178,6 +178,22 @@ TEST_F(TrainCli, ValidationLossEveryKStepsEqualsOneProcess) {
   EXPECT_THAT(none.output, HasSubstr("--val-fraction"));
 }
 
+// The communication timeout: `hspmd launch --comm-timeout` hands it to the workers, `hspmd train`
+// reads it (or its own flag) and refuses a bad value before training.
+TEST_F(TrainCli, CommTimeoutReachesTheWorkers) {
+  testing::CommandResult r = run_hspmd("launch -n 2 --comm-timeout 7 -- /bin/sh -c 'test \"$HSPMD_COMM_TIMEOUT\" = 7.000000'");
+  EXPECT_EQ(r.code, 0) << r.output;
+  r = run_hspmd(common(1) + " --nproc 2 --strategy " + example("examples/strategies/local-dp2.json") +
+                " --comm-timeout 0");
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.output, HasSubstr("--comm-timeout"));
+  testing::CommandResult bad = run_hspmd("launch -n 2 -- /usr/bin/env HSPMD_COMM_TIMEOUT=soon " +
+                                         testing::hspmd_binary() + " " + common(1) + " --strategy " +
+                                         example("examples/strategies/local-dp2.json"));
+  EXPECT_NE(bad.code, 0);
+  EXPECT_THAT(bad.output, HasSubstr("HSPMD_COMM_TIMEOUT=soon is not a positive number of seconds"));
+}
+
 TEST_F(TrainCli, PlanBeyondEmulatedMemoryIsRefusedUpFront) {
   const std::string strategy = path("one.json");
   std::ofstream(strategy) << R"({"name": "one", "pipelines": [{"micro_batch_size": 8, "num_micro_batches": 1,

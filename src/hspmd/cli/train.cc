@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -134,6 +135,12 @@ runtime::TrainerOptions resumed_options(const TrainArgs& args, const CLI::App& s
 
 void run_train(TrainArgs args, const CLI::App& sub) {
   HSPMD_CHECK(args.resume.empty() || args.init_weights.empty()) << "--resume and --init-weights exclude each other";
+  if (const char* env = std::getenv("HSPMD_COMM_TIMEOUT"); env != nullptr && sub.count("--comm-timeout") == 0) {
+    char* end = nullptr;
+    args.comm_timeout = std::strtod(env, &end);
+    HSPMD_CHECK(end != env && *end == '\0' && args.comm_timeout > 0)
+        << "HSPMD_COMM_TIMEOUT=" << env << " is not a positive number of seconds";
+  }
   if (!args.resume.empty()) args.options = resumed_options(args, sub);
   if (!args.strategy.empty()) return run_dist_train(args);
   HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty() && args.switches.empty())
@@ -263,7 +270,7 @@ void add_train_command(CLI::App& app) {
       ->group(dist);
   sub->add_option("--comm-timeout", args->comm_timeout,
                   "seconds a communication (or connecting) may take before the run fails; cover your slowest "
-                  "save or step")
+                  "save or step (default: $HSPMD_COMM_TIMEOUT, else 300)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber)
       ->group(dist);

@@ -110,6 +110,13 @@ std::vector<ScheduledPlan> scheduled_plans(const TrainArgs& args, const models::
   return out;
 }
 
+// The run's processes: every rank some strategy uses.
+int world_of(const std::vector<ScheduledPlan>& plans) {
+  int world = 0;
+  for (const ScheduledPlan& p : plans) world = std::max(world, p.strategy.ranks().back() + 1);
+  return world;
+}
+
 void run_worker(const TrainArgs& args) {
   const comm::WorkerEnv env = comm::WorkerEnv::from_environment();
   const models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
@@ -117,8 +124,7 @@ void run_worker(const TrainArgs& args) {
   std::optional<data::TokenDataset> validation;
   if (args.eval_every > 0) validation = data::TokenDataset::open_validation(args.data);
   const std::vector<ScheduledPlan> plans = scheduled_plans(args, config);
-  int world = 0;  // the run's processes: every rank some strategy uses
-  for (const ScheduledPlan& p : plans) world = std::max(world, p.strategy.ranks().back() + 1);
+  const int world = world_of(plans);
   HSPMD_CHECK(env.world_size == world)
       << "the strategies (" << args.strategy << (plans.size() > 1 ? " and the --switch ones" : "") << ") use ranks 0.."
       << world - 1 << " but the run has " << env.world_size << " workers (ranks 0.." << env.world_size - 1 << ")";
@@ -219,8 +225,9 @@ void run_dist_train(const TrainArgs& args) {
   if (std::getenv("RANK") != nullptr || args.nproc == 0) return run_worker(args);
   // Bad files and flags fail here, once, before any worker starts.
   const models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
-  scheduled_plans(args, config);
+  const int world = world_of(scheduled_plans(args, config));
   if (!args.init_weights.empty()) const runtime::HfWeights checked(args.init_weights, config);
+  if (!args.devices.empty()) const runtime::EmulatedDevices checked = runtime::EmulatedDevices::from_file(args.devices, world);
   const data::TokenDataset checked_data = data::TokenDataset::open(args.data);
   if (args.eval_every > 0) const data::TokenDataset checked_validation = data::TokenDataset::open_validation(args.data);
   comm::LaunchOptions launch;
