@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <unistd.h>
+#include <filesystem>
 #include <numeric>
 
 #include "hspmd/data/loader.h"
@@ -141,8 +143,38 @@ TEST(Trainer, RefusesBadOptionsAndMismatchedData) {
   models::LlamaConfig small = tiny_config();
   small.vocab_size = 100;
   std::string e = error_of([&] { Trainer t(small, ds, tiny_options(1)); });
-  EXPECT_NE(e.find("vocab_size 260"), std::string::npos) << e;
-  EXPECT_NE(e.find("vocab_size 100"), std::string::npos) << e;
+  EXPECT_NE(e.find("is outside the model's vocabulary [0, 100)"), std::string::npos) << e;
+  EXPECT_NE(e.find("prepared for vocab_size 260"), std::string::npos) << e;
+  EXPECT_NE(e.find("document 0, position"), std::string::npos) << e;
+}
+
+// Token ids from another tokenizer: a dataset prepared for a larger vocabulary trains as long as
+// every id it holds fits the model; the first one that does not is named with where it is.
+TEST(Trainer, DatasetOfALargerVocabularyTrainsWhenItsIdsFit) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("hspmd_vocab_test." + std::to_string(::getpid()))).string();
+  std::vector<int32_t> doc(600);
+  for (size_t i = 0; i < doc.size(); ++i) doc[i] = static_cast<int32_t>((i * 37) % 250);
+  {
+    data::TokenDatasetWriter w(dir + "/fits", {.vocab_size = 32000, .tokenizer_id = "ids"});
+    w.add_document(doc);
+    w.finish();
+  }
+  doc[123] = 31999;
+  {
+    data::TokenDatasetWriter w(dir + "/outside", {.vocab_size = 32000, .tokenizer_id = "ids"});
+    w.add_document(doc);
+    w.finish();
+  }
+  data::TokenDataset fits = data::TokenDataset::open(dir + "/fits");
+  Trainer t(tiny_config(), fits, tiny_options(1));
+  EXPECT_TRUE(std::isfinite(t.step().loss));
+  data::TokenDataset outside = data::TokenDataset::open(dir + "/outside");
+  const std::string e = error_of([&] { Trainer bad(tiny_config(), outside, tiny_options(1)); });
+  EXPECT_NE(e.find("token id 31999 (document 0, position 123) is outside the model's vocabulary [0, 260)"),
+            std::string::npos)
+      << e;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Trainer, OptionsRoundTripThroughJson) {

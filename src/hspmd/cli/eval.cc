@@ -36,9 +36,6 @@ struct EvalArgs {
 void run_eval(const EvalArgs& args) {
   models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
   data::TokenDataset dataset = data::TokenDataset::open(args.data);
-  HSPMD_CHECK(dataset.vocab_size() <= static_cast<uint64_t>(config.vocab_size))
-      << "dataset " << args.data << " has vocab_size " << dataset.vocab_size() << " but model config "
-      << args.model << " has vocab_size " << config.vocab_size;
   const std::string weights_path = args.weights.empty() ? args.model : args.weights;
   HSPMD_CHECK(!args.weights.empty() || runtime::is_hf_weights(args.model))
       << "--weights is needed: --model " << args.model << " is not a save_pretrained directory with weights";

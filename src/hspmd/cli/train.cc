@@ -147,9 +147,6 @@ void run_train(TrainArgs args, const CLI::App& sub) {
       << "--nproc, --devices, --trace and --switch need --strategy (distributed training)";
   models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
   data::TokenDataset dataset = data::TokenDataset::open(args.data);
-  HSPMD_CHECK(dataset.vocab_size() <= static_cast<uint64_t>(config.vocab_size))
-      << "dataset " << args.data << " has vocab_size " << dataset.vocab_size() << " (tokenizer '"
-      << dataset.tokenizer_id() << "') but model config " << args.model << " has vocab_size " << config.vocab_size;
 
   const runtime::TrainerOptions& options = args.options;
   std::optional<data::TokenDataset> validation;

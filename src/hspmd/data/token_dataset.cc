@@ -260,4 +260,16 @@ std::vector<int32_t> TokenDataset::document(uint64_t doc) const {
   return out;
 }
 
+std::optional<TokenDataset::TokenPosition> TokenDataset::first_token_at_least(uint32_t limit) const {
+  std::vector<int32_t> tokens;
+  for (uint64_t doc = 0; doc < num_documents(); ++doc) {
+    tokens.clear();
+    read(doc, 0, document_length(doc), tokens);
+    for (uint64_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] >= 0 && static_cast<uint32_t>(tokens[i]) >= limit) return TokenPosition{doc, i, tokens[i]};
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace hspmd::data

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -94,6 +95,14 @@ class TokenDataset {
   // Tokens [begin, begin + length) of document doc, appended to out.
   void read(uint64_t doc, uint64_t begin, uint64_t length, std::vector<int32_t>& out) const;
   std::vector<int32_t> document(uint64_t doc) const;
+  // The first token id >= limit, in document order, with where it is; nullopt when every id is
+  // below limit. Reads the whole dataset: for a run whose model has a smaller vocabulary than the
+  // one the dataset was prepared for.
+  struct TokenPosition {
+    uint64_t doc = 0, position = 0;
+    int32_t id = 0;
+  };
+  std::optional<TokenPosition> first_token_at_least(uint32_t limit) const;
 
  private:
   TokenDataset() = default;

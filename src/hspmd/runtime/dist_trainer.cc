@@ -160,10 +160,7 @@ DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDat
       tracer_(rank, options_.trace) {
   const TrainerOptions& o = options_.train;
   validate_options(o, config);
-  HSPMD_CHECK(dataset.vocab_size() <= static_cast<uint64_t>(config.vocab_size))
-      << "dataset " << dataset.dir() << " has vocab_size " << dataset.vocab_size()
-      << " but the model config has vocab_size " << config.vocab_size
-      << ": token ids would fall outside the embedding";
+  check_dataset_fits(dataset, config);
   if (o.threads > 0) kernels::set_num_threads(o.threads);
   current_ = &keep_plan(specialize_plan(effective_plan(plan), options_.plan_name));
   params_ = param_states(*current_);

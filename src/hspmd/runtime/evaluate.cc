@@ -18,9 +18,7 @@ EvalResult evaluate(const models::LlamaConfig& config, const graph::TensorMap& w
       << config.max_position_embeddings << "]";
   HSPMD_CHECK(options.batch_tokens >= options.seq_len)
       << "eval batch_tokens " << options.batch_tokens << " must be >= seq_len " << options.seq_len;
-  HSPMD_CHECK(dataset.vocab_size() <= static_cast<uint64_t>(config.vocab_size))
-      << "dataset " << dataset.dir() << " has vocab_size " << dataset.vocab_size() << " but the model has "
-      << config.vocab_size;
+  check_dataset_fits(dataset, config);
   auto start = std::chrono::steady_clock::now();
   models::LlamaModel model = models::build_llama(config, {.with_backward = false});
   graph::Executor executor(model.graph, {model.loss});

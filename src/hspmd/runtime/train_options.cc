@@ -36,6 +36,16 @@ void validate_options(const TrainerOptions& o, const models::LlamaConfig& config
   HSPMD_CHECK(o.threads >= 0) << "threads must be >= 0, got " << o.threads;
 }
 
+void check_dataset_fits(const data::TokenDataset& dataset, const models::LlamaConfig& config) {
+  const auto vocab = static_cast<uint32_t>(config.vocab_size);
+  if (dataset.vocab_size() <= vocab) return;
+  const auto bad = dataset.first_token_at_least(vocab);
+  HSPMD_CHECK(!bad) << "dataset " << dataset.dir() << ": token id " << bad->id << " (document " << bad->doc
+                    << ", position " << bad->position << ") is outside the model's vocabulary [0, " << vocab
+                    << "); the dataset was prepared for vocab_size " << dataset.vocab_size() << " (tokenizer '"
+                    << dataset.tokenizer_id() << "')";
+}
+
 graph::OptimizerOptions optimizer_options(const TrainerOptions& o) {
   int64_t total = o.decay_steps > 0 ? o.decay_steps : o.steps;
   graph::OptimizerOptions opt;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hspmd/data/packing.h"
+#include "hspmd/data/token_dataset.h"
 #include "hspmd/graph/graph.h"
 #include "hspmd/graph/optimizer.h"
 #include "hspmd/models/llama_config.h"
@@ -55,6 +56,11 @@ struct StepMetrics {
 
 // Errors naming the option at fault (steps, seq_len beyond the model's context, learning rates ...).
 void validate_options(const TrainerOptions& options, const models::LlamaConfig& config);
+// Error unless every token id of `dataset` is inside the model's vocabulary: when the dataset was
+// prepared for a larger vocabulary, its ids are scanned and the first one outside is named (its
+// document and position); a dataset whose ids all fit trains.
+void check_dataset_fits(const data::TokenDataset& dataset, const models::LlamaConfig& config);
+
 // AdamW, clipping and the warm-up + cosine schedule of a run (shared with DistTrainer).
 graph::OptimizerOptions optimizer_options(const TrainerOptions& options);
 
