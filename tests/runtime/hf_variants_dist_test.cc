@@ -15,9 +15,9 @@
 
 #include "hspmd/comm/thread_ranks.h"
 #include "hspmd/data/token_dataset.h"
-#include "hspmd/kernels/slice.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/runtime/dist_trainer.h"
+#include "runtime/dist_run_testlib.h"
 #include "runtime/runtime_testlib.h"
 
 namespace hspmd::runtime {
@@ -96,26 +96,12 @@ Training distributed(const std::string& strategy_json, Rope rope) {
       out.grad_norms[rank].push_back(m.grad_norm);
     }
     std::lock_guard<std::mutex> lock(mutex);
-    for (const SavedShard& s : t.parameter_shards()) {
-      auto it = out.weights.try_emplace(s.name, Tensor::zeros(s.global_shape, DType::kFloat32)).first;
-      std::vector<int64_t> zero(s.region.rank(), 0);
-      kernels::copy_region(s.data, zero, it->second, s.region.begin, s.region.shape().dims());
-    }
+    testing::add_parameter_shards(t, out.weights);
   });
   return out;
 }
 
-// ||a - b|| / ||b|| over a whole tensor (element-wise, AdamW amplifies float reassociation of
-// near-zero gradients; see dist_train_dist_test.cc).
-double relative_difference(const Tensor& a, const Tensor& b) {
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const double x = a.data<float>()[i], y = b.data<float>()[i];
-    diff += (x - y) * (x - y);
-    norm += y * y;
-  }
-  return std::sqrt(diff / std::max(norm, 1e-300));
-}
+using testing::relative_difference;
 
 void expect_same(const Training& dist, const Training& ref, double weight_tolerance) {
   for (size_t rank = 0; rank < dist.losses.size(); ++rank) {
