@@ -23,6 +23,7 @@
 #include "hspmd/runtime/sharded_checkpoint.h"
 #include "hspmd/runtime/evaluate.h"
 #include "hspmd/runtime/hf_weights.h"
+#include "hspmd/runtime/train_options.h"
 
 namespace hspmd::cli {
 namespace {
@@ -36,6 +37,7 @@ struct EvalArgs {
 void run_eval(const EvalArgs& args) {
   models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
   data::TokenDataset dataset = data::TokenDataset::open(args.data);
+  runtime::check_dataset_fits(dataset, config);
   const std::string weights_path = args.weights.empty() ? args.model : args.weights;
   HSPMD_CHECK(!args.weights.empty() || runtime::is_hf_weights(args.model))
       << "--weights is needed: --model " << args.model << " is not a save_pretrained directory with weights";

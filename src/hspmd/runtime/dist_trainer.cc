@@ -159,8 +159,8 @@ DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDat
       pacer_(options_.device.speed),
       tracer_(rank, options_.trace) {
   const TrainerOptions& o = options_.train;
-  validate_options(o, config);
   check_dataset_fits(dataset, config);
+  validate_options(o, config);
   if (o.threads > 0) kernels::set_num_threads(o.threads);
   current_ = &keep_plan(specialize_plan(effective_plan(plan), options_.plan_name));
   params_ = param_states(*current_);
