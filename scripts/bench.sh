@@ -19,6 +19,7 @@ for b in "${benches[@]}"; do
     continue
   fi
   echo "=== $b"
-  "$b" "$@" || { echo "bench: $b failed" >&2; status=1; }
+  # From the build folder, where the programs find the repository's files (data, configs).
+  (cd "$(dirname "$b")" && "./$(basename "$b")" "$@") || { echo "bench: $b failed" >&2; status=1; }
 done
 exit $status
