@@ -12,7 +12,9 @@
 #      strategy before step 4 and to 2-way data parallelism (ranks 2-3 then wait as spares) before
 #      step 7, each time with one fused BSR of weights and Adam states and no restart; then the same
 #      steps in one process: the losses must match
-#   6. hspmd selfcheck --quick (every CPU kernel against its reference)
+#   6. elastic training: kill -9 of one of 4 workers; the survivors re-plan and go on, the worker
+#      is restarted and rejoins; the losses must match one process (scripts/elastic_demo.sh)
+#   7. hspmd selfcheck --quick (every CPU kernel against its reference)
 # Environment: HSPMD_BIN (default build/release/hspmd), DEMO_STEPS (default 100), DEMO_DIST_STEPS
 # (default 10), DEMO_THREADS.
 set -euo pipefail
@@ -56,6 +58,9 @@ echo "== graph switching: local-tp2-pp2, then local-hetero-4 before step 4, loca
   --strategy examples/strategies/local-tp2-pp2.json --nproc 4 \
   --switch 4:examples/strategies/local-hetero-4.json --switch 7:examples/strategies/local-dp2.json \
   --metrics runs/demo-switch-metrics.jsonl --check-single
+
+echo "== elastic training: kill -9 of a worker in the middle of the run (scripts/elastic_demo.sh)"
+HSPMD_BIN="$bin" DEMO_DIST_STEPS="$dist_steps" bash scripts/elastic_demo.sh
 
 echo "== hspmd selfcheck --quick"
 "$bin" selfcheck --quick --threads "$threads"

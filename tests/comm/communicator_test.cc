@@ -308,5 +308,42 @@ TEST(GlooCommunicator, GroupWhoseMemberNeverComesTimesOut) {
       std::chrono::milliseconds(300));
 }
 
+TEST(GroupCache, AbortReleasesAWaiterBlockedOnALivePeerAndReconnectsAfterReset) {
+  // Rank 0 waits for a message rank 1 never sends (rank 1 is alive, busy elsewhere): abort() from
+  // another thread releases the wait at once with the reason, later get() calls fail until
+  // reset(), and the next generation connects and works.
+  run_ranks(2, [&](int rank, GroupCache& groups) {
+    auto pair = groups.get({0, 1});
+    std::vector<float> x(4, 1.0f);
+    if (rank == 0) {
+      Work w = pair->send_recv({.recvs = {{.peer = 1, .buffer = CommBuffer::of(x)}}});
+      const auto start = std::chrono::steady_clock::now();
+      std::thread aborter([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        groups.abort("rank 7 died");
+      });
+      try {
+        w.wait();
+        ADD_FAILURE() << "the wait was not aborted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("aborted: rank 7 died"), std::string::npos) << e.what();
+      }
+      aborter.join();
+      EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+      EXPECT_THROW(groups.get({0, 1}), Error);
+      EXPECT_EQ(groups.aborted(), "rank 7 died");
+    } else {
+      // Rank 1 notices the closed connection when it next uses the group.
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      EXPECT_THROW(pair->allreduce({.data = CommBuffer::of(x)}).wait(), Error);
+      groups.abort("peer closed");
+    }
+    groups.reset(1);
+    std::vector<float> y{static_cast<float>(rank + 1)};
+    groups.get({0, 1})->allreduce({.data = CommBuffer::of(y)}).wait();
+    EXPECT_EQ(y[0], 3.0f);
+  });
+}
+
 }  // namespace
 }  // namespace hspmd::comm

@@ -3,6 +3,9 @@
 // the same next membership.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <mutex>
+
 #include <future>
 #include <thread>
 
@@ -78,6 +81,37 @@ TEST(Membership, SurvivorsAgreeOnTheSameNextGeneration) {
     }));
   }
   for (auto& r : results) EXPECT_EQ(r.get(), (std::vector<int>{0, 1, 3}));
+}
+
+TEST(Heartbeat, OnDeathIsCalledOncePerDeadPeerWithHowItDied) {
+  testing::TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  std::mutex mutex;
+  std::vector<std::pair<int, std::string>> deaths;
+  store->set(dead_key(2), "signal 9 (Killed)");
+  {
+    Heartbeat hb(store, 0, {0, 1, 2}, {.interval = 20ms, .timeout = 300ms, .on_death = [&](int rank, const std::string& how) {
+                                         std::lock_guard<std::mutex> lock(mutex);
+                                         deaths.emplace_back(rank, how);
+                                       }});
+    std::this_thread::sleep_for(800ms);  // rank 1 never beats: dead after 300 ms
+  }
+  std::sort(deaths.begin(), deaths.end());
+  ASSERT_EQ(deaths.size(), 2u);
+  EXPECT_EQ(deaths[0].first, 1);
+  EXPECT_NE(deaths[0].second.find("no heartbeat for 300 ms"), std::string::npos) << deaths[0].second;
+  EXPECT_EQ(deaths[1].first, 2);
+  EXPECT_NE(deaths[1].second.find("signal 9 (Killed)"), std::string::npos) << deaths[1].second;
+}
+
+TEST(Membership, CandidateThatAskedToJoinBecomesAMember) {
+  testing::TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  Heartbeat hb(store, 0, {0}, {.interval = 20ms, .timeout = 5s});
+  Membership m(store, 0, {0});
+  store->set("gen1/join/3", "1");  // rank 3 asked to join generation 1; rank 2 did not
+  EXPECT_EQ(m.regroup(hb, 2s, {2, 3}), (std::vector<int>{0, 3}));
+  EXPECT_EQ(m.generation(), 1);
 }
 
 TEST(Membership, LateRankIsExcludedWithAClearError) {

@@ -102,6 +102,22 @@ TEST(Launch, ElasticKeepsSurvivorsRunning) {
   EXPECT_NE(p.output().find("[rank 2] survived"), std::string::npos) << p.output();
 }
 
+TEST(Launch, ElasticRestartsADeadWorkerUpToMaxRestarts) {
+  // Rank 1's first two incarnations fail; --max-restarts 2 starts it twice more, and the third
+  // incarnation (HSPMD_RESTART_COUNT=2) succeeds.
+  Subprocess p(launch({"-n", "2", "--elastic", "--max-restarts", "2"},
+                      "if [ \"$RANK\" = 1 ] && [ \"$HSPMD_RESTART_COUNT\" -lt 2 ]; then exit 3; fi; "
+                      "echo incarnation $HSPMD_RESTART_COUNT done"));
+  EXPECT_EQ(p.finish(60s), 0) << p.output();
+  EXPECT_NE(p.output().find("restarting rank 1 (restart 1 of 2)"), std::string::npos) << p.output();
+  EXPECT_NE(p.output().find("restarting rank 1 (restart 2 of 2)"), std::string::npos) << p.output();
+  EXPECT_NE(p.output().find("[rank 1] incarnation 2 done"), std::string::npos) << p.output();
+  EXPECT_NE(p.output().find("[rank 0] incarnation 0 done"), std::string::npos) << p.output();
+  Subprocess without({binary_path("hspmd"), "launch", "-n", "2", "--max-restarts", "1", "--", "true"});
+  EXPECT_NE(without.finish(60s), 0) << without.output();
+  EXPECT_NE(without.output().find("needs --elastic"), std::string::npos) << without.output();
+}
+
 TEST(Launch, MissingProgramAndBadOptions) {
   Subprocess missing({binary_path("hspmd"), "launch", "-n", "2", "--", "/nonexistent/program"});
   EXPECT_EQ(missing.finish(60s), 127) << missing.output();

@@ -23,6 +23,9 @@ void add_launch_command(CLI::App& app) {
   sub->add_option("--run-id", options->run_id, "run id shared by every node (default: random)");
   sub->add_option("--host", options->host, "address of this host as peers see it (sets HSPMD_HOST)");
   sub->add_flag("--elastic", options->elastic, "keep survivors running when a worker dies");
+  sub->add_option("--max-restarts", options->max_restarts,
+                  "--elastic: start a dead worker again, at most this many times per rank (it joins the others)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--grace", *grace_s, "seconds between SIGTERM and SIGKILL when stopping workers")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--comm-timeout", *comm_timeout_s,
@@ -31,6 +34,7 @@ void add_launch_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   sub->add_option("command", options->command, "worker program and its arguments (after --)")->required();
   sub->callback([options, grace_s, comm_timeout_s] {
+    if (options->max_restarts > 0 && !options->elastic) throw CLI::ValidationError("--max-restarts", "needs --elastic");
     options->grace = comm::Millis(static_cast<int64_t>(*grace_s * 1000));
     // Workers inherit the launcher's environment.
     if (*comm_timeout_s > 0) ::setenv("HSPMD_COMM_TIMEOUT", std::to_string(*comm_timeout_s).c_str(), 1);

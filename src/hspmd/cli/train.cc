@@ -143,8 +143,8 @@ void run_train(TrainArgs args, const CLI::App& sub) {
   }
   if (!args.resume.empty()) args.options = resumed_options(args, sub);
   if (!args.strategy.empty()) return run_dist_train(args);
-  HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty() && args.switches.empty())
-      << "--nproc, --devices, --trace and --switch need --strategy (distributed training)";
+  HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty() && args.switches.empty() && !args.elastic)
+      << "--nproc, --devices, --trace, --switch and --elastic need --strategy (distributed training)";
   models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
   data::TokenDataset dataset = data::TokenDataset::open(args.data);
 
@@ -274,6 +274,23 @@ void add_train_command(CLI::App& app) {
   sub->add_option("--schedule", args->schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str()->group(dist);
   sub->add_option("--devices", args->devices, "emulated devices JSON: per-rank relative speed and memory")->group(dist);
   sub->add_option("--trace", args->trace, "write a Chrome trace per rank (FILE.rank<N>.json)")->group(dist);
+  auto elastic = "Elastic (with --strategy)";
+  sub->add_flag("--elastic", args->elastic,
+                "survive dead workers: the others re-plan (--cluster, --profile), move the state from surviving "
+                "replicas with one fused BSR (or restore --save's newest checkpoint) and go on")
+      ->group(elastic);
+  sub->add_option("--cluster", args->cluster, "--elastic: cluster spec the planner re-plans on")->group(elastic);
+  sub->add_option("--profile", args->profile, "--elastic: the planner's profile (`hspmd profile`)")->group(elastic);
+  sub->add_option("--heartbeat-timeout", args->heartbeat_timeout,
+                  "--elastic: seconds without a heartbeat before a worker counts as dead")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->group(elastic);
+  sub->add_option("--max-restarts", args->max_restarts,
+                  "--elastic with --nproc: start a dead worker again (at most this many times per rank); it joins "
+                  "the run at a step boundary and the run re-plans to use it")
+      ->check(CLI::NonNegativeNumber)
+      ->group(elastic);
   sub->add_flag("--check-single", args->check_single,
                 "afterwards, rank 0 retrains in one process and compares every step's loss")->group(dist);
   sub->callback([args, sub] { run_train(*args, *sub); });

@@ -21,6 +21,12 @@ struct TrainArgs {
   int nproc = 0;
   double comm_timeout = 300;  // seconds: bound on connecting and on every communication
   bool check_single = false;
+  // Elastic training (cli/train_dist.cc, docs/elastic.md): survivors of a dead worker re-plan
+  // with the planner (--cluster, --profile) and go on.
+  bool elastic = false;
+  std::string cluster, profile;
+  double heartbeat_timeout = 5;  // seconds without a heartbeat before a worker counts as dead
+  int max_restarts = 0;          // with --nproc: the launcher restarts a dead worker, which rejoins
 };
 
 // "step    12/100  loss 3.1234  lr ...  grad_norm ...  tok/s ...  step 0.123s"

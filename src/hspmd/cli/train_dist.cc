@@ -29,7 +29,10 @@
 #include "hspmd/comm/launcher.h"
 #include "hspmd/core/error.h"
 #include "hspmd/data/token_dataset.h"
+#include "hspmd/elastic/elastic_run.h"
 #include "hspmd/models/llama_plan.h"
+#include "hspmd/planner/planner.h"
+#include "hspmd/runtime/fault_injection.h"
 #include "hspmd/runtime/dist_trainer.h"
 #include "hspmd/specialize/pipeline_layout.h"
 
@@ -117,6 +120,47 @@ int world_of(const std::vector<ScheduledPlan>& plans) {
   return world;
 }
 
+// What an --elastic worker adds: the planner that re-plans for the survivors, and the recovery.
+struct ElasticParts {
+  resolve::Topology topology;
+  planner::Profile profile;
+  planner::Planner planner;
+  elastic::ElasticRun run;
+
+  ElasticParts(const TrainArgs& args, const models::LlamaConfig& config, std::shared_ptr<comm::Store> store, int rank,
+               int world, comm::GroupCache& groups, const elastic::Admission* admission)
+      : topology(resolve::Topology::from_file(args.cluster)),
+        profile(planner::Profile::from_file(args.profile)),
+        planner(config, topology, profile, planner_options(args)),
+        run(std::move(store), rank, world, groups, planner, config,
+            {.heartbeat_timeout = comm::Millis(static_cast<int64_t>(args.heartbeat_timeout * 1000)),
+             .checkpoint_dir = args.save},
+            admission) {}
+
+  static planner::PlannerOptions planner_options(const TrainArgs& args) {
+    planner::PlannerOptions o;
+    o.global_batch = args.options.global_batch_tokens / args.options.seq_len;
+    o.seq_len = args.options.seq_len;
+    o.zero1 = false;  // survivors can only fetch what has replicas: keep optimizer states replicated
+    o.schedule = specialize::parse_schedule_kind(args.schedule);
+    return o;
+  }
+
+  bool uses_live_ranks(const sharding::Strategy& s) const {
+    const std::vector<int>& live = run.members();
+    for (int r : s.ranks()) {
+      if (!std::binary_search(live.begin(), live.end(), r)) return false;
+    }
+    return true;
+  }
+};
+
+// How often the launcher restarted this worker (0: its first incarnation).
+int restart_count() {
+  const char* v = std::getenv("HSPMD_RESTART_COUNT");
+  return v == nullptr ? 0 : std::atoi(v);
+}
+
 void run_worker(const TrainArgs& args) {
   const comm::WorkerEnv env = comm::WorkerEnv::from_environment();
   const models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
@@ -138,15 +182,38 @@ void run_worker(const TrainArgs& args) {
   while (in_force + 1 < plans.size() && plans[in_force + 1].step <= first_step) ++in_force;
 
   const auto timeout = std::chrono::duration_cast<comm::Millis>(std::chrono::duration<double>(args.comm_timeout));
-  comm::GroupCache groups(comm::open_run_store(env), env.rank,
-                          comm::gloo_backend({.timeout = timeout, .host = env.host}));
+  const std::shared_ptr<comm::Store> store = comm::open_run_store(env);
+  // A restarted worker of an elastic run joins the running ones: it starts from their progress
+  // and strategy (holding nothing) and receives state in the switch that admits it.
+  std::optional<elastic::Admission> admission;
+  if (args.elastic && restart_count() > 0) {
+    std::cout << "rank " << env.rank << ": restarted; asking the running workers to admit it" << std::endl;
+    admission = elastic::ElasticRun::join(*store, env.rank, world, comm::Millis(600'000));
+  }
+  comm::GroupCache groups(store, env.rank, comm::gloo_backend({.timeout = timeout, .host = env.host}),
+                          admission ? admission->generation : 0);
   runtime::DistOptions options{.train = args.options,
                                .schedule = specialize::parse_schedule_kind(args.schedule),
                                .device = devices.of(env.rank),
                                .trace = !args.trace.empty(),
                                .plan_name = plans[in_force].strategy.name};
-  runtime::DistTrainer trainer(config, dataset, plans[in_force].plan, options, env.rank, world, groups);
-  const bool lead = env.rank == 0;
+  if (admission) {
+    options.members = admission->members;
+    options.plan_name = admission->strategy.name;
+  }
+  const sharding::Strategy& initial = admission ? admission->strategy : plans[in_force].strategy;
+  runtime::DistTrainer trainer(config, dataset,
+                               admission ? models::compile_llama_plan(config, initial) : plans[in_force].plan, options,
+                               env.rank, world, groups);
+  std::unique_ptr<ElasticParts> elastic;
+  if (args.elastic) {
+    elastic = std::make_unique<ElasticParts>(args, config, store, env.rank, world, groups,
+                                             admission ? &*admission : nullptr);
+    elastic->run.attach(trainer, initial);
+  }
+  // The lowest live rank reports (rank 0 may die in an elastic run).
+  auto is_lead = [&] { return env.rank == (elastic ? elastic->run.members().front() : 0); };
+  const bool lead = is_lead();
   if (lead) {
     const sharding::Strategy& strategy = plans[in_force].strategy;
     std::cout << "strategy " << strategy.name << ": " << strategy.pipelines.size() << " pipeline(s) on "
@@ -174,33 +241,79 @@ void run_worker(const TrainArgs& args) {
     metrics.open(args.metrics, args.resume.empty() ? std::ios::trunc : std::ios::app);
     HSPMD_CHECK(metrics.good()) << "cannot open metrics file " << args.metrics;
   }
-  std::vector<double> losses;
+  if (admission) {
+    trainer.adopt_progress(admission->step, admission->loader);
+    const elastic::RecoveryReport r = elastic->run.complete_join(trainer);
+    std::cout << "rank " << env.rank << ": joined the run after step " << r.resume_step << "\n"
+              << trainer.describe() << std::endl;
+  }
+  std::vector<double> losses;  // of every step taken, by step
   size_t next_switch = in_force + 1;
+  auto log = [&](const std::string& line, const nlohmann::json& record) {
+    if (!is_lead()) return;
+    std::cout << line << std::endl;
+    if (metrics.is_open() && !record.is_null()) metrics << record.dump() << std::endl;
+  };
   while (!trainer.done()) {
-    if (next_switch < plans.size() && plans[next_switch].step == trainer.step_count() + 1) {
-      const ScheduledPlan& p = plans[next_switch++];
-      try {
-        const runtime::SwitchReport r = trainer.switch_to(p.plan, p.strategy.name);
-        if (lead) std::cout << r.to_string() << std::endl;
-        if (metrics.is_open()) metrics << r.to_json().dump() << std::endl;
-        std::cout << trainer.describe() << std::endl;
-      } catch (const runtime::SwitchRefused& e) {
-        if (lead) std::cout << e.what() << "; training goes on under plan " << trainer.plan_name() << std::endl;
+    // Switches scheduled for steps already taken (by a joining worker, or replayed from a
+    // checkpoint) are history.
+    while (next_switch < plans.size() && plans[next_switch].step <= trainer.step_count()) ++next_switch;
+    try {
+      if (next_switch < plans.size() && plans[next_switch].step == trainer.step_count() + 1) {
+        const ScheduledPlan& p = plans[next_switch++];
+        if (elastic && !elastic->uses_live_ranks(p.strategy)) {
+          log("switch to strategy " + p.strategy.name + " skipped: it uses a rank that died", nullptr);
+        } else {
+          try {
+            const runtime::SwitchReport r =
+                elastic ? elastic->run.switch_to(trainer, p.strategy) : trainer.switch_to(p.plan, p.strategy.name);
+            log(r.to_string(), r.to_json());
+            std::cout << trainer.describe() << std::endl;
+          } catch (const runtime::SwitchRefused& e) {
+            log(std::string(e.what()) + "; training goes on under plan " + trainer.plan_name(), nullptr);
+          }
+        }
       }
-    }
-    const runtime::StepMetrics m = trainer.step();
-    losses.push_back(m.loss);
-    HSPMD_CHECK(std::isfinite(m.loss)) << "training diverged at step " << m.step << ": loss " << m.loss;
-    if (lead) std::cout << step_line(m, args.options.steps) << std::endl;
-    if (metrics.is_open()) metrics << m.to_json().dump() << std::endl;
-    if (evaluates_after(args, m.step, trainer.done())) {
-      const double val = trainer.evaluate(*validation, args.eval_tokens);
-      if (lead) std::cout << eval_line(m.step, val) << std::endl;
-      if (metrics.is_open()) metrics << eval_record(m.step, val) << std::endl;
-    }
-    if (!args.save.empty() && (trainer.done() || (args.save_every > 0 && m.step % args.save_every == 0))) {
-      trainer.save(args.save);
-      if (lead) std::cout << "saved checkpoint " << args.save << " at step " << m.step << std::endl;
+      const runtime::StepMetrics m = trainer.step();
+      losses.push_back(m.loss);
+      HSPMD_CHECK(std::isfinite(m.loss)) << "training diverged at step " << m.step << ": loss " << m.loss;
+      log(step_line(m, args.options.steps), m.to_json());
+      if (evaluates_after(args, m.step, trainer.done())) {
+        const double val = trainer.evaluate(*validation, args.eval_tokens);
+        log(eval_line(m.step, val), nlohmann::json::parse(eval_record(m.step, val)));
+      }
+      if (!args.save.empty() && (trainer.done() || (args.save_every > 0 && m.step % args.save_every == 0))) {
+        trainer.save(args.save);
+        log("saved checkpoint " + args.save + " at step " + std::to_string(m.step), nullptr);
+      }
+      if (elastic && elastic->run.admission_due(m.step)) {
+        const elastic::RecoveryReport r = elastic->run.admit(trainer);
+        log(r.to_string(), r.to_json());
+        std::cout << trainer.describe() << std::endl;
+      }
+    } catch (const runtime::SwitchRefused&) {
+      throw;
+    } catch (const Error& e) {
+      if (!elastic) throw;
+      elastic::RecoveryReport r;
+      for (std::string cause = e.what();;) {
+        try {
+          r = elastic->run.recover(trainer, cause);
+          break;
+        } catch (const elastic::Unrecoverable&) {
+          throw;
+        } catch (const Error& again) {  // another worker failed during the recovery
+          cause = again.what();
+        }
+      }
+      losses.resize(std::min<size_t>(losses.size(), r.resume_step));  // a checkpoint replays later steps
+      if (r.settled_step) {
+        losses.resize(r.settled_step->step - 1);
+        losses.push_back(r.settled_step->loss);
+        log(step_line(*r.settled_step, args.options.steps) + " (completed during recovery)", r.settled_step->to_json());
+      }
+      log(r.to_string(), r.to_json());
+      std::cout << trainer.describe() << std::endl;
     }
   }
   if (!args.trace.empty()) {
@@ -212,7 +325,7 @@ void run_worker(const TrainArgs& args) {
                 rank_path(args.trace, env.rank).c_str(), 100 * (s.share("compute") - s.share("comm")),
                 100 * s.share("comm"), 100 * s.share("optimizer"), s.window_seconds);
   }
-  if (lead && args.check_single) {
+  if (is_lead() && args.check_single) {
     HSPMD_CHECK(args.resume.empty()) << "--check-single compares a run from step 0; it cannot follow --resume";
     check_single_process(config, dataset, args.options, losses);
   }
@@ -230,8 +343,23 @@ void run_dist_train(const TrainArgs& args) {
   if (!args.devices.empty()) const runtime::EmulatedDevices checked = runtime::EmulatedDevices::from_file(args.devices, world);
   const data::TokenDataset checked_data = data::TokenDataset::open(args.data);
   if (args.eval_every > 0) const data::TokenDataset checked_validation = data::TokenDataset::open_validation(args.data);
+  if (args.elastic) {
+    HSPMD_CHECK(!args.cluster.empty() && !args.profile.empty())
+        << "--elastic re-plans for the survivors with the planner: give --cluster C.json and --profile P.json";
+    const resolve::Topology topology = resolve::Topology::from_file(args.cluster);
+    HSPMD_CHECK(topology.num_devices() >= world) << "--cluster " << args.cluster << " has " << topology.num_devices()
+                                                 << " devices, the run " << world << " ranks";
+    const planner::Profile checked_profile = planner::Profile::from_file(args.profile);
+    HSPMD_CHECK(args.options.global_batch_tokens % args.options.seq_len == 0)
+        << "--elastic: the planner plans whole sequences; --global-batch-tokens " << args.options.global_batch_tokens
+        << " must be a multiple of --seq-len " << args.options.seq_len;
+  }
+  runtime::check_fault_spec();
   comm::LaunchOptions launch;
   launch.nproc = args.nproc;
+  launch.elastic = args.elastic;
+  HSPMD_CHECK(args.max_restarts == 0 || args.elastic) << "--max-restarts needs --elastic";
+  launch.max_restarts = args.max_restarts;
   launch.command = own_command_line();
   const int code = comm::launch(launch);
   HSPMD_CHECK(code == 0) << "distributed training failed (launcher exit code " << code << ")";

@@ -101,6 +101,10 @@ class Communicator {
   virtual Work broadcast(const BroadcastOptions& options) = 0;
   virtual Work send_recv(const SendRecvOptions& options) = 0;
   virtual Work barrier(const BarrierOptions& options = {}) = 0;
+  // Callable from any thread: fails every pending and later operation with Error(reason) at once
+  // and drops the connections, so peers blocked on this member fail fast too (elastic recovery
+  // after a member died). The communicator is unusable afterwards.
+  virtual void abort(const std::string& reason) = 0;
 
   // Sorted global ranks of the group.
   const std::vector<int>& ranks() const { return ranks_; }

@@ -126,6 +126,13 @@ Work GlooCommunicator::run(const char* op, std::function<void()> body) {
   });
 }
 
+void GlooCommunicator::abort(const std::string& reason) {
+  // Closing first: the running operation's sockets go away before its waiter is released, so no
+  // byte can land in a buffer its owner is about to free.
+  context_->closeConnections();
+  queue_.abort(reason + " (" + describe() + ")");
+}
+
 void GlooCommunicator::sum_in_place(void* data, int64_t n, DType dtype) {
   if (n == 0) return;
   auto count = static_cast<size_t>(n);

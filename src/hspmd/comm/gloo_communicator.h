@@ -56,6 +56,7 @@ class GlooCommunicator : public Communicator {
   Work broadcast(const BroadcastOptions& options) override;
   Work send_recv(const SendRecvOptions& options) override;
   Work barrier(const BarrierOptions& options = {}) override;
+  void abort(const std::string& reason) override;
 
   // The underlying Gloo context, for benchmarks that compare against direct Gloo calls.
   const std::shared_ptr<gloo::Context>& gloo_context() const { return context_; }

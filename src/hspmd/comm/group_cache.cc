@@ -1,6 +1,7 @@
 #include "hspmd/comm/group_cache.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "hspmd/comm/gloo_communicator.h"
 #include "hspmd/comm/prefix_store.h"
@@ -28,6 +29,13 @@ GroupCache::GroupCache(std::shared_ptr<Store> store, int global_rank, Backend ba
       << "group cache of rank " << global_rank_ << " has a store but no backend";
 }
 
+GroupCache::~GroupCache() {
+  if (retired_.empty()) return;
+  // An aborted communicator's worker may stay inside its operation until the transport times
+  // out; destroying it joins that thread, which must not hold up the process's exit.
+  std::thread([retired = std::move(retired_)] {}).detach();
+}
+
 std::shared_ptr<Communicator> GroupCache::get(const std::vector<int>& ranks, const std::string& channel) {
   std::vector<int> group = canonical_group(ranks);
   HSPMD_CHECK(std::find(group.begin(), group.end(), global_rank_) != group.end())
@@ -41,6 +49,8 @@ std::shared_ptr<Communicator> GroupCache::get(const std::vector<int>& ranks, con
   int generation = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    HSPMD_CHECK(aborted_.empty()) << "rank " << global_rank_ << ": group [" << group_key(group)
+                                  << "] is unavailable: communication was aborted (" << aborted_ << ")";
     auto it = groups_.find(key);
     if (it != groups_.end()) {
       future = it->second;
@@ -82,8 +92,34 @@ void GroupCache::reset(int generation) {
   std::lock_guard<std::mutex> lock(mutex_);
   HSPMD_CHECK(generation > generation_) << "rank " << global_rank_ << ": new generation " << generation
                                         << " is not after the current " << generation_;
+  for (auto& [key, future] : groups_) retired_.push_back(std::move(future));
   groups_.clear();
   generation_ = generation;
+  aborted_.clear();
+}
+
+void GroupCache::abort(const std::string& reason) {
+  std::vector<std::shared_future<std::shared_ptr<Communicator>>> connected;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborted_ = reason.empty() ? "aborted" : reason;
+    for (auto& [key, future] : groups_) {
+      // A group still connecting is left to fail by its own timeout (or the peers' closed sockets).
+      if (future.wait_for(std::chrono::seconds(0)) == std::future_status::ready) connected.push_back(future);
+    }
+  }
+  for (auto& future : connected) {
+    try {
+      future.get()->abort(reason);
+    } catch (const std::exception&) {
+      // Its connect failed: nothing to abort.
+    }
+  }
+}
+
+std::string GroupCache::aborted() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return aborted_;
 }
 
 int GroupCache::generation() const {

@@ -54,12 +54,21 @@ class GroupCache {
   // A group of one member is served without the store or the backend (comm/self_communicator.h),
   // so a one-rank run passes neither: GroupCache(nullptr, 0, nullptr).
   GroupCache(std::shared_ptr<Store> store, int global_rank, Backend backend, int generation = 0);
+  ~GroupCache();
+  GroupCache(const GroupCache&) = delete;
+  GroupCache& operator=(const GroupCache&) = delete;
 
   // The communicator of ranks (any order) on `channel`, connected on first use; this rank must be a
   // member. A channel name is non-empty text without '/' (or "" for the default channel).
   std::shared_ptr<Communicator> get(const std::vector<int>& ranks, const std::string& channel = "");
   // Drops every group; later get() calls rendezvous under generation's keys.
   void reset(int generation);
+  // Callable from any thread (a failure detector): aborts every communicator (Communicator::abort)
+  // and fails every get() with Error(reason) until reset(). Aborted communicators are kept until
+  // the cache goes away, since their worker threads may still be inside an operation.
+  void abort(const std::string& reason);
+  // The reason given to abort() since the last reset(), or "".
+  std::string aborted() const;
 
   int generation() const;
   int global_rank() const { return global_rank_; }
@@ -71,6 +80,8 @@ class GroupCache {
   Backend backend_;
   mutable std::mutex mutex_;
   int generation_;
+  std::string aborted_;
+  std::vector<std::shared_future<std::shared_ptr<Communicator>>> retired_;
   // (ranks, channel) -> communicator; the future is pending while its first get() connects.
   std::map<std::pair<std::vector<int>, std::string>, std::shared_future<std::shared_ptr<Communicator>>> groups_;
 };

@@ -32,11 +32,11 @@ Heartbeat::~Heartbeat() {
 void Heartbeat::beat_and_check() {
   store_->set(heartbeat_key(rank_), std::to_string(++beats_));
   auto now = std::chrono::steady_clock::now();
-  std::vector<int> newly_dead;
+  std::vector<std::pair<int, std::string>> newly_dead;
   for (auto& [rank, peer] : peers_) {
     if (is_dead(rank)) continue;
-    if (store_->try_get(dead_key(rank))) {
-      newly_dead.push_back(rank);
+    if (auto notice = store_->try_get(dead_key(rank))) {
+      newly_dead.emplace_back(rank, "its launcher reports " + *notice);
       continue;
     }
     auto value = store_->try_get(heartbeat_key(rank));
@@ -44,11 +44,16 @@ void Heartbeat::beat_and_check() {
       peer.last_value = *value;
       peer.last_change = now;
     } else if (now - peer.last_change > options_.timeout) {
-      newly_dead.push_back(rank);
+      newly_dead.emplace_back(rank, "no heartbeat for " + std::to_string(options_.timeout.count()) + " ms");
     }
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  dead_.insert(newly_dead.begin(), newly_dead.end());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [rank, how] : newly_dead) dead_.insert(rank);
+  }
+  if (options_.on_death) {
+    for (const auto& [rank, how] : newly_dead) options_.on_death(rank, how);
+  }
 }
 
 void Heartbeat::loop() {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,6 +27,9 @@ namespace hspmd::comm {
 struct HeartbeatOptions {
   Millis interval{500};   // between beats (and between checks of the peers)
   Millis timeout{5'000};  // no new beat for this long = dead; the detection bound (<= 10 s)
+  // Called on the heartbeat thread once per peer declared dead (e.g. to abort communication that
+  // waits on it); `how` is the launcher's notice or "missed heartbeats for N ms".
+  std::function<void(int rank, const std::string& how)> on_death{};
 };
 
 // Store keys of the failure signals.

@@ -54,6 +54,7 @@ struct Stream {
 
 struct Worker {
   int rank = 0;
+  int restarts = 0;  // times this rank was restarted before this incarnation
   pid_t pid = -1;
   bool running = false;
   int status = 0;
@@ -113,6 +114,8 @@ class Supervisor {
 
  private:
   void start_workers(const std::string& store_url, const std::string& run_id, const sigset_t& old_mask);
+  // Starts (or restarts) local worker `local`; its earlier incarnation, if any, must have exited.
+  void start_worker(int local, int restarts);
   void reap();
   void on_worker_exit(Worker& w);
   void stop_all(int signal, int exit_code, const std::string& why);
@@ -120,7 +123,10 @@ class Supervisor {
   bool all_done() const;
 
   const LaunchOptions& options_;
-  std::vector<Worker> workers_;
+  std::vector<Worker> workers_;  // by local rank: the current incarnation
+  std::vector<Worker> retired_;  // earlier incarnations whose output is still draining
+  std::string store_url_, run_id_;
+  sigset_t old_mask_{};
   std::shared_ptr<Store> run_store_;  // for publishing deaths when elastic
   bool stopping_ = false;
   Clock::time_point kill_deadline_;
@@ -132,30 +138,41 @@ class Supervisor {
 };
 
 void Supervisor::start_workers(const std::string& store_url, const std::string& run_id, const sigset_t& old_mask) {
-  int world = options_.nproc * options_.nnodes;
-  for (int local = 0; local < options_.nproc; ++local) {
-    Worker w;
-    w.rank = options_.node_rank * options_.nproc + local;
-    int out_pipe[2], err_pipe[2];
-    HSPMD_CHECK(::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0)
-        << "pipe for rank " << w.rank << ": " << std::strerror(errno);
-    std::vector<std::pair<std::string, std::string>> env = {
-        {"RANK", std::to_string(w.rank)},          {"WORLD_SIZE", std::to_string(world)},
-        {"LOCAL_RANK", std::to_string(local)},     {"LOCAL_WORLD_SIZE", std::to_string(options_.nproc)},
-        {"HSPMD_STORE", store_url},                {"HSPMD_RUN_ID", run_id}};
-    if (!options_.host.empty()) env.emplace_back("HSPMD_HOST", options_.host);
-    pid_t pid = ::fork();
-    HSPMD_CHECK(pid >= 0) << "fork for rank " << w.rank << ": " << std::strerror(errno);
-    if (pid == 0) exec_worker(options_, env, out_pipe[1], err_pipe[1], old_mask);
-    ::setpgid(pid, pid);  // also done by the child: whichever runs first wins the race
-    ::close(out_pipe[1]);
-    ::close(err_pipe[1]);
-    w.pid = pid;
-    w.running = true;
-    w.out = {out_pipe[0], 1, {}};
-    w.err = {err_pipe[0], 2, {}};
-    workers_.push_back(std::move(w));
-  }
+  store_url_ = store_url;
+  run_id_ = run_id;
+  old_mask_ = old_mask;
+  workers_.resize(options_.nproc);
+  for (int local = 0; local < options_.nproc; ++local) start_worker(local, 0);
+}
+
+void Supervisor::start_worker(int local, int restarts) {
+  const int world = options_.nproc * options_.nnodes;
+  Worker w;
+  w.rank = options_.node_rank * options_.nproc + local;
+  w.restarts = restarts;
+  int out_pipe[2], err_pipe[2];
+  HSPMD_CHECK(::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0)
+      << "pipe for rank " << w.rank << ": " << std::strerror(errno);
+  std::vector<std::pair<std::string, std::string>> env = {
+      {"RANK", std::to_string(w.rank)},          {"WORLD_SIZE", std::to_string(world)},
+      {"LOCAL_RANK", std::to_string(local)},     {"LOCAL_WORLD_SIZE", std::to_string(options_.nproc)},
+      {"HSPMD_STORE", store_url_},               {"HSPMD_RUN_ID", run_id_},
+      {"HSPMD_RESTART_COUNT", std::to_string(restarts)}};
+  if (!options_.host.empty()) env.emplace_back("HSPMD_HOST", options_.host);
+  pid_t pid = ::fork();
+  HSPMD_CHECK(pid >= 0) << "fork for rank " << w.rank << ": " << std::strerror(errno);
+  if (pid == 0) exec_worker(options_, env, out_pipe[1], err_pipe[1], old_mask_);
+  ::setpgid(pid, pid);  // also done by the child: whichever runs first wins the race
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  w.pid = pid;
+  w.running = true;
+  w.out = {out_pipe[0], 1, {}};
+  w.err = {err_pipe[0], 2, {}};
+  // The earlier incarnation's output streams may still be draining: keep them until they close.
+  Worker& slot = workers_[local];
+  if (slot.out.fd >= 0 || slot.err.fd >= 0) retired_.push_back(std::move(slot));
+  slot = std::move(w);
 }
 
 void Supervisor::signal_running(int signal) {
@@ -195,6 +212,13 @@ void Supervisor::on_worker_exit(Worker& w) {
     say(std::string("cannot publish the death in the store: ") + e.what());
   }
   if (first_failure_ == 0) first_failure_ = code;
+  if (w.restarts < options_.max_restarts) {
+    // The new incarnation joins the run at a step boundary (it reads HSPMD_RESTART_COUNT).
+    const int local = w.rank - options_.node_rank * options_.nproc;
+    say("restarting rank " + std::to_string(w.rank) + " (restart " + std::to_string(w.restarts + 1) + " of " +
+        std::to_string(options_.max_restarts) + ")");
+    start_worker(local, w.restarts + 1);
+  }
 }
 
 void Supervisor::reap() {
@@ -212,8 +236,10 @@ void Supervisor::reap() {
 }
 
 bool Supervisor::all_done() const {
-  for (const auto& w : workers_) {
-    if (w.running || w.out.fd >= 0 || w.err.fd >= 0) return false;
+  for (const auto* list : {&workers_, &retired_}) {
+    for (const auto& w : *list) {
+      if (w.running || w.out.fd >= 0 || w.err.fd >= 0) return false;
+    }
   }
   return true;
 }
@@ -254,11 +280,13 @@ int Supervisor::run() {
   while (!all_done()) {
     std::vector<pollfd> fds{{sfd, POLLIN, 0}};
     std::vector<std::pair<Stream*, std::string>> streams;
-    for (auto& w : workers_) {
-      for (Stream* s : {&w.out, &w.err}) {
-        if (s->fd < 0) continue;
-        fds.push_back({s->fd, POLLIN, 0});
-        streams.emplace_back(s, "[rank " + std::to_string(w.rank) + "] ");
+    for (auto* list : {&workers_, &retired_}) {
+      for (auto& w : *list) {
+        for (Stream* s : {&w.out, &w.err}) {
+          if (s->fd < 0) continue;
+          fds.push_back({s->fd, POLLIN, 0});
+          streams.emplace_back(s, "[rank " + std::to_string(w.rank) + "] ");
+        }
       }
     }
     int timeout_ms = 200;

@@ -11,7 +11,8 @@
 // exits non-zero or by a signal makes the launcher stop the rest and return non-zero with a
 // message naming the rank and its status/signal; with `elastic`, the survivors keep running
 // and the death is published in the store as "dead/<rank>" (membership.h reads it), so they
-// learn the new membership at once.
+// learn the new membership at once; with `max_restarts`, the dead worker is then started again
+// (HSPMD_RESTART_COUNT=k in its environment, 0 for the first incarnation).
 #pragma once
 
 #include <string>
@@ -29,6 +30,8 @@ struct LaunchOptions {
   std::string run_id;       // empty: a fresh random id (one host only)
   std::string host;         // HSPMD_HOST for the workers; empty: not set (127.0.0.1)
   bool elastic = false;     // survivors keep running when a worker dies
+  int max_restarts = 0;     // elastic: a dead worker is started again this many times at most
+                            // (HSPMD_RESTART_COUNT tells it; it then joins the running workers)
   Millis grace{5'000};      // SIGTERM -> SIGKILL delay when stopping workers
   std::vector<std::string> command;  // program and arguments of every worker
 };

@@ -21,7 +21,8 @@ std::string Membership::next_key(const std::string& key) const {
 
 bool Membership::regroup_started() const { return store_->try_get(next_key("proposer")).has_value(); }
 
-const std::vector<int>& Membership::regroup(const Heartbeat& heartbeat, Millis timeout) {
+const std::vector<int>& Membership::regroup(const Heartbeat& heartbeat, Millis timeout,
+                                           const std::vector<int>& candidates) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   store_->set(next_key("join/" + std::to_string(rank_)), "1");
   if (store_->add(next_key("proposer"), 1) == 1) {
@@ -40,6 +41,13 @@ const std::vector<int>& Membership::regroup(const Heartbeat& heartbeat, Millis t
       if (undecided == 0 || std::chrono::steady_clock::now() >= deadline) break;
       std::this_thread::sleep_for(Millis(5));
     }
+    for (int r : candidates) {
+      if (!std::binary_search(members_.begin(), members_.end(), r) &&
+          store_->try_get(next_key("join/" + std::to_string(r)))) {
+        joined.push_back(r);
+      }
+    }
+    std::sort(joined.begin(), joined.end());
     store_->set(next_key("members"), group_key(joined));
   }
   std::string decided;

@@ -37,7 +37,9 @@ class Membership {
   bool regroup_started() const;
   // Agrees on the next generation's members with the other survivors (see above) and moves to
   // it. Throws Error when this rank was excluded or no decision appeared within timeout.
-  const std::vector<int>& regroup(const Heartbeat& heartbeat, Millis timeout);
+  // `candidates`: ranks outside the generation (restarted workers) that become members when they
+  // have set their join key by the time the decision is made.
+  const std::vector<int>& regroup(const Heartbeat& heartbeat, Millis timeout, const std::vector<int>& candidates = {});
 
  private:
   std::string next_key(const std::string& key) const;

@@ -18,6 +18,7 @@ class SelfCommunicator : public Communicator {
   Work broadcast(const BroadcastOptions& options) override;           // unchanged
   Work send_recv(const SendRecvOptions& options) override;            // k-th send -> k-th receive
   Work barrier(const BarrierOptions& options = {}) override;
+  void abort(const std::string&) override {}  // operations complete at once: nothing is pending
 };
 
 }  // namespace hspmd::comm

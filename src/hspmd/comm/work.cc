@@ -36,15 +36,50 @@ WorkQueue::~WorkQueue() {
   thread_.join();
 }
 
+namespace {
+
+// Marks a Work done with `error` unless it already is (an aborted task may finish later).
+void complete(detail::WorkState& state, std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    if (state.done) return;
+    state.done = true;
+    state.error = error;
+  }
+  state.done_cv.notify_all();
+}
+
+std::exception_ptr aborted_error(const detail::WorkState& state, const std::string& reason) {
+  return std::make_exception_ptr(Error(state.what + " aborted: " + reason));
+}
+
+}  // namespace
+
 Work WorkQueue::submit(std::string what, std::function<void()> task) {
   auto state = std::make_shared<detail::WorkState>();
   state->what = std::move(what);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    tasks_.emplace_back(state, std::move(task));
+    if (aborted_.empty()) {
+      tasks_.emplace_back(state, std::move(task));
+      cv_.notify_all();
+      return Work(state);
+    }
   }
-  cv_.notify_all();
+  complete(*state, aborted_error(*state, aborted_));
   return Work(state);
+}
+
+void WorkQueue::abort(const std::string& reason) {
+  std::vector<std::shared_ptr<detail::WorkState>> failed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborted_ = reason.empty() ? "aborted" : reason;
+    if (running_) failed.push_back(running_);
+    for (auto& [state, task] : tasks_) failed.push_back(state);
+    tasks_.clear();
+  }
+  for (const auto& state : failed) complete(*state, aborted_error(*state, reason));
 }
 
 void WorkQueue::run() {
@@ -56,6 +91,7 @@ void WorkQueue::run() {
       if (tasks_.empty()) return;  // stopping and drained
       item = std::move(tasks_.front());
       tasks_.pop_front();
+      running_ = item.first;
     }
     std::exception_ptr error;
     try {
@@ -64,11 +100,10 @@ void WorkQueue::run() {
       error = std::current_exception();
     }
     {
-      std::lock_guard<std::mutex> lock(item.first->mutex);
-      item.first->done = true;
-      item.first->error = error;
+      std::lock_guard<std::mutex> lock(mutex_);
+      running_.reset();
     }
-    item.first->done_cv.notify_all();
+    complete(*item.first, error);
   }
 }
 

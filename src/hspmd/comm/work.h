@@ -59,6 +59,10 @@ class WorkQueue {
   // Queues task; `what` names the operation in errors. An exception thrown by task becomes the
   // Work's error.
   Work submit(std::string what, std::function<void()> task);
+  // Completes the running task's Work and every queued one with Error(reason) at once, so their
+  // waiters return now; queued tasks are dropped and later submissions fail alike. The running
+  // task still finishes on the worker thread (its result is then ignored).
+  void abort(const std::string& reason);
 
  private:
   void run();
@@ -67,6 +71,8 @@ class WorkQueue {
   std::condition_variable cv_;
   std::deque<std::pair<std::shared_ptr<detail::WorkState>, std::function<void()>>> tasks_;
   bool stopping_ = false;
+  std::string aborted_;                            // non-empty once abort() was called
+  std::shared_ptr<detail::WorkState> running_;     // the task on the worker thread, if any
   std::thread thread_;
 };
 

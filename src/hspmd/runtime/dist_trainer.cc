@@ -17,6 +17,7 @@
 #include "hspmd/kernels/reduce.h"
 #include "hspmd/kernels/slice.h"
 #include "hspmd/kernels/threading.h"
+#include "hspmd/runtime/fault_injection.h"
 #include "hspmd/specialize/plan_report.h"  // human_bytes
 #include "hspmd/specialize/reshard_resolution.h"
 #include "hspmd/switching/switch_plan.h"
@@ -59,12 +60,18 @@ Tensor init_region(const std::string& name, const Shape& shape, const Region& re
   return out;
 }
 
+// Where `inner` (global coordinates) starts inside `outer`.
+std::vector<int64_t> offsets_in(const Region& outer, const Region& inner) {
+  std::vector<int64_t> starts(inner.begin.size());
+  for (size_t d = 0; d < starts.size(); ++d) starts[d] = inner.begin[d] - outer.begin[d];
+  return starts;
+}
+
 // Copies `inner` (global coordinates, inside `outer`) out of `t`, which holds `outer`.
 Tensor copy_out(const Tensor& t, const Region& outer, const Region& inner, Allocator* allocator) {
   Tensor out = Tensor::empty(inner.shape(), t.dtype(), allocator);
-  std::vector<int64_t> starts(inner.begin.size());
-  for (size_t d = 0; d < starts.size(); ++d) starts[d] = inner.begin[d] - outer.begin[d];
-  kernels::copy_region(t, starts, out, std::vector<int64_t>(starts.size(), 0), inner.shape().dims());
+  kernels::copy_region(t, offsets_in(outer, inner), out, std::vector<int64_t>(inner.begin.size(), 0),
+                       inner.shape().dims());
   return out;
 }
 
@@ -159,6 +166,7 @@ DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDat
       pacer_(options_.device.speed),
       tracer_(rank, options_.trace) {
   const TrainerOptions& o = options_.train;
+  members_ = options_.members.empty() ? all_ranks(world_size_) : options_.members;
   check_dataset_fits(dataset, config);
   validate_options(o, config);
   if (o.threads > 0) kernels::set_num_threads(o.threads);
@@ -271,7 +279,7 @@ void DistTrainer::connect(const PlanRuntime& p) {
   for (const sharding::PipelineSchedule& mb : plan.pipelines) {
     bindings.push_back({{"T", mb.micro_batch_size * options_.train.seq_len}, {"N", mb.micro_batch_size}});
   }
-  ChannelGroups groups{{"post", all_ranks(world_size_)}};
+  ChannelGroups groups{{"post", members_}};
   for (int id = 0; id < model_.graph.num_ops(); ++id) {
     const graph::Op& op = model_.graph.op(id);
     if (op.kind == OpKind::kCrossEntropy) {
@@ -303,7 +311,7 @@ void DistTrainer::connect(const PlanRuntime& p) {
 }
 
 std::shared_ptr<comm::Communicator> DistTrainer::all_ranks_group() {
-  return session_.group(all_ranks(world_size_), "post");
+  return session_.group(members_, "post");
 }
 
 DistTrainer::~DistTrainer() = default;
@@ -413,6 +421,7 @@ void DistTrainer::run_op(int id, MicroBatch& mb) {
 }
 
 void DistTrainer::forward(MicroBatch& mb) {
+  fault_point(rank_, step_ + 1, "forward");
   const double start = tracer_.now_us();
   mb.values.assign(model_.graph.num_ops(), {});
   for (int id : current_->exec->placeholders()) mb.values[id] = {mb.feeds.at(model_.graph.op(id).name)};
@@ -428,6 +437,7 @@ void DistTrainer::forward(MicroBatch& mb) {
 }
 
 void DistTrainer::backward(MicroBatch& mb) {
+  fault_point(rank_, step_ + 1, "backward");
   const double start = tracer_.now_us();
   const auto& steps = current_->exec->backward_steps();
   for (size_t k = 0; k < steps.size(); ++k) {
@@ -516,11 +526,15 @@ StepMetrics DistTrainer::step() {
   const TrainerOptions& o = options_.train;
 
   // The global batch, the same on every rank; this pipeline's share, micro-batch by micro-batch.
+  step_start_ = loader_->state();
+  in_step_ = true;
+  synced_grads_.reset();
   std::vector<data::Segment> segments = loader_->next();
   const data::Batch global = data::pack(segments, {.seq_len = o.seq_len});
   const int64_t labels = global.num_label_tokens();
   const double loss_sum = run_passes(segments, labels, /*train=*/true);
   const double loss = post(loss_sum);
+  in_step_ = false;
 
   StepMetrics m;
   m.step = step_;
@@ -538,7 +552,6 @@ StepMetrics DistTrainer::step() {
 double DistTrainer::post(double loss_sum) {
   const double start = tracer_.now_us();
   session_.wait_deferred();
-  const TrainerOptions& o = options_.train;
   // Gradient sync into the optimizer-state layout; squares of the elements this rank counts.
   double squares = 0;
   std::vector<Tensor> grads(params_.size());
@@ -551,16 +564,30 @@ double DistTrainer::post(double loss_sum) {
     grads[i] = execute_reshard(r, s.shape, rank_, s.grad, session_, "post");
     s.grad = Tensor();
     if (counts_once(s.state_annotation, s.shape, rank_)) squares += kernels::sum_squares(grads[i]);
+    fault_point(rank_, step_ + 1, "grad-sync");
   }
+  // Kept until the update: if the totals reach another rank but not this one, it can still apply
+  // the step after a failure (finish_interrupted_step).
+  synced_grads_ = grads;
   std::vector<double> totals{squares, counts_loss() ? loss_sum : 0.0};
   all_ranks_group()->allreduce({.data = comm::CommBuffer::of(totals)}).wait();
+  if (commits_.step) commits_.step(step_ + 1, totals);  // before any weight changes anywhere
+  apply_update(grads, totals, /*gather=*/true);
+  synced_grads_.reset();
+  session_.wait_deferred();
+  tracer_.record("post", "optimizer", start, tracer_.now_us());
+  return totals[1];
+}
+
+void DistTrainer::apply_update(std::vector<Tensor>& grads, const std::vector<double>& totals, bool gather) {
+  const TrainerOptions& o = options_.train;
   const double norm = std::sqrt(totals[0]);
   last_grad_norm_ = norm;
-
   ++step_;
   const double lr = lr_schedule_.at(step_);
   const double clip = o.max_grad_norm > 0 && norm > o.max_grad_norm ? o.max_grad_norm / norm : 1.0;
   for (size_t i = 0; i < params_.size(); ++i) {
+    if (i == params_.size() / 2) fault_point(rank_, step_, "optimizer");  // half the weights updated
     ParamState& s = params_[i];
     if (clip != 1.0) kernels::scale(grads[i], clip, grads[i]);
     kernels::AdamWOptions a{
@@ -572,12 +599,14 @@ double DistTrainer::post(double loss_sum) {
     // ZeRO-1: update this rank's slice, then gather the parameter back from the state shards.
     Tensor slice = copy_out(s.value, s.region, s.state_region, allocator_.get());
     kernels::adamw_step(slice, grads[i], s.exp_avg, s.exp_avg_sq, step_, a);
+    if (!gather) {
+      kernels::copy_region(slice, std::vector<int64_t>(slice.shape().rank(), 0), s.value,
+                           offsets_in(s.region, s.state_region), s.state_region.shape().dims());
+      continue;
+    }
     const resolve::Resolution& r = cache_.resolve(s.state_annotation, s.annotation, s.shape, s.name);
     s.value.copy_from(execute_reshard(r, s.shape, rank_, slice, session_, "post"));
   }
-  session_.wait_deferred();
-  tracer_.record("post", "optimizer", start, tracer_.now_us());
-  return totals[1];
 }
 
 std::vector<SavedShard> DistTrainer::shards(bool with_optimizer_state) const {
@@ -594,11 +623,13 @@ std::vector<SavedShard> DistTrainer::shards(bool with_optimizer_state) const {
 
 void DistTrainer::save(const std::string& dir) {
   auto world = all_ranks_group();
-  if (rank_ == 0) prepare_sharded_save(dir);
+  const bool lead = rank_ == members_.front();  // rank 0 may have died (elastic training)
+  if (lead) prepare_sharded_save(dir);
   world->barrier().wait();
   write_rank_shards(dir, rank_, shards(true));
+  fault_point(rank_, step_, "save");
   world->barrier().wait();
-  if (rank_ == 0) {
+  if (lead) {
     nlohmann::json state = {{"step", step_},
                             {"seed", options_.train.seed},
                             {"loader", nlohmann::json::parse(loader_->state().to_json())},
@@ -708,7 +739,8 @@ double max_over(comm::Communicator& world, double value) {
 
 }  // namespace
 
-SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const std::string& name, bool fused) {
+SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const std::string& name, bool fused,
+                                    const std::vector<int>& dead) {
   const auto start = Clock::now();
   const double trace_start = tracer_.now_us();
   session_.wait_deferred();
@@ -736,13 +768,30 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
                         " refused before any state moved: " + refusal);
   }
   report.specialized = built != nullptr;
-  if (built) next = &keep_plan(std::move(built));
+  if (built) {
+    next = &keep_plan(std::move(built));
+  } else {
+    connect(*next);  // after a failure the groups are new (connects nothing otherwise)
+  }
 
   // 2. One fused BSR for every parameter and both moments, planned identically on every rank.
   switching::SwitchOptions switch_options;
   switch_options.topology = options_.topology;
   switch_options.fuse = fused;
-  const switching::SwitchPlan sp = switching::plan_switch(current_->layouts, next->layouts, switch_options);
+  switch_options.dead = dead;
+  // After a failure a ZeRO-1 gather may have been cut short: a parameter's up-to-date elements are
+  // those of its optimizer-state layout, so only they are sent.
+  std::vector<switching::ParamLayout> from = current_->layouts;
+  if (!dead.empty()) {
+    for (switching::ParamLayout& l : from) l.value = l.state;
+  }
+  switching::SwitchPlan sp;
+  try {
+    sp = switching::plan_switch(from, next->layouts, switch_options);
+  } catch (const Error& e) {
+    if (dead.empty()) throw;
+    throw StateLost("plan " + name + " cannot be assembled from the survivors: " + e.what());
+  }
   std::set<std::pair<int, int>> pairs;  // connect the BSR's pairs in one sorted order everywhere
   for (const resolve::BsrMessage& m : sp.bsr.messages()) pairs.insert(std::minmax(m.sender, m.receiver));
   for (const auto& [a, b] : pairs) {
@@ -751,7 +800,9 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
   std::vector<ParamState> moved = param_states(*next);
   std::vector<LocalShard> sources(sp.tensors.size()), destinations(sp.tensors.size());
   for (const ParamState& s : params_) {
-    sources[3 * s.index] = {s.value, s.region};
+    sources[3 * s.index] = dead.empty() || s.region == s.state_region
+                               ? LocalShard{s.value, s.region}
+                               : LocalShard{copy_out(s.value, s.region, s.state_region, allocator_.get()), s.state_region};
     sources[3 * s.index + 1] = {s.exp_avg, s.state_region};
     sources[3 * s.index + 2] = {s.exp_avg_sq, s.state_region};
   }
@@ -764,6 +815,7 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
     destinations[3 * s.index + 2] = {s.exp_avg_sq, s.state_region};
   }
   world->barrier().wait();  // the BSR's time is the transfer, not waiting for the last rank to plan
+  fault_point(rank_, step_ + 1, "switch");
   const auto bsr_start = Clock::now();
   if (fused) {
     report.rank_sent_bytes = execute_fused_bsr(sp.bsr, rank_, sources, destinations, session_, "switch");
@@ -775,6 +827,7 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
     }
   }
   const double bsr_seconds = seconds_since(bsr_start);
+  if (commits_.switch_done) commits_.switch_done();
 
   // 3. Hand over: the next step runs the new plan's graphs on the moved state.
   params_ = std::move(moved);
@@ -788,6 +841,64 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
   report.total_seconds = max_over(*world, seconds_since(start));
   tracer_.record("switch to " + name, "switch", trace_start, tracer_.now_us());
   return report;
+}
+
+InterruptedStep DistTrainer::finish_interrupted_step(const std::vector<int>& members,
+                                                    const std::optional<std::vector<double>>& committed) {
+  HSPMD_CHECK(std::binary_search(members.begin(), members.end(), rank_))
+      << "rank " << rank_ << " is not among the survivors [" << comm::group_key(members) << "]";
+  members_ = members;
+  try {
+    session_.wait_deferred();  // aborted: they fail at once
+  } catch (const Error&) {
+  }
+  for (ParamState& s : params_) s.grad = Tensor();
+  InterruptedStep out;
+  out.in_progress = in_step_;
+  if (committed) {
+    // Some rank had the global totals and may have updated its weights: every survivor applies the
+    // step. Reaching the totals means every rank had finished its gradient sync.
+    HSPMD_CHECK(committed->size() == 2) << "rank " << rank_ << ": malformed committed totals of step " << step_ + 1;
+    HSPMD_CHECK(synced_grads_.has_value())
+        << "rank " << rank_ << ": step " << step_ + 1 << " was committed but this rank has no synced gradients";
+    apply_update(*synced_grads_, *committed, /*gather=*/false);
+    out.rolled_forward = true;
+    out.metrics.step = step_;
+    out.metrics.loss = (*committed)[1];
+    out.metrics.lr = lr_schedule_.at(step_);
+    out.metrics.grad_norm = last_grad_norm_;
+  } else if (in_step_) {
+    loader_ = std::make_unique<data::Loader>(*dataset_, loader_->options(), step_start_);  // redo the same batch
+  }
+  synced_grads_.reset();
+  in_step_ = false;
+  return out;
+}
+
+void DistTrainer::adopt_progress(int64_t step, const data::LoaderState& loader) {
+  HSPMD_CHECK(params_.empty()) << "rank " << rank_ << " holds state; only a spare can adopt a run's progress";
+  step_ = step;
+  loader_ = std::make_unique<data::Loader>(*dataset_, loader_->options(), loader);
+}
+
+void DistTrainer::restore_under(const sharding::AnnotationPlan& plan, const std::string& name,
+                                const std::string& dir) {
+  const sharding::AnnotationPlan effective = effective_plan(plan);
+  PlanRuntime* next = find_plan(effective);
+  if (next == nullptr) {
+    next = &keep_plan(specialize_plan(effective, name));
+  } else {
+    connect(*next);
+  }
+  params_.clear();  // the old state goes before the new is allocated
+  params_ = param_states(*next);
+  for (ParamState& s : params_) {
+    s.value = Tensor::zeros(s.region.shape(), DType::kFloat32, allocator_.get());
+    s.exp_avg = Tensor::zeros(s.state_region.shape(), DType::kFloat32, allocator_.get());
+    s.exp_avg_sq = Tensor::zeros(s.state_region.shape(), DType::kFloat32, allocator_.get());
+  }
+  current_ = next;
+  restore(dir);
 }
 
 nlohmann::json SwitchReport::to_json() const {

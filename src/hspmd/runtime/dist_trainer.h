@@ -48,6 +48,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,9 @@ struct DistOptions {
   bool trace = false;     // record a Chrome trace (tracer())
   std::string plan_name = "initial";            // of the plan given to the constructor, for logs
   const resolve::Topology* topology = nullptr;  // link tiers of switches; nullptr: one host
+  // The ranks alive (sorted); empty: all. A restarted worker joining an elastic run starts as a
+  // spare among the current members (elastic/elastic_run.h).
+  std::vector<int> members{};
 };
 
 // What one switch did, the same on every rank but rank_sent_bytes (times are the slowest rank's).
@@ -96,6 +100,20 @@ struct SwitchReport {
 
   nlohmann::json to_json() const;  // one metrics JSONL line ({"event": "switch", ...})
   std::string to_string() const;   // one log line
+};
+
+// What happened to the step a failure interrupted (finish_interrupted_step).
+struct InterruptedStep {
+  bool in_progress = false;     // a step was under way (not a save or a switch between steps)
+  bool rolled_forward = false;  // the step's update was applied on every survivor
+  StepMetrics metrics;          // of that step when rolled forward (loss and grad norm global)
+};
+
+// A switch whose state cannot be assembled: some slice's every holder is dead. Nothing has moved;
+// the survivors must restore a checkpoint instead (restore_under).
+class StateLost : public Error {
+ public:
+  using Error::Error;
 };
 
 // A switch that was refused before any byte moved (an invalid plan, or one that does not fit a
@@ -142,7 +160,37 @@ class DistTrainer {
   // then nothing has moved and training goes on under the current plan.
   // `fused` = false runs the paper's unfused baseline instead, for comparison (bench/switch_bench):
   // one BSR per tensor, one after the other, the lowest-rank owner sending what is not already there.
-  SwitchReport switch_to(const sharding::AnnotationPlan& plan, const std::string& name, bool fused = true);
+  // `dead`: ranks that failed (elastic recovery): they send nothing, every slice comes from a
+  // surviving holder, and parameter values are taken from the optimizer-state layout (the slices
+  // an interrupted ZeRO-1 gather may have left stale are not used). Throws StateLost when a slice
+  // has no surviving holder, on every rank alike, before anything moved.
+  SwitchReport switch_to(const sharding::AnnotationPlan& plan, const std::string& name, bool fused = true,
+                         const std::vector<int>& dead = {});
+
+  // Elastic training (docs/elastic.md) commits each step and each switch through the run's store:
+  // `step` is called with the global totals {squares, loss} once they are known and before any
+  // weight changes on this rank; `switch_done` after this rank has its part of a switch and before
+  // it adopts the new layout (it returns once every member has its part, or throws).
+  struct Commits {
+    std::function<void(int64_t step, const std::vector<double>& totals)> step;
+    std::function<void()> switch_done;
+  };
+  void set_commits(Commits commits) { commits_ = std::move(commits); }
+  // After a failure interrupted step() (or a switch or save) on some rank, and the survivors agreed
+  // on `members` (the surviving ranks, sorted): this rank's communicators are gone (the caller
+  // reset its GroupCache to the new generation), and the step is settled without communication:
+  // with the totals some rank committed it is applied here too (when it was not yet), else it is
+  // discarded (the data position goes back to its start, so the redone step sees the same tokens).
+  // The step in progress is step_count() + 1.
+  InterruptedStep finish_interrupted_step(const std::vector<int>& members,
+                                          const std::optional<std::vector<double>>& committed);
+  // Checkpoint fallback: moves to `plan` holding nothing, then restores `dir` (collective over the
+  // members).
+  void restore_under(const sharding::AnnotationPlan& plan, const std::string& name, const std::string& dir);
+  const std::vector<int>& members() const { return members_; }
+  // A worker joining a running job takes its progress (steps taken, data position) before the
+  // switch that gives it state.
+  void adopt_progress(int64_t step, const data::LoaderState& loader);
   const std::string& plan_name() const;
   // Plans specialized so far by this trainer (a switch back to a known plan adds none).
   int specializations() const { return static_cast<int>(plans_.size()); }
@@ -194,6 +242,9 @@ class DistTrainer {
                     const TrainerOptions& saved, uint64_t saved_seed, int64_t step, const data::LoaderState& loader,
                     const std::string& source);
   double post(double loss_sum);  // returns the global loss; updates weights
+  // AdamW on this rank's state with the synced gradients and the global {squares, loss} totals;
+  // `gather` = false skips the ZeRO-1 parameter gather (recovery: the old groups are gone).
+  void apply_update(std::vector<Tensor>& grads, const std::vector<double>& totals, bool gather);
   // This rank's part of one global batch, in its schedule's order: forward passes (and the backward
   // ones when `train`); returns the sum of the losses of its micro-batches.
   double run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train);
@@ -213,6 +264,13 @@ class DistTrainer {
   std::unique_ptr<data::Loader> loader_;
   graph::LrSchedule lr_schedule_;
   int64_t step_ = 0;
+  std::vector<int> members_;  // the ranks alive: all at first, the survivors after a failure
+  // The step in progress, kept until it completes so a failure can be settled: the data position
+  // before it, and once gradients are synced (before the totals are known), those gradients.
+  data::LoaderState step_start_;
+  bool in_step_ = false;
+  std::optional<std::vector<Tensor>> synced_grads_;
+  Commits commits_;
   ComputePacer pacer_;
   double unpaced_seconds_ = 0;
   double last_grad_norm_ = 0;

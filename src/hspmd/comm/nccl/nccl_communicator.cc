@@ -6,6 +6,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -53,6 +54,7 @@ struct NcclCommunicator::State {
   int device = 0;
   void* scratch = nullptr;  // one int for barrier
   std::string broken;       // worker thread only: the first error
+  std::atomic<bool> abort_requested{false};  // set by abort() from any thread
 
   // Polls until the non-blocking communicator has finished the calls just made; throws on
   // error or at the deadline (after aborting the communicator).
@@ -84,10 +86,12 @@ struct NcclCommunicator::State {
   }
 
   void check_deadline(const std::string& what, Clock::time_point deadline) {
-    if (Clock::now() < deadline) return;
+    const bool aborting = abort_requested.load();
+    if (!aborting && Clock::now() < deadline) return;
     ncclCommAbort(comm);  // unblocks the GPU; the communicator is unusable afterwards
     comm = nullptr;
-    HSPMD_THROW() << what << ": timed out (a peer may be dead); the communicator was aborted";
+    HSPMD_THROW() << what << (aborting ? ": aborted" : ": timed out (a peer may be dead)")
+                  << "; the communicator was aborted";
   }
 };
 
@@ -123,7 +127,11 @@ NcclCommunicator::NcclCommunicator(Store& store, std::vector<int> ranks, int glo
 
 NcclCommunicator::~NcclCommunicator() {
   // Members are destroyed after this body, so let the worker finish queued operations first.
-  queue_.submit("drain", [] {}).wait();
+  try {
+    queue_.submit("drain", [] {}).wait();
+  } catch (const Error&) {
+    // Aborted (abort()): the worker stops by itself once its running operation notices.
+  }
   cudaSetDevice(state_->device);
   if (state_->comm != nullptr) {
     if (state_->broken.empty()) {
@@ -140,6 +148,11 @@ NcclCommunicator::~NcclCommunicator() {
   }
   if (state_->stream != nullptr) cudaStreamDestroy(state_->stream);
   if (state_->scratch != nullptr) cudaFree(state_->scratch);
+}
+
+void NcclCommunicator::abort(const std::string& reason) {
+  state_->abort_requested = true;  // the worker's polling loop aborts the NCCL communicator
+  queue_.abort(reason + " (" + describe() + ")");
 }
 
 Work NcclCommunicator::run(const char* op, std::function<void()> enqueue) {

@@ -43,6 +43,7 @@ class NcclCommunicator : public Communicator {
   Work broadcast(const BroadcastOptions& options) override;
   Work send_recv(const SendRecvOptions& options) override;
   Work barrier(const BarrierOptions& options = {}) override;
+  void abort(const std::string& reason) override;
 
   // Number of CUDA devices visible to this process (0 when there is no usable GPU).
   static int device_count();

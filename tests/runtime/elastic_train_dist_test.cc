@@ -1,0 +1,167 @@
+// `hspmd train --elastic` with real worker processes and real SIGKILLs (HSPMD_FAULT places each
+// at a chosen point of a chosen step, runtime/fault_injection.h): the run must finish, every
+// step's loss must equal a single-process run's (--check-single) and the final weights the
+// single-process run's final weights (rel 1e-5), whether the state comes from surviving replicas
+// (one fused BSR) or from the newest complete checkpoint.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+
+#include "hspmd/models/llama_config.h"
+#include "hspmd/runtime/sharded_checkpoint.h"
+#include "runtime/runtime_testlib.h"
+
+namespace hspmd::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::run_hspmd;
+
+constexpr int kSteps = 6;
+
+// Two pipelines of two stages, no ZeRO: every slice of the state lives on two ranks.
+constexpr const char* kDataParallelStrategy = R"({"name": "dp2-pp2", "zero1": false,
+  "pipelines": [
+    {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0", "layers": "0-1"}, {"ranks": "1", "layers": "2-3"}]},
+    {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "2", "layers": "0-1"}, {"ranks": "3", "layers": "2-3"}]}]})";
+
+class ElasticTrain : public testing::TempDirTest {
+ protected:
+  std::string example(const std::string& rel) const { return (testing::source_dir() / rel).string(); }
+  // A small learning rate: Adam turns the float rounding of near-zero gradient elements into whole
+  // steps of lr, so a larger one makes even a failure-free distributed run differ from one process
+  // by more than 1e-5 in a few tensors (measured: 3e-5 at the default rate, for this strategy).
+  std::string common() const {
+    return "train --model " + example("configs/llama-tiny.json") + " --data " + testing::corpus_dataset() +
+           " --steps " + std::to_string(kSteps) + " --seq-len 64 --global-batch-tokens 256 --warmup 2 --lr 5e-4 --threads 1";
+  }
+  std::string elastic(const std::string& strategy) const {
+    return common() + " --nproc 4 --strategy " + strategy + " --elastic --cluster " +
+           example("examples/clusters/local-hetero-4.json") + " --profile " +
+           example("examples/profiles/local-hetero-4-llama-tiny.json") + " --heartbeat-timeout 3 --check-single";
+  }
+  // Runs `args` with HSPMD_FAULT set to `faults`.
+  testing::CommandResult run_with_faults(const std::string& faults, const std::string& args) const {
+    ::setenv("HSPMD_FAULT", faults.c_str(), 1);
+    testing::CommandResult r = run_hspmd(args);
+    ::unsetenv("HSPMD_FAULT");
+    return r;
+  }
+  // The final weights of `dir` equal those of one process trained on the same data.
+  void expect_single_process_weights(const std::string& dir) {
+    const std::string reference = path("single");
+    if (!std::filesystem::exists(reference)) {
+      const testing::CommandResult r = run_hspmd(common() + " --save " + reference);
+      ASSERT_EQ(r.code, 0) << r.output;
+    }
+    const models::LlamaConfig config = models::LlamaConfig::from_file(example("configs/llama-tiny.json"));
+    const graph::TensorMap expected = read_checkpoint_weights(reference, config);
+    const graph::TensorMap got = read_checkpoint_weights(dir, config);
+    ASSERT_EQ(got.size(), expected.size());
+    for (const auto& [name, e] : expected) {
+      // Over the whole tensor, as every distributed test compares weights: Adam turns float
+      // rounding of a near-zero gradient into a visible change of that one element.
+      const Tensor& g = got.at(name);
+      ASSERT_EQ(g.numel(), e.numel()) << name;
+      double diff = 0, norm = 0;
+      for (int64_t i = 0; i < e.numel(); ++i) {
+        const double a = g.data<float>()[i], b = e.data<float>()[i];
+        diff += (a - b) * (a - b);
+        norm += b * b;
+      }
+      EXPECT_LE(std::sqrt(diff / norm), 1e-5) << name;
+    }
+  }
+};
+
+struct Failure {
+  const char* fault;  // HSPMD_FAULT
+  const char* phase;  // how the log names where the victim died
+};
+
+class KillInPhase : public ElasticTrain, public ::testing::WithParamInterface<Failure> {};
+
+TEST_P(KillInPhase, SurvivorsReplanAndMatchOneProcess) {
+  const Failure f = GetParam();
+  const std::string strategy = path("dp2-pp2.json");
+  std::ofstream(strategy) << kDataParallelStrategy;
+  // A switch before step 4 gives the "switch" fault a switch to die in.
+  const std::string switch_flag = " --switch 4:" + example("examples/strategies/local-tp2-pp2.json");
+  const testing::CommandResult r =
+      run_with_faults(f.fault, elastic(strategy) + switch_flag + " --save " + path("ckpt"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(std::string("HSPMD_FAULT: killing myself (SIGKILL) in ") + f.phase));
+  EXPECT_THAT(r.output, HasSubstr("failed with signal 9 (Killed); --elastic: 3 local workers keep running"));
+  EXPECT_THAT(r.output, HasSubstr("state moved from surviving replicas"));
+  EXPECT_THAT(r.output, HasSubstr("losses match the single-process run"));
+  EXPECT_THAT(r.output, HasSubstr("PASS"));
+  expect_single_process_weights(path("ckpt"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Phases, KillInPhase,
+                         ::testing::Values(Failure{"1:3:forward", "forward of step 3"},
+                                           Failure{"2:3:backward", "backward of step 3"},
+                                           Failure{"2:3:grad-sync", "grad-sync of step 3"},
+                                           Failure{"3:3:optimizer", "optimizer of step 3"},
+                                           Failure{"3:4:switch", "switch of step 4"}),
+                         [](const auto& info) {
+                           std::string name = std::string(info.param.fault).substr(4);
+                           std::erase(name, '-');
+                           return name;
+                         });
+
+// ZeRO-1 shards the Adam moments: a dead rank's slices exist nowhere else, so the survivors restore
+// the newest complete checkpoint under their new plan and replay the data. The first victim dies
+// while the step-4 checkpoint is being written: the step-2 one must still be whole and is used;
+// a second victim later forces a second fallback.
+TEST_F(ElasticTrain, StateWithoutReplicaComesFromTheNewestCompleteCheckpoint) {
+  const testing::CommandResult r =
+      run_with_faults("1:4:save,2:5:backward", elastic(example("examples/strategies/local-hetero-4.json")) +
+                                                  " --save " + path("ckpt") + " --save-every 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("in save of step 4"));
+  EXPECT_THAT(r.output, HasSubstr("in backward of step 5"));
+  EXPECT_THAT(r.output, HasSubstr("state restored from the newest checkpoint; resumes after step 2"));
+  EXPECT_THAT(r.output, HasSubstr("resumes after step 4"));  // the re-planned strategy keeps replicas
+  EXPECT_THAT(r.output, HasSubstr("PASS"));
+  expect_single_process_weights(path("ckpt"));
+}
+
+// The launcher restarts the dead worker (--max-restarts); it joins at a step boundary, the run
+// re-plans with it and gives it state in the same kind of fused BSR.
+TEST_F(ElasticTrain, RestartedWorkerRejoinsAndTakesPartAgain) {
+  const std::string strategy = path("dp2-pp2.json");
+  std::ofstream(strategy) << kDataParallelStrategy;
+  const testing::CommandResult r =
+      run_with_faults("1:2:backward", elastic(strategy) + " --max-restarts 1 --save " + path("ckpt"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("restarting rank 1 (restart 1 of 1)"));
+  EXPECT_THAT(r.output, HasSubstr("recovery: ranks [1] lost"));
+  EXPECT_THAT(r.output, HasSubstr("recovery: ranks [1] join; members [0,1,2,3]"));
+  EXPECT_THAT(r.output, HasSubstr("rank 1: joined the run after step"));
+  EXPECT_THAT(r.output, Not(HasSubstr("rank 1: spare under plan elastic-gen2")));  // it trains again
+  EXPECT_THAT(r.output, HasSubstr("PASS"));
+  expect_single_process_weights(path("ckpt"));
+}
+
+TEST_F(ElasticTrain, LostStateWithoutCheckpointIsAClearError) {
+  const testing::CommandResult r =
+      run_with_faults("2:3:backward", elastic(example("examples/strategies/local-hetero-4.json")));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.output, HasSubstr("no (live) source device owns it"));
+  EXPECT_THAT(r.output, HasSubstr("there is no complete checkpoint to fall back to (give --save DIR --save-every N)"));
+}
+
+TEST_F(ElasticTrain, ElasticNeedsTheClusterAndProfile) {
+  const testing::CommandResult r = run_hspmd(common() + " --nproc 4 --strategy " +
+                                             example("examples/strategies/local-hetero-4.json") + " --elastic");
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.output, HasSubstr("--elastic re-plans for the survivors with the planner: give --cluster"));
+}
+
+}  // namespace
+}  // namespace hspmd::runtime
