@@ -104,6 +104,12 @@ TEST(LlamaPlan, ContextParallelStage) {
   Strategy pp = Strategy::from_json_text(R"({"pipelines": [{"micro_batch_size": 1, "num_micro_batches": 2,
       "stages": [{"ranks": "0-1", "layers": "0-1", "cp": 2}, {"ranks": "2-3", "layers": "2-3", "cp": 2}]}]})", "pp.json");
   EXPECT_EQ(compile_llama_plan(c, pp).at("positions").to_string(), "dup{[0,2,1,3](S0:2,D:2)}");
+  LlamaConfig tied = c;
+  tied.tie_word_embeddings = true;
+  EXPECT_NE(error_of([&] { compile_llama_plan(tied, pp); })
+                .find("pipelines[0].stages[0]: tied word embeddings with context parallelism (cp 2) need the "
+                      "pipeline's embedding and head on one stage"),
+            std::string::npos);
   // cp x tp must still divide the model: TP 3 of 6 ranks with CP 2 does not divide 4 heads.
   Strategy bad = Strategy::from_json_text(R"({"pipelines": [{"micro_batch_size": 1, "num_micro_batches": 1,
       "stages": [{"ranks": "0-5", "layers": "0-3", "tp": 3, "cp": 2}]}]})", "bad.json");

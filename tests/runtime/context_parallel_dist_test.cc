@@ -32,6 +32,13 @@ TEST(ContextParallel, Cp2Tp2) {
   expect_matches_single_process(run(st, testing::dist_options(kSteps)), kSteps);
 }
 
+// Tied embeddings: the head's gradient (partial over CP) adds to the lookup's on the same stage.
+TEST(ContextParallel, Cp2TiedEmbeddings) {
+  sharding::Strategy st = strategy(R"({"name": "cp2-tp2-tied", "pipelines": [
+    {"micro_batch_size": 4, "num_micro_batches": 1, "stages": [{"ranks": "0-3", "layers": "0-3", "tp": 2, "cp": 2}]}]})");
+  expect_matches_single_process(run(st, testing::dist_options(kSteps), {.tied = true}), kSteps, 1, /*tied=*/true);
+}
+
 // CP in a pipeline of two stages next to a plain data-parallel replica: the hand-over between CP
 // stages carries each CP rank's own tokens, and the gradients meet across both pipelines.
 TEST(ContextParallel, Cp2PipelineBesideAPlainReplica) {

@@ -13,12 +13,6 @@ int64_t padded_length(int64_t len, int cp) {
 }
 }  // namespace
 
-int64_t context_parallel_tokens(const std::vector<int64_t>& row_lengths, int cp) {
-  int64_t total = 0;
-  for (int64_t len : row_lengths) total += cp == 1 ? len : padded_length(len, cp);
-  return total;
-}
-
 ContextParallelBatch zigzag_for_context_parallel(const Batch& batch, int cp) {
   HSPMD_CHECK(cp >= 1) << "context-parallel degree must be >= 1, got " << cp;
   ContextParallelBatch out;

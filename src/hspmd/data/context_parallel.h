@@ -30,7 +30,4 @@ struct ContextParallelBatch {
 // cp = 1: the batch unchanged and the identity order. Throws Error when cp < 1 or the batch has no rows.
 ContextParallelBatch zigzag_for_context_parallel(const Batch& batch, int cp);
 
-// Tokens of a batch of rows of these lengths after padding for `cp` ranks.
-int64_t context_parallel_tokens(const std::vector<int64_t>& row_lengths, int cp);
-
 }  // namespace hspmd::data

@@ -117,6 +117,11 @@ void validate_llama_strategy(const LlamaConfig& c, const Strategy& st) {
       check_divides(tp, c.hidden_size, "hidden_size", p, s, st);
       check_divides(tp, c.intermediate_size, "intermediate_size", p, s, st);
       if (s == 0 || s + 1 == stages.size()) check_divides(tp, c.vocab_size, "vocab_size", p, s, st);
+      // The tied head's gradient, partial over CP, would cross from the last stage to the first:
+      // a partial value never goes point to point (resolve/resolver.h).
+      HSPMD_CHECK(!(c.tie_word_embeddings && stages[s].cp > 1 && stages.size() > 1))
+          << "strategy " << st.name << ": " << stage_key(p, s) << ": tied word embeddings with context parallelism ("
+          << "cp " << stages[s].cp << ") need the pipeline's embedding and head on one stage; use one stage or untie";
     }
   }
 }
@@ -207,8 +212,13 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
     // Its gradient goes home to the first stage in the layout of the lookup's own gradient (the whole
     // table on every TP rank; a partial sum over the pipelines' data), so the two add up there.
     const int hdim = st.pipelines.size() > 1 ? sharding::kPartial : kDuplicate;
-    plan.set("lm_head.tied_weight.bwd",
-             on_stages(first, [](const sharding::StageSpec& s) { return DistState::dup(s.cp * s.tp()); }, hdim));
+    // Under CP both are partial over the CP ranks (each sums its own tokens' terms).
+    plan.set("lm_head.tied_weight.bwd", on_stages(
+                                            first,
+                                            [](const sharding::StageSpec& s) {
+                                              return DistState::make({{sharding::kPartial, s.cp}, {kDuplicate, s.tp()}});
+                                            },
+                                            hdim));
   }
   for (const auto& pipe : st.pipelines) plan.pipelines.push_back({pipe.micro_batch_size, pipe.num_micro_batches});
   plan.recompute = st.recompute;
