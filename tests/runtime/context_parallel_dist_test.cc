@@ -49,5 +49,14 @@ TEST(ContextParallel, Cp2PipelineBesideAPlainReplica) {
   expect_matches_single_process(run(st, testing::dist_options(kSteps)), kSteps);
 }
 
+// Graph switching into and out of CP: weights and Adam moments move like any other layout change.
+TEST(ContextParallel, SwitchesFromTensorParallelToCpAndBack) {
+  sharding::Strategy tp = strategy(R"({"name": "tp2", "pipelines": [
+    {"micro_batch_size": 4, "num_micro_batches": 1, "stages": [{"ranks": "0-1", "layers": "0-3"}]}]})");
+  sharding::Strategy cp = strategy(R"({"name": "cp2-tp2", "pipelines": [
+    {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "0-3", "layers": "0-3", "tp": 2, "cp": 2}]}]})");
+  expect_matches_single_process(testing::run_phases({{1, tp}, {2, cp}, {4, tp}}, testing::dist_options(4)), 4);
+}
+
 }  // namespace
 }  // namespace hspmd::runtime
