@@ -39,6 +39,17 @@ TEST_F(ErrorsCli, BadConfigFileIsOneLineWithTheFileAndKeyAndNoSourceLocation) {
   EXPECT_THAT(verbose.err, HasSubstr(": check failed ("));
 }
 
+// A context-parallel stage whose tp x cp is not its rank count: the file and stage are named.
+TEST_F(ErrorsCli, BadContextParallelStageNamesTheFileAndStage) {
+  const std::string st = write_file("cp.json", R"({"pipelines": [{"micro_batch_size": 1, "num_micro_batches": 1,
+      "stages": [{"ranks": "0-5", "layers": "0-3", "tp": 2, "cp": 2}]}]})");
+  const testing::RunResult r =
+      run("explain --model " + testing::source_file("configs/llama-tiny.json") + " --strategy " + st);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(st + ": pipelines[0].stages[0]: tp 2 x cp 2 = 4 ranks, but the stage lists 6 [0-5]"));
+}
+
 // How worker processes started by a verbose run inherit the setting.
 TEST_F(ErrorsCli, VerboseFromTheEnvironment) {
   const testing::RunResult r = run("data info " + path("absent"), "HSPMD_VERBOSE=1");

@@ -44,7 +44,7 @@ sharding::Strategy strategy(const std::vector<std::vector<int>>& pipelines, bool
 AnnotationPlan llama_plan(const sharding::Strategy& st, const Annotation& data, const Annotation& dup,
                           const std::map<std::string, Annotation>& named) {
   AnnotationPlan plan = compile_llama_plan(tiny(), st);
-  for (const char* name : {"input_ids", "positions", "cu_seqlens", "targets"}) plan.set(name, data);
+  for (const char* name : {"input_ids", "positions", "cu_seqlens", "targets", "token_index"}) plan.set(name, data);
   plan.set("loss_scale", dup);
   for (const auto& [name, a] : named) plan.set(name, a);
   return plan;
@@ -64,7 +64,9 @@ TEST(LlamaDeductionTest, TensorParallel2) {
   // row-parallel projection, gather the vocab-parallel logits before the loss.
   std::map<std::string, Annotation> reshards{{"model.embed_out", dup}, {"lm_head_out", dup}};
   for (int l = 0; l < 2; ++l) {
-    for (const std::string& name : llama_layer_reshard_names(l)) reshards[name] = dup;
+    for (const std::string& name : llama_layer_reshard_names(l)) {
+      if (!name.ends_with("_all")) reshards[name] = dup;  // k_all, v_all keep the heads split (the compiled plan's)
+    }
   }
   AnnotationPlan plan = llama_plan(strategy({{0, 1}}, false), dup, dup, reshards);
   DeducedAnnotations d = graph::deduce_annotations(m.graph, plan);

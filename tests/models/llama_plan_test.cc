@@ -40,8 +40,8 @@ TEST(LlamaPlan, HeterogeneousLocalStrategy) {
   EXPECT_EQ(plan.at("model.layers.1.output").to_string(), "split0{[0-1](D:2);[3]()}");
   EXPECT_EQ(plan.at("model.layers.1.mlp_out").to_string(), "split0{[0-1](D:2);[2]()}");
   EXPECT_EQ(plan.pipelines, (std::vector<sharding::PipelineSchedule>{{2, 2}, {1, 4}}));
-  // Parameters, 5 placeholders, embed_out, lm_head_out and 7 Reshards per layer.
-  EXPECT_EQ(plan.tensors().size(), llama_parameters(c).size() + 5 + 2 + 7 * 4);
+  // Parameters, 6 placeholders, embed_out, lm_head_out and 11 Reshards per layer.
+  EXPECT_EQ(plan.tensors().size(), llama_parameters(c).size() + 6 + 2 + 11 * 4);
   EXPECT_EQ(sharding::AnnotationPlan::from_json_text(plan.to_json_text(), "round trip"), plan);
 }
 
@@ -60,7 +60,7 @@ TEST(LlamaPlan, EveryShippedStrategyCompilesForItsModel) {
     EXPECT_EQ(plan.at("lm_head.weight").hsize(), static_cast<int>(st.pipelines.size())) << name;
     ++compiled;
   }
-  EXPECT_EQ(compiled, 20);
+  EXPECT_EQ(compiled, 21);
   // Table 9, 32B on 16 H800 + 16 H20: layer 20 lives on H800 stages R0-3 and R8-11.
   Strategy t9 = Strategy::from_file(kRoot + "/examples/strategies/table9-32b-16h800-16h20.json");
   EXPECT_EQ(llama_param_annotation(llama_parameters(b32)[1 + 20 * 9 + 1], t9).to_string(),
@@ -83,6 +83,38 @@ TEST(LlamaPlan, TpDegreeMustDivideTheModel) {
   Strategy tp4 = Strategy::from_json_text(R"({"pipelines": [{"micro_batch_size": 1, "num_micro_batches": 1,
       "stages": [{"ranks": "0-3", "layers": "0-3"}]}]})", "tp4.json");
   EXPECT_NE(error_of([&] { compile_llama_plan(c, tp4); }).find("does not divide num_key_value_heads 2"), std::string::npos);
+}
+
+// A CP 2 x TP 2 stage: ranks 0-3, CP coordinate outer. Weights are duplicated over CP, tokens split
+// over it; each layer all-gathers K/V over CP (heads stay split over TP).
+TEST(LlamaPlan, ContextParallelStage) {
+  LlamaConfig c = LlamaConfig::from_file(kRoot + "/configs/llama-tiny.json");
+  Strategy st = Strategy::from_json_text(R"({"pipelines": [{"micro_batch_size": 1, "num_micro_batches": 1,
+      "stages": [{"ranks": "0-3", "layers": "0-3", "tp": 2, "cp": 2}]}]})", "cp.json");
+  sharding::AnnotationPlan plan = compile_llama_plan(c, st);
+  EXPECT_EQ(plan.at("model.layers.0.self_attn.q_proj.weight").to_string(), "dup{[0-3](D:2,S0:2)}");
+  EXPECT_EQ(plan.at("model.layers.0.input_layernorm.weight").to_string(), "dup{[0-3](D:4)}");
+  EXPECT_EQ(plan.at("input_ids").to_string(), "dup{[0-3](S0:2,D:2)}");
+  EXPECT_EQ(plan.at("token_index").to_string(), "dup{[0-3](S0:2,D:2)}");
+  EXPECT_EQ(plan.at("model.layers.0.attn_in").to_string(), "dup{[0-3](S0:2,D:2)}");
+  EXPECT_EQ(plan.at("model.layers.0.self_attn.k_all").to_string(), "dup{[0-3](D:2,S1:2)}");
+  EXPECT_EQ(plan.at("model.layers.0.kv_index").to_string(), "dup{[0-3](D:4)}");
+  EXPECT_EQ(plan.at("lm_head_out").to_string(), "dup{[0-3](S0:2,S1:2)}");
+  // Two stages of CP 2: the pipeline's group lists each stage's CP-rank-0 ranks, then the CP-rank-1 ones.
+  Strategy pp = Strategy::from_json_text(R"({"pipelines": [{"micro_batch_size": 1, "num_micro_batches": 2,
+      "stages": [{"ranks": "0-1", "layers": "0-1", "cp": 2}, {"ranks": "2-3", "layers": "2-3", "cp": 2}]}]})", "pp.json");
+  EXPECT_EQ(compile_llama_plan(c, pp).at("positions").to_string(), "dup{[0,2,1,3](S0:2,D:2)}");
+  LlamaConfig tied = c;
+  tied.tie_word_embeddings = true;
+  EXPECT_NE(error_of([&] { compile_llama_plan(tied, pp); })
+                .find("pipelines[0].stages[0]: tied word embeddings with context parallelism (cp 2) need the "
+                      "pipeline's embedding and head on one stage"),
+            std::string::npos);
+  // cp x tp must still divide the model: TP 3 of 6 ranks with CP 2 does not divide 4 heads.
+  Strategy bad = Strategy::from_json_text(R"({"pipelines": [{"micro_batch_size": 1, "num_micro_batches": 1,
+      "stages": [{"ranks": "0-5", "layers": "0-3", "tp": 3, "cp": 2}]}]})", "bad.json");
+  EXPECT_NE(error_of([&] { compile_llama_plan(c, bad); }).find("TP degree 3 (ranks [0-5]) does not divide num_attention_heads 4"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -34,6 +34,13 @@ LlamaConfig tiny_config(bool tied = false) {
 
 // Feeds for documents packed back to back: next-token targets inside each document, -100 on its
 // last token (no label across a boundary), loss_scale = 1 / global_labels.
+// 0..t-1: every token fed in packed order (no context parallelism).
+std::vector<int64_t> iota_positions(int64_t t) {
+  std::vector<int64_t> v(static_cast<size_t>(t));
+  for (int64_t i = 0; i < t; ++i) v[i] = i;
+  return v;
+}
+
 TensorMap pack(const std::vector<std::vector<int64_t>>& docs, int64_t global_labels, DType dtype) {
   std::vector<int64_t> ids, pos, cu{0}, targets;
   for (const auto& d : docs) {
@@ -49,7 +56,8 @@ TensorMap pack(const std::vector<std::vector<int64_t>>& docs, int64_t global_lab
           {"positions", Tensor::from_vector(Shape{t}, pos)},
           {"cu_seqlens", Tensor::from_vector(Shape{static_cast<int64_t>(cu.size())}, cu)},
           {"targets", Tensor::from_vector(Shape{t}, targets)},
-          {"loss_scale", Tensor::full(Shape{}, dtype, 1.0 / static_cast<double>(global_labels))}};
+          {"loss_scale", Tensor::full(Shape{}, dtype, 1.0 / static_cast<double>(global_labels))},
+          {"token_index", Tensor::from_vector(Shape{t}, iota_positions(t))}};
 }
 
 int64_t labels(const std::vector<std::vector<int64_t>>& docs) {
@@ -84,7 +92,8 @@ TEST_F(Llama, ParametersAndMarkersAreNamedLikeHuggingFace) {
       EXPECT_EQ(m.graph.op(ref->op).kind, graph::OpKind::kReshard);
       EXPECT_EQ(m.graph.op(ref->op).layer, l);
       // Integer tensors (positions, document offsets) carry no gradient back.
-      const bool differentiable = !name.ends_with("positions") && !name.ends_with("cu_seqlens");
+      const bool differentiable = !name.ends_with("positions") && !name.ends_with("cu_seqlens") &&
+                                  !name.ends_with("token_index") && !name.ends_with("kv_index");
       EXPECT_EQ(m.graph.find(name + ".bwd").has_value(), differentiable) << name;
     }
   }

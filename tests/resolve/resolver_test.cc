@@ -65,6 +65,18 @@ TEST(BottomTier, Figure8Collectives) {
   EXPECT_EQ(ops_text(outer, 1), V{"AllReduce group=[1,3] [0:8, 2:4] bytes=64"});
 }
 
+// Context parallelism's gradients: partial over the CP coordinate (outer), duplicated over TP.
+TEST(BottomTier, PartialGradientsOfContextParallelStages) {
+  // To a duplicated norm weight: the canonical (D:4) reads as (D:2,D:2), one all-reduce over CP.
+  Resolution norm = checked(A("dup{[0-3](P:2,D:2)}"), A("dup{[0-3](D:4)}"), kShape);
+  EXPECT_EQ(norm.classification(), "bottom[AR]");
+  EXPECT_EQ(ops_text(norm, 1), V{"AllReduce group=[1,3] [0:8, 0:4] bytes=128"});
+  // To a TP-split weight: no single collective; slice locally, then all-reduce each slice over CP.
+  Resolution table = checked(A("dup{[0-3](P:2,D:2)}"), A("dup{[0-3](D:2,S0:2)}"), kShape);
+  EXPECT_EQ(table.classification(), "bottom[Slice]+bottom[AR]");
+  EXPECT_EQ(ops_text(table, 3), (V{"LocalCopy [4:8, 0:4] bytes=0", "AllReduce group=[1,3] [4:8, 0:4] bytes=64"}));
+}
+
 TEST(BottomTier, BsrPerSubgroupWhenNoCollectiveApplies) {
   Resolution b = checked(A("dup{[0-1](S0:2)}"), A("dup{[0-1](S1:2)}"), kShape);
   EXPECT_EQ(b.classification(), "bottom[BSR]");

@@ -43,6 +43,7 @@ struct RunOptions {
   std::function<void(DistTrainer&)> before{};  // after construction (e.g. restore)
   std::function<void(DistTrainer&)> after{};   // at the end (e.g. save)
   std::function<void(int rank, DistOptions&)> configure{};  // per-rank options (emulated devices ...)
+  std::string dataset{};  // a token dataset directory; empty: the bundled corpus (corpus_dataset())
 };
 
 // Trains on every rank any phase uses, switching (DistTrainer::switch_to) before each phase's
@@ -61,6 +62,9 @@ void add_parameter_shards(const DistTrainer& t, graph::TensorMap& weights);
 double relative_difference(const Tensor& a, const Tensor& b);
 
 // Steps first_step .. first_step + steps - 1 of `run` against the single-process run of as many steps.
-void expect_matches_single_process(const DistRun& run, int64_t steps, int64_t first_step = 1, bool tied = false);
+// `dataset` as in RunOptions. Losses and gradient norms agree to relative 1e-5; each weight tensor
+// to `weights_tolerance` (see relative_difference on why AdamW can enlarge rounding).
+void expect_matches_single_process(const DistRun& run, int64_t steps, int64_t first_step = 1, bool tied = false,
+                                   const std::string& dataset = "", double weights_tolerance = 1e-5);
 
 }  // namespace hspmd::runtime::testing

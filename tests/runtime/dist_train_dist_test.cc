@@ -98,13 +98,13 @@ TEST(DistTrain, Zero1AcrossDifferentTensorParallelDegrees) {
 }
 
 TEST(DistTrain, PaperFigure4RightLayoutOnSevenRanks) {
-  // Figure 4 (right): TP over GPUs {0,3} and {5,6}, PP from GPU 1 to {5,6}, data parallelism across
-  // the three groups. (The paper's CP pair {2,4} runs TP here: context parallelism is not an op.)
+  // Figure 4 (right): TP over GPUs {0,3} and {5,6}, PP from GPU 1 to {5,6}, CP over {2,4}
+  // (docs/context-parallelism.md), data parallelism across the three groups.
   sharding::Strategy st = strategy(R"({"name": "figure4-right", "pipelines": [
     {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": [0, 3], "layers": "0-3"}]},
     {"micro_batch_size": 1, "num_micro_batches": 2,
      "stages": [{"ranks": "1", "layers": "0-1"}, {"ranks": "5-6", "layers": "2-3"}]},
-    {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": [2, 4], "layers": "0-3"}]}]})");
+    {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": [2, 4], "layers": "0-3", "cp": 2}]}]})");
   expect_matches_single_process(run(st, options(kSteps)), kSteps);
 }
 

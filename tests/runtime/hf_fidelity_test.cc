@@ -67,6 +67,8 @@ Forward forward(const models::LlamaConfig& config, const graph::TensorMap& weigh
   }
   const int64_t T = static_cast<int64_t>(ids.size()), V = config.vocab_size;
   const int64_t labelled = T - static_cast<int64_t>(docs.size());
+  std::vector<int64_t> token_index(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) token_index[i] = i;  // packed order (no context parallelism)
   models::LlamaModel m = models::build_llama(config, {.with_backward = false});
   const graph::TensorRef logits_ref = *m.graph.find("lm_head_out");
   graph::Executor ex(m.graph, {m.loss, logits_ref});
@@ -74,7 +76,8 @@ Forward forward(const models::LlamaConfig& config, const graph::TensorMap& weigh
                          {"positions", Tensor::from_vector(Shape{T}, positions)},
                          {"cu_seqlens", Tensor::from_vector(Shape{static_cast<int64_t>(cu.size())}, cu)},
                          {"targets", Tensor::from_vector(Shape{T}, targets)},
-                         {"loss_scale", Tensor::full(Shape{}, DType::kFloat32, 1.0 / static_cast<double>(labelled))}};
+                         {"loss_scale", Tensor::full(Shape{}, DType::kFloat32, 1.0 / static_cast<double>(labelled))},
+                         {"token_index", Tensor::from_vector(Shape{T}, token_index)}};
   std::vector<Tensor> out = ex.run(feeds, weights);
   Forward f;
   f.mean_loss = out[0].element_as_double(0);

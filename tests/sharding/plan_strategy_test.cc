@@ -101,5 +101,40 @@ TEST(Strategy, ValidationCatchesEachBadCase) {
             std::string::npos);
 }
 
+// Context parallelism: "tp" x "cp" ranks per stage, CP coordinate outer (docs/context-parallelism.md).
+TEST(Strategy, ContextParallelStagesParseAndRoundTrip) {
+  Strategy s = Strategy::from_json_text(R"({"pipelines": [{"micro_batch_size": 2, "num_micro_batches": 1,
+      "stages": [{"ranks": "0-3", "layers": "0-1", "tp": 2, "cp": 2}, {"ranks": "4-5", "layers": "2-3", "cp": 2}]}]})",
+                                        "cp.json");
+  EXPECT_EQ(s.pipelines[0].stages[0].cp, 2);
+  EXPECT_EQ(s.pipelines[0].stages[0].tp(), 2);
+  EXPECT_EQ(s.pipelines[0].stages[1].tp(), 1);
+  EXPECT_NO_THROW(s.validate(4));
+  EXPECT_EQ(Strategy::from_json_text(s.to_json_text(), "again"), s);
+}
+
+TEST(Strategy, BadContextParallelDegreesAreRefused) {
+  auto parse = [](const std::string& stage) {
+    return Strategy::from_json_text(R"({"pipelines": [{"micro_batch_size": 1, "num_micro_batches": 1, "stages": [)" +
+                                        stage + "]}]}",
+                                    "cp.json");
+  };
+  EXPECT_NE(error_of([&] { parse(R"({"ranks": "0-3", "layers": "0-3", "cp": 3})"); })
+                .find("cp.json: pipelines[0].stages[0].cp: 3 does not divide the stage's 4 ranks [0-3]; a stage has "
+                      "tp x cp ranks"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse(R"({"ranks": "0-5", "layers": "0-3", "tp": 2, "cp": 2})"); })
+                .find("cp.json: pipelines[0].stages[0]: tp 2 x cp 2 = 4 ranks, but the stage lists 6 [0-5]"),
+            std::string::npos);
+  const std::string zero = error_of([&] { parse(R"({"ranks": "0-3", "layers": "0-3", "tp": 2, "cp": 0})"); });
+  EXPECT_NE(zero.find("cp.json: pipelines[0].stages[0]"), std::string::npos) << zero;
+  EXPECT_NE(zero.find("cp"), std::string::npos) << zero;
+  Strategy mixed = parse(R"({"ranks": "0-1", "layers": "0-1", "cp": 2}, {"ranks": "2-3", "layers": "2-3"})");
+  EXPECT_NE(error_of([&] { mixed.validate(4); })
+                .find("pipelines[0].stages[1]: cp 1 differs from stages[0]'s cp 2; every stage of a pipeline must "
+                      "have the same context-parallel degree"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace hspmd::sharding

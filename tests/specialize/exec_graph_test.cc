@@ -50,7 +50,7 @@ TEST(ExecGraph, EachRankRunsItsStageAndTheReshardsAtItsBorders) {
   // Rank 3 is fed the batch layout and the labels, not the token ids.
   std::set<std::string> fed;
   for (int id : r3.placeholders()) fed.insert(f.model.graph.op(id).name);
-  EXPECT_EQ(fed, (std::set<std::string>{"positions", "cu_seqlens", "targets", "loss_scale"}));
+  EXPECT_EQ(fed, (std::set<std::string>{"positions", "cu_seqlens", "targets", "loss_scale", "token_index"}));
   EXPECT_EQ(r2.data_group(), 1);
 }
 

@@ -79,5 +79,24 @@ TEST_F(ExplainCliTest, GPipeWithoutClusterAndErrors) {
   EXPECT_THAT(both.output, HasSubstr("either --strategy"));
 }
 
+// Context parallelism (local-cp2-tp2: ranks 0-3, TP pairs {0,1} {2,3}, CP pairs {0,2} {1,3}): the
+// K/V all-gathers over CP, their backward reduce-scatters, and the weight gradients summed over CP.
+TEST_F(ExplainCliTest, ContextParallelCommunication) {
+  const CommandResult r =
+      run("explain --strategy " + kRoot + "/examples/strategies/local-cp2-tp2.json" + model_ + " --seq-len 64");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string& out = r.output;
+  EXPECT_THAT(out, HasSubstr("stage 0  ranks [0-3]    layers 0-3     TP 2  CP 2   F0 B0 F1 B1"));
+  const std::string gather = block(out, "model.layers.{0..3}.self_attn.k_all (4x)");
+  EXPECT_THAT(gather, HasSubstr("bottom[AG]"));
+  EXPECT_THAT(gather, HasSubstr("rank 1: AllGather group=[1,3] dim=0 [0:128, 1:2, 0:32] bytes=8192"));
+  EXPECT_THAT(block(out, "model.layers.{0..3}.self_attn.v_all.bwd (4x)"),
+              HasSubstr("rank 2: ReduceScatter group=[0,2] dim=0 [0:128, 0:1, 0:32] bytes=8192"));
+  EXPECT_THAT(block(out, "model.layers.{0..3}.self_attn.q_proj.weight (4x)"),
+              HasSubstr("rank 0: AllReduce group=[0,2] [0:64, 0:128] bytes=32768"));
+  EXPECT_THAT(block(out, "model.layers.{0..3}.input_layernorm.weight (4x)"),
+              HasSubstr("rank 3: AllReduce group=[1,3] [0:128] bytes=512"));
+}
+
 }  // namespace
 }  // namespace hspmd::specialize

@@ -9,6 +9,7 @@
 //   kMatmul                       kMatmul (transposed operands)
 //   kRope                         kRopeBwd
 //   kAttention (out, lse)         kAttentionBwd (dq, dk, dv)
+//   kContextAttention (out, lse)  kContextAttentionBwd (dq, dk, dv)
 //   kSwiglu                       kSwigluBwd (dgate, dup)
 //   kAdd                          (passes the gradient through; kAdd accumulates gradients)
 //   kReshape                      kReshape
@@ -46,8 +47,10 @@ enum class OpKind : uint8_t {
   kCrossEntropyBwd,
   kBiasAdd,
   kBiasAddBwd,
+  kContextAttention,
+  kContextAttentionBwd,
 };
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kBiasAddBwd) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kContextAttentionBwd) + 1;
 
 // Canonical snake_case name ("rms_norm_bwd"), as used in logs, dumps and error messages.
 std::string_view op_kind_name(OpKind kind);

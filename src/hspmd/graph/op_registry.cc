@@ -32,6 +32,8 @@ OpDef def_for(OpKind kind) {
     case OpKind::kCrossEntropyBwd: return detail::cross_entropy_bwd_def();
     case OpKind::kBiasAdd: return detail::bias_add_def();
     case OpKind::kBiasAddBwd: return detail::bias_add_bwd_def();
+    case OpKind::kContextAttention: return detail::context_attention_def();
+    case OpKind::kContextAttentionBwd: return detail::context_attention_bwd_def();
   }
   HSPMD_ASSERT(false) << "OpKind " << static_cast<int>(kind) << " has no registry entry";
   return {};

@@ -34,6 +34,11 @@ TensorRef rope(Graph& g, TensorRef x, TensorRef positions, double theta, const s
 // q [T, Nq, D], k, v [T, Nkv, D], cu_seqlens [N + 1] -> [T, Nq, D]: causal within each sequence
 TensorRef attention(Graph& g, TensorRef q, TensorRef k, TensorRef v, TensorRef cu_seqlens, const std::string& name,
                     double scale = 0.0);
+// The same with the tokens' packed positions, so the query rows may be any subset of the batch in any
+// order (context parallelism, graph/ops/context_attention.cc): q [Tq, Nq, D], k, v [Tk, Nkv, D],
+// cu_seqlens [N + 1] over the Tk packed tokens, q_index [Tq], kv_index [Tk] -> [Tq, Nq, D].
+TensorRef context_attention(Graph& g, TensorRef q, TensorRef k, TensorRef v, TensorRef cu_seqlens, TensorRef q_index,
+                            TensorRef kv_index, const std::string& name, double scale = 0.0);
 // silu(gate) * up, same shapes
 TensorRef swiglu(Graph& g, TensorRef gate, TensorRef up, const std::string& name);
 TensorRef add(Graph& g, TensorRef a, TensorRef b, const std::string& name);

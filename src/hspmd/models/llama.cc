@@ -21,7 +21,9 @@ std::vector<TensorRef> LlamaModel::fetches() const {
 
 std::vector<std::string> llama_layer_reshard_names(int layer) {
   const std::string p = "model.layers." + std::to_string(layer) + ".";
-  return {p + "positions", p + "cu_seqlens", p + "attn_in", p + "attn_out", p + "mlp_in", p + "mlp_out", p + "output"};
+  return {p + "positions",        p + "cu_seqlens",       p + "token_index", p + "kv_index", p + "attn_in",
+          p + "self_attn.k_all", p + "self_attn.v_all", p + "attn_out",    p + "mlp_in",   p + "mlp_out",
+          p + "output"};
 }
 
 namespace {
@@ -37,8 +39,8 @@ struct Builder {
   const LlamaConfig& c;
   Graph& g;
   std::map<std::string, TensorRef> w;  // parameters by name
-  TensorRef positions, cu_seqlens;  // of the current layer (its Reshards of the placeholders)
-  TensorRef m_positions, m_cu_seqlens;  // the placeholders
+  TensorRef positions, cu_seqlens, q_index, kv_index;  // of the current layer (Reshards of the placeholders)
+  TensorRef m_positions, m_cu_seqlens, m_token_index;   // the placeholders
   SymExpr T = SymExpr::symbol("T");
   // RoPE's inverse frequencies, scaled as the config says; shared by every layer's q and k.
   std::vector<double> inv_freq = c.rope.inverse_frequencies(c.head_dim());
@@ -71,7 +73,11 @@ struct Builder {
     v = ops::reshape(g, v, {T, nkv, D}, p + "self_attn.v_heads");
     q = ops::rope(g, q, positions, inv_freq, p + "self_attn.q_rope");
     k = ops::rope(g, k, positions, inv_freq, p + "self_attn.k_rope");
-    TensorRef o = ops::attention(g, q, k, v, cu_seqlens, p + "self_attn.attention", attention_scale);
+    // Under context parallelism every rank needs every key and value of its documents.
+    k = ops::reshard(g, k, p + "self_attn.k_all");
+    v = ops::reshard(g, v, p + "self_attn.v_all");
+    TensorRef o = ops::context_attention(g, q, k, v, cu_seqlens, q_index, kv_index, p + "self_attn.attention",
+                                         attention_scale);
     o = ops::reshape(g, o, {T, nq * D}, p + "self_attn.merge_heads");
     return linear(o, p + "self_attn.o_proj.weight", p + "self_attn.o_proj");
   }
@@ -88,6 +94,8 @@ struct Builder {
     g.set_layer(l);
     positions = ops::reshard(g, m_positions, p + "positions");
     cu_seqlens = ops::reshard(g, m_cu_seqlens, p + "cu_seqlens");
+    q_index = ops::reshard(g, m_token_index, p + "token_index");
+    kv_index = ops::reshard(g, q_index, p + "kv_index");
     TensorRef h = ops::rms_norm(g, x, w.at(p + "input_layernorm.weight"), c.rms_norm_eps, p + "input_layernorm");
     h = ops::reshard(g, h, p + "attn_in");
     TensorRef a = with_bias(ops::reshard(g, attention_block(h, p), p + "attn_out"), c.attention_bias,
@@ -119,8 +127,9 @@ LlamaModel build_llama(const LlamaConfig& config, const LlamaBuildOptions& optio
   m.cu_seqlens = g.placeholder("cu_seqlens", {N + 1}, DType::kInt64);
   m.targets = g.placeholder("targets", {T}, DType::kInt64);
   m.loss_scale = g.placeholder("loss_scale", {}, options.dtype);
+  m.token_index = g.placeholder("token_index", {T}, DType::kInt64);
 
-  Builder b{config, g, {}, {}, {}, m.positions, m.cu_seqlens};
+  Builder b{config, g, {}, {}, {}, {}, {}, m.positions, m.cu_seqlens, m.token_index};
   for (const LlamaParam& p : llama_parameters(config)) {
     // Norm weights start at 1 and biases at 0, as in transformers.
     const bool bias = p.name.ends_with(".bias");

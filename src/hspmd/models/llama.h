@@ -12,13 +12,20 @@
 //   cu_seqlens [N + 1] int64   document offsets: document s is tokens [cu[s], cu[s+1])
 //   targets    [T] int64       next-token label, -100 where none (last token of a document)
 //   loss_scale []  (dtype)     1 / number of labelled tokens in the GLOBAL batch (architecture §9)
+//   token_index [T] int64      position of each fed token in the packed batch: 0..T-1, except under
+//                              context parallelism, whose load-balanced order the trainer feeds
+//                              (data/context_parallel.h, docs/context-parallelism.md)
 // Output: loss [] = loss_scale * sum of token cross-entropies.
 //
 // Per layer l (prefix P = "model.layers.<l>."), op names follow the Hugging Face modules:
 //   positions -> Reshard P"positions", cu_seqlens -> Reshard P"cu_seqlens" (what the layer's RoPE and
-//     attention read: a pipeline feeds the placeholders to all its ranks, each stage takes its copy)
+//     attention read: a pipeline feeds the placeholders to all its ranks, each stage takes its copy);
+//   token_index -> Reshard P"token_index" (the query rows' packed positions) -> Reshard P"kv_index"
+//     (every row's: all-gathered over a CP group, the identity otherwise)
 //   x -> P"input_layernorm" -> Reshard P"attn_in" -> P"self_attn.{q,k,v}_proj" -> rope
-//     -> attention (GQA, causal within documents) -> P"self_attn.o_proj" -> Reshard P"attn_out"
+//     -> Reshards P"self_attn.k_all", P"self_attn.v_all" of k and v (all-gathered over a CP group,
+//     the identity otherwise) -> context_attention (GQA, causal within documents, queries by their
+//     packed position) -> P"self_attn.o_proj" -> Reshard P"attn_out"
 //     -> residual add -> P"post_attention_layernorm" -> Reshard P"mlp_in"
 //     -> P"mlp.{gate,up}_proj" -> swiglu -> P"mlp.down_proj" -> Reshard P"mlp_out"
 //     -> residual add -> Reshard P"output"
@@ -49,7 +56,7 @@ struct LlamaBuildOptions {
 struct LlamaModel {
   LlamaConfig config;
   graph::Graph graph;
-  graph::TensorRef input_ids, positions, cu_seqlens, targets, loss_scale;  // placeholders
+  graph::TensorRef input_ids, positions, cu_seqlens, targets, loss_scale, token_index;  // placeholders
   graph::TensorRef loss;
   std::vector<std::string> param_names;  // llama_parameters() order
   std::vector<graph::TensorRef> params;  // same order

@@ -32,7 +32,8 @@ const sharding::StageSpec& stage_for(const Strategy& st, size_t p, const LlamaPa
   return param.role == LlamaParamRole::kEmbedding ? stages.front() : stages.back();
 }
 
-DistState param_ds(LlamaParamRole role, int tp, bool zero) {
+// The TP sharding of a parameter inside a stage's TP group.
+DistState tp_param_ds(LlamaParamRole role, int tp, bool zero) {
   switch (role) {
     case LlamaParamRole::kEmbedding:
     case LlamaParamRole::kLmHead:
@@ -59,21 +60,45 @@ DistState param_ds(LlamaParamRole role, int tp, bool zero) {
   HSPMD_THROW() << "unknown Llama parameter role";
 }
 
-// One subgroup per pipeline (the given stage of each), each sharded by `ds(tp)`.
-template <typename DsOfTp>
-Annotation on_stages(const std::vector<const sharding::StageSpec*>& stages, DsOfTp ds, int hdim) {
+// On a stage of T x C ranks: duplicated over the CP coordinate (outer), TP-sharded inside (like
+// data parallelism, the CP ranks hold the same weights and their gradients are summed over CP).
+DistState with_cp(const DistState& tp_ds, int cp) {
+  std::vector<DistState::Entry> entries{{kDuplicate, cp}};
+  for (const DistState::Entry& e : tp_ds.entries()) {
+    if (e.dim == kDuplicate && entries.size() == 1) {
+      entries.front().degree *= e.degree;  // D:cp then D:tp is one duplicate digit
+    } else {
+      entries.push_back(e);
+    }
+  }
+  return DistState::make(std::move(entries), tp_ds.zero());
+}
+
+DistState param_ds(LlamaParamRole role, const sharding::StageSpec& stage, bool zero) {
+  return with_cp(tp_param_ds(role, stage.tp(), zero), stage.cp);
+}
+
+// One subgroup per pipeline (the given stage of each), each sharded by `ds(stage)`.
+template <typename DsOfStage>
+Annotation on_stages(const std::vector<const sharding::StageSpec*>& stages, DsOfStage ds, int hdim) {
   std::vector<DeviceGroup> groups;
   std::vector<DistState> states;
   for (const auto* s : stages) {
     groups.emplace_back(s->ranks);
-    states.push_back(ds(s->tp()));
+    states.push_back(ds(*s));
   }
   return Annotation::make(std::move(groups), std::move(states), hdim);
 }
 
-// Activations: split by tokens across pipelines (per-pipeline sizes at run time), duplicated in TP.
+// Per-token values on a stage of T x C ranks: tokens split over CP (outer), `inner` over TP.
+DistState tokens_ds(const sharding::StageSpec& s, int inner) {
+  return DistState::make({{0, s.cp}, {inner, s.tp()}});
+}
+
+// Activations: split by tokens across pipelines (per-pipeline sizes at run time) and over CP inside
+// a stage, duplicated in TP.
 Annotation activation(const std::vector<const sharding::StageSpec*>& stages) {
-  return on_stages(stages, [](int tp) { return DistState::dup(tp); }, 0);
+  return on_stages(stages, [](const sharding::StageSpec& s) { return tokens_ds(s, kDuplicate); }, 0);
 }
 
 }  // namespace
@@ -84,11 +109,19 @@ void validate_llama_strategy(const LlamaConfig& c, const Strategy& st) {
     const auto& stages = st.pipelines[p].stages;
     for (size_t s = 0; s < stages.size(); ++s) {
       const int tp = stages[s].tp();
+      HSPMD_CHECK(stages[s].cp >= 1 && stages[s].ranks.size() == static_cast<size_t>(tp) * stages[s].cp)
+          << "strategy " << st.name << ": " << stage_key(p, s) << ": cp " << stages[s].cp << " does not divide its "
+          << stages[s].ranks.size() << " ranks " << DeviceGroup(stages[s].ranks).to_string();
       check_divides(tp, c.num_attention_heads, "num_attention_heads", p, s, st);
       check_divides(tp, c.num_key_value_heads, "num_key_value_heads", p, s, st);
       check_divides(tp, c.hidden_size, "hidden_size", p, s, st);
       check_divides(tp, c.intermediate_size, "intermediate_size", p, s, st);
       if (s == 0 || s + 1 == stages.size()) check_divides(tp, c.vocab_size, "vocab_size", p, s, st);
+      // The tied head's gradient, partial over CP, would cross from the last stage to the first:
+      // a partial value never goes point to point (resolve/resolver.h).
+      HSPMD_CHECK(!(c.tie_word_embeddings && stages[s].cp > 1 && stages.size() > 1))
+          << "strategy " << st.name << ": " << stage_key(p, s) << ": tied word embeddings with context parallelism ("
+          << "cp " << stages[s].cp << ") need the pipeline's embedding and head on one stage; use one stage or untie";
     }
   }
 }
@@ -99,7 +132,7 @@ Annotation llama_param_annotation(const LlamaParam& param, const Strategy& st) {
   for (size_t p = 0; p < st.pipelines.size(); ++p) {
     const sharding::StageSpec& stage = stage_for(st, p, param);
     groups.emplace_back(stage.ranks);
-    states.push_back(param_ds(param.role, stage.tp(), st.zero1));
+    states.push_back(param_ds(param.role, stage, st.zero1));
   }
   return Annotation::make(std::move(groups), std::move(states), kDuplicate);
 }
@@ -125,38 +158,67 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
     return stages_where([&](size_t p) { return &st.pipelines[p].stages[st.stage_of_layer(static_cast<int>(p), l)]; });
   };
   // Every rank of a pipeline reads the batch layout (positions, document offsets) for its own layers.
+  // The pipeline's group lists its ranks CP coordinate first (every stage's CP-rank-0 ranks, then
+  // the CP-rank-1 ones, ...), so per-token values split over CP reach each rank as its own tokens.
   std::vector<DeviceGroup> pipeline_groups;
-  std::vector<DistState> pipeline_states;
+  std::vector<DistState> pipeline_tokens, pipeline_dup;
   for (const auto& pipe : st.pipelines) {
+    const int cp = pipe.stages.front().cp;
     std::vector<int> ranks;
-    for (const auto& stage : pipe.stages) ranks.insert(ranks.end(), stage.ranks.begin(), stage.ranks.end());
-    pipeline_states.push_back(DistState::dup(static_cast<int>(ranks.size())));
+    for (int c = 0; c < cp; ++c) {
+      for (const auto& stage : pipe.stages) {
+        ranks.insert(ranks.end(), stage.ranks.begin() + c * stage.tp(), stage.ranks.begin() + (c + 1) * stage.tp());
+      }
+    }
+    const int n = static_cast<int>(ranks.size());
+    pipeline_tokens.push_back(DistState::make({{0, cp}, {kDuplicate, n / cp}}));
+    pipeline_dup.push_back(DistState::dup(n));
     pipeline_groups.emplace_back(std::move(ranks));
   }
-  const Annotation whole_pipelines = Annotation::make(pipeline_groups, pipeline_states, 0);
+  const Annotation pipeline_token_values = Annotation::make(pipeline_groups, pipeline_tokens, 0);
 
   plan.set("input_ids", activation(first));
-  plan.set("positions", whole_pipelines);
-  plan.set("cu_seqlens", whole_pipelines);
+  plan.set("positions", pipeline_token_values);
+  plan.set("token_index", pipeline_token_values);
+  plan.set("cu_seqlens", Annotation::make(pipeline_groups, pipeline_dup, 0));
   plan.set("targets", activation(last));
-  plan.set("loss_scale", activation(last).with_hdim(kDuplicate));  // one scalar, the same everywhere
+  plan.set("loss_scale",  // one scalar, the same everywhere
+           on_stages(last, [](const sharding::StageSpec& s) { return DistState::dup(s.cp * s.tp()); }, kDuplicate));
   plan.set("model.embed_out", activation(first));                   // vocab-parallel partial sum -> all-reduce
   const int L = static_cast<int>(config.num_hidden_layers);
   for (int l = 0; l < L; ++l) {
     const Annotation here = activation(of_layer(l));
     const std::vector<std::string> names = llama_layer_reshard_names(l);
     for (const std::string& name : names) plan.set(name, here);
+    // Attention reads the offsets, every row's packed position and every key/value row of the batch:
+    // all-gathered over CP (each stage's whole group holds them), the identity without CP.
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const auto of_l = of_layer(l);
+    plan.set(p + "cu_seqlens", on_stages(of_l, [](const sharding::StageSpec& s) { return DistState::dup(s.cp * s.tp()); }, 0));
+    plan.set(p + "kv_index", on_stages(of_l, [](const sharding::StageSpec& s) { return DistState::dup(s.cp * s.tp()); }, 0));
+    const Annotation kv_heads = on_stages(
+        of_l, [](const sharding::StageSpec& s) { return DistState::make({{kDuplicate, s.cp}, {1, s.tp()}}); }, 0);
+    plan.set(p + "self_attn.k_all", kv_heads);
+    plan.set(p + "self_attn.v_all", kv_heads);
     // The layer's output goes to the stage of the next consumer: the next layer, or the final norm.
     plan.set(names.back(), l + 1 < L ? activation(of_layer(l + 1)) : activation(last));
   }
   // The logits stay vocab-parallel: the loss normalizes each row across the TP ranks itself.
-  plan.set("lm_head_out", on_stages(last, [](int tp) { return DistState::split(1, tp); }, 0));
+  plan.set("lm_head_out", on_stages(last, [](const sharding::StageSpec& s) { return tokens_ds(s, 1); }, 0));
   if (config.tie_word_embeddings) {  // the table, vocab-parallel on each last stage
-    plan.set("lm_head.tied_weight", on_stages(last, [](int tp) { return DistState::split(0, tp); }, kDuplicate));
+    plan.set("lm_head.tied_weight",
+             on_stages(last, [](const sharding::StageSpec& s) { return with_cp(DistState::split(0, s.tp()), s.cp); },
+                       kDuplicate));
     // Its gradient goes home to the first stage in the layout of the lookup's own gradient (the whole
     // table on every TP rank; a partial sum over the pipelines' data), so the two add up there.
     const int hdim = st.pipelines.size() > 1 ? sharding::kPartial : kDuplicate;
-    plan.set("lm_head.tied_weight.bwd", on_stages(first, [](int tp) { return DistState::dup(tp); }, hdim));
+    // Under CP both are partial over the CP ranks (each sums its own tokens' terms).
+    plan.set("lm_head.tied_weight.bwd", on_stages(
+                                            first,
+                                            [](const sharding::StageSpec& s) {
+                                              return DistState::make({{sharding::kPartial, s.cp}, {kDuplicate, s.tp()}});
+                                            },
+                                            hdim));
   }
   for (const auto& pipe : st.pipelines) plan.pipelines.push_back({pipe.micro_batch_size, pipe.num_micro_batches});
   plan.recompute = st.recompute;

@@ -25,6 +25,12 @@
 //   lm_head_out split on the vocabulary over each last stage's TP ranks (vocab-parallel logits; the
 //     cross-entropy normalizes each row across those ranks, graph/ops/cross_entropy.cc);
 //   lm_head.tied_weight (tied embeddings) column-parallel on each last stage.
+// Context parallelism (a stage with "cp": C, docs/context-parallelism.md): the stage's T x C ranks
+// are CP-coordinate outer, TP inner. Parameters are duplicated over CP ("(D:C,S0:T)"), so their
+// gradients, partial over CP, are all-reduced there; per-token values split their tokens over CP
+// ("(S0:C,D:T)"); each layer's P"self_attn.k_all|v_all" all-gather K and V over CP
+// ("(D:C,S1:T)") and P"kv_index" every row's packed position; P"cu_seqlens" is the whole batch's.
+// The pipeline's group for positions, token_index and cu_seqlens lists its ranks CP-coordinate first.
 #pragma once
 
 #include "hspmd/models/llama_config.h"

@@ -12,10 +12,28 @@ namespace {
 
 bool same_ds(const DistState& a, const DistState& b) { return a.with_zero(false) == b.with_zero(false); }
 
+// dst's entries with each duplicate entry cut into digits of src's degrees where they line up:
+// (D:4) against (P:2,D:2) reads (D:2,D:2), the same device -> coordinate map (canonical forms merge
+// adjacent duplicates; a gradient partial over CP and duplicated over TP goes to (D:4)).
+std::vector<DistState::Entry> aligned_with(const std::vector<DistState::Entry>& dst,
+                                           const std::vector<DistState::Entry>& src) {
+  std::vector<DistState::Entry> out;
+  size_t k = 0;
+  for (DistState::Entry e : dst) {
+    while (e.dim == kDuplicate && k < src.size() && e.degree > src[k].degree && e.degree % src[k].degree == 0) {
+      out.push_back({kDuplicate, src[k].degree});
+      e.degree /= src[k++].degree;
+    }
+    out.push_back(e);
+    ++k;
+  }
+  return out;
+}
+
 // The one position where src and dst differ in dim only, or -1.
 int changed_position(const DistState& src, const DistState& dst) {
   const auto& a = src.entries();
-  const auto& b = dst.entries();
+  const std::vector<DistState::Entry> b = aligned_with(dst.entries(), a);
   if (a.size() != b.size()) return -1;
   int pos = -1;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -26,7 +44,7 @@ int changed_position(const DistState& src, const DistState& dst) {
   }
   if (pos < 0) return -1;
   for (const auto& e : a) {
-    if (e.dim == b[pos].dim) return -1;
+    if (e.dim == b[pos].dim && e.dim != kDuplicate) return -1;  // a split dim used twice
   }
   return pos;
 }
@@ -35,7 +53,7 @@ int changed_position(const DistState& src, const DistState& dst) {
 bool changes(const GroupReshard& r, bool (*from)(int), bool (*to)(int)) {
   if (r.src_group != r.dst_group) return false;
   const int p = changed_position(r.src_ds, r.dst_ds);
-  return p >= 0 && from(r.src_ds.entries()[p].dim) && to(r.dst_ds.entries()[p].dim);
+  return p >= 0 && from(r.src_ds.entries()[p].dim) && to(aligned_with(r.dst_ds.entries(), r.src_ds.entries())[p].dim);
 }
 
 bool is_partial(int d) { return d == kPartial; }
@@ -68,7 +86,10 @@ void lower_collective(const GroupReshard& r, DeviceOps& ops, CommKind kind) {
     for (int m : members(r.src_ds, p, i)) op.group.push_back(r.src_group[m]);
     // The region the collective covers is the larger of the two shards (the unsplit one).
     const Region full = kind == CommKind::kAllGather ? r.dst_ds.region(i, r.part) : r.src_ds.region(i, r.part);
-    if (kind != CommKind::kAllReduce) op.dim = kind == CommKind::kAllGather ? r.src_ds.entries()[p].dim : r.dst_ds.entries()[p].dim;
+    if (kind != CommKind::kAllReduce) {
+      op.dim = kind == CommKind::kAllGather ? r.src_ds.entries()[p].dim
+                                            : aligned_with(r.dst_ds.entries(), r.src_ds.entries())[p].dim;
+    }
     op.pieces.push_back({0, full});
     op.bytes = ring_bytes(full.numel() * r.element_size, n, kind == CommKind::kAllReduce);
     ops[r.src_group[i]].push_back(std::move(op));

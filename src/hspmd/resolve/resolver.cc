@@ -1,5 +1,6 @@
 #include "hspmd/resolve/resolver.h"
 
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -119,6 +120,36 @@ bool bottom_step(const Annotation& src, const Annotation& dst, const Shape& shap
   return true;
 }
 
+// src with every bottom-tier position that goes from D:n to Sd:n in dst already sliced (a local
+// step), or nullopt when there is none or the result is not a valid annotation. A partial source
+// that must also be sliced (a gradient partial over CP ranks and duplicated over TP, going to a
+// TP-split optimizer state: (P:2,D:2) -> (D:2,S0:2)) matches no single collective; slicing first
+// leaves one reduction, over less data.
+std::optional<Annotation> sliced_first(const Annotation& src, const Annotation& dst) {
+  std::vector<DistState> mid;
+  bool changed = false;
+  for (int g = 0; g < src.hsize(); ++g) {
+    const auto& se = src.ds(g).entries();
+    const auto& de = dst.ds(g).entries();
+    std::vector<DistState::Entry> entries = se;
+    if (src.group(g) == dst.group(g) && se.size() == de.size()) {
+      for (size_t i = 0; i < se.size(); ++i) {
+        if (se[i].dim == sharding::kDuplicate && de[i].dim >= 0 && se[i].degree == de[i].degree) {
+          entries[i].dim = de[i].dim;
+          changed = true;
+        }
+      }
+    }
+    try {
+      mid.push_back(DistState::make(std::move(entries)));
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+  }
+  if (!changed) return std::nullopt;
+  return src.with_ds_union(std::move(mid));
+}
+
 bool top_step(const Annotation& src, const Annotation& dst, const Shape& shape, const ResolveOptions& o,
               ResolveStep& step) {
   const TopReshard r{src, dst, shape, o.element_size};
@@ -138,6 +169,23 @@ Resolution resolve(const Annotation& src, const Annotation& dst, const Shape& sh
   Resolution res;
   if (src.hsize() == dst.hsize() && src.hdim() == dst.hdim()) {
     res.tier = Tier::kBottom;
+    ResolveStep whole;
+    if (src.has_partial() && bottom_step(src, dst, shape, tensor, o, true, whole)) {
+      res.steps.push_back(std::move(whole));
+      return res;
+    }
+    if (src.has_partial()) {
+      // Slice locally first, then reduce with one collective per subgroup.
+      if (const std::optional<Annotation> mid = sliced_first(src, dst)) {
+        ResolveStep slice, reduce;
+        if (bottom_step(src, *mid, shape, tensor, o, true, slice) &&
+            bottom_step(*mid, dst, shape, tensor, o, true, reduce)) {
+          res.steps.push_back(std::move(slice));
+          res.steps.push_back(std::move(reduce));
+          return res;
+        }
+      }
+    }
     res.steps.emplace_back();
     bottom_step(src, dst, shape, tensor, o, false, res.steps.back());
     return res;

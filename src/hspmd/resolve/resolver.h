@@ -45,7 +45,7 @@ struct ResolveStep {
 
 struct Resolution {
   Tier tier = Tier::kBottom;
-  std::vector<ResolveStep> steps;  // one, or two for kBottomThenTop
+  std::vector<ResolveStep> steps;  // one; two for kBottomThenTop, or for a partial kBottom that slices first
 
   std::string classification() const;
   std::vector<CommOp> ops_of(int device) const;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "hspmd/core/error.h"
+#include "hspmd/data/context_parallel.h"
 #include "hspmd/data/packing.h"
 #include "hspmd/graph/init.h"
 #include "hspmd/graph/op_registry.h"
@@ -478,12 +479,19 @@ double DistTrainer::run_passes(const std::vector<data::Segment>& segments, int64
       continue;
     }
     mb.index = task.micro_batch;
-    graph::TensorMap feeds = llama_feeds(data::pack(mine[task.micro_batch], {.seq_len = o.seq_len}), labels);
+    // A context-parallel pipeline feeds its tokens in the load-balanced order of its CP group.
+    const data::ContextParallelBatch laid_out = data::zigzag_for_context_parallel(
+        data::pack(mine[task.micro_batch], {.seq_len = o.seq_len}), context_parallel_degree());
+    graph::TensorMap feeds = llama_feeds(laid_out.batch, labels, laid_out.order);
     for (int id : current_->exec->placeholders()) {
       const std::string& name = model_.graph.op(id).name;
       mb.feeds[name] = feeds.at(name);
     }
     mb.binding = model_.graph.bind(mb.feeds);
+    for (int id : current_->exec->placeholders()) {  // after binding: the symbols are the pipeline's
+      const std::string& name = model_.graph.op(id).name;
+      mb.feeds[name] = own_part(current_->exec->annotation({id, 0}), mb.feeds[name]);
+    }
     forward(mb);
     loss_sum += mb.loss;
     if (!train) mb.values.clear();  // no backward pass will read them
@@ -492,10 +500,28 @@ double DistTrainer::run_passes(const std::vector<data::Segment>& segments, int64
 }
 
 bool DistTrainer::counts_loss() const {
-  // Each pipeline's last stage counts its micro-batches once (the first rank of its TP group).
+  // Each pipeline's last stage counts its micro-batches once: the first rank of its TP group (of
+  // each CP rank, whose losses are partial sums over its own tokens).
   const Annotation& loss = current_->exec->annotation(model_.loss);
   const auto where = loss.locate(rank_);
-  return where && where->second == 0 && (loss.hdim() == sharding::kPartial || where->first == 0);
+  return where && loss.ds(where->first).coord(where->second, sharding::kDuplicate) == 0 &&
+         (loss.hdim() == sharding::kPartial || where->first == 0);
+}
+
+int DistTrainer::context_parallel_degree() const {
+  // The pipeline's token_index is split over its CP ranks (models/llama_plan.h); a spare has none.
+  const Annotation& a = current_->exec->annotation(model_.token_index);
+  const auto where = a.locate(rank_);
+  return where ? a.ds(where->first).degree(0) : 1;
+}
+
+Tensor DistTrainer::own_part(const Annotation& a, const Tensor& fed) const {
+  // A pipeline feeds whole tensors; a placeholder split inside its group (tokens over CP) is cut.
+  const auto where = a.locate(rank_);
+  if (!where || a.ds(where->first).is_trivial()) return fed;
+  const Region whole = Region::full(fed.shape());
+  const Region mine = a.ds(where->first).region(where->second, whole);
+  return mine == whole ? fed : copy_out(fed, whole, mine, allocator_.get());
 }
 
 double DistTrainer::evaluate(const data::TokenDataset& dataset, int64_t max_tokens) {

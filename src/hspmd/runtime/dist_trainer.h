@@ -249,6 +249,8 @@ class DistTrainer {
   // ones when `train`); returns the sum of the losses of its micro-batches.
   double run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train);
   bool counts_loss() const;  // whether this rank's micro-batch losses enter the global loss
+  int context_parallel_degree() const;  // of this rank's pipeline (docs/context-parallelism.md); 1 without CP
+  Tensor own_part(const sharding::Annotation& a, const Tensor& fed) const;  // this rank's part of a fed tensor
   std::shared_ptr<comm::Communicator> all_ranks_group();
 
   DistOptions options_;

@@ -1,6 +1,7 @@
 #include "hspmd/runtime/train_options.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "hspmd/core/error.h"
 
@@ -111,13 +112,27 @@ nlohmann::json StepMetrics::to_json() const {
 }
 
 graph::TensorMap llama_feeds(const data::Batch& batch, int64_t label_tokens) {
+  std::vector<int64_t> order(static_cast<size_t>(batch.num_tokens()));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  return llama_feeds(batch, label_tokens, order);
+}
+
+graph::TensorMap llama_feeds(const data::Batch& batch, int64_t label_tokens, const std::vector<int64_t>& order) {
   HSPMD_CHECK(label_tokens > 0) << "a batch without labelled tokens has no loss";
+  HSPMD_CHECK(static_cast<int64_t>(order.size()) == batch.num_tokens())
+      << "token order of " << order.size() << " entries for a batch of " << batch.num_tokens() << " tokens";
+  auto in_order = [&](const std::vector<int32_t>& v) {
+    std::vector<int32_t> out(order.size());
+    for (size_t i = 0; i < order.size(); ++i) out[i] = v[static_cast<size_t>(order[i])];
+    return int64_tensor(out);
+  };
   Tensor cu = Tensor::from_vector(Shape{static_cast<int64_t>(batch.cu_seqlens.size())}, batch.cu_seqlens);
-  return {{"input_ids", int64_tensor(batch.tokens)},
-          {"positions", int64_tensor(batch.positions)},
+  return {{"input_ids", in_order(batch.tokens)},
+          {"positions", in_order(batch.positions)},
           {"cu_seqlens", cu},
-          {"targets", int64_tensor(batch.targets)},
-          {"loss_scale", Tensor::full(Shape{}, DType::kFloat32, 1.0 / static_cast<double>(label_tokens))}};
+          {"targets", in_order(batch.targets)},
+          {"loss_scale", Tensor::full(Shape{}, DType::kFloat32, 1.0 / static_cast<double>(label_tokens))},
+          {"token_index", Tensor::from_vector(Shape{static_cast<int64_t>(order.size())}, order)}};
 }
 
 }  // namespace hspmd::runtime

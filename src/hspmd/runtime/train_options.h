@@ -66,5 +66,8 @@ graph::OptimizerOptions optimizer_options(const TrainerOptions& options);
 
 // The feeds of the Llama placeholders for one packed batch; loss_scale = 1 / label_tokens.
 graph::TensorMap llama_feeds(const data::Batch& batch, int64_t label_tokens);
+// The same with the tokens fed in `order` (fed token i is the batch's token order[i]; token_index =
+// order): the load-balanced layout of a context-parallel pipeline (data/context_parallel.h).
+graph::TensorMap llama_feeds(const data::Batch& batch, int64_t label_tokens, const std::vector<int64_t>& order);
 
 }  // namespace hspmd::runtime

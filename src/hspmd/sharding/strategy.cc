@@ -69,6 +69,20 @@ void parse_layers(const Json& v, const std::string& where, StageSpec& stage) {
       << " must be ascending and non-negative";
 }
 
+// "tp" and "cp" of a stage: both optional; their product must be the stage's rank count.
+void parse_parallel_degrees(const Json& j, const std::string& where, StageSpec& stage) {
+  const int n = static_cast<int>(stage.ranks.size());
+  const int cp = j.contains("cp") ? json_positive_int(j, "cp", where) : 1;
+  HSPMD_CHECK(n % cp == 0) << where << ".cp: " << cp << " does not divide the stage's " << n << " ranks "
+                           << DeviceGroup(stage.ranks).to_string() << "; a stage has tp x cp ranks";
+  if (j.contains("tp")) {
+    const int tp = json_positive_int(j, "tp", where);
+    HSPMD_CHECK(tp * cp == n) << where << ": tp " << tp << " x cp " << cp << " = " << tp * cp
+                              << " ranks, but the stage lists " << n << " " << DeviceGroup(stage.ranks).to_string();
+  }
+  stage.cp = cp;
+}
+
 std::string range_text(const std::vector<int>& ranks) {
   std::string g = DeviceGroup(ranks).to_string();
   return g.substr(1, g.size() - 2);
@@ -101,6 +115,11 @@ void Strategy::validate(int num_layers) const {
     std::vector<int> owner(num_layers, -1);
     for (size_t s = 0; s < stages.size(); ++s) {
       const StageSpec& st = stages[s];
+      HSPMD_CHECK(st.cp >= 1 && st.ranks.size() % st.cp == 0)
+          << stage_key(p, s) << ": cp " << st.cp << " does not divide its " << st.ranks.size() << " ranks";
+      HSPMD_CHECK(st.cp == stages.front().cp)
+          << stage_key(p, s) << ": cp " << st.cp << " differs from stages[0]'s cp " << stages.front().cp
+          << "; every stage of a pipeline must have the same context-parallel degree";
       HSPMD_CHECK(st.last_layer < num_layers)
           << stage_key(p, s) << ".layers: " << st.first_layer << "-" << st.last_layer << " exceeds the model's "
           << num_layers << " layers (0-" << num_layers - 1 << ")";
@@ -129,8 +148,13 @@ std::string Strategy::to_json_text() const {
     pj["num_micro_batches"] = p.num_micro_batches;
     pj["stages"] = nlohmann::ordered_json::array();
     for (const StageSpec& s : p.stages) {
-      pj["stages"].push_back({{"ranks", range_text(s.ranks)},
-                              {"layers", std::to_string(s.first_layer) + "-" + std::to_string(s.last_layer)}});
+      nlohmann::ordered_json sj = {{"ranks", range_text(s.ranks)},
+                                   {"layers", std::to_string(s.first_layer) + "-" + std::to_string(s.last_layer)}};
+      if (s.cp > 1) {
+        sj["tp"] = s.tp();
+        sj["cp"] = s.cp;
+      }
+      pj["stages"].push_back(sj);
     }
     j["pipelines"].push_back(pj);
   }
@@ -169,6 +193,7 @@ Strategy Strategy::from_json_text(const std::string& text, const std::string& so
                            << "; a rank may appear in one place only";
       }
       parse_layers(json_member(stages[s], "layers", sw), sw + ".layers", stage);
+      parse_parallel_degrees(stages[s], sw, stage);
       if (s > 0) {
         const StageSpec& prev = pipe.stages.back();
         HSPMD_CHECK(stage.first_layer > prev.last_layer)

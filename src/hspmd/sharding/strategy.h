@@ -1,6 +1,6 @@
 // Strategy: a short description of a (possibly heterogeneous) parallel strategy in the shape of
 // the paper's Tables 9-16: pipelines -> stages -> {ranks, layers}. The TP degree of a stage is its
-// number of ranks; pipelines are data-parallel replicas of the model (gradients are synchronized
+// number of ranks unless the stage gives a context-parallel degree (below); pipelines are data-parallel replicas of the model (gradients are synchronized
 // across them), each with its own micro-batch size and count.
 //
 // JSON schema (e.g. Table 9, "32B, 16 H800, 16 H20", first pipeline):
@@ -19,6 +19,12 @@
 // "a-b" (inclusive) or a single layer "a". The embedding lives on each pipeline's first stage, the
 // final norm and LM head on its last stage.
 //
+// Context parallelism (docs/context-parallelism.md): a stage may give "tp": T and "cp": C with T x C
+// ranks ("cp" alone: T = ranks / C). Its rank i has CP coordinate i / T and TP coordinate i % T, so
+// ranks "0-3" with tp 2, cp 2 form the TP groups {0,1}, {2,3} and the CP groups {0,2}, {1,3}: each
+// CP rank holds 1/C of every sequence's tokens (zigzag chunks), each TP group splits the heads.
+// Every stage of a pipeline must have the same cp (the pipeline's tokens are laid out once).
+//
 // Loading checks the structure (a rank in two places, malformed ranges, stages out of layer
 // order); validate(num_layers) checks that every pipeline covers each layer exactly once. Errors
 // name the key at fault: "s.json: pipelines[1].stages[2].layers: layer 40 is also in stages[1]".
@@ -30,10 +36,11 @@
 namespace hspmd::sharding {
 
 struct StageSpec {
-  std::vector<int> ranks;  // the TP group of this stage, in TP order
+  std::vector<int> ranks;  // the stage's ranks, CP coordinate outer, TP coordinate inner
   int first_layer = 0;     // inclusive
   int last_layer = 0;      // inclusive
-  int tp() const { return static_cast<int>(ranks.size()); }
+  int cp = 1;              // context-parallel degree (divides the rank count)
+  int tp() const { return static_cast<int>(ranks.size()) / cp; }
   bool has_layer(int l) const { return first_layer <= l && l <= last_layer; }
   friend bool operator==(const StageSpec&, const StageSpec&) = default;
 };

@@ -105,7 +105,9 @@ void ExecGraph::set_vocab_shard(int id) {
   if (ranks.empty()) return;
   const int64_t vocab = graph_.info(logits).shape[1].evaluate({});
   const auto [sub, index] = *annotation(logits).locate(rank_);  // the top tier never splits V (deduction)
-  const Region columns = annotation(logits).ds(sub).region(index, Region::full(Shape{1, vocab}));
+  // The columns of any row block: as many rows as the tokens are split into (context parallelism).
+  const sharding::DistState& ds = annotation(logits).ds(sub);
+  const Region columns = ds.region(index, Region::full(Shape{ds.degree(0), vocab}));
   graph::OpAttrs& attrs = local_ops_[id].attrs;
   attrs.vocab_start = columns.begin[1];
   attrs.vocab_size = vocab;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -173,6 +174,7 @@ class Builder {
       HSPMD_CHECK(where.has_value()) << "the loss " << loss.to_string() << " is not on the last stage "
                                      << sharding::DeviceGroup(p.stages.back()).to_string() << " of a pipeline";
       pr.subgroup = where->first;
+      pr.cp = loss.ds(pr.subgroup).degree(sharding::kPartial);
       if (planned > 0) {
         pr.micro_batch_size = plan_.pipelines.at(pr.subgroup).micro_batch_size;
         pr.num_micro_batches = plan_.pipelines.at(pr.subgroup).num_micro_batches;
@@ -377,7 +379,7 @@ std::string to_string(const PlanReport& r) {
   out << "schedule " << schedule_kind_name(r.schedule) << ", seq_len " << r.seq_len << ", cluster "
       << (r.topology.empty() ? "none (one link tier \"all\")" : r.topology) << "\n"
       << "activations are per micro-batch: T = micro_batch_size * seq_len tokens, N = micro_batch_size documents\n\n";
-  out << "Pipelines (" << r.pipelines.size() << "); per stage: ranks, decoder layers, TP degree, one step's schedule\n";
+  out << "Pipelines (" << r.pipelines.size() << "); per stage: ranks, decoder layers, TP (and CP) degree, one step's schedule\n";
   for (const PipelineReport& p : r.pipelines) {
     out << "  pipeline " << p.subgroup << ": " << p.num_micro_batches << " micro-batches of " << p.micro_batch_size
         << (p.micro_batch_size == 1 ? " sequence" : " sequences") << " (T=" << p.binding.at("T")
@@ -387,7 +389,8 @@ std::string to_string(const PlanReport& r) {
       char head[160];
       std::snprintf(head, sizeof head, "    stage %zu  ranks %-8s layers %-7s TP %-3zu ", s,
                     sharding::DeviceGroup(st.ranks).to_string().c_str(),
-                    st.layers.empty() ? "-" : st.layers.c_str(), st.ranks.size());
+                    st.layers.empty() ? "-" : st.layers.c_str(), st.ranks.size() / p.cp);
+      if (p.cp > 1) std::snprintf(head + std::strlen(head) - 1, sizeof head - std::strlen(head) + 1, "CP %-3d ", p.cp);
       out << head << to_short_string(st.schedule) << "\n";
     }
   }

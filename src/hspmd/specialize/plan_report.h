@@ -55,6 +55,7 @@ struct PipelineReport {
   int subgroup = 0;  // index of this pipeline in the plan (and in every activation's dg_union)
   int micro_batch_size = 1;
   int num_micro_batches = 1;
+  int cp = 1;          // context-parallel degree of its stages (the loss is partial over it)
   SymBinding binding;  // {T, N}
   std::vector<StageReport> stages;
 };

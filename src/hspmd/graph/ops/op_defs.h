@@ -30,6 +30,8 @@ OpDef cross_entropy_def();      // cross_entropy.cc
 OpDef cross_entropy_bwd_def();  // cross_entropy.cc
 OpDef bias_add_def();       // bias_add.cc
 OpDef bias_add_bwd_def();   // bias_add.cc
+OpDef context_attention_def();      // context_attention.cc
+OpDef context_attention_bwd_def();  // context_attention.cc
 
 // Shape-rule checks: throw Error prefixed with ctx.where() and naming the input.
 void expect_rank(const ShapeContext& ctx, int input, int rank);

@@ -1,0 +1,63 @@
+#include "hspmd/data/context_parallel.h"
+
+#include <numeric>
+
+#include "hspmd/core/error.h"
+
+namespace hspmd::data {
+
+namespace {
+int64_t padded_length(int64_t len, int cp) {
+  const int64_t chunks = 2 * static_cast<int64_t>(cp);
+  return (len + chunks - 1) / chunks * chunks;
+}
+}  // namespace
+
+ContextParallelBatch zigzag_for_context_parallel(const Batch& batch, int cp) {
+  HSPMD_CHECK(cp >= 1) << "context-parallel degree must be >= 1, got " << cp;
+  ContextParallelBatch out;
+  if (cp == 1) {
+    out.batch = batch;
+    out.order.resize(static_cast<size_t>(batch.num_tokens()));
+    std::iota(out.order.begin(), out.order.end(), int64_t{0});
+    return out;
+  }
+  HSPMD_CHECK(batch.num_rows() >= 1) << "a context-parallel micro-batch needs at least one row of tokens";
+  Batch& b = out.batch;
+  b.cu_seqlens = {0};
+  b.row_offsets = {0};
+  size_t next_cu = 1;  // next document end of the input batch to copy
+  for (int64_t r = 0; r < batch.num_rows(); ++r) {
+    const int64_t begin = batch.row_offsets[r], end = batch.row_offsets[r + 1];
+    const int64_t shift = b.num_tokens() - begin;  // padding added before this row
+    b.tokens.insert(b.tokens.end(), batch.tokens.begin() + begin, batch.tokens.begin() + end);
+    b.targets.insert(b.targets.end(), batch.targets.begin() + begin, batch.targets.begin() + end);
+    b.positions.insert(b.positions.end(), batch.positions.begin() + begin, batch.positions.begin() + end);
+    for (; next_cu < batch.cu_seqlens.size() && batch.cu_seqlens[next_cu] <= end; ++next_cu) {
+      b.cu_seqlens.push_back(batch.cu_seqlens[next_cu] + shift);
+    }
+    const int64_t pad = padded_length(end - begin, cp) - (end - begin);
+    for (int64_t i = 0; i < pad; ++i) {
+      b.tokens.push_back(0);
+      b.targets.push_back(kIgnoreTarget);
+      b.positions.push_back(static_cast<int32_t>(i));
+    }
+    if (pad > 0) b.cu_seqlens.push_back(b.num_tokens());
+    b.row_offsets.push_back(b.num_tokens());
+  }
+  HSPMD_CHECK(b.cu_seqlens.back() == b.num_tokens())
+      << "batch documents (cu_seqlens) do not end at the end of its last row";
+  out.order.reserve(static_cast<size_t>(b.num_tokens()));
+  for (int c = 0; c < cp; ++c) {
+    for (int64_t r = 0; r + 1 < static_cast<int64_t>(b.row_offsets.size()); ++r) {
+      const int64_t chunk = (b.row_offsets[r + 1] - b.row_offsets[r]) / (2 * cp);
+      for (int64_t part : {int64_t{c}, int64_t{2 * cp - 1 - c}}) {
+        const int64_t first = b.row_offsets[r] + part * chunk;
+        for (int64_t i = 0; i < chunk; ++i) out.order.push_back(first + i);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace hspmd::data
