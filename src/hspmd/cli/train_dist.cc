@@ -291,8 +291,6 @@ void run_worker(const TrainArgs& args) {
         log(r.to_string(), r.to_json());
         std::cout << trainer.describe() << std::endl;
       }
-    } catch (const runtime::SwitchRefused&) {
-      throw;
     } catch (const Error& e) {
       if (!elastic) throw;
       elastic::RecoveryReport r;

@@ -77,6 +77,13 @@ std::shared_ptr<Communicator> GroupCache::get(const std::vector<int>& ranks, con
     PrefixStore group_store(store_, prefix);
     auto comm = backend_(group_store, group, global_rank_, generation);
     promise.set_value(comm);
+    std::string aborted;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (generation == generation_) aborted = aborted_;
+    }
+    // abort() came while this group was connecting (it aborts connected groups only).
+    if (!aborted.empty()) comm->abort(aborted);
     return comm;
   } catch (...) {
     promise.set_exception(std::current_exception());

@@ -171,7 +171,7 @@ void ElasticRun::start_heartbeat() {
   h.on_death = [this](int rank, const std::string& how) {
     groups_.abort("rank " + std::to_string(rank) + " died (" + how + ")");
   };
-  heartbeat_.reset();  // one Heartbeat per generation: a death is final for it
+  // One Heartbeat per generation, watching its members: a death is final for it.
   heartbeat_ = std::make_unique<comm::Heartbeat>(store_, rank_, membership_.members(), h);
 }
 
@@ -257,6 +257,9 @@ RecoveryReport ElasticRun::recover(runtime::DistTrainer& trainer, const std::str
   }
   report.members = members;
   report.generation = membership_.generation();
+  // The old generation's heartbeat goes first: a death it noticed only now must not abort the new
+  // generation's communicators (its thread is joined here, so no callback can follow).
+  heartbeat_.reset();
   groups_.reset(report.generation);
   switches_ = 0;  // switch commits are numbered per generation (a joining rank starts at 0)
   start_heartbeat();
