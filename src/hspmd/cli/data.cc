@@ -4,7 +4,7 @@
 //   hspmd data prepare --input data/corpus/kjv-genesis-2kings.txt --output build/datasets/kjv --append-eos
 //   hspmd data prepare --input a.jsonl b.jsonl --output ds --tokenizer tokenizer.json --format jsonl-text
 //   hspmd data prepare --input ids.jsonl --output ds --vocab-size 32000 --val-fraction 0.05
-//   hspmd data info build/datasets/kjv
+//   hspmd data info build/datasets/kjv [--seq-len 256]      (with the length histogram)
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <iostream>
 #include <memory>
 
+#include "hspmd/data/length_histogram.h"
 #include "hspmd/data/prepare.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/data/tokenizer.h"
@@ -53,7 +54,13 @@ void run_prepare(const PrepareArgs& args) {
             << " documents/s)\n";
 }
 
-void run_info(const std::string& dir) {
+struct InfoArgs {
+  std::string dir;
+  int64_t seq_len = 0;
+};
+
+void run_info(const InfoArgs& args) {
+  const std::string& dir = args.dir;
   data::TokenDataset ds = data::TokenDataset::open(dir);
   data::DatasetSummary s = data::summarize(ds);
   std::cout << "dataset     " << dir << "\n"
@@ -68,6 +75,7 @@ void run_info(const std::string& dir) {
     std::cout << "validation  " << v.documents << " documents, " << v.tokens << " tokens (" << dir << "/"
               << data::kValidationDir << ")\n";
   }
+  std::cout << data::length_histogram(ds, args.seq_len).to_string();
 }
 
 }  // namespace
@@ -102,10 +110,15 @@ void add_data_command(CLI::App& app) {
   prepare->add_flag("--append-eos", args->append_eos, "Append the end-of-text token to every document");
   prepare->callback([args] { run_prepare(*args); });
 
-  auto dir = std::make_shared<std::string>();
-  CLI::App* info = data->add_subcommand("info", "Print documents, tokens, vocabulary and length statistics");
-  info->add_option("dir", *dir, "Dataset directory")->required();
-  info->callback([dir] { run_info(*dir); });
+  auto info_args = std::make_shared<InfoArgs>();
+  CLI::App* info = data->add_subcommand(
+      "info", "Print documents, tokens, vocabulary, length statistics and the length histogram");
+  info->add_option("dir", info_args->dir, "Dataset directory")->required();
+  info->add_option("--seq-len", info_args->seq_len,
+                   "Also the histogram of the segments a run with this context length trains on (documents cut "
+                   "into chunks of at most this many tokens)")
+      ->check(CLI::NonNegativeNumber);
+  info->callback([info_args] { run_info(*info_args); });
 }
 
 }  // namespace hspmd::cli
