@@ -66,7 +66,7 @@ LengthStrategies::LengthStrategies(const models::LlamaConfig& config, const Cost
 }
 
 Choice LengthStrategies::choose(std::span<const int64_t> lengths, size_t current) const {
-  HSPMD_CHECK(current < set_.size()) << "strategies per maximum length: no strategy " << current;
+  HSPMD_CHECK(current == kNone || current < set_.size()) << "strategies per maximum length: no strategy " << current;
   const int64_t longest = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
   Choice best;
   best.predicted.assign(set_.size(), -1.0);
@@ -81,7 +81,7 @@ Choice LengthStrategies::choose(std::span<const int64_t> lengths, size_t current
       refusals += "; strategy " + set_[i].strategy.name + ": " + e.what();
       continue;
     }
-    const double sw = i == current ? 0.0 : switch_seconds_[current][i];
+    const double sw = current == kNone || i == current ? 0.0 : switch_seconds_[current][i];
     best.predicted[i] = d.step_seconds + sw;
     if (!found || best.predicted[i] < best.predicted[best.strategy]) {
       found = true;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -45,7 +46,9 @@ class LengthStrategies {
                    const PipelineModelOptions& options);
 
   // Error (SequenceTooLong) when the batch's longest sequence exceeds every strategy's max_len or
-  // memory, naming the length and the largest limit.
+  // memory, naming the length and the largest limit. `current` is the strategy in force (kNone: none
+  // yet, so no switch is counted).
+  static constexpr size_t kNone = SIZE_MAX;
   Choice choose(std::span<const int64_t> lengths, size_t current) const;
 
   size_t size() const { return set_.size(); }

@@ -78,6 +78,12 @@ struct DistOptions {
   bool trace = false;     // record a Chrome trace (tracer())
   std::string plan_name = "initial";            // of the plan given to the constructor, for logs
   const resolve::Topology* topology = nullptr;  // link tiers of switches; nullptr: one host
+  // Dispatch by length (planner/dispatch_ahead.h): when set, a training step's global batch is split
+  // over the current plan's pipelines by this instead of by token weight: result[p][m] = the segments
+  // of micro-batch m of pipeline p, any count per pipeline (the schedule follows it). Every rank
+  // must get the same split. Loss and gradients stay normalized by the global batch.
+  std::function<std::vector<std::vector<std::vector<data::Segment>>>(const std::vector<data::Segment>& global)>
+      split_batch{};
 };
 
 // What one switch did, the same on every rank but rank_sent_bytes (times are the slowest rank's).
