@@ -5,6 +5,7 @@
 //   hspmd data prepare --input a.jsonl b.jsonl --output ds --tokenizer tokenizer.json --format jsonl-text
 //   hspmd data prepare --input ids.jsonl --output ds --vocab-size 32000 --val-fraction 0.05
 //   hspmd data info build/datasets/kjv [--seq-len 256]      (with the length histogram)
+//   hspmd data long-tailed --source build/datasets/kjv --output runs/kjv-mixed --median 64 --max-length 1024
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <memory>
 
 #include "hspmd/data/length_histogram.h"
+#include "hspmd/data/long_tailed.h"
 #include "hspmd/data/prepare.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/data/tokenizer.h"
@@ -78,6 +80,20 @@ void run_info(const InfoArgs& args) {
   std::cout << data::length_histogram(ds, args.seq_len).to_string();
 }
 
+struct LongTailedArgs {
+  std::string source, output;
+  data::LongTailedOptions options;
+};
+
+void run_long_tailed(const LongTailedArgs& args) {
+  const data::TokenDataset source = data::TokenDataset::open(args.source);
+  data::write_long_tailed_dataset(source, args.output, args.options);
+  const data::TokenDataset written = data::TokenDataset::open(args.output);
+  std::cout << "wrote " << args.output << ": " << written.num_documents() << " documents, " << written.num_tokens()
+            << " tokens, lengths lognormal (median " << args.options.median << ", sigma " << args.options.sigma
+            << ") clipped to [2, " << args.options.max_length << "], text from " << args.source << "\n";
+}
+
 }  // namespace
 
 void add_data_command(CLI::App& app) {
@@ -119,6 +135,26 @@ void add_data_command(CLI::App& app) {
                    "into chunks of at most this many tokens)")
       ->check(CLI::NonNegativeNumber);
   info->callback([info_args] { run_info(*info_args); });
+
+  auto tail = std::make_shared<LongTailedArgs>();
+  CLI::App* long_tailed = data->add_subcommand(
+      "long-tailed",
+      "Write a mixed-length dataset: lognormal document lengths, clipped, cut from another dataset's text in order "
+      "(for trying and benchmarking dispatch by length)");
+  long_tailed->add_option("--source", tail->source, "Dataset whose tokens fill the documents")->required();
+  long_tailed->add_option("--output", tail->output, "Output dataset directory")->required();
+  long_tailed->add_option("--documents", tail->options.documents, "Number of documents")->capture_default_str();
+  long_tailed->add_option("--median", tail->options.median, "Median document length in tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(2.0, 1e9));
+  long_tailed->add_option("--max-length", tail->options.max_length, "Longest document (lengths are clipped to it)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 40));
+  long_tailed->add_option("--sigma", tail->options.sigma, "Lognormal shape: larger means a longer tail")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  long_tailed->add_option("--seed", tail->options.seed, "Seed of the lengths")->capture_default_str();
+  long_tailed->callback([tail] { run_long_tailed(*tail); });
 }
 
 }  // namespace hspmd::cli

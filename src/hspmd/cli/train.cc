@@ -142,9 +142,9 @@ void run_train(TrainArgs args, const CLI::App& sub) {
         << "HSPMD_COMM_TIMEOUT=" << env << " is not a positive number of seconds";
   }
   if (!args.resume.empty()) args.options = resumed_options(args, sub);
-  if (!args.strategy.empty()) return run_dist_train(args);
-  HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty() && args.switches.empty())
-      << "--nproc, --devices, --trace and --switch need --strategy (distributed training)";
+  if (!args.strategy.empty() || !args.strategies_for_max_len.empty()) return run_dist_train(args);
+  HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty() && args.switches.empty() && !args.dispatch)
+      << "--nproc, --devices, --trace, --switch and --dispatch need --strategy (distributed training)";
   models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
   data::TokenDataset dataset = data::TokenDataset::open(args.data);
 
@@ -274,6 +274,25 @@ void add_train_command(CLI::App& app) {
   sub->add_option("--schedule", args->schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str()->group(dist);
   sub->add_option("--devices", args->devices, "emulated devices JSON: per-rank relative speed and memory")->group(dist);
   sub->add_option("--trace", args->trace, "write a Chrome trace per rank (FILE.rank<N>.json)")->group(dist);
+  auto by_length = "Dispatch by length (docs/dispatch.md)";
+  sub->add_option("--strategy-for-max-len", args->strategies_for_max_len,
+                  "MAXLEN:S.json: strategy S for batches whose longest sequence is at most MAXLEN tokens; repeatable. "
+                  "Each step runs the one predicted fastest for its batch (switch cost included), each pipeline fed "
+                  "the sequences the dispatcher assigns it; needs --cluster")
+      ->group(by_length);
+  sub->add_flag("--dispatch", args->dispatch,
+                "dispatch each batch's sequences over the pipelines of --strategy by the cost model (needs --cluster)")
+      ->group(by_length);
+  sub->add_option("--cluster", args->cluster, "cluster spec JSON (devices, memory, links) for the dispatch cost model")
+      ->group(by_length);
+  sub->add_option("--profile", args->profile,
+                  "profile JSON for the dispatch cost model (default: derived from the cluster's peak_flops)")
+      ->group(by_length);
+  sub->add_option("--dispatch-ahead", args->dispatch_ahead,
+                  "dispatch decisions computed ahead of training, in a background thread")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->group(by_length);
   sub->add_flag("--check-single", args->check_single,
                 "afterwards, rank 0 retrains in one process and compares every step's loss")->group(dist);
   sub->callback([args, sub] { run_train(*args, *sub); });

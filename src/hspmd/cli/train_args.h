@@ -21,6 +21,11 @@ struct TrainArgs {
   int nproc = 0;
   double comm_timeout = 300;  // seconds: bound on connecting and on every communication
   bool check_single = false;
+  // Dispatch by length (cli/train_dispatch.h).
+  std::vector<std::string> strategies_for_max_len;  // --strategy-for-max-len MAXLEN:STRATEGY.json
+  bool dispatch = false;                            // --dispatch: by length on the one --strategy
+  std::string cluster, profile;                     // the cost model's cluster spec and profile
+  int dispatch_ahead = 2;                           // decisions computed ahead of the trainer
 };
 
 // "step    12/100  loss 3.1234  lr ...  grad_norm ...  tok/s ...  step 0.123s"

@@ -25,6 +25,7 @@
 #include <sstream>
 
 #include "hspmd/cli/train_args.h"
+#include "hspmd/cli/train_dispatch.h"
 #include "hspmd/comm/env.h"
 #include "hspmd/comm/launcher.h"
 #include "hspmd/core/error.h"
@@ -87,6 +88,7 @@ struct ScheduledPlan {
 
 // --strategy, then every --switch STEP:FILE in step order; Error naming the flag at fault.
 std::vector<ScheduledPlan> scheduled_plans(const TrainArgs& args, const models::LlamaConfig& config) {
+  if (args.strategy.empty()) return {};  // strategies per maximum length only (cli/train_dispatch.h)
   std::vector<std::pair<int64_t, std::string>> files{{1, args.strategy}};
   for (const std::string& spec : args.switches) {
     const size_t colon = std::min(spec.find(':'), spec.size());
@@ -123,8 +125,14 @@ void run_worker(const TrainArgs& args) {
   const data::TokenDataset dataset = data::TokenDataset::open(args.data);
   std::optional<data::TokenDataset> validation;
   if (args.eval_every > 0) validation = data::TokenDataset::open_validation(args.data);
-  const std::vector<ScheduledPlan> plans = scheduled_plans(args, config);
-  const int world = world_of(plans);
+  std::vector<ScheduledPlan> plans = scheduled_plans(args, config);
+  const std::unique_ptr<LengthDispatchRun> by_length = make_length_dispatch(args, config);
+  if (by_length) {  // start under the strategy chosen for the first batch
+    by_length->first = by_length->training->first_strategy(dataset, args.options, {});
+    const size_t f = by_length->first;
+    plans = {{1, "", by_length->strategies->at(f).strategy, by_length->strategies->plan(f)}};
+  }
+  const int world = by_length ? by_length->world() : world_of(plans);
   HSPMD_CHECK(env.world_size == world)
       << "the strategies (" << args.strategy << (plans.size() > 1 ? " and the --switch ones" : "") << ") use ranks 0.."
       << world - 1 << " but the run has " << env.world_size << " workers (ranks 0.." << env.world_size - 1 << ")";
@@ -145,6 +153,7 @@ void run_worker(const TrainArgs& args) {
                                .device = devices.of(env.rank),
                                .trace = !args.trace.empty(),
                                .plan_name = plans[in_force].strategy.name};
+  if (by_length) by_length->training->install(options);
   runtime::DistTrainer trainer(config, dataset, plans[in_force].plan, options, env.rank, world, groups);
   const bool lead = env.rank == 0;
   if (lead) {
@@ -176,7 +185,18 @@ void run_worker(const TrainArgs& args) {
   }
   std::vector<double> losses;
   size_t next_switch = in_force + 1;
+  if (by_length) {
+    if (lead) std::cout << by_length->describe() << std::endl;
+    by_length->training->start(dataset, args.options, trainer.loader_state(), by_length->first,
+                               trainer.step_count() + 1);
+  }
   while (!trainer.done()) {
+    if (by_length) {
+      const std::optional<runtime::SwitchReport> r = by_length->training->before_step(trainer);
+      if (lead) std::cout << by_length->training->decision().to_string(*by_length->strategies) << std::endl;
+      if (r && lead) std::cout << r->to_string() << std::endl;
+      if (r && metrics.is_open()) metrics << r->to_json().dump() << std::endl;
+    }
     if (next_switch < plans.size() && plans[next_switch].step == trainer.step_count() + 1) {
       const ScheduledPlan& p = plans[next_switch++];
       try {
@@ -225,7 +245,8 @@ void run_dist_train(const TrainArgs& args) {
   if (std::getenv("RANK") != nullptr || args.nproc == 0) return run_worker(args);
   // Bad files and flags fail here, once, before any worker starts.
   const models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
-  const int world = world_of(scheduled_plans(args, config));
+  const std::unique_ptr<LengthDispatchRun> by_length = make_length_dispatch(args, config);
+  const int world = by_length ? by_length->world() : world_of(scheduled_plans(args, config));
   if (!args.init_weights.empty()) const runtime::HfWeights checked(args.init_weights, config);
   if (!args.devices.empty()) const runtime::EmulatedDevices checked = runtime::EmulatedDevices::from_file(args.devices, world);
   const data::TokenDataset checked_data = data::TokenDataset::open(args.data);
