@@ -191,3 +191,4 @@ TEST(DispatcherTest, StrategiesPerMaximumLengthCountTheSwitch) {
 
 }  // namespace
 }  // namespace hspmd::planner
+

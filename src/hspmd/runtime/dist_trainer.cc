@@ -482,7 +482,8 @@ double DistTrainer::run_passes(const std::vector<data::Segment>& segments, int64
       continue;
     }
     mb.index = task.micro_batch;
-    graph::TensorMap feeds = llama_feeds(data::pack(mine[task.micro_batch], {.seq_len = o.seq_len}), labels);
+    graph::TensorMap feeds =
+        llama_feeds(data::pack(mine[task.micro_batch], {.seq_len = o.seq_len, .layout = options_.layout}), labels);
     for (int id : current_->exec->placeholders()) {
       const std::string& name = model_.graph.op(id).name;
       mb.feeds[name] = feeds.at(name);

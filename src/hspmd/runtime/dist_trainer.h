@@ -84,6 +84,8 @@ struct DistOptions {
   // must get the same split. Loss and gradients stay normalized by the global batch.
   std::function<std::vector<std::vector<std::vector<data::Segment>>>(const std::vector<data::Segment>& global)>
       split_batch{};
+  // How micro-batches are laid out (data/packing.h); kPackedFixed pads every row to seq_len.
+  data::BatchLayout layout = data::BatchLayout::kPacked;
 };
 
 // What one switch did, the same on every rank but rank_sent_bytes (times are the slowest rank's).
