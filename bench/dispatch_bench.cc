@@ -21,9 +21,10 @@
 //   fixed       the best homogeneous strategy with every row padded to the context length
 //               ("pack to a fixed length")
 // Per configuration: the mean step time over steps 2..N (wall, including any switch), the padding
-// share (pad tokens / tokens computed) and the idle share (1 - busy share of the traced window,
-// averaged over ranks; busy = compute, communication waits excluded). Rounds interleave the
-// configurations; the best round of each counts.
+// share (pad tokens / tokens computed) and the idle share: the share of the traced steps a rank
+// spends not computing forward and backward passes (the pipeline bubble, waiting for peers and for
+// the slowest pipeline in the gradient sync, communication, the optimizer), averaged over ranks.
+// Rounds interleave the configurations; the best round of each counts.
 //
 // Run (from build/release): ./bench_dispatch_bench [--steps=N] [--rounds=N]   (default 6 and 2)
 #include <algorithm>
@@ -146,8 +147,10 @@ Measured measure(const models::LlamaConfig& config, const data::TokenDataset& ds
     }
     const runtime::TraceSummary summary = t.tracer().summary();
     std::lock_guard<std::mutex> lock(mutex);
-    // F/B spans contain their Reshards' comm spans (waiting for a peer included): busy = compute - comm.
-    idle[rank] = std::clamp(1 - (summary.share("compute") - summary.share("comm")) - summary.share("optimizer"), 0.0, 1.0);
+    // F/B spans contain their Reshards' comm spans (waiting for a peer included): computing is
+    // compute - comm; the rest of the window is the bubble, waiting for peers and the slowest
+    // pipeline (inside the gradient sync), communication and the optimizer.
+    idle[rank] = std::clamp(1 - (summary.share("compute") - summary.share("comm")), 0.0, 1.0);
     if (rank == 0) {
       m.step_seconds = total / (steps - 1);
       if (run) m.switches = run->switches();
