@@ -1,7 +1,8 @@
 // `hspmd train --strategy-for-max-len` through the built binary with 4 worker processes: a
 // long-tailed dataset (`hspmd data long-tailed`), two strategies chosen per batch by maximum length
-// with switches between them, losses equal to the single-process run (--check-single); and a batch
-// longer than every strategy's maximum length refused with its length and the limit.
+// with switches between them, losses equal to the single-process run (--check-single); `--dispatch`
+// on one strategy, likewise; and a batch longer than every strategy's maximum length refused with
+// its length and the limit.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -65,6 +66,15 @@ TEST_F(DispatchCliTest, StrategiesPerMaximumLengthSwitchPerBatchAndMatchSinglePr
   EXPECT_THAT(r.output, HasSubstr("dispatch step 1: strategy "));
   EXPECT_THAT(r.output, HasSubstr("switch after step"));  // both strategies ran
   EXPECT_THAT(r.output, HasSubstr("losses match the single-process run"));
+  EXPECT_THAT(r.output, HasSubstr("PASS"));
+}
+
+TEST_F(DispatchCliTest, DispatchOnOneStrategyMatchesSingleProcess) {
+  const auto r = hspmd::testing::run_hspmd(train("--strategy " + path("short.json") + " --dispatch --check-single"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("strategy short for batches up to 64 tokens"));
+  EXPECT_THAT(r.output, HasSubstr("dispatch step 6: strategy short"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("switch after step")));
   EXPECT_THAT(r.output, HasSubstr("PASS"));
 }
 
