@@ -58,6 +58,12 @@ TEST_F(CliTest, PrepareThenInfo) {
   EXPECT_NE(r.out.find("documents   2 (0 empty)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("tokens      28"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("min 11, median 11, mean 14.0, p90 11, max 17"), std::string::npos) << r.out;
+  // The length histogram: documents of 11 and 17 tokens; at --seq-len 8 segments 8+3 and 8+8+1 (skipped).
+  EXPECT_NE(r.out.find("[16, 32)"), std::string::npos) << r.out;
+  r = run("data info " + path("ds") + " --seq-len 8");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("segment lengths at --seq-len 8"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[8, 16)                    3           24"), std::string::npos) << r.out;
 }
 
 TEST_F(CliTest, PrepareWithAHuggingFaceTokenizer) {

@@ -95,6 +95,14 @@ TEST(Packing, WorkedExampleFromTheHeader) {
   EXPECT_EQ(p.cu_seqlens, (std::vector<int64_t>{0, 5, 10, 15}));
   EXPECT_EQ(p.tokens[3], 258);
   EXPECT_EQ(p.num_label_tokens(), 6);
+  // Packed to a fixed length: rows [a0 a1 a2 b0 b1] [c0 c1 c2 c3 pad], the pad its own sequence.
+  Batch f = pack(s, {.seq_len = 5, .layout = BatchLayout::kPackedFixed, .pad_id = 258});
+  EXPECT_EQ(f.tokens, (std::vector<int32_t>{10, 11, 12, 20, 21, 30, 31, 32, 33, 258}));
+  EXPECT_EQ(f.cu_seqlens, (std::vector<int64_t>{0, 3, 5, 9, 10}));
+  EXPECT_EQ(f.row_offsets, (std::vector<int64_t>{0, 5, 10}));
+  EXPECT_EQ(f.targets.back(), -100);
+  EXPECT_EQ(f.positions.back(), 0);
+  EXPECT_EQ(f.num_label_tokens(), b.num_label_tokens());
 }
 
 TEST(Packing, InvariantsHoldOnRandomSegmentSets) {

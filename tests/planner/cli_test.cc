@@ -93,5 +93,27 @@ TEST_F(PlanCliTest, DerivedProfileIsLabelled) {
   EXPECT_TRUE(p.has("H20", 4));
 }
 
+TEST_F(PlanCliTest, PlanFromADatasetsLengths) {
+  write_cluster(1e9);
+  const std::string model = kRoot + "/configs/llama-tiny.json";
+  auto r = hspmd::testing::run_hspmd("data prepare --input " + kRoot + "/data/corpus/kjv-genesis-2kings.txt --output " +
+                                     path("kjv") + " --append-eos");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = hspmd::testing::run_hspmd("data long-tailed --source " + path("kjv") + " --output " + path("mixed") +
+                                " --documents 2000 --median 16 --max-length 256 --sigma 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = hspmd::testing::run_hspmd("plan --model " + model + " --cluster " + path("cluster.json") + " --profile " +
+                                path("profile.json") + " --data " + path("mixed") +
+                                " --seq-len 256 --global-batch-tokens 4096 --out " + path("mixed.json"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("segment lengths at --seq-len 256"));
+  EXPECT_THAT(r.output, HasSubstr("heterogeneous strategy mixed: predicted"));
+  EXPECT_THAT(r.output, HasSubstr("--strategy-for-max-len 256:" + path("mixed-max256.json")));
+  // Every written strategy is one the runtime compiles for the model.
+  const models::LlamaConfig config = models::LlamaConfig::from_file(model);
+  EXPECT_NO_THROW(models::compile_llama_plan(config, sharding::Strategy::from_file(path("mixed.json"))));
+  EXPECT_NO_THROW(models::compile_llama_plan(config, sharding::Strategy::from_file(path("mixed-max256.json"))));
+}
+
 }  // namespace
 }  // namespace hspmd::planner

@@ -4,7 +4,8 @@
 //   hspmd data prepare --input data/corpus/kjv-genesis-2kings.txt --output build/datasets/kjv --append-eos
 //   hspmd data prepare --input a.jsonl b.jsonl --output ds --tokenizer tokenizer.json --format jsonl-text
 //   hspmd data prepare --input ids.jsonl --output ds --vocab-size 32000 --val-fraction 0.05
-//   hspmd data info build/datasets/kjv
+//   hspmd data info build/datasets/kjv [--seq-len 256]      (with the length histogram)
+//   hspmd data long-tailed --source build/datasets/kjv --output runs/kjv-mixed --median 64 --max-length 1024
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -12,6 +13,8 @@
 #include <iostream>
 #include <memory>
 
+#include "hspmd/data/length_histogram.h"
+#include "hspmd/data/long_tailed.h"
 #include "hspmd/data/prepare.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/data/tokenizer.h"
@@ -53,7 +56,13 @@ void run_prepare(const PrepareArgs& args) {
             << " documents/s)\n";
 }
 
-void run_info(const std::string& dir) {
+struct InfoArgs {
+  std::string dir;
+  int64_t seq_len = 0;
+};
+
+void run_info(const InfoArgs& args) {
+  const std::string& dir = args.dir;
   data::TokenDataset ds = data::TokenDataset::open(dir);
   data::DatasetSummary s = data::summarize(ds);
   std::cout << "dataset     " << dir << "\n"
@@ -68,6 +77,21 @@ void run_info(const std::string& dir) {
     std::cout << "validation  " << v.documents << " documents, " << v.tokens << " tokens (" << dir << "/"
               << data::kValidationDir << ")\n";
   }
+  std::cout << data::length_histogram(ds, args.seq_len).to_string();
+}
+
+struct LongTailedArgs {
+  std::string source, output;
+  data::LongTailedOptions options;
+};
+
+void run_long_tailed(const LongTailedArgs& args) {
+  const data::TokenDataset source = data::TokenDataset::open(args.source);
+  data::write_long_tailed_dataset(source, args.output, args.options);
+  const data::TokenDataset written = data::TokenDataset::open(args.output);
+  std::cout << "wrote " << args.output << ": " << written.num_documents() << " documents, " << written.num_tokens()
+            << " tokens, lengths lognormal (median " << args.options.median << ", sigma " << args.options.sigma
+            << ") clipped to [2, " << args.options.max_length << "], text from " << args.source << "\n";
 }
 
 }  // namespace
@@ -102,10 +126,35 @@ void add_data_command(CLI::App& app) {
   prepare->add_flag("--append-eos", args->append_eos, "Append the end-of-text token to every document");
   prepare->callback([args] { run_prepare(*args); });
 
-  auto dir = std::make_shared<std::string>();
-  CLI::App* info = data->add_subcommand("info", "Print documents, tokens, vocabulary and length statistics");
-  info->add_option("dir", *dir, "Dataset directory")->required();
-  info->callback([dir] { run_info(*dir); });
+  auto info_args = std::make_shared<InfoArgs>();
+  CLI::App* info = data->add_subcommand(
+      "info", "Print documents, tokens, vocabulary, length statistics and the length histogram");
+  info->add_option("dir", info_args->dir, "Dataset directory")->required();
+  info->add_option("--seq-len", info_args->seq_len,
+                   "Also the histogram of the segments a run with this context length trains on (documents cut "
+                   "into chunks of at most this many tokens)")
+      ->check(CLI::NonNegativeNumber);
+  info->callback([info_args] { run_info(*info_args); });
+
+  auto tail = std::make_shared<LongTailedArgs>();
+  CLI::App* long_tailed = data->add_subcommand(
+      "long-tailed",
+      "Write a mixed-length dataset: lognormal document lengths, clipped, cut from another dataset's text in order "
+      "(for trying and benchmarking dispatch by length)");
+  long_tailed->add_option("--source", tail->source, "Dataset whose tokens fill the documents")->required();
+  long_tailed->add_option("--output", tail->output, "Output dataset directory")->required();
+  long_tailed->add_option("--documents", tail->options.documents, "Number of documents")->capture_default_str();
+  long_tailed->add_option("--median", tail->options.median, "Median document length in tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(2.0, 1e9));
+  long_tailed->add_option("--max-length", tail->options.max_length, "Longest document (lengths are clipped to it)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 40));
+  long_tailed->add_option("--sigma", tail->options.sigma, "Lognormal shape: larger means a longer tail")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  long_tailed->add_option("--seed", tail->options.seed, "Seed of the lengths")->capture_default_str();
+  long_tailed->callback([tail] { run_long_tailed(*tail); });
 }
 
 }  // namespace hspmd::cli

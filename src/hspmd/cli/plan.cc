@@ -8,14 +8,23 @@
 //
 // Re-planning after a membership change (elastic training): --previous OLD.json --ranks 0-14,16-47
 // plans on those ranks only, preferring plans that move little state away from OLD.json.
+//
+// Mixed-length data (planner/mixed_length_planner.h, docs/dispatch.md): --data DIR
+// --global-batch-tokens N plans from the dataset's segment lengths at --seq-len: OUT gets the
+// heterogeneous strategy, OUT-max<L>.json one strategy per maximum length, and the command prints
+// the `hspmd train --strategy-for-max-len` flags that use them.
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <iostream>
 #include <string>
 
 #include "hspmd/core/atomic_file.h"
 #include "hspmd/core/error.h"
 #include "hspmd/models/llama_config.h"
+#include "hspmd/data/length_histogram.h"
+#include "hspmd/data/token_dataset.h"
+#include "hspmd/planner/mixed_length_planner.h"
 #include "hspmd/planner/planner.h"
 #include "hspmd/planner/profile.h"
 #include "hspmd/resolve/topology.h"
@@ -28,16 +37,55 @@ namespace hspmd::cli {
 namespace {
 
 struct PlanOptions {
-  std::string model, cluster, profile, out, previous, ranks, schedule = "1f1b", name;
-  int64_t global_batch = 0, seq_len = 0;
+  std::string model, cluster, profile, out, previous, ranks, schedule = "1f1b", name, data;
+  int64_t global_batch = 0, seq_len = 0, global_batch_tokens = 0;
   bool no_zero1 = false;
   std::vector<int> micro_batch_sizes;
 };
+
+void write_strategy(const sharding::Strategy& st, const std::string& path) {
+  const std::string text = st.to_json_text() + "\n";
+  AtomicFile out(path);
+  out.write(text.data(), text.size());
+  out.commit();
+}
+
+void run_mixed_length_plan(const PlanOptions& o, const models::LlamaConfig& config, const resolve::Topology& topo,
+                           const planner::Profile& profile) {
+  HSPMD_CHECK(o.global_batch_tokens > 0) << "--data needs --global-batch-tokens N (tokens per step)";
+  HSPMD_CHECK(o.previous.empty() && o.ranks.empty()) << "--data plans for every device; --previous/--ranks do not apply";
+  const data::TokenDataset ds = data::TokenDataset::open(o.data);
+  const data::LengthHistogram h = data::length_histogram(ds, o.seq_len);
+  std::cout << "planning " << o.model << " for the segment lengths of " << o.data << " at --seq-len " << o.seq_len
+            << ", " << o.global_batch_tokens << " tokens per step, on " << topo.name() << " (" << topo.num_devices()
+            << " devices), profile " << o.profile << " (" << profile.source << ")\n"
+            << h.to_string();
+  const auto start = std::chrono::steady_clock::now();
+  const planner::MixedLengthPlan plan = planner::plan_mixed_length(
+      config, topo, profile, h.segment_lengths,
+      {.seq_len = o.seq_len, .global_batch_tokens = o.global_batch_tokens, .name = o.name.empty() ? "mixed" : o.name});
+  std::cout << plan.to_string() << "planning time: "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s\n";
+  write_strategy(plan.heterogeneous, o.out);
+  std::cout << "wrote " << o.out << "\n";
+  const std::string stem = o.out.ends_with(".json") ? o.out.substr(0, o.out.size() - 5) : o.out;
+  std::string flags;
+  for (const planner::LengthStrategy& s : plan.per_max_length) {
+    const std::string path = stem + "-max" + std::to_string(s.max_len) + ".json";
+    write_strategy(s.strategy, path);
+    std::cout << "wrote " << path << "\n";
+    flags += " --strategy-for-max-len " + std::to_string(s.max_len) + ":" + path;
+  }
+  std::cout << "train with: hspmd train ... --seq-len " << o.seq_len << " --global-batch-tokens " << o.global_batch_tokens
+            << flags << " --cluster " << o.cluster << " --profile " << o.profile << "\n";
+}
 
 void run_plan(const PlanOptions& o) {
   const models::LlamaConfig config = models::LlamaConfig::from_file(o.model);
   const resolve::Topology topo = resolve::Topology::from_file(o.cluster);
   const planner::Profile profile = planner::Profile::from_file(o.profile);
+  if (!o.data.empty()) return run_mixed_length_plan(o, config, topo, profile);
+  HSPMD_CHECK(o.global_batch > 0) << "--global-batch N (sequences per step) is required without --data";
   planner::PlannerOptions po;
   po.global_batch = o.global_batch;
   po.seq_len = o.seq_len;
@@ -91,7 +139,13 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--model", opts->model, "Llama config.json (Hugging Face style)")->required();
   cmd->add_option("--cluster", opts->cluster, "cluster spec JSON (devices, memory, link bandwidths)")->required();
   cmd->add_option("--profile", opts->profile, "profile JSON from `hspmd profile` (or examples/profiles/)")->required();
-  cmd->add_option("--global-batch", opts->global_batch, "sequences per step")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--global-batch", opts->global_batch, "sequences per step (without --data)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--data", opts->data,
+                  "token dataset: plan for its segment lengths (mixed-length planner; writes OUT and OUT-max<L>.json "
+                  "strategies per maximum length, docs/dispatch.md)");
+  cmd->add_option("--global-batch-tokens", opts->global_batch_tokens, "tokens per step (with --data)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--seq-len", opts->seq_len, "tokens per sequence")->required()->check(CLI::PositiveNumber);
   cmd->add_option("--out", opts->out, "where to write the strategy file")->required();
   cmd->add_option("--micro-batch-sizes", opts->micro_batch_sizes,

@@ -142,9 +142,10 @@ void run_train(TrainArgs args, const CLI::App& sub) {
         << "HSPMD_COMM_TIMEOUT=" << env << " is not a positive number of seconds";
   }
   if (!args.resume.empty()) args.options = resumed_options(args, sub);
-  if (!args.strategy.empty()) return run_dist_train(args);
-  HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty() && args.switches.empty() && !args.elastic)
-      << "--nproc, --devices, --trace, --switch and --elastic need --strategy (distributed training)";
+  if (!args.strategy.empty() || !args.strategies_for_max_len.empty()) return run_dist_train(args);
+  HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty() && args.switches.empty() && !args.dispatch &&
+              !args.elastic)
+      << "--nproc, --devices, --trace, --switch, --dispatch and --elastic need --strategy (distributed training)";
   models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
   data::TokenDataset dataset = data::TokenDataset::open(args.data);
 
@@ -274,13 +275,19 @@ void add_train_command(CLI::App& app) {
   sub->add_option("--schedule", args->schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str()->group(dist);
   sub->add_option("--devices", args->devices, "emulated devices JSON: per-rank relative speed and memory")->group(dist);
   sub->add_option("--trace", args->trace, "write a Chrome trace per rank (FILE.rank<N>.json)")->group(dist);
+  auto planner_inputs = "Planner inputs (--elastic, dispatch by length)";
+  sub->add_option("--cluster", args->cluster,
+                  "cluster spec JSON (devices, memory, links): --elastic re-plans on it, dispatch prices with it")
+      ->group(planner_inputs);
+  sub->add_option("--profile", args->profile,
+                  "profile JSON (`hspmd profile`): needed by --elastic; dispatch derives one from the cluster's "
+                  "peak_flops when absent")
+      ->group(planner_inputs);
   auto elastic = "Elastic (with --strategy)";
   sub->add_flag("--elastic", args->elastic,
                 "survive dead workers: the others re-plan (--cluster, --profile), move the state from surviving "
                 "replicas with one fused BSR (or restore --save's newest checkpoint) and go on")
       ->group(elastic);
-  sub->add_option("--cluster", args->cluster, "--elastic: cluster spec the planner re-plans on")->group(elastic);
-  sub->add_option("--profile", args->profile, "--elastic: the planner's profile (`hspmd profile`)")->group(elastic);
   sub->add_option("--heartbeat-timeout", args->heartbeat_timeout,
                   "--elastic: seconds without a heartbeat before a worker counts as dead")
       ->capture_default_str()
@@ -291,6 +298,20 @@ void add_train_command(CLI::App& app) {
                   "the run at a step boundary and the run re-plans to use it")
       ->check(CLI::NonNegativeNumber)
       ->group(elastic);
+  auto by_length = "Dispatch by length (docs/dispatch.md)";
+  sub->add_option("--strategy-for-max-len", args->strategies_for_max_len,
+                  "MAXLEN:S.json: strategy S for batches whose longest sequence is at most MAXLEN tokens; repeatable. "
+                  "Each step runs the one predicted fastest for its batch (switch cost included), each pipeline fed "
+                  "the sequences the dispatcher assigns it; needs --cluster")
+      ->group(by_length);
+  sub->add_flag("--dispatch", args->dispatch,
+                "dispatch each batch's sequences over the pipelines of --strategy by the cost model (needs --cluster)")
+      ->group(by_length);
+  sub->add_option("--dispatch-ahead", args->dispatch_ahead,
+                  "dispatch decisions computed ahead of training, in a background thread")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->group(by_length);
   sub->add_flag("--check-single", args->check_single,
                 "afterwards, rank 0 retrains in one process and compares every step's loss")->group(dist);
   sub->callback([args, sub] { run_train(*args, *sub); });

@@ -21,12 +21,18 @@ struct TrainArgs {
   int nproc = 0;
   double comm_timeout = 300;  // seconds: bound on connecting and on every communication
   bool check_single = false;
-  // Elastic training (cli/train_dist.cc, docs/elastic.md): survivors of a dead worker re-plan
-  // with the planner (--cluster, --profile) and go on.
-  bool elastic = false;
+  // The planner's cluster spec and profile: elastic training re-plans with them, dispatch by
+  // length prices with them.
   std::string cluster, profile;
+  // Elastic training (cli/train_dist.cc, docs/elastic.md): survivors of a dead worker re-plan
+  // and go on.
+  bool elastic = false;
   double heartbeat_timeout = 5;  // seconds without a heartbeat before a worker counts as dead
   int max_restarts = 0;          // with --nproc: the launcher restarts a dead worker, which rejoins
+  // Dispatch by length (cli/train_dispatch.h).
+  std::vector<std::string> strategies_for_max_len;  // --strategy-for-max-len MAXLEN:STRATEGY.json
+  bool dispatch = false;                            // --dispatch: by length on the one --strategy
+  int dispatch_ahead = 2;                           // decisions computed ahead of the trainer
 };
 
 // "step    12/100  loss 3.1234  lr ...  grad_norm ...  tok/s ...  step 0.123s"

@@ -25,6 +25,7 @@
 #include <sstream>
 
 #include "hspmd/cli/train_args.h"
+#include "hspmd/cli/train_dispatch.h"
 #include "hspmd/comm/env.h"
 #include "hspmd/comm/launcher.h"
 #include "hspmd/core/error.h"
@@ -90,6 +91,7 @@ struct ScheduledPlan {
 
 // --strategy, then every --switch STEP:FILE in step order; Error naming the flag at fault.
 std::vector<ScheduledPlan> scheduled_plans(const TrainArgs& args, const models::LlamaConfig& config) {
+  if (args.strategy.empty()) return {};  // strategies per maximum length only (cli/train_dispatch.h)
   std::vector<std::pair<int64_t, std::string>> files{{1, args.strategy}};
   for (const std::string& spec : args.switches) {
     const size_t colon = std::min(spec.find(':'), spec.size());
@@ -167,8 +169,14 @@ void run_worker(const TrainArgs& args) {
   const data::TokenDataset dataset = data::TokenDataset::open(args.data);
   std::optional<data::TokenDataset> validation;
   if (args.eval_every > 0) validation = data::TokenDataset::open_validation(args.data);
-  const std::vector<ScheduledPlan> plans = scheduled_plans(args, config);
-  const int world = world_of(plans);
+  std::vector<ScheduledPlan> plans = scheduled_plans(args, config);
+  const std::unique_ptr<LengthDispatchRun> by_length = make_length_dispatch(args, config);
+  if (by_length) {  // start under the strategy chosen for the first batch
+    by_length->first = by_length->training->first_strategy(dataset, args.options, {});
+    const size_t f = by_length->first;
+    plans = {{1, "", by_length->strategies->at(f).strategy, by_length->strategies->plan(f)}};
+  }
+  const int world = by_length ? by_length->world() : world_of(plans);
   HSPMD_CHECK(env.world_size == world)
       << "the strategies (" << args.strategy << (plans.size() > 1 ? " and the --switch ones" : "") << ") use ranks 0.."
       << world - 1 << " but the run has " << env.world_size << " workers (ranks 0.." << env.world_size - 1 << ")";
@@ -201,6 +209,7 @@ void run_worker(const TrainArgs& args) {
     options.members = admission->members;
     options.plan_name = admission->strategy.name;
   }
+  if (by_length) by_length->training->install(options);
   const sharding::Strategy& initial = admission ? admission->strategy : plans[in_force].strategy;
   runtime::DistTrainer trainer(config, dataset,
                                admission ? models::compile_llama_plan(config, initial) : plans[in_force].plan, options,
@@ -254,11 +263,21 @@ void run_worker(const TrainArgs& args) {
     std::cout << line << std::endl;
     if (metrics.is_open() && !record.is_null()) metrics << record.dump() << std::endl;
   };
+  if (by_length) {
+    if (lead) std::cout << by_length->describe() << std::endl;
+    by_length->training->start(dataset, args.options, trainer.loader_state(), by_length->first,
+                               trainer.step_count() + 1);
+  }
   while (!trainer.done()) {
     // Switches scheduled for steps already taken (by a joining worker, or replayed from a
     // checkpoint) are history.
     while (next_switch < plans.size() && plans[next_switch].step <= trainer.step_count()) ++next_switch;
     try {
+      if (by_length) {
+        const std::optional<runtime::SwitchReport> r = by_length->training->before_step(trainer);
+        log(by_length->training->decision().to_string(*by_length->strategies), nullptr);
+        if (r) log(r->to_string(), r->to_json());
+      }
       if (next_switch < plans.size() && plans[next_switch].step == trainer.step_count() + 1) {
         const ScheduledPlan& p = plans[next_switch++];
         if (elastic && !elastic->uses_live_ranks(p.strategy)) {
@@ -336,12 +355,14 @@ void run_dist_train(const TrainArgs& args) {
   if (std::getenv("RANK") != nullptr || args.nproc == 0) return run_worker(args);
   // Bad files and flags fail here, once, before any worker starts.
   const models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
-  const int world = world_of(scheduled_plans(args, config));
+  const std::unique_ptr<LengthDispatchRun> by_length = make_length_dispatch(args, config);
+  const int world = by_length ? by_length->world() : world_of(scheduled_plans(args, config));
   if (!args.init_weights.empty()) const runtime::HfWeights checked(args.init_weights, config);
   if (!args.devices.empty()) const runtime::EmulatedDevices checked = runtime::EmulatedDevices::from_file(args.devices, world);
   const data::TokenDataset checked_data = data::TokenDataset::open(args.data);
   if (args.eval_every > 0) const data::TokenDataset checked_validation = data::TokenDataset::open_validation(args.data);
   if (args.elastic) {
+    HSPMD_CHECK(!by_length) << "--elastic does not combine with --dispatch or --strategy-for-max-len yet";
     HSPMD_CHECK(!args.cluster.empty() && !args.profile.empty())
         << "--elastic re-plans for the survivors with the planner: give --cluster C.json and --profile P.json";
     const resolve::Topology topology = resolve::Topology::from_file(args.cluster);

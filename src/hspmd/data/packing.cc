@@ -68,6 +68,15 @@ Batch pack(std::span<const Segment> segments, const PackOptions& options) {
       append_segment(batch, segments[i]);
       batch.cu_seqlens.push_back(batch.num_tokens());
     }
+    const int64_t fill = options.seq_len - (batch.num_tokens() - batch.row_offsets.back());
+    if (options.layout == BatchLayout::kPackedFixed && fill > 0) {
+      for (int64_t i = 0; i < fill; ++i) {
+        batch.tokens.push_back(options.pad_id);
+        batch.targets.push_back(kIgnoreTarget);
+        batch.positions.push_back(static_cast<int32_t>(i));
+      }
+      batch.cu_seqlens.push_back(batch.num_tokens());
+    }
     batch.row_offsets.push_back(batch.num_tokens());
   }
   return batch;

@@ -33,7 +33,10 @@ struct Segment {
   std::vector<int32_t> tokens;
 };
 
-enum class BatchLayout { kPacked, kPadded };
+// kPackedFixed: packed like kPacked, then each row's tail padded to seq_len (the pads one attention
+// sequence of their own, targets kIgnoreTarget): every row costs a full seq_len, the usual "pack to
+// a fixed length" batching that dispatch by length is compared against (bench/dispatch_bench.cc).
+enum class BatchLayout { kPacked, kPadded, kPackedFixed };
 
 struct PackOptions {
   int64_t seq_len = 0;  // row capacity; every segment must fit in one row

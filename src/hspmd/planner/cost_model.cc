@@ -43,6 +43,13 @@ CostModel::CostModel(const models::LlamaConfig& config, const resolve::Topology&
   HSPMD_CHECK(options_.seq_len > 0) << "cost model: the sequence length must be positive, got " << options_.seq_len;
 }
 
+CostModel CostModel::at_seq_len(int64_t seq_len) const {
+  HSPMD_CHECK(seq_len > 0) << "cost model: the sequence length must be positive, got " << seq_len;
+  CostModel copy = *this;
+  copy.options_.seq_len = seq_len;
+  return copy;
+}
+
 double CostModel::stage_compute(const std::string& kind, int tp, int layers, bool last, int micro_batch_size) const {
   const TpProfile& p = profile_.at(kind, tp);
   const double s = static_cast<double>(options_.seq_len);

@@ -104,6 +104,8 @@ class CostModel {
   // Errors: a rank outside the cluster, a (kind, TP) the profile lacks, a strategy that does not
   // cover the model's layers.
   Prediction predict(const sharding::Strategy& strategy) const;
+  // The same model priced at another sequence length (the dispatcher prices single sequences).
+  CostModel at_seq_len(int64_t seq_len) const;
 
   // Building blocks, shared with the planner so both price a stage the same way.
   // Seconds of one micro-batch on a stage of `ranks` holding `layers` layers (ends on the last stage).

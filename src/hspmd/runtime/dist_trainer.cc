@@ -466,13 +466,27 @@ double DistTrainer::run_passes(const std::vector<data::Segment>& segments, int64
   for (const sharding::PipelineSchedule& p : current_->exec->plan().pipelines) {
     parts.push_back({static_cast<double>(p.micro_batch_size) * p.num_micro_batches, p.num_micro_batches});
   }
-  const auto split = data::split_global_batch(segments, parts);
+  const bool dispatched = train && options_.split_batch;
+  const auto split = dispatched ? options_.split_batch(segments) : data::split_global_batch(segments, parts);
+  HSPMD_CHECK(split.size() == parts.size()) << "rank " << rank_ << ": the dispatch split the batch over " << split.size()
+                                            << " pipelines, plan " << current_->name << " has " << parts.size();
   const std::remove_cvref_t<decltype(split.at(0))> none;  // a spare runs no micro-batch
   const auto& mine = current_->active ? split.at(current_->exec->data_group()) : none;
+  // A dispatched pipeline runs as many micro-batches as it was given, under the plan's schedule kind.
+  const std::vector<specialize::Task>* schedule = &current_->schedule;
+  std::vector<specialize::Task> dispatched_schedule;
+  if (dispatched && current_->active && static_cast<int>(mine.size()) != parts[current_->exec->data_group()].micro_batches) {
+    const auto [pipeline, stage] = current_->layout.locate(rank_);
+    const int stages = static_cast<int>(current_->layout.pipelines[pipeline].stages.size());
+    if (!mine.empty()) {
+      dispatched_schedule = specialize::make_schedule(options_.schedule, static_cast<int>(mine.size()), stages, stage);
+    }
+    schedule = &dispatched_schedule;
+  }
 
   std::vector<MicroBatch> batches(mine.size());
   double loss_sum = 0;
-  for (const specialize::Task& task : current_->schedule) {
+  for (const specialize::Task& task : *schedule) {
     MicroBatch& mb = batches.at(task.micro_batch);
     if (!task.forward) {
       if (train) backward(mb);
@@ -481,7 +495,8 @@ double DistTrainer::run_passes(const std::vector<data::Segment>& segments, int64
     mb.index = task.micro_batch;
     // A context-parallel pipeline feeds its tokens in the load-balanced order of its CP group.
     const data::ContextParallelBatch laid_out = data::zigzag_for_context_parallel(
-        data::pack(mine[task.micro_batch], {.seq_len = o.seq_len}), context_parallel_degree());
+        data::pack(mine[task.micro_batch], {.seq_len = o.seq_len, .layout = options_.layout}),
+        context_parallel_degree());
     graph::TensorMap feeds = llama_feeds(laid_out.batch, labels, laid_out.order);
     for (int id : current_->exec->placeholders()) {
       const std::string& name = model_.graph.op(id).name;

@@ -82,6 +82,14 @@ struct DistOptions {
   // The ranks alive (sorted); empty: all. A restarted worker joining an elastic run starts as a
   // spare among the current members (elastic/elastic_run.h).
   std::vector<int> members{};
+  // Dispatch by length (planner/dispatch_ahead.h): when set, a training step's global batch is split
+  // over the current plan's pipelines by this instead of by token weight: result[p][m] = the segments
+  // of micro-batch m of pipeline p, any count per pipeline (the schedule follows it). Every rank
+  // must get the same split. Loss and gradients stay normalized by the global batch.
+  std::function<std::vector<std::vector<std::vector<data::Segment>>>(const std::vector<data::Segment>& global)>
+      split_batch{};
+  // How micro-batches are laid out (data/packing.h); kPackedFixed pads every row to seq_len.
+  data::BatchLayout layout = data::BatchLayout::kPacked;
 };
 
 // What one switch did, the same on every rank but rank_sent_bytes (times are the slowest rank's).

@@ -1,0 +1,110 @@
+#include "hspmd/planner/length_strategies.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+
+#include "hspmd/models/llama_plan.h"
+#include "hspmd/switching/switch_plan.h"
+
+namespace hspmd::planner {
+
+namespace {
+
+// Seconds of a fused BSR: each sender's and each receiver's messages one after the other at their
+// links' bandwidths, all senders in parallel.
+double bsr_seconds(const resolve::FusedBsr& bsr, const resolve::Topology& topology) {
+  std::map<int, double> out, in;
+  for (const resolve::BsrMessage& m : bsr.messages()) {
+    const double t = static_cast<double>(m.bytes) / topology.bandwidth(m.sender, m.receiver);
+    out[m.sender] += t;
+    in[m.receiver] += t;
+  }
+  double worst = 0;
+  for (const auto& [rank, t] : out) worst = std::max(worst, t);
+  for (const auto& [rank, t] : in) worst = std::max(worst, t);
+  return worst;
+}
+
+}  // namespace
+
+LengthStrategies::LengthStrategies(const models::LlamaConfig& config, const CostModel& cost_model,
+                                   std::vector<LengthStrategy> set, const PipelineModelOptions& options)
+    : set_(std::move(set)) {
+  HSPMD_CHECK(!set_.empty()) << "strategies per maximum length: none given";
+  std::vector<std::pair<std::string, Shape>> params;
+  for (const models::LlamaParam& p : models::llama_parameters(config)) params.emplace_back(p.name, p.shape);
+  std::vector<std::vector<switching::ParamLayout>> layouts;
+  for (size_t i = 0; i < set_.size(); ++i) {
+    const LengthStrategy& s = set_[i];
+    HSPMD_CHECK(s.max_len > 0) << "strategy " << s.strategy.name << ": maximum length " << s.max_len
+                               << " must be positive";
+    HSPMD_CHECK(i == 0 || s.max_len > set_[i - 1].max_len)
+        << "strategies per maximum length must be given in increasing maximum length: " << set_[i - 1].max_len
+        << " (" << set_[i - 1].strategy.name << ") then " << s.max_len << " (" << s.strategy.name << ")";
+    for (int r : s.strategy.ranks()) {
+      HSPMD_CHECK(r < cost_model.topology().num_devices())
+          << "strategy " << s.strategy.name << " uses rank " << r << " but cluster " << cost_model.topology().name()
+          << " has " << cost_model.topology().num_devices() << " devices";
+    }
+    plans_.push_back(models::compile_llama_plan(config, s.strategy));
+    models_.push_back(pipeline_models(cost_model, s.strategy, options));
+    layouts.push_back(switching::param_layouts(plans_.back(), params));
+  }
+  const size_t n = set_.size();
+  switch_seconds_.assign(n, std::vector<double>(n, 0));
+  switch_bytes_.assign(n, std::vector<int64_t>(n, 0));
+  for (size_t a = 0; a < n; ++a) {
+    for (size_t b = 0; b < n; ++b) {
+      if (a == b) continue;
+      const switching::SwitchPlan sp =
+          switching::plan_switch(layouts[a], layouts[b], {.topology = &cost_model.topology()});
+      switch_bytes_[a][b] = sp.bsr.total_bytes();
+      switch_seconds_[a][b] = bsr_seconds(sp.bsr, cost_model.topology());
+    }
+  }
+}
+
+Choice LengthStrategies::choose(std::span<const int64_t> lengths, size_t current) const {
+  HSPMD_CHECK(current == kNone || current < set_.size()) << "strategies per maximum length: no strategy " << current;
+  const int64_t longest = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+  Choice best;
+  best.predicted.assign(set_.size(), -1.0);
+  bool found = false;
+  std::string refusals;
+  for (size_t i = 0; i < set_.size(); ++i) {
+    if (longest > set_[i].max_len) continue;
+    Dispatch d;
+    try {
+      d = dispatch(lengths, models_[i]);
+    } catch (const SequenceTooLong& e) {
+      refusals += "; strategy " + set_[i].strategy.name + ": " + e.what();
+      continue;
+    }
+    const double sw = current == kNone || i == current ? 0.0 : switch_seconds_[current][i];
+    best.predicted[i] = d.step_seconds + sw;
+    if (!found || best.predicted[i] < best.predicted[best.strategy]) {
+      found = true;
+      best.strategy = i;
+      best.dispatch = std::move(d);
+      best.switch_seconds = sw;
+    }
+  }
+  if (!found) {
+    throw SequenceTooLong("a sequence of " + std::to_string(longest) +
+                          " tokens is longer than every strategy of the run can hold: the largest maximum length is " +
+                          std::to_string(set_.back().max_len) + refusals);
+  }
+  return best;
+}
+
+LengthStrategy parse_length_strategy(const std::string& spec) {
+  const size_t colon = std::min(spec.find(':'), spec.size());
+  int64_t max_len = 0;
+  const auto [end, error] = std::from_chars(spec.data(), spec.data() + colon, max_len);
+  HSPMD_CHECK(error == std::errc() && end == spec.data() + colon && max_len > 0 && colon + 1 < spec.size())
+      << "--strategy-for-max-len " << spec << ": expected MAXLEN:STRATEGY.json with MAXLEN > 0 (tokens)";
+  return {max_len, sharding::Strategy::from_file(spec.substr(colon + 1))};
+}
+
+}  // namespace hspmd::planner

@@ -1,0 +1,73 @@
+// Strategies per maximum length (paper §7 scenario (c), Table 15/16): a run holds a few strategies,
+// each prepared for batches whose longest sequence is at most its maximum length, and picks one per
+// batch: the one with the lowest predicted time for that batch (its dispatch, planner/dispatcher.h),
+// counting the switch from the strategy in force (runtime/dist_trainer.h switch_to).
+//
+//   LengthStrategies set(config, cost_model, {{4096, a}, {32768, b}}, {.seq_len = 32768});
+//   Choice c = set.choose(lengths, /*current=*/0);  // c.strategy, c.dispatch, c.predicted[k]
+//
+// Switch cost: the bytes of the one fused BSR that moves every parameter and both AdamW moments
+// (switching::plan_switch, the plan the trainer executes), each message over its link's bandwidth;
+// senders work in parallel, so the switch takes as long as the busiest sender or receiver.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hspmd/models/llama_config.h"
+#include "hspmd/planner/cost_model.h"
+#include "hspmd/planner/dispatcher.h"
+#include "hspmd/sharding/plan.h"
+#include "hspmd/sharding/strategy.h"
+
+namespace hspmd::planner {
+
+struct LengthStrategy {
+  int64_t max_len = 0;  // batches whose longest sequence is at most this
+  sharding::Strategy strategy;
+};
+
+struct Choice {
+  size_t strategy = 0;     // index in the set
+  Dispatch dispatch;       // of the batch on that strategy's pipelines
+  // Per strategy: predicted step seconds plus the switch from `current` (negative: cannot run it).
+  std::vector<double> predicted;
+  double switch_seconds = 0;  // included in predicted[strategy]
+};
+
+class LengthStrategies {
+ public:
+  // Strategies in increasing max_len (Error otherwise, or when one does not fit the model).
+  // `options.seq_len` is the run's context length (how micro-batches are packed).
+  LengthStrategies(const models::LlamaConfig& config, const CostModel& cost_model, std::vector<LengthStrategy> set,
+                   const PipelineModelOptions& options);
+
+  // Error (SequenceTooLong) when the batch's longest sequence exceeds every strategy's max_len or
+  // memory, naming the length and the largest limit. `current` is the strategy in force (kNone: none
+  // yet, so no switch is counted).
+  static constexpr size_t kNone = SIZE_MAX;
+  Choice choose(std::span<const int64_t> lengths, size_t current) const;
+
+  size_t size() const { return set_.size(); }
+  const LengthStrategy& at(size_t i) const { return set_.at(i); }
+  const sharding::AnnotationPlan& plan(size_t i) const { return plans_.at(i); }
+  const std::vector<PipelineModel>& pipelines(size_t i) const { return models_.at(i); }
+  // Predicted seconds of switching from strategy a to strategy b (0 when a == b).
+  double switch_seconds(size_t a, size_t b) const { return switch_seconds_.at(a).at(b); }
+  int64_t switch_bytes(size_t a, size_t b) const { return switch_bytes_.at(a).at(b); }
+
+ private:
+  std::vector<LengthStrategy> set_;
+  std::vector<sharding::AnnotationPlan> plans_;
+  std::vector<std::vector<PipelineModel>> models_;
+  std::vector<std::vector<double>> switch_seconds_;
+  std::vector<std::vector<int64_t>> switch_bytes_;
+};
+
+// "4096:A.json" -> {4096, Strategy::from_file("A.json")}; Error naming the flag's text otherwise.
+LengthStrategy parse_length_strategy(const std::string& spec);
+
+}  // namespace hspmd::planner

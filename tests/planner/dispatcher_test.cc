@@ -1,0 +1,194 @@
+// Dispatch by length: balance against exhaustive search, memory limits per pipeline, the error for a
+// sequence no pipeline holds, micro-batch packing, and the choice among strategies per maximum length
+// counting the switch cost.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "hspmd/planner/cost_model.h"
+#include "hspmd/planner/dispatcher.h"
+#include "hspmd/planner/length_strategies.h"
+#include "planner/planner_testlib.h"
+
+namespace hspmd::planner {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Ranks 0-1 fast and 2-3 slow (3x), `small` bytes on ranks 0 and 1, `big` on 2 and 3.
+resolve::Topology cluster(double small, double big) {
+  std::string j = R"({"name": "mem", "devices": [)";
+  for (int r = 0; r < 4; ++r) {
+    j += (r ? "," : "") + std::string(R"({"id": )") + std::to_string(r) + R"(, "node": 0, "type": ")" +
+         (r < 2 ? "fast" : "slow") + R"(", "memory": )" + std::to_string(r < 2 ? small : big) + R"(, "peak_flops": 1e11})";
+  }
+  j += R"(], "intra_node_bandwidth": 1e10, "inter_node_bandwidth": 1e9})";
+  return resolve::Topology::from_json_text(j, "mem.json");
+}
+
+sharding::Strategy two_pipelines(const std::string& name = "two") {
+  return sharding::Strategy::from_json_text(R"({"name": ")" + name + R"(", "pipelines": [
+      {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0", "layers": "0-3"}]},
+      {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "2", "layers": "0-1"},
+                                                                 {"ranks": "3", "layers": "2-3"}]}]})",
+                                            name + ".json");
+}
+
+// The best step over every assignment of the sequences to pipelines that hold them.
+double exhaustive_best(const std::vector<int64_t>& lengths, const std::vector<PipelineModel>& pipes) {
+  const size_t n = lengths.size(), P = pipes.size();
+  size_t total = 1;
+  for (size_t i = 0; i < n; ++i) total *= P;
+  double best = 1e300;
+  for (size_t code = 0; code < total; ++code) {
+    std::vector<std::vector<int64_t>> parts(P);
+    size_t c = code;
+    bool ok = true;
+    for (size_t i = 0; i < n; ++i, c /= P) {
+      ok = ok && lengths[i] <= pipes[c % P].max_tokens;
+      parts[c % P].push_back(lengths[i]);
+    }
+    if (!ok) continue;
+    double step = 0;
+    for (size_t p = 0; p < P; ++p) step = std::max(step, dispatch(parts[p], std::span(&pipes[p], 1)).step_seconds);
+    best = std::min(best, step);
+  }
+  return best;
+}
+
+TEST(DispatcherTest, PipelineModelReproducesTheCostModel) {
+  const models::LlamaConfig config = testing::tiny_config();
+  const resolve::Topology topo = cluster(1e9, 1e9);
+  const Profile profile = testing::two_kind_profile(3.0);
+  const CostModel cm(config, topo, profile, {.seq_len = 64});
+  const std::vector<PipelineModel> pipes = pipeline_models(cm, two_pipelines(), {.seq_len = 64});
+  const Prediction whole = cm.predict(two_pipelines());
+  ASSERT_EQ(pipes.size(), 2u);
+  // Two micro-batches of one 64-token sequence each: exactly the cost model's pipeline times.
+  const std::vector<MicroBatchLoad> two{{64, 64 * 64}, {64, 64 * 64}};
+  for (size_t p = 0; p < 2; ++p) {
+    EXPECT_NEAR(pipes[p].seconds(two), whole.pipelines[p].pipeline_seconds, 1e-9 * whole.pipelines[p].pipeline_seconds);
+    EXPECT_NEAR(pipes[p].tail_seconds, whole.pipelines[p].end_seconds - whole.pipelines[p].pipeline_seconds, 1e-12);
+    EXPECT_EQ(pipes[p].micro_batch_tokens, 64);
+  }
+}
+
+TEST(DispatcherTest, BalancesTheSlowestPipelineNearTheExhaustiveOptimum) {
+  const models::LlamaConfig config = testing::tiny_config();
+  const resolve::Topology topo = cluster(1e9, 1e9);
+  const Profile profile = testing::two_kind_profile(3.0);
+  const CostModel cm(config, topo, profile, {.seq_len = 64});
+  const std::vector<PipelineModel> pipes = pipeline_models(cm, two_pipelines(), {.seq_len = 64});
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int64_t> length(2, 64);
+  double worst = 1;
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<int64_t> lengths(8);
+    for (int64_t& l : lengths) l = length(rng);
+    const Dispatch d = dispatch(lengths, pipes);
+    // Every sequence exactly once.
+    std::vector<size_t> seen;
+    for (const auto& pipe : d.micro_batches)
+      for (const auto& mb : pipe) seen.insert(seen.end(), mb.begin(), mb.end());
+    std::sort(seen.begin(), seen.end());
+    ASSERT_EQ(seen.size(), lengths.size());
+    for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], i);
+    worst = std::max(worst, d.step_seconds / exhaustive_best(lengths, pipes));
+  }
+  // The fast single-stage pipeline takes most of the work, and the result is close to the optimum.
+  EXPECT_LT(worst, 1.05) << "dispatch's step over the exhaustive optimum, worst of 40 batches";
+}
+
+TEST(DispatcherTest, LongSequencesGoWhereTheMemoryHoldsThem) {
+  const models::LlamaConfig config = testing::tiny_config();
+  const Profile profile = testing::two_kind_profile(3.0);
+  // Ranks 0-1 (the fast pipeline) hold little beyond the weights; 2-3 hold plenty.
+  const resolve::Topology topo = cluster(18.5e6, 1e9);
+  const CostModel cm(config, topo, profile, {.seq_len = 512});
+  const std::vector<PipelineModel> pipes = pipeline_models(cm, two_pipelines(), {.seq_len = 512});
+  ASSERT_GT(pipes[0].max_tokens, 10);
+  ASSERT_LT(pipes[0].max_tokens, 400);
+  EXPECT_GT(pipes[1].max_tokens, 512);
+  EXPECT_EQ(pipes[0].micro_batch_tokens, pipes[0].max_tokens);
+  // Sequences just over pipeline 0's limit and short ones: the long ones must all go to pipeline 1,
+  // though pipeline 0 is three times faster; every micro-batch fits its pipeline's memory.
+  const int64_t over = pipes[0].max_tokens + 1;
+  const std::vector<int64_t> lengths{over, 8, over, 16, 8, 12, over, 10};
+  const Dispatch d = dispatch(lengths, pipes);
+  for (size_t p = 0; p < 2; ++p) {
+    for (const auto& mb : d.micro_batches[p]) {
+      int64_t tokens = 0;
+      for (size_t i : mb) {
+        tokens += lengths[i];
+        if (lengths[i] == over) {
+          EXPECT_EQ(p, 1u) << "sequence " << i << " of " << over << " tokens";
+        }
+      }
+      EXPECT_LE(tokens, pipes[p].micro_batch_tokens) << "pipeline " << p;
+    }
+  }
+  EXPECT_FALSE(d.micro_batches[0].empty()) << "the short sequences still use the fast pipeline";
+  EXPECT_THAT(d.to_string(), HasSubstr("pipeline 1: "));
+}
+
+TEST(DispatcherTest, RefusesASequenceLongerThanEveryPipelineHolds) {
+  const models::LlamaConfig config = testing::tiny_config();
+  const Profile profile = testing::two_kind_profile(3.0);
+  const resolve::Topology topo = cluster(18.5e6, 10e6);
+  const CostModel cm(config, topo, profile, {.seq_len = 512});
+  const std::vector<PipelineModel> pipes = pipeline_models(cm, two_pipelines(), {.seq_len = 512});
+  const int64_t limit = std::max(pipes[0].max_tokens, pipes[1].max_tokens);
+  ASSERT_LT(limit, 512);
+  const std::vector<int64_t> lengths{16, limit + 5, 30};
+  try {
+    dispatch(lengths, pipes);
+    FAIL() << "a sequence of " << limit + 5 << " tokens was dispatched";
+  } catch (const SequenceTooLong& e) {
+    EXPECT_THAT(e.what(), HasSubstr("sequence 1 of the batch has " + std::to_string(limit + 5) + " tokens"));
+    EXPECT_THAT(e.what(), HasSubstr("the limit is " + std::to_string(limit) + " tokens"));
+  }
+  EXPECT_NO_THROW(dispatch(std::vector<int64_t>{limit, 3}, pipes));
+}
+
+TEST(DispatcherTest, StrategiesPerMaximumLengthCountTheSwitch) {
+  const models::LlamaConfig config = testing::tiny_config();
+  const Profile profile = testing::two_kind_profile(3.0);
+  const resolve::Topology topo = cluster(1e9, 1e9);
+  const CostModel cm(config, topo, profile, {.seq_len = 64});
+  // "short": the slow ranks alone (max length 32); "long": both pipelines above (max length 64).
+  const sharding::Strategy short_one = sharding::Strategy::from_json_text(R"({"name": "short", "pipelines": [
+      {"micro_batch_size": 1, "num_micro_batches": 1, "stages": [{"ranks": "2-3", "layers": "0-3"}]}]})", "s.json");
+  const LengthStrategies set(config, cm, {{32, short_one}, {64, two_pipelines("long")}}, {.seq_len = 64});
+  EXPECT_GT(set.switch_bytes(0, 1), 0);
+  EXPECT_GT(set.switch_seconds(0, 1), 0);
+  EXPECT_EQ(set.switch_seconds(1, 1), 0);
+  // A batch with a 60-token sequence only fits "long".
+  const Choice c = set.choose(std::vector<int64_t>{60, 20, 10}, 0);
+  EXPECT_EQ(c.strategy, 1u);
+  EXPECT_LT(c.predicted[0], 0);
+  EXPECT_NEAR(c.predicted[1], c.dispatch.step_seconds + set.switch_seconds(0, 1), 1e-12);
+  // Short batches: "long" (with the fast rank) is quicker per step; from "long" it stays there.
+  const std::vector<int64_t> short_batch{20, 20, 10, 12};
+  const Choice stay = set.choose(short_batch, 1);
+  EXPECT_EQ(stay.strategy, 1u);
+  EXPECT_EQ(stay.switch_seconds, 0);
+  // From "short", going to "long" must pay the switch; the choice is whichever total is lower.
+  const Choice from_short = set.choose(short_batch, 0);
+  const double go = dispatch(short_batch, set.pipelines(1)).step_seconds + set.switch_seconds(0, 1);
+  const double keep = dispatch(short_batch, set.pipelines(0)).step_seconds;
+  EXPECT_EQ(from_short.strategy, go < keep ? 1u : 0u);
+  // Longer than every maximum length: refused with the length and the largest limit.
+  try {
+    set.choose(std::vector<int64_t>{65}, 0);
+    FAIL() << "a 65-token sequence was accepted";
+  } catch (const SequenceTooLong& e) {
+    EXPECT_THAT(e.what(), HasSubstr("a sequence of 65 tokens"));
+    EXPECT_THAT(e.what(), HasSubstr("the largest maximum length is 64"));
+  }
+}
+
+}  // namespace
+}  // namespace hspmd::planner
+
