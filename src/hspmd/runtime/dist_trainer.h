@@ -163,6 +163,8 @@ class DistTrainer {
   // "rank 2: pipeline 1, stage 1/2 [2], 4 micro-batches of 1, 1F1B: F0 F1 B0 ..., memory ~3.1 MiB"
   std::string describe() const;
   Tracer& tracer() { return tracer_; }
+  // The compute the emulated device stretches (forward, backward, optimizer), since construction.
+  const ComputeTime& compute_time() const { return pacer_.total(); }
   const models::LlamaModel& model() const { return model_; }
 
  private:
@@ -214,7 +216,6 @@ class DistTrainer {
   graph::LrSchedule lr_schedule_;
   int64_t step_ = 0;
   ComputePacer pacer_;
-  double unpaced_seconds_ = 0;
   double last_grad_norm_ = 0;
   Tracer tracer_;
 };
