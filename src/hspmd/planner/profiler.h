@@ -7,7 +7,8 @@
 //
 // Compute: for each TP degree t (ranks as threads of this process, one kernel thread each, Gloo
 // between them, as in training), sequence length s and micro-batch size b, one training step of a
-// single-stage TP-t pipeline is timed (median of `repeats` after a warm-up step) for a model of 1
+// single-stage TP-t pipeline is timed (median of `repeats` steps, in three passes over all points
+// when repeats >= 6) for a model of 1
 // and of 3 decoder layers. Times are CPU times of rank 0's thread (its kernels run on it): builds
 // or other ranks sharing the host's cores inflate them little, and waiting for a TP peer is not in
 // them (the TP collectives are not either: the cost model adds them from the measured links). Each
@@ -22,7 +23,9 @@
 // would share cores and the figure would measure the sharing.
 // Emulated devices (runtime/emulation.h): each distinct device name becomes a kind whose compute is
 // the host's divided by its speed, plus the host's rest at the host's speed, which is what the
-// runtime does; its optimizer_seconds_per_parameter is AdamW's divided by the speed.
+// runtime does; its optimizer_seconds_per_parameter is AdamW's divided by the speed. Compute paced
+// into bursts between sleeps can take more CPU time than back to back (caches used by others
+// meanwhile): each kind's compute is scaled by the ratio measured once running as that kind.
 // Memory: the runtime's own estimate (specialize/memory_estimate.h), the figure it refuses a plan
 // on, evaluated on the executable graphs of 1- and 2-layer models at two token counts and one or
 // two micro-batches in flight, without and with ZeRO-1, and solved for the Profile's coefficients.
