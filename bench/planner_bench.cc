@@ -6,15 +6,23 @@
 //    predicted step time of its plan vs the Table 9 strategy's, under the same cost model.
 // 2. error: cost-model error on emulated heterogeneous devices (CPU emulation, not GPUs; four ranks
 //    as threads, one kernel thread each). The host is profiled first (planner/profiler.h) with the
-//    devices of examples/devices/local-hetero-4-dilated.json: time dilated 8x so that the ranks'
-//    compute (1/8 + 1/8 + 1/24 + 1/24 of a core) fits the share of a busy host and a rank is never waiting for a
-//    core held by another rank. Then each strategy's step is predicted and measured: rounds
-//    interleave the strategies, a strategy's measure is the best over rounds of its median step
-//    over the second half of its steps (the first steps connect the groups and warm up memory). Error = |predicted - measured| / measured.
+//    devices of examples/devices/local-hetero-4-dilated.json: time dilated 8x (fast ranks at 1/8 of
+//    the host, slow at 1/24), so that the ranks' compute (1/8 + 1/8 + 1/24 + 1/24 = 1/3 of a core)
+//    fits the 2 cores with room to spare and a rank rarely waits for a core held by another rank.
+//    The data are documents of exactly one sequence (every row full, as the cost model assumes).
+//    Then each strategy's step is predicted and measured: rounds interleave the strategies, a
+//    strategy's measure is the best over rounds of its median step over the second half of its
+//    steps (the first steps connect the groups and warm up memory). Error = |predicted - measured|
+//    / measured. Per strategy, stderr shows each rank's phases (passes, communication inside them,
+//    gradient sync + optimizer, compute CPU time) next to the predicted per-stage figures.
 // 3. emulated: the planner's plan for those devices, measured in the same rounds as the
 //    homogeneous strategies (every rank the same share of work), vs the best of them.
 //
+// On a shared host, run the emulated part under a real-time priority (root: `chrt -f 10`): other
+// processes then neither delay the ranks' messages by a scheduler slice nor evict their caches
+// mid-op; the ranks mostly sleep (the dilation), so the host keeps its cores.
 // Run: build/release/bench_planner_bench [--part=paper|emulated|all] [--steps=N] [--rounds=R]
+//      (from build/release; the emulated part: chrt -f 10 ./bench_planner_bench --part=emulated --rounds=2)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,11 +31,13 @@
 #include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "bench_data.h"
+#include <unistd.h>
+
 #include "hspmd/comm/thread_ranks.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/models/llama_plan.h"
@@ -140,13 +150,47 @@ std::vector<Candidate> candidates() {
 constexpr int64_t kSeqLen = 256;
 constexpr int64_t kGlobalBatch = 8;  // sequences: 2048 tokens a step
 
+// Documents of exactly kSeqLen random tokens: every row of every micro-batch is full and one
+// attention segment, as the cost model assumes for "global batch x sequence length". (A corpus packs
+// documents of varying lengths: a pipeline's micro-batches then hold more or fewer tokens than its
+// share from step to step, and attention over short documents costs less than over full rows.)
+std::string full_rows_dataset(const models::LlamaConfig& config) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("hspmd-planner-bench-" + std::to_string(::getpid()))).string();
+  data::TokenDatasetWriter w(dir, {.vocab_size = static_cast<uint32_t>(config.vocab_size), .tokenizer_id = "random"});
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.vocab_size) - 1);
+  std::vector<int32_t> doc(kSeqLen);
+  for (int d = 0; d < 16 * kGlobalBatch; ++d) {
+    for (int32_t& t : doc) t = token(rng);
+    w.add_document(doc);
+  }
+  w.finish();
+  return dir;
+}
+
+// Where one rank's step went (its last step, from the runtime's trace): forward and backward
+// passes (their communication included), the communication inside them, and the gradient sync with
+// the optimizer (post).
+struct Phases {
+  double passes = 0, comm = 0, post = 0, step = 0;
+  double compute_cpu = 0;  // the CPU time the emulated device stretched (runtime::ComputePacer)
+};
+
+struct Measure {
+  double step = 0;            // median step time over the second half of the steps
+  std::vector<Phases> ranks;  // per rank of the world (zeros for idle ranks)
+};
+
 // Median step time of one strategy on the emulated devices over the second half of its steps: the
 // first steps connect the groups and touch fresh memory (they run up to 3x slower than later ones).
-double measure(const models::LlamaConfig& config, const data::TokenDataset& ds, const sharding::Strategy& st,
-               const runtime::EmulatedDevices& devices, int steps) {
+Measure measure(const models::LlamaConfig& config, const data::TokenDataset& ds, const sharding::Strategy& st,
+                const runtime::EmulatedDevices& devices, int steps) {
   const sharding::AnnotationPlan plan = models::compile_llama_plan(config, st);
   const int world = st.ranks().back() + 1;
   std::vector<double> times;
+  Measure m;
+  m.ranks.resize(world);
   comm::run_thread_ranks(world, [&](int rank, comm::GroupCache& groups) {
     runtime::DistOptions o;
     o.train.steps = steps;
@@ -154,21 +198,31 @@ double measure(const models::LlamaConfig& config, const data::TokenDataset& ds, 
     o.train.global_batch_tokens = kGlobalBatch * kSeqLen;
     o.train.threads = 1;
     o.device = devices.of(rank);
+    o.trace = true;
     const std::vector<int> used = st.ranks();
     if (!std::binary_search(used.begin(), used.end(), rank)) return;  // an idle rank of this strategy
     runtime::DistTrainer t(config, ds, plan, o, rank, world, groups);
+    double compute_cpu = 0;
     for (int s = 0; s < steps; ++s) {
+      t.tracer().clear();
+      compute_cpu = t.compute_time().cpu;
       const double seconds = t.step().step_seconds;
+      compute_cpu = t.compute_time().cpu - compute_cpu;
       if (rank == used.front() && s >= steps / 2) times.push_back(seconds);
     }
+    const runtime::TraceSummary sum = t.tracer().summary();
+    auto at = [&](const char* c) { return sum.seconds.count(c) ? sum.seconds.at(c) : 0.0; };
+    m.ranks[rank] = {at("compute"), at("comm"), at("optimizer"), sum.window_seconds, compute_cpu};
   });
   std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  m.step = times[times.size() / 2];
+  return m;
 }
 
 void emulated(int steps, int rounds) {
   const models::LlamaConfig config = models::LlamaConfig::from_file(kRoot + "/configs/llama-tiny.json");
-  const data::TokenDataset ds = data::TokenDataset::open(bench::prepared_kjv_dataset(kRoot));
+  const std::string data_dir = full_rows_dataset(config);
+  const data::TokenDataset ds = data::TokenDataset::open(data_dir);
   const runtime::EmulatedDevices devices =
       runtime::EmulatedDevices::from_file(kRoot + "/examples/devices/local-hetero-4-dilated.json", 4);
   const resolve::Topology topo = resolve::Topology::from_file(kRoot + "/examples/clusters/local-hetero-4.json");
@@ -177,7 +231,7 @@ void emulated(int steps, int rounds) {
   planner::ProfilerOptions po;
   po.model = "configs/llama-tiny.json";
   po.devices = &devices;
-  po.repeats = 4;
+  po.repeats = 18;
   po.progress = [](const std::string& line) { std::fputs(line.c_str(), stderr); };
   const auto t0 = std::chrono::steady_clock::now();
   const planner::Profile profile = planner::profile_host(config, po);
@@ -200,8 +254,25 @@ void emulated(int steps, int rounds) {
   std::vector<double> best(all.size(), 1e30);
   for (int round = 0; round < rounds; ++round) {
     for (size_t i = 0; i < all.size(); ++i) {
-      best[i] = std::min(best[i], measure(config, ds, all[i].strategy, devices, steps));
-      std::fprintf(stderr, "round %d: %s %.3f s\n", round, all[i].label.c_str(), best[i]);
+      const Measure m = measure(config, ds, all[i].strategy, devices, steps);
+      best[i] = std::min(best[i], m.step);
+      std::fprintf(stderr, "round %d: %s %.3f s (best %.3f s)\n", round, all[i].label.c_str(), m.step, best[i]);
+      const planner::Prediction pred = cost.predict(all[i].strategy);
+      for (size_t r = 0; r < m.ranks.size(); ++r) {
+        const Phases& ph = m.ranks[r];
+        std::fprintf(stderr, "  rank %zu: window %.3f s: passes %.3f s (comm %.3f s), post %.3f s; compute %.2f ms CPU\n",
+                     r, ph.step, ph.passes, ph.comm, ph.post, 1e3 * ph.compute_cpu);
+      }
+      for (size_t p = 0; p < pred.pipelines.size(); ++p) {
+        const planner::PipelinePrediction& pp = pred.pipelines[p];
+        std::fprintf(stderr, "  predicted pipeline %zu: %.3f s + %.3f s sync/optimizer; stages:", p, pp.pipeline_seconds,
+                     pp.end_seconds - pp.pipeline_seconds);
+        for (const planner::StagePrediction& sp : pp.stages) {
+          std::fprintf(stderr, " [compute %.3f tp %.3f p2p %.3f sync %.3f opt %.3f]", sp.compute_seconds,
+                       sp.tp_comm_seconds, sp.p2p_seconds, sp.sync_seconds, sp.optimizer_seconds);
+        }
+        std::fprintf(stderr, "\n");
+      }
     }
   }
   std::printf("host load average after measuring: %.1f\n", load_average());
@@ -227,6 +298,7 @@ void emulated(int steps, int rounds) {
               100 * sorted.back());
   std::printf("planner's plan measured %.3f s vs best homogeneous (%s) %.3f s: %.2fx faster\n", best.back(),
               best_homogeneous_label.c_str(), best_homogeneous, best_homogeneous / best.back());
+  std::filesystem::remove_all(data_dir);
 }
 
 }  // namespace

@@ -40,9 +40,11 @@ TEST(CostModelTest, StageTimesBubbleAndSync) {
   const double st1 = 3 * s1.layer.seconds(1, s) + s1.ends.seconds(s);
   EXPECT_NEAR(p.pipelines[1].pipeline_seconds, st0 + st1 + 3 * std::max(st0, st1), 1e-12);
   // Pipeline 0: one stage: 4 layers + head + 4 TP all-reduces per layer of 2 x 64 x 128 floats,
-  // ring of 2 on the intra-node link (1e10 B/s): 2 (n-1)/n bytes / bandwidth each.
+  // ring of 2 on the intra-node link (1e10 B/s): 2 (n-1)/n bytes / bandwidth each; one more for the
+  // embedding and one for the head, and the loss's gather of 3 float64 per token.
   const double ar = 2.0 * 1 / 2 * (2 * 64 * 128 * 4) / 1e10;
-  const double f0 = 4 * f2.layer.seconds(2, s) + f2.ends.seconds(2 * s) + 4 * 4 * ar;
+  const double loss_gather = 2.0 * 1 / 2 * (2 * 64 * 3 * 8) / 1e10;
+  const double f0 = 4 * f2.layer.seconds(2, s) + f2.ends.seconds(2 * s) + (4 * 4 + 2) * ar + loss_gather;
   EXPECT_NEAR(p.pipelines[0].pipeline_seconds, 2 * f0, 1e-12);
   // Gradient sync runs after the pipeline: the step is the slowest end.
   EXPECT_GT(p.pipelines[1].end_seconds, p.pipelines[1].pipeline_seconds);

@@ -216,5 +216,28 @@ TEST(DistTrain, PlanBeyondEmulatedMemoryIsRefusedBeforeTraining) {
   EXPECT_THAT(message, AllOf(HasSubstr("rank 0"), HasSubstr("tiny"), HasSubstr("parameters"), HasSubstr("65536")));
 }
 
+// An emulated device at speed s stretches the compute it brackets (forward, backward, optimizer) to
+// CPU time / s: whatever the host's load, a step lasts at least its compute's CPU time over s.
+TEST(DistTrain, EmulatedSpeedStretchesEachStepsCompute) {
+  sharding::Strategy st = strategy(R"({"name": "one", "pipelines": [
+    {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "0", "layers": "0-3"}]}]})");
+  const sharding::AnnotationPlan plan = models::compile_llama_plan(config(), st);
+  data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
+  comm::run_thread_ranks(1, [&](int rank, comm::GroupCache& groups) {
+    DistOptions o;
+    o.train = options(2);
+    o.train.threads = 1;
+    o.device = {.rank = 0, .name = "half", .speed = 0.5, .memory_bytes = 0};
+    DistTrainer t(config(), ds, plan, o, rank, 1, groups);
+    for (int s = 0; s < 2; ++s) {
+      const double before = t.compute_time().cpu;
+      const double seconds = t.step().step_seconds;
+      const double compute = t.compute_time().cpu - before;
+      EXPECT_GT(compute, 0) << "step " << s;
+      EXPECT_GE(seconds, compute / 0.5) << "step " << s;
+    }
+  });
+}
+
 }  // namespace
 }  // namespace hspmd::runtime

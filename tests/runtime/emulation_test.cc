@@ -1,6 +1,7 @@
 // Emulated devices: the shipped examples parse to the documented speeds and capacities, every bad
 // input is refused with an error naming the source and the key, describe() is the log line, and
-// ComputePacer stretches busy time by 1/speed (timing checked with generous bounds).
+// ComputePacer stretches the CPU time of compute to 1/speed, less the wall time already spent (timing
+// checked with generous bounds).
 #include "hspmd/runtime/emulation.h"
 
 #include <gmock/gmock.h>
@@ -122,30 +123,58 @@ double seconds_of(const std::function<void()>& fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-TEST(ComputePacerTest, PadsByInverseSpeed) {
-  // speed 0.5: 20 ms of work should take 40 ms, so 20 ms are slept.
-  ComputePacer half(0.5);
-  const double slept = seconds_of([&] { half.pad(0.020); });
-  EXPECT_GE(slept, 0.015);
-  EXPECT_LT(slept, 0.020 + 0.200);
-  // speed 0.25: 10 ms of work -> 30 ms slept.
-  const double slept_quarter = seconds_of([] { ComputePacer(0.25).pad(0.010); });
-  EXPECT_GE(slept_quarter, 0.025);
-  EXPECT_LT(slept_quarter, 0.030 + 0.200);
+TEST(ComputePacerTest, PadsCpuTimeToInverseSpeedLessTheWallTimeSpent) {
+  // speed 0.5: 20 ms of work must take 40 ms; 20 ms already passed, so 20 ms remain.
+  EXPECT_DOUBLE_EQ(ComputePacer(0.5).padding({.cpu = 0.020, .wall = 0.020}), 0.020);
+  // A rank that waited 30 ms for a core spent 50 ms on 20 ms of work: only 40 - 50 < 0 remains.
+  // Stretching the wall time instead would have slept 50 ms and counted the wait twice.
+  EXPECT_DOUBLE_EQ(ComputePacer(0.5).padding({.cpu = 0.020, .wall = 0.050}), 0.0);
+  EXPECT_DOUBLE_EQ(ComputePacer(0.25).padding({.cpu = 0.010, .wall = 0.015}), 0.025);
+  EXPECT_DOUBLE_EQ(ComputePacer(1.0).padding({.cpu = 0.010, .wall = 0.010}), 0.0);
 }
 
-TEST(ComputePacerTest, FullSpeedAndZeroBusyDoNotSleep) {
+// Burns about `seconds` of this thread's CPU time.
+void spin_cpu(double seconds) {
+  const ComputeClock start = ComputeClock::now();
+  volatile double x = 1;
+  while (ComputeClock::now().since(start).cpu < seconds) x = x * 1.0000001 + 1e-9;
+}
+
+TEST(ComputePacerTest, SpansAccumulateUntilPadAndThenReset) {
+  ComputePacer quarter(0.25);
+  quarter.begin();
+  spin_cpu(0.010);
+  quarter.end();
+  quarter.begin();
+  spin_cpu(0.010);
+  quarter.end();
+  EXPECT_GE(quarter.total().cpu, 0.020);
+  EXPECT_GE(quarter.total().wall, quarter.total().cpu * 0.999);
+  // 20 ms of CPU at a quarter of the speed: 80 ms in all, about 60 ms of it slept.
+  const double slept = seconds_of([&] { quarter.pad(); });
+  EXPECT_GE(slept, 0.080 - quarter.total().wall - 0.002);
+  EXPECT_LT(slept, 0.060 + 0.200);
+  // The account starts again: nothing left to pad, and the total keeps the compute only.
+  EXPECT_LT(seconds_of([&] { quarter.pad(); }), 0.050);
+  EXPECT_LT(quarter.total().cpu, 0.020 + 0.050);
+}
+
+TEST(ComputePacerTest, FullSpeedDoesNotSleep) {
   ComputePacer full;
   EXPECT_EQ(full.speed(), 1.0);
-  // 10 s of busy time at full speed must return at once (a sleep would blow the bound).
-  EXPECT_LT(seconds_of([&] { full.pad(10.0); }), 0.200);
-  EXPECT_LT(seconds_of([] { ComputePacer(0.1).pad(0.0); }), 0.200);
+  full.begin();
+  spin_cpu(0.005);
+  full.end();
+  EXPECT_LT(seconds_of([&] { full.pad(); }), 0.002 + 0.200);
+  ComputePacer idle(0.1);
+  EXPECT_LT(seconds_of([&] { idle.pad(); }), 0.200);  // nothing bracketed: nothing to stretch
 }
 
 TEST(ComputePacerTest, RejectsBadArguments) {
   EXPECT_THAT(error_of([] { ComputePacer p(0.0); }), HasSubstr("speed must be in (0, 1], got 0"));
   EXPECT_THAT(error_of([] { ComputePacer p(1.5); }), HasSubstr("speed must be in (0, 1], got 1.5"));
-  EXPECT_THAT(error_of([] { ComputePacer(0.5).pad(-1.0); }), HasSubstr("busy time must be"));
+  EXPECT_THAT(error_of([] { ComputePacer(0.5).padding({.cpu = -1.0, .wall = 0}); }),
+              HasSubstr("compute times must be finite"));
 }
 
 }  // namespace

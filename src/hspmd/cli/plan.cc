@@ -3,7 +3,7 @@
 // and prints its predicted step time, the memory of every rank and how long planning took.
 //
 //   hspmd plan --model configs/llama-32b.json --cluster examples/clusters/paper-16h800-32h20.json
-//       --profile examples/profiles/paper-h800-h20.json --global-batch 64 --seq-len 4096
+//       --profile examples/profiles/paper-h800-h20-llama-32b.json --global-batch 64 --seq-len 4096
 //       --out runs/plan-32b.json                                        (one line)
 //
 // Re-planning after a membership change (elastic training): --previous OLD.json --ranks 0-14,16-47

@@ -105,7 +105,7 @@ void add_profile_command(CLI::App& app) {
   cmd->add_option("--micro-batch-sizes", opts->micro_batch_sizes, "micro-batch sizes")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--repeats", opts->repeats, "timed steps per point, best counts")
+  cmd->add_option("--repeats", opts->repeats, "timed steps per point (their median counts)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->callback([opts] { run_profile(*opts); });

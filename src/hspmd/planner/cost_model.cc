@@ -37,6 +37,14 @@ ModelShape ModelShape::of(const models::LlamaConfig& c) {
   return s;
 }
 
+bool ModelShape::tp_divides(int t) const {
+  if (t < 1) return false;
+  for (int64_t size : {heads, kv_heads, hidden, ffn, vocab}) {
+    if (size % t != 0) return false;
+  }
+  return true;
+}
+
 CostModel::CostModel(const models::LlamaConfig& config, const resolve::Topology& topology, const Profile& profile,
                      CostOptions options)
     : shape_(ModelShape::of(config)), topology_(topology), profile_(profile), options_(options) {
@@ -94,6 +102,20 @@ double CostModel::stage_tp_comm(const std::vector<int>& ranks, int layers, int m
   const double bytes = static_cast<double>(micro_batch_size) * options_.seq_len * shape_.hidden * k.activation_element_bytes;
   // Megatron TP: one all-reduce after attention and one after the MLP, each in forward and backward.
   return 4.0 * layers * allreduce(ranks, bytes);
+}
+
+double CostModel::ends_tp_comm(const std::vector<int>& ranks, bool first, bool last, int micro_batch_size) const {
+  if (profile_.layer_includes_tp_comm || ranks.size() <= 1 || !(first || last)) return 0;
+  const DeviceKindProfile& k = profile_.kind(stage_kind(ranks));
+  const double tokens = static_cast<double>(micro_batch_size) * options_.seq_len;
+  const double bytes = tokens * shape_.hidden * k.activation_element_bytes;
+  double t = 0;
+  // The vocabulary-parallel embedding's output is all-reduced in the forward pass.
+  if (first) t += allreduce(ranks, bytes);
+  // The vocabulary-parallel head: its input gradient is all-reduced in the backward pass, and the
+  // loss gathers each shard's row statistics (3 float64 per token), latency more than bytes.
+  if (last) t += allreduce(ranks, bytes) + allreduce(ranks, 3.0 * 8 * tokens);
+  return t;
 }
 
 double CostModel::p2p(int from, int to, int micro_batch_size) const {
@@ -168,7 +190,8 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
       sp.layers = stage.last_layer - stage.first_layer + 1;
       const bool last = j == S - 1;
       sp.compute_seconds = stage_compute(sp.kind, sp.tp, sp.layers, last, pipe.micro_batch_size);
-      sp.tp_comm_seconds = stage_tp_comm(stage.ranks, sp.layers, pipe.micro_batch_size);
+      sp.tp_comm_seconds = stage_tp_comm(stage.ranks, sp.layers, pipe.micro_batch_size) +
+                           ends_tp_comm(stage.ranks, j == 0, last, pipe.micro_batch_size);
       if (!last) sp.p2p_seconds = p2p(stage.ranks.front(), pipe.stages[j + 1].ranks.front(), pipe.micro_batch_size);
       // The stage's gradient shard is all-reduced with the stages holding the same first layer in
       // the other pipelines (their first TP ranks stand for the ring's links).

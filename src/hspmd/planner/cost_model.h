@@ -12,7 +12,8 @@
 //   f_j = layers_j * layer(t, b, s)                       profiled fwd+bwd of one decoder layer
 //       + [last stage] ends(t, b * s)                     embedding, head and loss
 //       + [unless the profile measured them inside the layer] 4 all-reduces per layer of
-//         b*s*hidden activations over the stage's TP group (ring, on the group's slowest link)
+//         b*s*hidden activations over the stage's TP group (ring, on the group's slowest link),
+//         one more on the first stage (embedding) and on the last (head) with the loss's gather
 //       + [not last] activation send + gradient receive to the next stage (p2p on that link)
 //   pipeline time = sum_j f_j + (n - 1) * max_j f_j       (1F1B and GPipe have the same bubble,
 //                                                          (S - 1) * max f, differing in memory)
@@ -93,6 +94,9 @@ struct ModelShape {
   double embedding_parameters = 0;
   double head_parameters = 0;  // final norm + lm_head
   static ModelShape of(const models::LlamaConfig& config);
+  // Whether TP degree t splits the heads, KV heads, hidden size, FFN and vocabulary evenly (the
+  // degrees the runtime's Llama plans accept, so the ones worth profiling and planning).
+  bool tp_divides(int t) const;
 };
 
 class CostModel {
@@ -111,6 +115,8 @@ class CostModel {
   // Seconds of one micro-batch on a stage of `ranks` holding `layers` layers (ends on the last stage).
   double stage_compute(const std::string& kind, int tp, int layers, bool last, int micro_batch_size) const;
   double stage_tp_comm(const std::vector<int>& ranks, int layers, int micro_batch_size) const;
+  // The TP collectives of the embedding (first stage) and of the head and loss (last stage).
+  double ends_tp_comm(const std::vector<int>& ranks, bool first, bool last, int micro_batch_size) const;
   double p2p(int from, int to, int micro_batch_size) const;
   double allreduce(const std::vector<int>& group, double bytes) const;
   MemoryBreakdown stage_memory(const std::string& kind, int tp, int layers, bool first, bool last,

@@ -49,12 +49,7 @@ Profile derive_profile(const models::LlamaConfig& c, const resolve::Topology& cl
     k.activation_element_bytes = 2;
     const double rate = peak * o.efficiency;
     for (int t = 1; t <= largest; t *= 2) {
-      bool divides = true;
-      for (int64_t size : {c.num_attention_heads, c.num_key_value_heads, c.hidden_size, c.intermediate_size,
-                           c.vocab_size}) {
-        divides = divides && size % t == 0;
-      }
-      if (!divides) continue;
+      if (!shape.tp_divides(t)) continue;
       TpProfile tp;
       tp.layer.c1 = 3 * 2 * matmul_params / t / rate;
       tp.layer.a = 3 * 2 * h / t / rate;

@@ -6,31 +6,11 @@
 //   plan.strategy.to_json_text();        // a strategy file `hspmd train --strategy` accepts
 //   plan.prediction.step_seconds;
 //
-// Level 1, pipeline configuration (a search with pruning). A candidate fixes
-//   - per device kind: its TP degree t (a power of two dividing the heads, KV heads, hidden size,
-//     FFN size and vocabulary, profiled for the kind), or the kind left idle. TP groups are t
-//     consecutive devices of the kind inside one node (TP never crosses a node); devices of a node
-//     that do not make up a whole group stay idle;
-//   - the number of pipelines D; each kind's groups are spread over the pipelines as evenly as
-//     possible (pipelines may differ by one group of a kind: heterogeneous pipelines): every such
-//     spread on clusters of up to 8 devices, one rotation (extras of different kinds on different
-//     pipelines) or at most 16 spreads above;
-//   - the order of the kinds along every pipeline (e.g. H20 stages first, then H800);
-//   - one micro-batch size b for all pipelines (a power of two dividing the global batch).
-// Candidates are visited in order of a lower bound on their step time (all layer work spread
-// over every group's speed), and the search stops once the bound reaches the best plan found.
-// Level 2, per candidate (integer programs, COIN-OR CBC):
-//   (a) layers per stage, per pipeline and micro-batch count n: integer x_j >= 1, sum x_j = layers,
-//       each stage's predicted memory <= its device memory, minimizing
-//       sum_j f_j + (n - 1) max_j f_j + max_j (gradient sync_j + optimizer_j)   (f_j linear in x_j).
-//       For every n at or above the stage count (where 1F1B's memory no longer depends on n) the
-//       best split is a line in n; the lower envelope of those lines is found exactly with a few
-//       solves at their crossing points (each solve at a real-valued n).
-//   (b) micro-batches per pipeline: binaries y_{p,n} (pipeline p runs n micro-batches), one per
-//       pipeline, sum n y_{p,n} = global batch / b, minimizing the slowest pipeline. Each
-//       pipeline's window of n is narrowed first, exactly: pipeline times grow with n, so the
-//       optimum's threshold T* (the least time at which the pipelines can take every micro-batch)
-//       bounds every count.
+// Level 1, the pipeline configuration (number of pipelines, stages, TP degree and devices per
+// stage), is a search with pruning: planner/pipeline_search.h. Candidates are visited in order of a
+// lower bound on their step time, and the search stops once the bound reaches the best plan found.
+// Level 2, per candidate, finds the layers per stage and the micro-batches per pipeline as integer
+// programs (COIN-OR CBC): planner/layer_programs.h.
 // Each candidate's solution is priced by CostModel::predict, which picks the plan.
 //
 // Re-planning (elastic training): replan(previous, available) plans on the available ranks only
@@ -96,7 +76,6 @@ class Planner {
   const CostModel& cost_model() const { return cost_; }
 
  private:
-  struct Search;
   Plan run(const std::vector<int>& devices, const sharding::Strategy* previous) const;
 
   models::LlamaConfig config_;

@@ -5,10 +5,11 @@
 // Compute, per device kind and TP degree t, for one micro-batch of b sequences of s tokens:
 //   decoder layer, forward + backward:  layer(t, b, s) = b * (a * s^2 + c1 * s) + c0      (seconds)
 //   embedding + head + loss, fwd + bwd:  ends(t, b, s) = per_token * b * s + constant       (seconds)
-//   optimizer: optimizer_seconds_per_parameter * parameters of the rank (0 when the layer figure
-//   already contains it, as a measured training step does)
+//   optimizer, once per step: optimizer_seconds_per_parameter * parameters whose states the rank
+//   updates (measured profiles time AdamW on its own and keep it out of the layer figure)
 // A profile whose `layer_includes_tp_comm` is true measured the layer with its TP all-reduces
-// inside (host profiles); otherwise the cost model adds them from the link tiers.
+// inside (a profile written elsewhere may; `hspmd profile` and derived profiles do not, they
+// time compute only); otherwise the cost model adds them from the link tiers.
 // Memory, per device kind (the element size and the runtime's layout are the device's):
 //   bytes_per_parameter        kept for every parameter a rank holds (weights, gradient buffers)
 //   zero_bytes_per_parameter   sharded over the data-parallel replicas under ZeRO-1 (optimizer

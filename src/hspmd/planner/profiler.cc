@@ -9,6 +9,7 @@
 #include <random>
 #include <ctime>
 #include <thread>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -17,6 +18,9 @@
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/models/llama.h"
 #include "hspmd/models/llama_plan.h"
+#include "hspmd/kernels/adamw.h"
+#include "hspmd/kernels/threading.h"
+#include "hspmd/planner/cost_model.h"
 #include "hspmd/runtime/dist_trainer.h"
 #include "hspmd/specialize/exec_graph.h"
 #include "hspmd/specialize/memory_estimate.h"
@@ -98,19 +102,38 @@ sharding::Strategy single_stage(int tp, int layers, int micro_batch_size, int pi
   return st;
 }
 
-double thread_cpu_seconds() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+// CPU times of training steps of rank 0, in all and the share the emulated device stretches.
+struct StepTimes {
+  std::vector<double> cpu;      // the rank thread's CPU time over each step
+  std::vector<double> compute;  // of it, compute (forward, backward, optimizer: runtime::ComputePacer's)
+  void add(const StepTimes& o) {
+    cpu.insert(cpu.end(), o.cpu.begin(), o.cpu.end());
+    compute.insert(compute.end(), o.compute.begin(), o.compute.end());
+  }
+};
+
+double median(std::vector<double> v) {
+  HSPMD_ASSERT(!v.empty()) << "profile: no step was timed";
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
-// Best compute time of rank 0's step over `repeats` steps after a warm-up step: the CPU time of
-// the rank's thread (its kernels run on it, one kernel thread), so other processes on the host do
-// not inflate it and waiting for a TP peer does not count.
-double time_step(const models::LlamaConfig& config, const data::TokenDataset& ds, int tp, int64_t seq_len,
-                 int micro_batch_size, int repeats) {
+// The medians of a point's steps. The median, not the best: a training run meets the host's
+// typical state (caches shared with other processes), not its luckiest, and the benchmark of the
+// cost model measures runs by their median step.
+struct StepTime {
+  double cpu = 0, compute = 0;
+  explicit StepTime(const StepTimes& t) : cpu(median(t.cpu)), compute(median(t.compute)) {}
+};
+
+// `repeats` steps of rank 0 after a warm-up step: CPU times of the rank's thread (its kernels run on
+// it, one kernel thread), so other processes on the host do not inflate them much and waiting for
+// a TP peer does not count. `speed` < 1 runs the rank as an emulated device of that speed (its
+// compute paced, see runtime/emulation.h); the times are CPU times all the same.
+StepTimes time_steps(const models::LlamaConfig& config, const data::TokenDataset& ds, int tp, int64_t seq_len,
+                     int micro_batch_size, int repeats, double speed = 1.0) {
   const sharding::AnnotationPlan plan = models::compile_llama_plan(config, single_stage(tp, static_cast<int>(config.num_hidden_layers), micro_batch_size));
-  double best = 1e30;
+  StepTimes out;
   comm::run_thread_ranks(tp, [&](int rank, comm::GroupCache& groups) {
     runtime::DistOptions o;
     o.train.steps = 1 + repeats;
@@ -119,15 +142,37 @@ double time_step(const models::LlamaConfig& config, const data::TokenDataset& ds
     o.train.threads = 1;
     o.train.warmup = 1;
     o.device.rank = rank;
+    o.device.speed = speed;
     runtime::DistTrainer t(config, ds, plan, o, rank, tp, groups);
     for (int s = 0; s <= repeats; ++s) {
-      const double cpu = thread_cpu_seconds();
+      const runtime::ComputeClock start = runtime::ComputeClock::now();
+      const double compute = t.compute_time().cpu;
       t.step();
-      const double seconds = thread_cpu_seconds() - cpu;
-      if (rank == 0 && s > 0) best = std::min(best, seconds);
+      const double cpu = runtime::ComputeClock::now().since(start).cpu;
+      if (rank == 0 && s > 0) {
+        out.cpu.push_back(cpu);
+        out.compute.push_back(t.compute_time().cpu - compute);
+      }
     }
   });
-  return best;
+  return out;
+}
+
+// AdamW seconds per parameter on this thread (CPU time, median of 5 steps over 1M parameters).
+double time_optimizer() {
+  kernels::set_num_threads(1);  // as the profiled ranks run
+  constexpr int64_t kParams = 1 << 20;
+  const Shape shape{kParams};
+  Tensor param = Tensor::zeros(shape, DType::kFloat32), grad = Tensor::zeros(shape, DType::kFloat32);
+  Tensor m = Tensor::zeros(shape, DType::kFloat32), v = Tensor::zeros(shape, DType::kFloat32);
+  std::vector<double> times;
+  for (int step = 1; step <= 6; ++step) {
+    const runtime::ComputeClock start = runtime::ComputeClock::now();
+    kernels::adamw_step(param, grad, m, v, step, {.lr = 1e-3, .weight_decay = 0.1});
+    if (step > 1) times.push_back(runtime::ComputeClock::now().since(start).cpu);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2] / kParams;
 }
 
 struct MemoryPoint {
@@ -144,14 +189,6 @@ MemoryPoint estimate(const models::LlamaConfig& config, int tp, int layers, int6
   const specialize::MemoryEstimate m =
       specialize::estimate_memory(exec, {.micro_batch_tokens = tokens, .micro_batches_in_flight = in_flight});
   return {static_cast<double>(m.parameters + m.gradients + m.optimizer_states), static_cast<double>(m.activations)};
-}
-
-double rank_parameters(const models::LlamaConfig& config, int tp, int layers) {
-  double n = 0;
-  for (const models::LlamaParam& p : models::llama_parameters(config)) {
-    if (p.layer < layers) n += static_cast<double>(p.shape.numel());
-  }
-  return n / tp;
 }
 
 void say(const ProfilerOptions& o, const std::string& line) {
@@ -279,13 +316,9 @@ Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& o
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<int> tps = options.tp_degrees;
   if (tps.empty()) {
+    const ModelShape shape = ModelShape::of(config);
     for (int t = 1; t <= cores; t *= 2) {
-      bool divides = true;
-      for (int64_t size : {config.num_attention_heads, config.num_key_value_heads, config.hidden_size,
-                           config.intermediate_size, config.vocab_size}) {
-        divides = divides && size % t == 0;
-      }
-      if (divides) tps.push_back(t);
+      if (shape.tp_divides(t)) tps.push_back(t);
     }
   }
   std::vector<int64_t> seqs = options.seq_lens;
@@ -304,78 +337,18 @@ Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& o
   models::LlamaConfig one = config, three = config;
   one.num_hidden_layers = 1;
   three.num_hidden_layers = 3;
-  const int points = static_cast<int>(tps.size() * seqs.size() * options.micro_batch_sizes.size());
-  int done = 0;
-  DeviceKindProfile host;
-  host.activation_element_bytes = 4;  // float32 activations
-  for (int t : tps) {
-    std::vector<TimeSample> layer_samples;
-    std::vector<std::pair<double, double>> ends_samples;
-    for (int64_t s : seqs) {
-      for (int b : options.micro_batch_sizes) {
-        const double t1 = time_step(one, ds, t, s, b, options.repeats);
-        const double t3 = time_step(three, ds, t, s, b, options.repeats);
-        const double layer = std::max(0.0, (t3 - t1) / 2);
-        layer_samples.push_back({static_cast<double>(s), b, layer});
-        ends_samples.push_back({static_cast<double>(b * s), t1 - layer});
-        char line[200];
-        std::snprintf(line, sizeof line,
-                      "profile: [%d/%d] TP %d, seq %lld, micro-batch %d: step %.2f ms (1 layer), %.2f ms (3 layers): "
-                      "layer %.2f ms\n",
-                      ++done, points, t, static_cast<long long>(s), b, t1 * 1e3, t3 * 1e3, layer * 1e3);
-        say(options, line);
-      }
-    }
-    TpProfile tp;
-    tp.layer = fit_layer_time(layer_samples);
-    tp.ends = fit_linear(ends_samples);
-    tp.samples = static_cast<int>(layer_samples.size());
-    for (const TimeSample& s : layer_samples) {
-      const double fit = tp.layer.seconds(s.micro_batch_size, s.seq_len);
-      if (s.seconds > 0) tp.fit_error = std::max(tp.fit_error, std::abs(fit - s.seconds) / s.seconds);
-    }
-    // Memory from the runtime's estimate (see the header).
-    const int64_t T1 = 128, T2 = 256;
-    auto act = [&](int layers, int64_t tokens, int k) { return estimate(config, t, layers, tokens, k, 1, false).activations; };
-    auto keep = [&](int layers, int64_t tokens) { return act(layers, tokens, 2) - act(layers, tokens, 1); };
-    const double d1 = keep(2, T1) - keep(1, T1), d2 = keep(2, T2) - keep(1, T2);
-    // d = alpha T + alpha2 T^2 at T1 and T2.
-    const double alpha2 = (d2 / T2 - d1 / T1) / static_cast<double>(T2 - T1);
-    const double alpha = d1 / T1 - alpha2 * T1;
-    ActivationFit& a = tp.activations;
-    a.keep_per_token = std::max(0.0, alpha);
-    a.keep_per_token2 = std::max(0.0, alpha2);
-    a.ends_keep_per_token = std::max(0.0, (keep(1, T1) - d1) / T1);
-    const double tr1 = act(1, T1, 1) - keep(1, T1), tr2 = act(2, T1, 1) - keep(2, T1);
-    a.transient_per_token = std::max(0.0, (tr2 - tr1) / T1);
-    a.ends_transient_per_token = std::max(0.0, (tr1 - (tr2 - tr1)) / T1);
-    if (t == tps.front()) {
-      const double n = rank_parameters(one, t, 1);
-      const double plain = estimate(config, t, 1, T1, 1, 1, false).states;
-      const double zero = estimate(config, t, 1, T1, 1, 2, true).states;
-      host.zero_bytes_per_parameter = 2 * (plain - zero) / n;
-      host.bytes_per_parameter = plain / n - host.zero_bytes_per_parameter;
-    }
-    host.tp[t] = tp;
-    char line[240];
-    std::snprintf(line, sizeof line,
-                  "profile: TP %d fit: layer = b (%.3g s^2 + %.3g s) + %.3g s (largest error %.1f%%); ends %.3g s/token "
-                  "+ %.3g s\n",
-                  t, tp.layer.a, tp.layer.c1, tp.layer.c0, 100 * tp.fit_error, tp.ends.per_token, tp.ends.constant);
+  const ModelShape shape = ModelShape::of(config);
+  const double optimizer = time_optimizer();
+  {
+    char line[160];
+    std::snprintf(line, sizeof line, "profile: AdamW %.3g s per parameter\n", optimizer);
     say(options, line);
   }
-  std::filesystem::remove_all(dir);
-
-  Profile p;
-  p.model = options.model;
-  p.layer_includes_tp_comm = false;  // CPU time: the cost model adds the TP all-reduces
-  p.links["intra-node"] = measure_links(options);
-  std::string how = "measured on this host (" + std::to_string(cores) +
-                    " cores; ranks as threads, one kernel thread each, Gloo); memory from the runtime's estimate";
+  // The kinds to fit: one per emulated device name with its speed, or the host itself.
+  std::map<std::string, double> speed_of;
   if (!options.devices) {
-    p.devices[options.kind] = host;
+    speed_of[options.kind] = 1.0;
   } else {
-    std::map<std::string, double> speed_of;
     for (int r = 0; r < options.devices->world_size(); ++r) {
       const runtime::EmulatedDevice& d = options.devices->of(r);
       auto [it, fresh] = speed_of.emplace(d.name, d.speed);
@@ -383,15 +356,151 @@ Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& o
           << "profile: emulated devices named \"" << d.name << "\" have different speeds (" << it->second << " and "
           << d.speed << "); a device kind needs one speed";
     }
-    for (const auto& [name, speed] : speed_of) {
-      DeviceKindProfile k = host;
-      for (auto& [t, tp] : k.tp) {
-        tp.layer = {tp.layer.a / speed, tp.layer.c1 / speed, tp.layer.c0 / speed};
-        tp.ends = {tp.ends.per_token / speed, tp.ends.constant / speed};
-      }
-      p.devices[name] = k;
+  }
+  // An emulated device computes in bursts between sleeps, and a burst finds the caches other
+  // processes used meanwhile: the same work takes more CPU time than back to back. Each emulated
+  // kind's factor is measured once, on the 3-layer model at the longest sequences and largest
+  // micro-batch, running as that device, and scales its compute.
+  std::map<std::string, double> burst_factor;
+  for (const auto& [name, speed] : speed_of) {
+    burst_factor[name] = 1.0;
+    if (speed >= 1.0) continue;
+    // Alternating, so that a drift of the host's speed meets both sides alike.
+    StepTimes plain_steps, paced_steps;
+    for (int pass = 0; pass < 3; ++pass) {
+      plain_steps.add(time_steps(three, ds, 1, longest, biggest_b, std::max(2, options.repeats / 3)));
+      paced_steps.add(time_steps(three, ds, 1, longest, biggest_b, std::max(2, options.repeats / 3), speed));
     }
-    how += "; emulated device kinds (CPU emulation, not GPUs): the host's times divided by each kind's speed";
+    const StepTime plain(plain_steps), paced(paced_steps);
+    if (plain.compute > 0) burst_factor[name] = paced.compute / plain.compute;
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "profile: %s (speed %.3g): compute between sleeps takes %.3fx the CPU time of back-to-back "
+                  "compute (%.2f ms vs %.2f ms)\n",
+                  name.c_str(), speed, burst_factor[name], paced.compute * 1e3, plain.compute * 1e3);
+    say(options, line);
+  }
+  // Every point is timed in `passes` rounds over all points (repeats / passes steps each), so that a
+  // drift of the host's speed over the seconds the profile takes meets every point alike.
+  const int passes = options.repeats >= 6 ? 3 : 1;
+  std::map<std::tuple<int, int64_t, int, int>, StepTimes> steps;  // (t, s, b, layers)
+  for (int pass = 0; pass < passes; ++pass) {
+    for (int t : tps) {
+      for (int64_t s : seqs) {
+        for (int b : options.micro_batch_sizes) {
+          const int n = std::max(1, options.repeats / passes);
+          steps[{t, s, b, 1}].add(time_steps(one, ds, t, s, b, n));
+          steps[{t, s, b, 3}].add(time_steps(three, ds, t, s, b, n));
+        }
+      }
+    }
+  }
+  const int points = static_cast<int>(tps.size() * seqs.size() * options.micro_batch_sizes.size());
+  int done = 0;
+  DeviceKindProfile host;
+  host.activation_element_bytes = 4;  // float32 activations
+  std::map<std::string, DeviceKindProfile> kinds;
+  for (int t : tps) {
+    // Per point, the layer's and the ends' compute (stretched by an emulated device) and the rest of
+    // the rank's CPU time (dispatch, data; the host's own speed whatever the device).
+    struct Point {
+      double seq_len = 0;
+      int b = 1;
+      double layer_compute = 0, layer_rest = 0, ends_compute = 0, ends_rest = 0;
+    };
+    std::vector<Point> measured;
+    // A step's optimizer covers the rank's shard of the layers and of the embedding and head; it is
+    // per step, not per micro-batch, so it is taken out of the per-micro-batch figures.
+    const double layer_optimizer = optimizer * shape.layer_parameters / t;
+    const double ends_optimizer = optimizer * (shape.embedding_parameters + shape.head_parameters) / t;
+    for (int64_t s : seqs) {
+      for (int b : options.micro_batch_sizes) {
+        const StepTime t1(steps.at({t, s, b, 1})), t3(steps.at({t, s, b, 3}));
+        Point p{static_cast<double>(s), b};
+        p.layer_compute = std::max(0.0, (t3.compute - t1.compute) / 2 - layer_optimizer);
+        p.layer_rest = std::max(0.0, ((t3.cpu - t3.compute) - (t1.cpu - t1.compute)) / 2);
+        p.ends_compute = std::max(0.0, t1.compute - p.layer_compute - layer_optimizer - ends_optimizer);
+        p.ends_rest = std::max(0.0, (t1.cpu - t1.compute) - p.layer_rest);
+        measured.push_back(p);
+        char line[240];
+        std::snprintf(line, sizeof line,
+                      "profile: [%d/%d] TP %d, seq %lld, micro-batch %d: step %.2f ms (1 layer), %.2f ms (3 layers), "
+                      "of it compute %.2f ms, %.2f ms: layer %.2f ms + %.2f ms host\n",
+                      ++done, points, t, static_cast<long long>(s), b, t1.cpu * 1e3, t3.cpu * 1e3, t1.compute * 1e3,
+                      t3.compute * 1e3, p.layer_compute * 1e3, p.layer_rest * 1e3);
+        say(options, line);
+      }
+    }
+    // Each kind: compute at its speed plus the host's rest, fitted per kind.
+    for (const auto& [name, speed] : speed_of) {
+      std::vector<TimeSample> layer_samples;
+      std::vector<std::pair<double, double>> ends_samples;
+      for (const Point& p : measured) {
+        const double stretch = burst_factor.at(name) / speed;
+        layer_samples.push_back({p.seq_len, p.b, p.layer_compute * stretch + p.layer_rest});
+        ends_samples.push_back({p.b * p.seq_len, p.ends_compute * stretch + p.ends_rest});
+      }
+      TpProfile tp;
+      tp.layer = fit_layer_time(layer_samples);
+      tp.ends = fit_linear(ends_samples);
+      tp.samples = static_cast<int>(layer_samples.size());
+      for (const TimeSample& s : layer_samples) {
+        const double fit = tp.layer.seconds(s.micro_batch_size, s.seq_len);
+        if (s.seconds > 0) tp.fit_error = std::max(tp.fit_error, std::abs(fit - s.seconds) / s.seconds);
+      }
+      kinds[name].tp[t] = tp;
+      kinds[name].optimizer_seconds_per_parameter = optimizer * burst_factor.at(name) / speed;
+      char line[260];
+      std::snprintf(line, sizeof line,
+                    "profile: %s TP %d fit: layer = b (%.3g s^2 + %.3g s) + %.3g s (largest error %.1f%%); ends %.3g "
+                    "s/token + %.3g s\n",
+                    name.c_str(), t, tp.layer.a, tp.layer.c1, tp.layer.c0, 100 * tp.fit_error, tp.ends.per_token,
+                    tp.ends.constant);
+      say(options, line);
+    }
+    // Memory from the runtime's estimate (see the header); the same for every kind (the emulated
+    // devices differ in speed and capacity, not in layout).
+    ActivationFit a;
+    const int64_t T1 = 128, T2 = 256;
+    auto act = [&](int layers, int64_t tokens, int k) { return estimate(config, t, layers, tokens, k, 1, false).activations; };
+    auto keep = [&](int layers, int64_t tokens) { return act(layers, tokens, 2) - act(layers, tokens, 1); };
+    const double d1 = keep(2, T1) - keep(1, T1), d2 = keep(2, T2) - keep(1, T2);
+    // d = alpha T + alpha2 T^2 at T1 and T2.
+    const double alpha2 = (d2 / T2 - d1 / T1) / static_cast<double>(T2 - T1);
+    const double alpha = d1 / T1 - alpha2 * T1;
+    a.keep_per_token = std::max(0.0, alpha);
+    a.keep_per_token2 = std::max(0.0, alpha2);
+    a.ends_keep_per_token = std::max(0.0, (keep(1, T1) - d1) / T1);
+    const double tr1 = act(1, T1, 1) - keep(1, T1), tr2 = act(2, T1, 1) - keep(2, T1);
+    a.transient_per_token = std::max(0.0, (tr2 - tr1) / T1);
+    a.ends_transient_per_token = std::max(0.0, (tr1 - (tr2 - tr1)) / T1);
+    if (t == tps.front()) {
+      // The states of the 1-layer model over its parameters (rank 0's shard).
+      const double n = (shape.layer_parameters + shape.embedding_parameters + shape.head_parameters) / t;
+      const double plain = estimate(config, t, 1, T1, 1, 1, false).states;
+      const double zero = estimate(config, t, 1, T1, 1, 2, true).states;
+      host.zero_bytes_per_parameter = 2 * (plain - zero) / n;
+      host.bytes_per_parameter = plain / n - host.zero_bytes_per_parameter;
+    }
+    for (auto& [name, k] : kinds) k.tp[t].activations = a;
+  }
+  std::filesystem::remove_all(dir);
+
+  Profile p;
+  p.model = options.model;
+  p.layer_includes_tp_comm = false;  // CPU time: the cost model adds the TP all-reduces
+  p.links["intra-node"] = measure_links(options);
+  for (auto& [name, k] : kinds) {
+    k.bytes_per_parameter = host.bytes_per_parameter;
+    k.zero_bytes_per_parameter = host.zero_bytes_per_parameter;
+    k.activation_element_bytes = host.activation_element_bytes;
+    p.devices[name] = k;
+  }
+  std::string how = "measured on this host (" + std::to_string(cores) +
+                    " cores; ranks as threads, one kernel thread each, Gloo; thread CPU time); memory from the "
+                    "runtime's estimate";
+  if (options.devices) {
+    how += "; emulated device kinds (CPU emulation, not GPUs): the host's compute divided by each kind's speed";
   }
   p.source = how;
   return p;

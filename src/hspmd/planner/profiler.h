@@ -7,16 +7,25 @@
 //
 // Compute: for each TP degree t (ranks as threads of this process, one kernel thread each, Gloo
 // between them, as in training), sequence length s and micro-batch size b, one training step of a
-// single-stage TP-t pipeline is timed (best of `repeats` after a warm-up step) for a model of 1
-// and of 3 decoder layers: layer = (T3 - T1) / 2 is one decoder layer's forward, backward and
-// AdamW update; ends = T1 - layer is the embedding, head, loss, optimizer of those and the step's
-// fixed costs. The time is the CPU time of rank 0's thread (its kernels run on it): builds or other
-// ranks sharing the host's cores do not inflate it, and the TP all-reduces are not in it (the
-// profile says so, and the cost model adds them from the measured links). layer is fitted to b (a s^2 + c1 s) + c0, ends to per_token * b s
-// + constant (least squares). TP degrees above the host's cores are not profiled: their ranks would
-// share cores and the figure would measure the sharing.
-// Emulated devices (runtime/emulation.h): each distinct device name becomes a kind whose times
-// are the host's divided by its speed (the runtime stretches compute the same way).
+// single-stage TP-t pipeline is timed (median of `repeats` steps, in three passes over all points
+// when repeats >= 6) for a model of 1
+// and of 3 decoder layers. Times are CPU times of rank 0's thread (its kernels run on it): builds
+// or other ranks sharing the host's cores inflate them little, and waiting for a TP peer is not in
+// them (the TP collectives are not either: the cost model adds them from the measured links). Each
+// step's time is split into its compute (what runtime::ComputePacer brackets and an emulated
+// device stretches: forward, backward, gradient accumulation, optimizer) and the rest (dispatch,
+// data, communication calls). AdamW is timed on its own (seconds per parameter) and taken out,
+// since it runs once per step, not per micro-batch:
+//   layer = (T3 - T1) / 2 - AdamW of one layer's shard   (one decoder layer's forward + backward)
+//   ends  = T1 - layer - AdamW of the 1-layer model       (embedding, head, loss, the step's fixed costs)
+// layer is fitted to b (a s^2 + c1 s) + c0, ends to per_token * b s + constant (least squares with
+// non-negative coefficients). TP degrees above the host's cores are not profiled: their ranks
+// would share cores and the figure would measure the sharing.
+// Emulated devices (runtime/emulation.h): each distinct device name becomes a kind whose compute is
+// the host's divided by its speed, plus the host's rest at the host's speed, which is what the
+// runtime does; its optimizer_seconds_per_parameter is AdamW's divided by the speed. Compute paced
+// into bursts between sleeps can take more CPU time than back to back (caches used by others
+// meanwhile): each kind's compute is scaled by the ratio measured once running as that kind.
 // Memory: the runtime's own estimate (specialize/memory_estimate.h), the figure it refuses a plan
 // on, evaluated on the executable graphs of 1- and 2-layer models at two token counts and one or
 // two micro-batches in flight, without and with ZeRO-1, and solved for the Profile's coefficients.
@@ -40,7 +49,7 @@ struct ProfilerOptions {
   std::vector<int> tp_degrees;            // empty: powers of two up to the host's cores that divide the model
   std::vector<int64_t> seq_lens;          // empty: 64, 128, 256 (capped by max_position_embeddings)
   std::vector<int> micro_batch_sizes{1, 2};
-  int repeats = 3;                        // timed steps per point (the best counts)
+  int repeats = 3;                        // timed steps per point (their median counts)
   std::string kind = "cpu";               // the device kind without emulated devices
   const runtime::EmulatedDevices* devices = nullptr;  // kinds by device name, times / speed
   std::function<void(const std::string&)> progress;  // one line per measurement

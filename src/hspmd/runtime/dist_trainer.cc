@@ -341,11 +341,7 @@ std::string DistTrainer::describe() const {
   return out.str();
 }
 
-void DistTrainer::pace() {
-  if (unpaced_seconds_ <= 0) return;
-  pacer_.pad(unpaced_seconds_);
-  unpaced_seconds_ = 0;
-}
+void DistTrainer::pace() { pacer_.pad(); }
 
 Tensor DistTrainer::run_reshard(int id, const Tensor& src, const SymBinding& binding, const std::string& channel) {
   const graph::Op& op = current_->exec->op(id);
@@ -382,7 +378,7 @@ void DistTrainer::run_op(int id, MicroBatch& mb) {
     outs = {out};
     return;
   }
-  auto start = Clock::now();
+  pacer_.begin();
   std::vector<Tensor> inputs;
   for (TensorRef in : op.inputs) {
     HSPMD_ASSERT(mb.values[in.op].size() > static_cast<size_t>(in.index) && mb.values[in.op][in.index].defined())
@@ -397,7 +393,7 @@ void DistTrainer::run_op(int id, MicroBatch& mb) {
   if (op.kind == OpKind::kCrossEntropy && !vocab_shards.empty()) {
     // Vocab-parallel loss: the shards' row statistics meet in one all-gather (graph/ops/cross_entropy.cc).
     ctx.gather_vocab_shards = [&](const Tensor& mine) {
-      unpaced_seconds_ += seconds_since(start);
+      pacer_.end();
       pace();
       const double begin = tracer_.now_us();
       Tensor all = Tensor::empty(Shape{static_cast<int64_t>(vocab_shards.size()), mine.numel()}, mine.dtype(),
@@ -406,7 +402,7 @@ void DistTrainer::run_op(int id, MicroBatch& mb) {
           ->allgather({.input = comm::CommBuffer::of(mine), .output = comm::CommBuffer::of(all)})
           .wait();
       tracer_.record(op.name + ".vocab_gather", "comm", begin, tracer_.now_us());
-      start = Clock::now();
+      pacer_.begin();
       return all;
     };
   }
@@ -418,7 +414,7 @@ void DistTrainer::run_op(int id, MicroBatch& mb) {
     throw Error(where(op.name) + e.what());
   }
   outs = std::move(ctx.outputs);
-  unpaced_seconds_ += seconds_since(start);
+  pacer_.end();
 }
 
 void DistTrainer::forward(MicroBatch& mb) {
@@ -445,7 +441,7 @@ void DistTrainer::backward(MicroBatch& mb) {
     run_op(steps[k].op, mb);
     for (TensorRef t : current_->backward_releases[k]) mb.values[t.op][t.index] = Tensor();
   }
-  pace();
+  pacer_.begin();  // accumulating the gradients is the device's compute too
   for (ParamState& s : params_) {
     const TensorRef g = model_.grads[s.index];
     const Tensor& value = mb.values[g.op][g.index];
@@ -456,6 +452,8 @@ void DistTrainer::backward(MicroBatch& mb) {
       kernels::add(s.grad, value, s.grad);
     }
   }
+  pacer_.end();
+  pace();
   mb.values.clear();
   tracer_.record(std::string("B").append(std::to_string(mb.index)), "compute", start, tracer_.now_us());
 }
@@ -630,24 +628,29 @@ void DistTrainer::apply_update(std::vector<Tensor>& grads, const std::vector<dou
   for (size_t i = 0; i < params_.size(); ++i) {
     if (i == params_.size() / 2) fault_point(rank_, step_, "optimizer");  // half the weights updated
     ParamState& s = params_[i];
+    pacer_.begin();  // the optimizer runs on the device
     if (clip != 1.0) kernels::scale(grads[i], clip, grads[i]);
     kernels::AdamWOptions a{
         .lr = lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = s.decay ? o.weight_decay : 0.0};
     if (s.state_annotation == s.annotation) {
       kernels::adamw_step(s.value, grads[i], s.exp_avg, s.exp_avg_sq, step_, a);
+      pacer_.end();
       continue;
     }
     // ZeRO-1: update this rank's slice, then gather the parameter back from the state shards.
     Tensor slice = copy_out(s.value, s.region, s.state_region, allocator_.get());
     kernels::adamw_step(slice, grads[i], s.exp_avg, s.exp_avg_sq, step_, a);
+    pacer_.end();
     if (!gather) {
       kernels::copy_region(slice, std::vector<int64_t>(slice.shape().rank(), 0), s.value,
                            offsets_in(s.region, s.state_region), s.state_region.shape().dims());
       continue;
     }
+    pace();
     const resolve::Resolution& r = cache_.resolve(s.state_annotation, s.annotation, s.shape, s.name);
     s.value.copy_from(execute_reshard(r, s.shape, rank_, slice, session_, "post"));
   }
+  pace();
 }
 
 std::vector<SavedShard> DistTrainer::shards(bool with_optimizer_state) const {

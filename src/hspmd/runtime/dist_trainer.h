@@ -219,6 +219,8 @@ class DistTrainer {
   // "rank 2: pipeline 1, stage 1/2 [2], 4 micro-batches of 1, 1F1B: F0 F1 B0 ..., memory ~3.1 MiB"
   std::string describe() const;
   Tracer& tracer() { return tracer_; }
+  // The compute the emulated device stretches (forward, backward, optimizer), since construction.
+  const ComputeTime& compute_time() const { return pacer_.total(); }
   const models::LlamaModel& model() const { return model_; }
 
  private:
@@ -282,7 +284,6 @@ class DistTrainer {
   std::optional<std::vector<Tensor>> synced_grads_;
   Commits commits_;
   ComputePacer pacer_;
-  double unpaced_seconds_ = 0;
   double last_grad_norm_ = 0;
   Tracer tracer_;
 };

@@ -1,0 +1,259 @@
+#include "hspmd/planner/layer_programs.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <sstream>
+
+#include "hspmd/core/error.h"
+#include "hspmd/planner/milp.h"
+
+namespace hspmd::planner {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+}  // namespace
+
+LayerPrograms::LayerPrograms(const CostModel& c, const PlannerOptions& o)
+    : cost(c), options(o), shape(c.shape()), layers(static_cast<int>(c.shape().layers)) {}
+
+// Stage lines of pipeline p of candidate c.
+std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(const Candidate& c, size_t p) const {
+  const auto& pipe = c.pipelines[p];
+  const int D = static_cast<int>(c.pipelines.size());
+  const int b = c.micro_batch_size;
+  const bool zero1 = options.zero1;
+  std::vector<StageLine> out;
+  for (size_t j = 0; j < pipe.size(); ++j) {
+    const Group& g = pipe[j];
+    StageLine s;
+    s.kind = g.kind;
+    s.tp = static_cast<int>(g.ranks.size());
+    s.first = j == 0;
+    s.last = j + 1 == pipe.size();
+    s.per_layer = layer_seconds(cost, g, b);
+    s.fixed = (s.last ? cost.stage_compute(g.kind, s.tp, 0, true, b)
+                      : cost.p2p(g.ranks.front(), pipe[j + 1].ranks.front(), b)) +
+              cost.ends_tp_comm(g.ranks, s.first, s.last, b);
+    // The gradient ring: this stage and the same-index stage (or the nearest) of every other pipeline.
+    std::vector<int> ring;
+    for (const auto& other : c.pipelines) ring.push_back(other[std::min(j, other.size() - 1)].ranks.front());
+    auto tail = [&](int x) {
+      double params = x * shape.layer_parameters + (s.first ? shape.embedding_parameters : 0) +
+                      (s.last ? shape.head_parameters : 0);
+      params /= s.tp;
+      return cost.allreduce(ring, params * 4) + cost.profile().kind(g.kind).optimizer_seconds_per_parameter *
+                                                    params / (zero1 ? D : 1);
+    };
+    s.tail_per_layer = tail(2) - tail(1);
+    s.tail_fixed = tail(1) - s.tail_per_layer;
+    s.capacity = kInf;
+    for (int r : g.ranks) {
+      const double m = cost.topology().device(r).memory;
+      if (m > 0) s.capacity = std::min(s.capacity, m);
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+double LayerPrograms::memory(const StageLine& s, int x, int b, int in_flight, int D) const {
+  return cost.stage_memory(s.kind, s.tp, x, s.first, s.last, b, in_flight, D, options.zero1).total();
+}
+
+// The best split for m = n - 1 with in_flight[j] micro-batches in flight per stage, or none.
+std::optional<LayerPrograms::SplitLine> LayerPrograms::best_split(const std::vector<StageLine>& st, double m,
+                                                                 const std::vector<int>& in_flight, int b, int D) {
+  const int S = static_cast<int>(st.size());
+  Milp ilp;
+  std::vector<int> x(S);
+  // Memory is affine in the layer count: at most most[j] layers fit on stage j.
+  std::vector<int> most(S, layers);
+  int room = 0;
+  for (int j = 0; j < S; ++j) {
+    const double m1 = memory(st[j], 1, b, in_flight[j], D), m2 = memory(st[j], 2, b, in_flight[j], D);
+    if (m1 > st[j].capacity) return std::nullopt;
+    if (m2 > m1) most[j] = static_cast<int>(std::min<double>(layers, 1 + std::floor((st[j].capacity - m1) / (m2 - m1))));
+    room += most[j];
+  }
+  if (room < layers) return std::nullopt;  // no split fits: no need to ask the solver
+  const int z = ilp.add_var(0, kInfinity, m, false);
+  const int w = ilp.add_var(0, kInfinity, 1, false);
+  std::vector<std::pair<int, double>> sum;
+  for (int j = 0; j < S; ++j) {
+    x[j] = ilp.add_var(1, most[j], st[j].per_layer, true);
+    sum.push_back({x[j], 1});
+    ilp.add_row({{z, 1}, {x[j], -st[j].per_layer}}, st[j].fixed, kInfinity);
+    ilp.add_row({{w, 1}, {x[j], -st[j].tail_per_layer}}, st[j].tail_fixed, kInfinity);
+  }
+  ilp.add_row(sum, layers, layers);
+  ++milps_;
+  const auto v = ilp.minimize();
+  if (!v) return std::nullopt;
+  SplitLine line;
+  double tail = 0;
+  for (int j = 0; j < S; ++j) {
+    const int xj = static_cast<int>((*v)[x[j]]);
+    line.layers.push_back(xj);
+    const double f = st[j].per_layer * xj + st[j].fixed;
+    line.A += f;
+    line.B = std::max(line.B, f);
+    tail = std::max(tail, st[j].tail_per_layer * xj + st[j].tail_fixed);
+  }
+  line.A += tail;
+  return line;
+}
+
+// g(n) for n = 1..max_n of one pipeline (see the header: exact envelope for n >= S).
+LayerPrograms::PipelineTable LayerPrograms::table(const std::vector<StageLine>& st, int max_n, int b, int D) {
+  std::ostringstream key;
+  key.precision(17);
+  key << max_n << "/" << b << "/" << D;
+  for (const StageLine& s : st) {
+    key << "|" << s.kind << "," << s.tp << "," << s.first << s.last << "," << s.per_layer << "," << s.fixed << ","
+        << s.tail_per_layer << "," << s.tail_fixed << "," << s.capacity;
+  }
+  auto it = tables.find(key.str());
+  if (it != tables.end()) return it->second;
+
+  const int S = static_cast<int>(st.size());
+  PipelineTable t;
+  auto flights = [&](int n) {
+    std::vector<int> f(S);
+    for (int j = 0; j < S; ++j) f[j] = cost.in_flight(S, j, n);
+    return f;
+  };
+  const bool gpipe = cost.options().schedule == specialize::ScheduleKind::kGPipe;
+  const int individual = gpipe ? max_n : std::min(max_n, S - 1);
+  for (int n = 1; n <= individual; ++n) {
+    if (auto l = best_split(st, n - 1, flights(n), b, D)) t.pieces.push_back({*l, n, n});
+  }
+  if (!gpipe && max_n >= S) {
+    const std::vector<int> f = flights(S);  // the same for every n >= S
+    const double lo = S - 1, hi = max_n - 1;
+    auto lo_line = best_split(st, lo, f, b, D);
+    if (lo_line) {
+      auto hi_line = best_split(st, hi, f, b, D);
+      std::vector<SplitLine> lines{*lo_line, *hi_line};
+      std::function<void(double, const SplitLine&, double, const SplitLine&)> envelope =
+          [&](double a, const SplitLine& la, double c, const SplitLine& lc) {
+            if (la.layers == lc.layers || la.B <= lc.B) return;
+            const double cross = (lc.A - la.A) / (la.B - lc.B);
+            if (!(cross > a && cross < c)) return;
+            auto lm = best_split(st, cross, f, b, D);
+            if (!lm || lm->at(cross) >= la.at(cross) - 1e-9 * std::abs(la.at(cross))) return;
+            lines.push_back(*lm);
+            envelope(a, la, cross, *lm);
+            envelope(cross, *lm, c, lc);
+          };
+      envelope(lo, *lo_line, hi, *hi_line);
+      for (const SplitLine& l : lines) t.pieces.push_back({l, S, max_n});
+    }
+  }
+  tables.emplace(key.str(), t);
+  return t;
+}
+
+// Level 2 for one candidate: the strategy, or none when nothing fits.
+std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c) {
+  const int D = static_cast<int>(c.pipelines.size());
+  const int b = c.micro_batch_size;
+  const int N = static_cast<int>(options.global_batch / b);
+  const int max_n = N - (D - 1);
+  std::vector<PipelineTable> tabs;
+  for (int p = 0; p < D; ++p) {
+    tabs.push_back(table(stage_lines(c, p), max_n, b, D));
+    if (tabs.back().pieces.empty()) return std::nullopt;
+  }
+  std::vector<int> n_of(D, N);
+  if (D == 1 && !tabs[0].at(N)) return std::nullopt;
+  if (D > 1) {
+    // g_p(n) for every pipeline and count (kInf: does not fit).
+    std::vector<std::vector<double>> g(D, std::vector<double>(max_n + 1, kInf));
+    std::vector<double> values;
+    for (int p = 0; p < D; ++p) {
+      for (int n = 1; n <= max_n; ++n) {
+        if (const Piece* k = tabs[p].at(n)) g[p][n] = k->line.at(n - 1);
+        if (g[p][n] < kInf) values.push_back(g[p][n]);
+      }
+    }
+    // Exact preprocessing: g_p grows with n, so the optimum T* is the least value at which the
+    // pipelines can take N micro-batches between them, and an optimal solution runs
+    // lo_p <= n_p <= hi_p = the most micro-batches pipeline p finishes within T*.
+    std::sort(values.begin(), values.end());
+    auto most_within = [&](int p, double T) {
+      int most = 0;
+      for (int n = 1; n <= max_n && g[p][n] <= T; ++n) most = n;
+      return most;
+    };
+    auto enough = [&](double T) {
+      int64_t sum = 0;
+      for (int p = 0; p < D; ++p) {
+        const int m = most_within(p, T);
+        if (m == 0) return false;
+        sum += m;
+      }
+      return sum >= N;
+    };
+    auto it = std::partition_point(values.begin(), values.end(), [&](double T) { return !enough(T); });
+    if (it == values.end()) return std::nullopt;
+    std::vector<int> hi(D);
+    int64_t hi_sum = 0;
+    for (int p = 0; p < D; ++p) hi_sum += hi[p] = most_within(p, *it);
+    // The micro-batch program over that window: binary y_pn = pipeline p runs n micro-batches.
+    Milp ilp;
+    const int T = ilp.add_var(0, kInfinity, 1, false);
+    std::vector<std::pair<int, double>> total;
+    std::vector<std::vector<std::pair<int, int>>> y(D);  // (var, n)
+    for (int p = 0; p < D; ++p) {
+      const int lo = static_cast<int>(std::max<int64_t>(1, N - (hi_sum - hi[p])));
+      std::vector<std::pair<int, double>> one, slowest{{T, 1}};
+      for (int n = lo; n <= hi[p]; ++n) {
+        if (g[p][n] == kInf) continue;
+        const int v = ilp.add_var(0, 1, 0, true);
+        y[p].push_back({v, n});
+        one.push_back({v, 1});
+        total.push_back({v, n});
+        slowest.push_back({v, -g[p][n]});
+      }
+      ilp.add_row(one, 1, 1);
+      ilp.add_row(slowest, 0, kInfinity);
+    }
+    ilp.add_row(total, N, N);
+    ++milps_;
+    const auto v = ilp.minimize();
+    if (!v) return std::nullopt;
+    for (int p = 0; p < D; ++p) {
+      n_of[p] = 0;
+      for (const auto& [var, n] : y[p]) {
+        if ((*v)[var] > 0.5) n_of[p] = n;
+      }
+      HSPMD_ASSERT(n_of[p] > 0 && tabs[p].at(n_of[p])) << "micro-batch program left pipeline " << p << " empty";
+    }
+  }
+  sharding::Strategy st;
+  st.name = options.name;
+  st.zero1 = options.zero1;
+  for (int p = 0; p < D; ++p) {
+    sharding::PipelineSpec pipe;
+    pipe.micro_batch_size = b;
+    pipe.num_micro_batches = n_of[p];
+    int layer = 0;
+    const std::vector<int>& split = tabs[p].at(n_of[p])->line.layers;
+    for (size_t j = 0; j < c.pipelines[p].size(); ++j) {
+      sharding::StageSpec s;
+      s.ranks = c.pipelines[p][j].ranks;
+      s.first_layer = layer;
+      s.last_layer = layer + split[j] - 1;
+      layer += split[j];
+      pipe.stages.push_back(s);
+    }
+    st.pipelines.push_back(pipe);
+  }
+  return st;
+}
+
+}  // namespace hspmd::planner

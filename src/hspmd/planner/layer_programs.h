@@ -1,0 +1,95 @@
+// Level 2 of the planner (planner/planner.h, the paper's Appendix A.1): for one pipeline
+// configuration (planner/pipeline_search.h), the layers per stage and the micro-batches per
+// pipeline, as integer programs solved by COIN-OR CBC (planner/milp.h):
+//   (a) layers per stage, per pipeline and micro-batch count n: integer x_j >= 1, sum x_j = layers,
+//       each stage's predicted memory <= its device memory, minimizing
+//       sum_j f_j + (n - 1) max_j f_j + max_j (gradient sync_j + optimizer_j)   (f_j affine in x_j).
+//       For every n at or above the stage count (where 1F1B's memory no longer depends on n) the
+//       best split is a line in n; the lower envelope of those lines is found exactly with a few
+//       solves at their crossing points (each solve at a real-valued n).
+//   (b) micro-batches per pipeline: binaries y_{p,n} (pipeline p runs n micro-batches), one per
+//       pipeline, sum n y_{p,n} = global batch / b, minimizing the slowest pipeline. Each
+//       pipeline's window of n is narrowed first, exactly: pipeline times grow with n, so the
+//       optimum's threshold T* (the least time at which the pipelines can take every micro-batch)
+//       bounds every count.
+// The costs are the cost model's building blocks (planner/cost_model.h), so a solution is priced
+// the same way CostModel::predict prices it.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hspmd/planner/cost_model.h"
+#include "hspmd/planner/pipeline_search.h"
+#include "hspmd/planner/planner.h"
+#include "hspmd/sharding/strategy.h"
+
+namespace hspmd::planner {
+
+class LayerPrograms {
+ public:
+  // Keeps references to the cost model and the options. Tables of equal pipelines are shared
+  // between the candidates of one planning run.
+  LayerPrograms(const CostModel& cost, const PlannerOptions& options);
+
+  // The candidate's strategy (layers per stage, micro-batches per pipeline), or none when nothing
+  // fits in memory.
+  std::optional<sharding::Strategy> solve(const Candidate& c);
+
+  int milps() const { return milps_; }  // integer programs solved so far
+
+ private:
+  // What a stage costs as a function of its layer count x (all affine in x).
+  struct StageLine {
+    std::string kind;
+    int tp = 1;
+    bool first = false, last = false;
+    double per_layer = 0, fixed = 0;       // f(x) = per_layer x + fixed, per micro-batch
+    double tail_per_layer = 0, tail_fixed = 0;  // gradient sync + optimizer, per step
+    double capacity = 0;
+  };
+
+  // A layer split and the pipeline time it gives for n micro-batches: A + (n - 1) B.
+  struct SplitLine {
+    std::vector<int> layers;
+    double A = 0, B = 0;
+    double at(double m) const { return A + m * B; }
+  };
+
+  // One piece of g(n), the best pipeline time for n micro-batches: a layer split that is the best for
+  // n_min <= n <= n_max, taking A + (n - 1) B.
+  struct Piece {
+    SplitLine line;
+    int n_min = 1, n_max = 1;
+  };
+
+  // g(n) of one pipeline as pieces; n with no piece: nothing fits in memory.
+  struct PipelineTable {
+    std::vector<Piece> pieces;
+    // The best piece covering n, or nullptr.
+    const Piece* at(int n) const {
+      const Piece* best = nullptr;
+      for (const Piece& p : pieces) {
+        if (p.n_min <= n && n <= p.n_max && (!best || p.line.at(n - 1) < best->line.at(n - 1))) best = &p;
+      }
+      return best;
+    }
+  };
+
+  std::vector<StageLine> stage_lines(const Candidate& c, size_t p) const;
+  double memory(const StageLine& s, int x, int b, int in_flight, int D) const;
+  std::optional<SplitLine> best_split(const std::vector<StageLine>& st, double m, const std::vector<int>& in_flight,
+                                      int b, int D);
+  PipelineTable table(const std::vector<StageLine>& st, int max_n, int b, int D);
+
+  const CostModel& cost;
+  const PlannerOptions& options;
+  const ModelShape& shape;
+  int layers = 0;
+  int milps_ = 0;
+  std::map<std::string, PipelineTable> tables;  // by pipeline signature
+};
+
+}  // namespace hspmd::planner

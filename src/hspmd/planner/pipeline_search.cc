@@ -1,0 +1,192 @@
+#include "hspmd/planner/pipeline_search.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+
+#include "hspmd/core/error.h"
+
+namespace hspmd::planner {
+
+std::vector<int> powers_of_two_dividing(int64_t n, int64_t up_to) {
+  std::vector<int> out;
+  for (int64_t b = 1; b <= up_to && b <= n; b *= 2) {
+    if (n % b == 0) out.push_back(static_cast<int>(b));
+  }
+  return out;
+}
+
+double layer_seconds(const CostModel& cost, const Group& g, int b) {
+  return cost.stage_compute(g.kind, static_cast<int>(g.ranks.size()), 1, false, b) +
+         cost.stage_tp_comm(g.ranks, 1, b);
+}
+
+PipelineSearch::PipelineSearch(const CostModel& c, const PlannerOptions& o, const std::vector<int>& available)
+    : cost(c),
+      options(o),
+      shape(c.shape()),
+      layers(static_cast<int>(c.shape().layers)),
+      num_devices(static_cast<int>(available.size())) {
+  for (int r : available) {
+    const resolve::DeviceSpec& d = cost.topology().device(r);
+    devices[d.type][d.node].push_back(r);
+  }
+  for (auto& [kind, nodes] : devices) {
+    for (auto& [node, ranks] : nodes) std::sort(ranks.begin(), ranks.end());
+  }
+}
+
+// The ways to spread each kind's groups over D pipelines as evenly as possible: G / D each, and
+// G % D pipelines with one more. Every choice of those pipelines while the combinations are few
+// (small clusters: the search is complete there); otherwise one rotation, so that extras of
+// different kinds land on different pipelines.
+std::vector<std::map<std::string, std::vector<int>>> PipelineSearch::spreads(
+    const std::vector<std::string>& used, const std::map<std::string, std::vector<Group>>& groups, int D) const {
+  // Up to 8 devices every spread is tried (the search is complete); above, at most 16 per count.
+  const size_t kMaxSpreads = num_devices <= 8 ? std::numeric_limits<size_t>::max() : 16;
+  std::vector<std::map<std::string, std::vector<int>>> out{{}};
+  int offset = 0;
+  bool complete = true;
+  for (const std::string& kind : used) {
+    const int G = static_cast<int>(groups.at(kind).size());
+    const int extra = G % D;
+    // Subsets of `extra` pipelines out of D.
+    std::vector<std::vector<int>> options;
+    std::vector<int> mask(D, 0);
+    std::fill(mask.begin(), mask.begin() + extra, 1);
+    std::sort(mask.begin(), mask.end());
+    do {
+      std::vector<int> c(D, G / D);
+      for (int p = 0; p < D; ++p) c[p] += mask[p];
+      options.push_back(c);
+    } while (std::next_permutation(mask.begin(), mask.end()) && options.size() <= kMaxSpreads);
+    if (options.size() > kMaxSpreads || out.size() * options.size() > kMaxSpreads) complete = false;
+    if (!complete) {
+      std::vector<int> c(D, G / D);
+      for (int e = 0; e < extra; ++e) ++c[(offset + e) % D];
+      options = {c};
+    }
+    offset = (offset + extra) % D;
+    std::vector<std::map<std::string, std::vector<int>>> next;
+    for (const auto& partial : out) {
+      for (const auto& c : options) {
+        auto m = partial;
+        m[kind] = c;
+        next.push_back(std::move(m));
+      }
+    }
+    out = std::move(next);
+  }
+  return out;
+}
+
+bool PipelineSearch::tp_allowed(const std::string& kind, int t) const {
+  return shape.tp_divides(t) && cost.profile().has(kind, t);
+}
+
+std::vector<Group> PipelineSearch::groups_of(const std::string& kind, int t) const {
+  std::vector<Group> out;
+  for (const auto& [node, ranks] : devices.at(kind)) {
+    for (size_t i = 0; i + t <= ranks.size(); i += t) {
+      out.push_back({kind, node, std::vector<int>(ranks.begin() + i, ranks.begin() + i + t)});
+    }
+  }
+  return out;
+}
+
+
+std::vector<Candidate> PipelineSearch::candidates() const {
+  std::vector<std::string> kinds;
+  for (const auto& [kind, _] : devices) kinds.push_back(kind);
+  std::vector<std::vector<int>> choices;  // per kind: 0 = idle, else t
+  for (const std::string& kind : kinds) {
+    std::vector<int> c{0};
+    int largest_node = 0;
+    for (const auto& [node, ranks] : devices.at(kind)) largest_node = std::max(largest_node, static_cast<int>(ranks.size()));
+    for (int t = 1; t <= largest_node; t *= 2) {
+      if (tp_allowed(kind, t) && (!keep_tp.count(kind) || keep_tp.at(kind) == t)) c.push_back(t);
+    }
+    choices.push_back(c);
+  }
+  const std::vector<int> sizes = !keep_micro_batch_sizes.empty() ? keep_micro_batch_sizes
+                                 : options.micro_batch_sizes.empty()
+                                     ? powers_of_two_dividing(options.global_batch, 8)
+                                     : options.micro_batch_sizes;
+  std::vector<Candidate> out;
+  std::vector<int> pick(kinds.size(), 0);
+  std::function<void(const std::vector<std::string>&, std::map<std::string, std::vector<Group>>&,
+                     const std::map<std::string, std::vector<int>>&, int)>
+      add;
+  std::function<void(size_t)> recurse = [&](size_t k) {
+    if (k < kinds.size()) {
+      for (int t : choices[k]) {
+        pick[k] = t;
+        recurse(k + 1);
+      }
+      return;
+    }
+    std::vector<std::string> used;
+    std::map<std::string, std::vector<Group>> groups;
+    int total = 0;
+    for (size_t i = 0; i < kinds.size(); ++i) {
+      if (pick[i] == 0) continue;
+      groups[kinds[i]] = groups_of(kinds[i], pick[i]);
+      if (groups[kinds[i]].empty()) return;  // same as leaving the kind idle: counted there
+      used.push_back(kinds[i]);
+      total += static_cast<int>(groups[kinds[i]].size());
+    }
+    if (used.empty()) return;
+    for (int D = 1; D <= total; ++D) {
+      for (const auto& count : spreads(used, groups, D)) {
+        bool ok = true;
+        for (int p = 0; p < D && ok; ++p) {
+          int stages = 0;
+          for (const std::string& kind : used) stages += count.at(kind)[p];
+          ok = stages >= 1 && stages <= layers;
+        }
+        if (ok) add(used, groups, count, D);
+      }
+    }
+  };
+  // Every order of the used kinds along the pipelines, every micro-batch size.
+  add = [&](const std::vector<std::string>& used, std::map<std::string, std::vector<Group>>& groups,
+            const std::map<std::string, std::vector<int>>& count, int D) {
+    std::vector<std::string> order = used;
+    std::sort(order.begin(), order.end());
+    do {
+      std::vector<std::vector<Group>> pipes(D);
+      std::map<std::string, size_t> next;
+      for (int p = 0; p < D; ++p) {
+        for (const std::string& kind : order) {
+          for (int i = 0; i < count.at(kind)[p]; ++i) pipes[p].push_back(groups[kind][next[kind]++]);
+        }
+      }
+      for (int b : sizes) {
+        const int64_t N = options.global_batch / b;
+        if (N < D) continue;
+        Candidate c;
+        for (size_t i = 0; i < kinds.size(); ++i) {
+          if (pick[i]) c.tp[kinds[i]] = pick[i];
+        }
+        c.micro_batch_size = b;
+        c.pipelines = pipes;
+        // Pipeline p needs at least (n_p + S_p - 1) * L / R_p, R_p = sum over its stages of
+        // 1 / (seconds per layer): its slowest stage holds at least L / R_p of layer work per
+        // micro-batch. Relaxing n_p to reals, the slowest pipeline is fastest when all finish
+        // together: T = L (N + sum_p (S_p - 1)) / sum_p R_p, a lower bound on the step.
+        double rate = 0, bubbles = 0;
+        for (const auto& pipe : pipes) {
+          for (const Group& g : pipe) rate += 1.0 / layer_seconds(cost, g, b);
+          bubbles += static_cast<double>(pipe.size()) - 1;
+        }
+        c.bound = (static_cast<double>(N) + bubbles) * layers / rate;
+        out.push_back(std::move(c));
+      }
+    } while (std::next_permutation(order.begin(), order.end()));
+  };
+  recurse(0);
+  std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.bound < b.bound; });
+  return out;
+}
+
+}  // namespace hspmd::planner

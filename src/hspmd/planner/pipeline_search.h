@@ -1,0 +1,77 @@
+// Level 1 of the planner (planner/planner.h, the paper's Appendix A.1): the pipeline
+// configurations, a search with pruning. A candidate fixes
+//   - per device kind: its TP degree t (a power of two dividing the heads, KV heads, hidden size,
+//     FFN size and vocabulary, profiled for the kind), or the kind left idle. TP groups are t
+//     consecutive devices of the kind inside one node (TP never crosses a node); devices of a node
+//     that do not make up a whole group stay idle;
+//   - the number of pipelines D; each kind's groups are spread over the pipelines as evenly as
+//     possible (pipelines may differ by one group of a kind: heterogeneous pipelines): every such
+//     spread on clusters of up to 8 devices, one rotation (extras of different kinds on different
+//     pipelines) or at most 16 spreads above;
+//   - the order of the kinds along every pipeline (e.g. H20 stages first, then H800);
+//   - one micro-batch size b for all pipelines (a power of two dividing the global batch).
+// Candidates come sorted by a lower bound on their step time (all layer work spread over every
+// group's speed, with the bubbles), so that the caller can stop once the bound reaches the best
+// plan it found. Level 2 (planner/layer_programs.h) turns a candidate into a strategy.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hspmd/planner/cost_model.h"
+#include "hspmd/planner/planner.h"
+
+namespace hspmd::planner {
+
+// A TP group: consecutive devices of one kind on one node.
+struct Group {
+  std::string kind;
+  int node = 0;
+  std::vector<int> ranks;  // ascending, one node
+};
+
+// A level-1 candidate: pipelines as sequences of TP groups (stage j of pipeline p is
+// pipelines[p][j]), one micro-batch size.
+struct Candidate {
+  std::map<std::string, int> tp;  // used kinds only
+  int micro_batch_size = 1;
+  std::vector<std::vector<Group>> pipelines;
+  double bound = 0;  // lower bound on the step time
+};
+
+class PipelineSearch {
+ public:
+  // `available`: the ranks the plan may use. Keeps references to the cost model and the options.
+  PipelineSearch(const CostModel& cost, const PlannerOptions& options, const std::vector<int>& available);
+
+  // Every candidate of the search space, by ascending lower bound.
+  std::vector<Candidate> candidates() const;
+
+  // Pruning for re-planning (and PlannerOptions::tp_per_kind): a kind listed here keeps this TP
+  // degree (or stays idle); non-empty keep_micro_batch_sizes replaces the micro-batch sizes tried.
+  std::map<std::string, int> keep_tp;
+  std::vector<int> keep_micro_batch_sizes;
+
+ private:
+  std::vector<std::map<std::string, std::vector<int>>> spreads(
+      const std::vector<std::string>& used, const std::map<std::string, std::vector<Group>>& groups, int D) const;
+  bool tp_allowed(const std::string& kind, int t) const;
+  std::vector<Group> groups_of(const std::string& kind, int t) const;
+
+  const CostModel& cost;
+  const PlannerOptions& options;
+  const ModelShape& shape;
+  int layers = 0;
+  int num_devices = 0;
+  std::map<std::string, std::map<int, std::vector<int>>> devices;  // kind -> node -> ranks
+};
+
+// Seconds of one decoder layer of one micro-batch of b sequences on group g, its TP collectives
+// included (both levels price a layer this way).
+double layer_seconds(const CostModel& cost, const Group& g, int b);
+
+// Powers of two up to `up_to` that divide n.
+std::vector<int> powers_of_two_dividing(int64_t n, int64_t up_to);
+
+}  // namespace hspmd::planner
