@@ -36,12 +36,14 @@ std::vector<double> train_losses(const TrainerOptions& options) {
 // The single-process trainer is the one-rank case of the distributed one. Against the graph
 // layer's own single-device executor and AdamW, driven here step by step: the distributed
 // machinery (executable graph, schedule, gradient sync, state shards) adds nothing to one rank's math.
-TEST(Trainer, OneRankEqualsTheGraphExecutorAndAdamW) {
+// The trainer against the executor and graph::AdamW driven by hand, at one precision.
+void expect_one_rank_equals_executor(DType precision) {
   data::TokenDataset ds = data::TokenDataset::open(corpus_dataset());
-  const TrainerOptions o = tiny_options(4);
+  TrainerOptions o = tiny_options(4);
+  o.precision = precision;
   Trainer trainer(tiny_config(), ds, o);
 
-  const models::LlamaModel m = models::build_llama(tiny_config());
+  const models::LlamaModel m = models::build_llama(tiny_config(), {.precision = precision});
   graph::TensorMap params = graph::init_parameters(m.graph, o.seed);
   graph::Executor executor(m.graph, m.fetches());
   graph::AdamW adamw(params, optimizer_options(o));
@@ -69,6 +71,13 @@ TEST(Trainer, OneRankEqualsTheGraphExecutorAndAdamW) {
     EXPECT_LT(std::sqrt(diff / norm), 1e-5) << name;
   }
 }
+
+TEST(Trainer, OneRankEqualsTheGraphExecutorAndAdamW) { expect_one_rank_equals_executor(DType::kFloat32); }
+
+// bf16 mixed precision: the trainer runs the bf16 graph (matmuls and attention on bf16 operands)
+// with float32 master weights and AdamW, nothing else (tests/graph/mixed_precision_test.cc checks
+// the graph against a hand-written loop).
+TEST(Trainer, Bf16OneRankEqualsTheBf16GraphExecutorAndAdamW) { expect_one_rank_equals_executor(DType::kBFloat16); }
 
 TEST(Trainer, LossFallsOver50StepsOnTheBundledCorpus) {
   std::vector<double> losses = train_losses(tiny_options(50));
@@ -181,8 +190,19 @@ TEST(Trainer, OptionsRoundTripThroughJson) {
   TrainerOptions o = tiny_options(7);
   o.recompute = true;
   o.decay_steps = 30;
+  o.precision = DType::kBFloat16;
   TrainerOptions back = TrainerOptions::from_json(o.to_json());
   EXPECT_EQ(back.to_json(), o.to_json());
+  EXPECT_EQ(back.precision, DType::kBFloat16);
+  EXPECT_EQ(o.to_json().at("precision"), "bfloat16");
+  EXPECT_EQ(TrainerOptions::from_json({{"precision", "bf16"}}).precision, DType::kBFloat16);
+  EXPECT_EQ(TrainerOptions::from_json(nlohmann::json::object()).precision, DType::kFloat32);
+  EXPECT_NE(error_of([] { TrainerOptions::from_json({{"precision", "fp8"}}); }).find("\"precision\""),
+            std::string::npos);
+  TrainerOptions f64 = tiny_options(2);
+  f64.precision = DType::kFloat64;
+  EXPECT_NE(error_of([&] { validate_options(f64, tiny_config()); }).find("precision must be float32 (fp32) or bfloat16"),
+            std::string::npos);
   EXPECT_NE(error_of([] { TrainerOptions::from_json({{"lr", "fast"}}); }).find("\"lr\""), std::string::npos);
 }
 
