@@ -5,6 +5,7 @@
 
 #include <climits>
 #include <cstring>
+#include <memory>
 #include <sstream>
 #include <vector>
 
@@ -114,10 +115,12 @@ void matmul_bf16(const Tensor& a, const Tensor& b, const Tensor& out, const Matm
 // the result is a bf16 GEMM's with float32 accumulation.
 void matmul_bf16_operands(const Tensor& a, const Tensor& b, const Tensor& out, const MatmulDims& d,
                           const MatmulOptions& o) {
-  std::vector<float> ra(static_cast<size_t>(a.numel())), rb(static_cast<size_t>(b.numel()));
-  round_to_bfloat16(a.data<float>(), ra.data(), a.numel());
-  round_to_bfloat16(b.data<float>(), rb.data(), b.numel());
-  matmul_typed(ra.data(), rb.data(), out.data<float>(), d, o);
+  // Uninitialized buffers: every element is written by the rounding (a vector would zero them first).
+  const std::unique_ptr<float[]> ra(new float[static_cast<size_t>(a.numel())]);
+  const std::unique_ptr<float[]> rb(new float[static_cast<size_t>(b.numel())]);
+  round_to_bfloat16(a.data<float>(), ra.get(), a.numel());
+  round_to_bfloat16(b.data<float>(), rb.get(), b.numel());
+  matmul_typed(ra.get(), rb.get(), out.data<float>(), d, o);
 }
 
 }  // namespace
