@@ -5,7 +5,6 @@
 
 #include <climits>
 #include <cstring>
-#include <memory>
 #include <sstream>
 #include <vector>
 
@@ -110,17 +109,26 @@ void matmul_bf16(const Tensor& a, const Tensor& b, const Tensor& out, const Matm
   for (int64_t i = 0; i < n; ++i) p[i] = BFloat16(fc[i]);
 }
 
+// Two scratch buffers per calling thread, kept between calls and grown when needed. Fresh buffers
+// the size of the lm head's gradient (tokens x vocabulary) page-faulted on every call, which cost
+// tiny models more than their GEMMs. The price: the largest operand stays allocated.
+float* scratch(int slot, int64_t n) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float>& b = buffers[slot];
+  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
+
 // bf16 operands: rounded copies of a and b, then the float32 GEMM. The copies are the price of
 // a CPU without bf16 GEMM kernels (oneDNN 2.6 has none below AVX-512); the products are exact, so
 // the result is a bf16 GEMM's with float32 accumulation.
 void matmul_bf16_operands(const Tensor& a, const Tensor& b, const Tensor& out, const MatmulDims& d,
                           const MatmulOptions& o) {
-  // Uninitialized buffers: every element is written by the rounding (a vector would zero them first).
-  const std::unique_ptr<float[]> ra(new float[static_cast<size_t>(a.numel())]);
-  const std::unique_ptr<float[]> rb(new float[static_cast<size_t>(b.numel())]);
-  round_to_bfloat16(a.data<float>(), ra.get(), a.numel());
-  round_to_bfloat16(b.data<float>(), rb.get(), b.numel());
-  matmul_typed(ra.get(), rb.get(), out.data<float>(), d, o);
+  float* ra = scratch(0, a.numel());
+  float* rb = scratch(1, b.numel());
+  round_to_bfloat16(a.data<float>(), ra, a.numel());
+  round_to_bfloat16(b.data<float>(), rb, b.numel());
+  matmul_typed(ra, rb, out.data<float>(), d, o);
 }
 
 }  // namespace
