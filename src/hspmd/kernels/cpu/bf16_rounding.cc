@@ -11,7 +11,10 @@
 namespace hspmd::kernels {
 
 void round_to_bfloat16(const float* src, float* dst, int64_t n) {
-  const bool parallel = n >= (int64_t{1} << 16);
+  // One memory-bound pass: below ~4M elements (a few ms on one core) waking the OpenMP team costs
+  // more than it saves, much more on a loaded host, and a bf16 step makes one such call per
+  // operand of every matmul.
+  const bool parallel = n >= (int64_t{1} << 22);
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t i = 0; i < n; ++i) {
     uint32_t u;
