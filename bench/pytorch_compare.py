@@ -5,14 +5,16 @@ Run through bench/pytorch_compare.sh: it builds bench_pytorch_compare_bench, mak
 python3-torch (1.13) is installed for /usr/bin/python3 and creates a virtual environment with
 PyTorch 2.x from PyPI. For each size and each of --rounds rounds, one after the other:
   1. bench_pytorch_compare_bench trains with hspmd and writes init.safetensors, batch.safetensors and
-     hspmd.json (losses, step times, peak memory, sgemm GFLOP/s);
+     hspmd.json (losses, step times, peak memory, sgemm GFLOP/s); then again with --precision bf16
+     (bf16 mixed precision, docs/mixed-precision.md) into hspmd-bf16.json;
   2. this script, as a worker process per PyTorch side (--worker), loads the same weights and batch
      into a PyTorch Llama written here (Hugging Face conventions: RMSNorm, rotate-half RoPE, GQA,
      SwiGLU), runs the same steps and measures the same figures in its own process. The sides:
        torch 1.13 fp32   Debian's, plain causal softmax attention (it has no SDPA)
        torch 2.x fp32    scaled_dot_product_attention(is_causal=True)
        torch 2.x bf16    the same under torch.autocast("cpu", bfloat16)
-  3. every fp32 side's step losses must agree with hspmd's within relative 1e-4.
+  3. every fp32 side's step losses must agree with hspmd's within relative 1e-4. bf16 sides are
+     compared with hspmd bf16 (tokens/s ratio and losses; their losses only differ in rounding).
 The host may be shared and noisy, so the sides are interleaved within each round and every figure
 is the best round's: a side's round time is the median of its steps after the first (a warm-up).
 
@@ -221,25 +223,33 @@ def median(xs):
 def compare(binary, sides, config_path, batch, seq, args):
     """Runs every side once per round, interleaved; prints the table so far after each round (a long
     run on a busy host can be stopped early and still leave results); returns the table row."""
-    hspmd = Side("hspmd")
+    hspmd, hspmd_bf16 = Side("hspmd"), Side("hspmd bf16")
     with open(config_path) as f:
         config = json.load(f)
     row = {"name": os.path.basename(config_path), "batch": f"{batch}x{seq}", "tokens": batch * seq,
-           "flops": train_flops(config, batch, seq), "sides": [hspmd] + [Side(*s) for s in sides]}
+           "flops": train_flops(config, batch, seq), "sides": [hspmd, hspmd_bf16] + [Side(*s) for s in sides]}
     for r in range(args.rounds):
         with tempfile.TemporaryDirectory(prefix="hspmd_pytorch_compare.") as out:
-            subprocess.run([binary, "--config", config_path, "--batch", str(batch), "--seq", str(seq), "--steps",
-                            str(args.steps), "--threads", str(args.threads), "--out", out], check=True)
-            with open(os.path.join(out, "hspmd.json")) as f:
-                ours = json.load(f)
-            hspmd.record(ours, ours["losses"])
-            for side in row["sides"][1:]:
+            ours = {}
+            for precision in ("fp32", "bf16"):
+                with tempfile.TemporaryDirectory(dir=out) as own:
+                    subprocess.run([binary, "--config", config_path, "--batch", str(batch), "--seq", str(seq),
+                                    "--steps", str(args.steps), "--threads", str(args.threads), "--precision",
+                                    precision, "--out", own], check=True)
+                    with open(os.path.join(own, "hspmd.json")) as f:
+                        ours[precision] = json.load(f)
+                    if precision == "fp32":  # the weights and batch every side loads
+                        for name in ("init.safetensors", "batch.safetensors"):
+                            os.replace(os.path.join(own, name), os.path.join(out, name))
+            hspmd.record(ours["fp32"], ours["fp32"]["losses"])
+            hspmd_bf16.record(ours["bf16"], ours["fp32"]["losses"])
+            for side in row["sides"][2:]:
                 result_path = os.path.join(out, "torch.json")
                 subprocess.run([side.python, os.path.abspath(__file__), "--worker", "--mode", side.mode, "--config",
                                 config_path, "--data", out, "--steps", str(args.steps), "--threads",
                                 str(args.threads), "--out", result_path], check=True)
                 with open(result_path) as f:
-                    side.record(json.load(f), ours["losses"])
+                    side.record(json.load(f), ours["bf16" if side.mode == "bf16" else "fp32"]["losses"])
         if r + 1 < args.rounds:
             print_table([row], args, r + 1)
     return row
@@ -251,11 +261,14 @@ def print_table(rows, args, rounds_done):
           f"best of {rounds_done} interleaved rounds, same weights and batch")
     print(f"{'model':16} {'batch':>7} {'side':26} | {'tok/s':>8} {'hspmd/side':>10} | {'peak MiB':>8} "
           f"{'side/hspmd':>10} | {'GFLOP/s':>7} {'/sgemm':>6} | {'max rel loss diff':>17}")
+    print("(bf16 autocast rows are measured against hspmd bf16; the hspmd bf16 row against hspmd fp32)")
     ok = True
     for r in rows:
-        hspmd = r["sides"][0]
-        h_tok = r["tokens"] / hspmd.best["step_time"]
         for side in r["sides"]:
+            # fp32 sides against hspmd, bf16 sides against hspmd bf16 (hspmd bf16 itself: against hspmd).
+            bf16_side = "bf16" in side.name and not side.name.startswith("hspmd")
+            hspmd = r["sides"][1 if bf16_side else 0]
+            h_tok = r["tokens"] / hspmd.best["step_time"]
             b = side.best
             tok = r["tokens"] / b["step_time"]
             gflops = r["flops"] / b["step_time"] / 1e9
@@ -265,7 +278,7 @@ def print_table(rows, args, rounds_done):
             print(f"{r['name']:16} {r['batch']:>7} {side.name:26} | {tok:8.0f} {h_tok / tok:10.2f} | "
                   f"{side.peak / 2 ** 20:8.1f} {side.peak / max(hspmd.peak, 1):10.2f} | {gflops:7.1f} "
                   f"{gflops / b['sgemm_gflops']:6.2f} | {side.max_rel_loss_diff:11.2e} "
-                  f"{'' if side is hspmd else ('ok' if agree else ('FAIL' if fp32 else 'differs'))}")
+                  f"{'' if side.name == 'hspmd' else ('ok' if agree else ('FAIL' if fp32 else 'differs'))}")
     for r in rows:
         for side in r["sides"]:
             print(f"losses {r['name']} {side.name}: {['%.6f' % x for x in side.best['losses']]}")

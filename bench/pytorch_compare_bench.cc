@@ -2,6 +2,7 @@
 // batch and writes what the PyTorch half needs to run the very same step, plus its own figures.
 //
 //   bench_pytorch_compare_bench --config bench/llama-16m.json --batch 4 --seq 512 --steps 4 --threads 2 --out DIR
+//       [--precision bf16]   bf16 mixed precision (float32 weights, AdamW and gradients)
 //   -> DIR/init.safetensors   the initial weights (Hugging Face names, float32)
 //      DIR/batch.safetensors  "input_ids" int64 [B, S]: B independent sequences of S tokens
 //      DIR/hspmd.json         {"losses": [...], "step_seconds": [...], "peak_rss_bytes": ..., ...}
@@ -77,6 +78,7 @@ struct Args {
   int64_t batch = 4, seq = 512, steps = 4;
   int threads = 1;
   uint64_t seed = 1234;
+  DType precision = DType::kFloat32;  // --precision fp32|bf16 (bf16 mixed precision, docs/mixed-precision.md)
 };
 
 Args parse(int argc, char** argv) {
@@ -90,10 +92,11 @@ Args parse(int argc, char** argv) {
     else if (k == "--steps") a.steps = std::stoll(v);
     else if (k == "--threads") a.threads = std::stoi(v);
     else if (k == "--seed") a.seed = std::stoull(v);
+    else if (k == "--precision") a.precision = parse_dtype(v);
     else HSPMD_THROW() << "unknown argument " << k;
   }
   HSPMD_CHECK(!a.config.empty() && !a.out.empty()) << "usage: bench_pytorch_compare_bench --config FILE --out DIR "
-                                                      "[--batch B --seq S --steps N --threads T --seed S]";
+                                                      "[--batch B --seq S --steps N --threads T --seed S --precision fp32|bf16]";
   return a;
 }
 
@@ -121,7 +124,7 @@ void run(const Args& args) {
 
   const size_t rss_before = proc_status_bytes("VmRSS");
   const bool reset = reset_peak_rss();
-  models::LlamaModel model = models::build_llama(config);
+  models::LlamaModel model = models::build_llama(config, {.precision = args.precision});
   graph::TensorMap params = graph::init_parameters(model.graph, args.seed);
   {
     std::vector<std::pair<std::string, Tensor>> tensors(params.begin(), params.end());

@@ -85,7 +85,8 @@ struct CpCase {
   int64_t nq, nkv, d;
 };
 
-void check_against_single_rank(const CpCase& c, DType dtype) {
+// `options.bf16_operands`: both sides round q, k, v and dout to bfloat16 (mixed precision).
+void check_against_single_rank(const CpCase& c, DType dtype, const AttentionOptions& options = {}) {
   const int64_t t = std::accumulate(c.rows.begin(), c.rows.end(), int64_t{0});
   std::vector<int64_t> cu{0};
   for (int64_t len : c.docs) cu.push_back(cu.back() + len);
@@ -94,9 +95,9 @@ void check_against_single_rank(const CpCase& c, DType dtype) {
   const Tensor q = random_tensor({t, c.nq, c.d}, dtype, 11, -2, 2), k = random_tensor({t, c.nkv, c.d}, dtype, 12, -2, 2);
   const Tensor v = random_tensor({t, c.nkv, c.d}, dtype, 13), dout = random_tensor({t, c.nq, c.d}, dtype, 14);
   Tensor out = Tensor::empty(q.shape(), dtype), lse = Tensor::empty({c.nq, t}, dtype);
-  attention_fwd(q, k, v, cut, out, lse);
+  attention_fwd(q, k, v, cut, out, lse, options);
   Tensor dq = Tensor::empty(q.shape(), dtype), dk = Tensor::empty(k.shape(), dtype), dv = Tensor::empty(v.shape(), dtype);
-  attention_bwd(q, k, v, cut, out, lse, dout, dq, dk, dv);
+  attention_bwd(q, k, v, cut, out, lse, dout, dq, dk, dv, options);
 
   const std::vector<int64_t> order = zigzag_order(c.rows, c.cp);
   ASSERT_EQ(static_cast<int64_t>(order.size()), t);
@@ -108,13 +109,13 @@ void check_against_single_rank(const CpCase& c, DType dtype) {
     const std::vector<int64_t> mine(order.begin() + r * share, order.begin() + (r + 1) * share);
     const Tensor q_r = take_rows(q, mine), dout_r = take_rows(dout, mine), q_index = int64_tensor(mine);
     Tensor out_r = Tensor::empty(q_r.shape(), dtype), lse_r = Tensor::empty({c.nq, share}, dtype);
-    context_attention_fwd(q_r, k_fed, v_fed, cut, q_index, kv_index, out_r, lse_r);
+    context_attention_fwd(q_r, k_fed, v_fed, cut, q_index, kv_index, out_r, lse_r, options);
     const std::string what = "rank " + std::to_string(r) + " of CP " + std::to_string(c.cp) + " " + std::string(dtype_name(dtype));
     EXPECT_TRUE(all_close(out_r, take_rows(out, mine), tol, tol, "out " + what));
     EXPECT_TRUE(all_close(lse_r, take_columns(lse, mine), tol, tol, "lse " + what));
     Tensor dq_r = Tensor::empty(q_r.shape(), dtype), dk_r = Tensor::empty(k.shape(), dtype);
     Tensor dv_r = Tensor::empty(v.shape(), dtype);
-    context_attention_bwd(q_r, k_fed, v_fed, cut, q_index, kv_index, out_r, lse_r, dout_r, dq_r, dk_r, dv_r);
+    context_attention_bwd(q_r, k_fed, v_fed, cut, q_index, kv_index, out_r, lse_r, dout_r, dq_r, dk_r, dv_r, options);
     EXPECT_TRUE(all_close(dq_r, take_rows(dq, mine), tol, tol, "dq " + what));
     // Back to packed order and summed over the group: the reduce-scatter of the real run.
     for (int64_t i = 0; i < t; ++i) {
@@ -142,6 +143,11 @@ TEST(ContextAttention, EveryRankOfAZigzagGroupMatchesTheSingleRankKernel) {
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
     for (const CpCase& c : cases) check_against_single_rank(c, dtype);
   }
+}
+
+TEST(ContextAttention, Bf16OperandsOnEveryRankMatchTheSingleRankBf16Kernel) {
+  // CP 2 with documents crossing chunks; both sides round their operands to bfloat16.
+  check_against_single_rank({{160, 160}, {10, 70, 80, 160}, 2, 4, 2, 16}, DType::kFloat32, {.bf16_operands = true});
 }
 
 TEST(ContextAttention, IdentityIndicesArePlainAttentionBitwise) {

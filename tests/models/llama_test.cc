@@ -2,10 +2,12 @@
 // differences (float64), packed vs one-document-at-a-time equivalence, recomputation, training.
 #include "hspmd/models/llama.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "error_of.h"
 #include "graph/gradcheck.h"
 #include "hspmd/graph/executor.h"
 #include "hspmd/graph/optimizer.h"
@@ -134,6 +136,32 @@ void check_model_gradients(const LlamaConfig& config) {
     }
     EXPECT_LT(worst / scale, 1e-6) << name;
   }
+}
+
+// --precision bf16: every matmul and attention, forward and backward, rounds its operands; no
+// other op changes, and parameters stay float32 (the master weights).
+TEST_F(Llama, Bf16PrecisionMarksEveryMatmulAndAttention) {
+  const LlamaModel m = build_llama(tiny_config(), {.precision = DType::kBFloat16});
+  int marked = 0;
+  for (int id = 0; id < m.graph.num_ops(); ++id) {
+    const graph::Op& op = m.graph.op(id);
+    const bool product = op.kind == graph::OpKind::kMatmul || op.kind == graph::OpKind::kAttention ||
+                         op.kind == graph::OpKind::kAttentionBwd || op.kind == graph::OpKind::kContextAttention ||
+                         op.kind == graph::OpKind::kContextAttentionBwd;
+    EXPECT_EQ(op.attrs.bf16_operands, product) << op.name;
+    marked += op.attrs.bf16_operands ? 1 : 0;
+    if (op.kind == graph::OpKind::kParameter) {
+      EXPECT_EQ(op.outputs[0].dtype, DType::kFloat32) << op.name;
+    }
+  }
+  // Per layer 7 projections (3 matmuls each: forward, dx, dW) and attention (forward, backward);
+  // the lm head's 3.
+  const int layers = tiny_config().num_hidden_layers;
+  EXPECT_EQ(marked, layers * (7 * 3 + 2) + 3);
+  const LlamaModel fp32 = build_llama(tiny_config());
+  for (int id = 0; id < fp32.graph.num_ops(); ++id) EXPECT_FALSE(fp32.graph.op(id).attrs.bf16_operands);
+  EXPECT_THAT(hspmd::testing::error_of([] { build_llama(tiny_config(), {.dtype = DType::kFloat64, .precision = DType::kBFloat16}); }),
+              ::testing::HasSubstr("precision must be float32, or bfloat16 over float32 parameters"));
 }
 
 TEST_F(Llama, WholeModelGradientsMatchFiniteDifferences) { check_model_gradients(tiny_config()); }

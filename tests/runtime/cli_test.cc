@@ -110,11 +110,33 @@ TEST_F(CliTest, InitWeightsStartFromTheGivenModel) {
   EXPECT_NE(bad.output.find("unexpected tensor 'model.layers.1."), std::string::npos) << bad.output;
 }
 
+TEST_F(CliTest, TrainsInBf16AndResumesInBf16) {
+  CommandResult r = run("train " + small_run() + "--steps 3 --decay-steps 4 --precision bf16 --save " + path("ckpt") +
+                        " --metrics " + path("m.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("precision bf16"), std::string::npos) << r.output;
+  // The checkpoint records the precision: the resumed run stays in bf16 without the flag.
+  r = run("train " + small_run() + "--steps 4 --resume " + path("ckpt") + " --metrics " + path("m.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("precision bf16"), std::string::npos) << r.output;
+  r = run("train " + small_run() + "--steps 4 --precision bf16 --metrics " + path("bf16.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(losses(path("m.jsonl")), losses(path("bf16.jsonl")));
+  r = run("train " + small_run() + "--steps 4 --metrics " + path("fp32.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("precision fp32"), std::string::npos) << r.output;
+  EXPECT_NE(losses(path("fp32.jsonl")), losses(path("bf16.jsonl")));
+  r = run("train " + small_run() + "--steps 1 --precision fp16");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--precision"), std::string::npos) << r.output;
+}
+
 TEST_F(CliTest, HelpListsTheOptions) {
   CommandResult r = run("train --help");
   EXPECT_EQ(r.code, 0);
   for (const char* flag : {"--model", "--data", "--steps", "--seq-len", "--global-batch-tokens", "--lr", "--warmup",
-                           "--save", "--save-every", "--resume", "--init-weights", "--metrics", "--threads", "--seed"}) {
+                           "--save", "--save-every", "--resume", "--init-weights", "--metrics", "--threads", "--seed",
+                           "--precision"}) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   }
   r = run("eval --help");

@@ -40,12 +40,14 @@ struct Reference {
 
 std::string dataset_or_corpus(const std::string& dir) { return dir.empty() ? corpus_dataset() : dir; }
 
-const Reference& reference(int64_t steps, bool tied, const std::string& dataset) {
-  static std::map<std::tuple<int64_t, bool, std::string>, Reference> cache;
-  auto it = cache.find({steps, tied, dataset});
+const Reference& reference(int64_t steps, bool tied, const std::string& dataset, DType precision) {
+  static std::map<std::tuple<int64_t, bool, std::string, DType>, Reference> cache;
+  auto it = cache.find({steps, tied, dataset, precision});
   if (it != cache.end()) return it->second;
   data::TokenDataset ds = data::TokenDataset::open(dataset_or_corpus(dataset));
-  Trainer t(dist_config(tied), ds, dist_options(steps));
+  TrainerOptions o = dist_options(steps);
+  o.precision = precision;
+  Trainer t(dist_config(tied), ds, o);
   Reference r;
   while (!t.done()) {
     const StepMetrics m = t.step();
@@ -53,7 +55,7 @@ const Reference& reference(int64_t steps, bool tied, const std::string& dataset)
     r.grad_norms.push_back(m.grad_norm);
   }
   r.weights = t.parameters();
-  return cache[{steps, tied, dataset}] = std::move(r);
+  return cache[{steps, tied, dataset, precision}] = std::move(r);
 }
 
 }  // namespace
@@ -119,23 +121,33 @@ double relative_difference(const Tensor& a, const Tensor& b) {
 }
 
 void expect_matches_single_process(const DistRun& run, int64_t steps, int64_t first_step, bool tied,
-                                   const std::string& dataset, double weights_tolerance) {
-  const Reference& ref = reference(first_step - 1 + steps, tied, dataset);
+                                   const std::string& dataset, double weights_tolerance, DType precision) {
+  const Reference& ref = reference(first_step - 1 + steps, tied, dataset, precision);
+  // bf16 rounds float32 activations and gradients at every matmul and attention operand. A float32
+  // reassociation (a tensor-parallel all-reduce, a vocab-parallel loss) moves a value by an ulp;
+  // where that value sits next to a bf16 rounding boundary its rounded operand moves by a bf16
+  // ulp (2^-8), 2^16 times more. Such flips are rare and small, but AdamW's first steps amplify
+  // them where a gradient is near zero (its update is about lr * sign(g)), and gradient norms
+  // then drift apart faster than losses. So bf16 runs are held to looser bounds than float32
+  // ones, which a bf16-vs-float32 pair of runs exceeds
+  // (MixedPrecisionDist.Bf16DiffersFromFloat32BeyondTheBounds).
+  const bool bf16 = precision == DType::kBFloat16;
+  const double loss_rtol = bf16 ? 1e-4 : 1e-5, norm_rtol = bf16 ? 5e-4 : 1e-5, weights_rtol = bf16 ? 5e-3 : weights_tolerance;
   for (size_t rank = 0; rank < run.losses.size(); ++rank) {
     ASSERT_EQ(run.losses[rank].size(), static_cast<size_t>(steps)) << "rank " << rank;
     for (int64_t s = 0; s < steps; ++s) {
       const double expected = ref.losses[first_step - 1 + s];
-      EXPECT_NEAR(run.losses[rank][s], expected, 1e-5 * std::abs(expected))
+      EXPECT_NEAR(run.losses[rank][s], expected, loss_rtol * std::abs(expected))
           << "rank " << rank << " step " << s + first_step;
       // Clipping uses the global norm: every element counted once, whatever the replication.
       const double norm = ref.grad_norms[first_step - 1 + s];
-      EXPECT_NEAR(run.grad_norms[rank][s], norm, 1e-5 * norm) << "rank " << rank << " step " << s + first_step;
+      EXPECT_NEAR(run.grad_norms[rank][s], norm, norm_rtol * norm) << "rank " << rank << " step " << s + first_step;
     }
   }
   ASSERT_EQ(run.weights.size(), ref.weights.size());
   for (const auto& [name, w] : ref.weights) {
     ASSERT_TRUE(run.weights.count(name)) << name;
-    EXPECT_LT(relative_difference(run.weights.at(name), w), weights_tolerance) << name;
+    EXPECT_LT(relative_difference(run.weights.at(name), w), weights_rtol) << name;
   }
 }
 

@@ -63,6 +63,7 @@ const std::vector<OptionFlag>& option_flags() {
       HSPMD_OPTION_FLAG("--seed", seed),
       HSPMD_OPTION_FLAG("--recompute", recompute),
       HSPMD_OPTION_FLAG("--threads", threads),
+      HSPMD_OPTION_FLAG("--precision", precision),
   };
   return flags;
 }
@@ -96,9 +97,12 @@ std::string eval_line(int64_t step, double loss) {
   return buf;
 }
 
-std::string kernels_line() {
+std::string kernels_line(DType precision) {
   return "kernels: GEMM " + kernels::gemm_backend_description() + "; SIMD " +
-         kernels::simd_level_name(kernels::simd_level());
+         kernels::simd_level_name(kernels::simd_level()) + "; precision " +
+         (precision == DType::kBFloat16 ? "bf16 (bf16 matmul/attention operands, fp32 accumulation, fp32 master "
+                                          "weights and AdamW)"
+                                        : "fp32");
 }
 
 std::string eval_record(int64_t step, double loss) {
@@ -173,7 +177,7 @@ void run_train(TrainArgs args, const CLI::App& sub) {
     metrics.open(args.metrics, args.resume.empty() ? std::ios::trunc : std::ios::app);
     HSPMD_CHECK(metrics.good()) << "cannot open metrics file " << args.metrics;
   }
-  std::cout << kernels_line() << "\n";
+  std::cout << kernels_line(options.precision) << "\n";
   std::cout << "model: " << config.num_parameters() << " parameters, " << config.num_hidden_layers
             << " layers, hidden " << config.hidden_size << "; data: " << dataset.num_tokens() << " tokens in "
             << dataset.num_documents() << " documents; " << options.steps << " steps of <= "
@@ -241,6 +245,11 @@ void add_train_command(CLI::App& app) {
   sub->add_option("--seed", o.seed, "seed of parameter init and data order")->capture_default_str();
   sub->add_flag("--recompute", o.recompute, "recompute each layer's activations in the backward pass");
   sub->add_option("--threads", o.threads, "kernel threads (0: all cores)")->capture_default_str();
+  sub->add_option_function<std::string>(
+         "--precision", [&o](const std::string& name) { o.precision = parse_dtype(name); },
+         "fp32 (default), or bf16: bf16 mixed precision (matmuls and attention on bf16 operands with fp32 "
+         "accumulation; fp32 master weights, gradients and AdamW states); see docs/mixed-precision.md")
+      ->check(CLI::IsMember({"fp32", "bf16", "float32", "bfloat16"}));
   sub->add_option("--save", args->save, "checkpoint directory, written at the end (and every --save-every steps)");
   sub->add_option("--save-every", args->save_every, "also checkpoint every K steps")->check(CLI::NonNegativeNumber);
   sub->add_option("--eval-every", args->eval_every,

@@ -46,8 +46,9 @@ inline bool evaluates_after(const TrainArgs& args, int64_t step, bool last) {
 // {"event": "eval", "step": 20, "val_loss": 2.3456}.
 std::string eval_line(int64_t step, double loss);
 std::string eval_record(int64_t step, double loss);
-// "kernels: GEMM oneDNN ... ; SIMD avx2": what the kernels run on, logged when training starts.
-std::string kernels_line();
+// "kernels: GEMM oneDNN ... ; SIMD avx2; precision fp32": what the kernels run on and at which
+// precision, logged when training starts.
+std::string kernels_line(DType precision);
 
 // `hspmd train --strategy`: under `hspmd launch` (or with --nproc, which launches the workers
 // itself) every worker trains its part of the strategy; rank 0 reports.

@@ -233,7 +233,7 @@ void run_worker(const TrainArgs& args) {
                 << plans[i].file << ")\n";
     }
     if (!args.devices.empty()) std::cout << devices.describe() << "\n";
-    std::cout << kernels_line() << "\n";
+    std::cout << kernels_line(args.options.precision) << "\n";
   }
   std::cout << trainer.describe() << std::endl;
   if (!args.resume.empty()) {

@@ -19,6 +19,7 @@ namespace hspmd::graph::ops {
 struct MatmulAttrs {
   bool trans_a = false;
   bool trans_b = false;
+  bool bf16_operands = false;  // bf16 mixed precision (OpAttrs::bf16_operands)
 };
 
 // table [V, H], ids [T] int32/int64 -> [T, H]
@@ -32,13 +33,15 @@ TensorRef matmul(Graph& g, TensorRef a, TensorRef b, MatmulAttrs attrs, const st
 TensorRef rope(Graph& g, TensorRef x, TensorRef positions, std::vector<double> inv_freq, const std::string& name);
 TensorRef rope(Graph& g, TensorRef x, TensorRef positions, double theta, const std::string& name);
 // q [T, Nq, D], k, v [T, Nkv, D], cu_seqlens [N + 1] -> [T, Nq, D]: causal within each sequence
+// (bf16_operands: OpAttrs::bf16_operands)
 TensorRef attention(Graph& g, TensorRef q, TensorRef k, TensorRef v, TensorRef cu_seqlens, const std::string& name,
-                    double scale = 0.0);
+                    double scale = 0.0, bool bf16_operands = false);
 // The same with the tokens' packed positions, so the query rows may be any subset of the batch in any
 // order (context parallelism, graph/ops/context_attention.cc): q [Tq, Nq, D], k, v [Tk, Nkv, D],
 // cu_seqlens [N + 1] over the Tk packed tokens, q_index [Tq], kv_index [Tk] -> [Tq, Nq, D].
 TensorRef context_attention(Graph& g, TensorRef q, TensorRef k, TensorRef v, TensorRef cu_seqlens, TensorRef q_index,
-                            TensorRef kv_index, const std::string& name, double scale = 0.0);
+                            TensorRef kv_index, const std::string& name, double scale = 0.0,
+                            bool bf16_operands = false);
 // silu(gate) * up, same shapes
 TensorRef swiglu(Graph& g, TensorRef gate, TensorRef up, const std::string& name);
 TensorRef add(Graph& g, TensorRef a, TensorRef b, const std::string& name);

@@ -17,6 +17,10 @@ namespace hspmd::kernels {
 
 struct AttentionOptions {
   double scale = 0.0;  // softmax scale; 0 means 1/sqrt(D)
+  // float32 only: q, k, v (and dout in the backward) rounded to bfloat16 before any product
+  // (bf16 mixed precision, kernels/bf16_rounding.h). Scores, softmax, lse and every output and
+  // accumulation stay float32.
+  bool bf16_operands = false;
 };
 
 void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens, const Tensor& out,

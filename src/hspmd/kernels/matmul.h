@@ -17,6 +17,9 @@ struct MatmulOptions {
   bool trans_b = false;  // use b^T (last two dims)
   double alpha = 1.0;
   double beta = 0.0;     // 1.0 accumulates into out
+  // float32 only: each operand rounded to bfloat16 before the product (bf16 mixed precision,
+  // kernels/bf16_rounding.h); accumulation and out stay float32.
+  bool bf16_operands = false;
 };
 
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const MatmulOptions& options = {});

@@ -45,9 +45,10 @@ struct Builder {
   // RoPE's inverse frequencies, scaled as the config says; shared by every layer's q and k.
   std::vector<double> inv_freq = c.rope.inverse_frequencies(c.head_dim());
   double attention_scale = attention_scale_of(c);
+  bool bf16 = false;  // bf16 mixed precision: matmuls and attention round their operands
 
   TensorRef linear(TensorRef x, const std::string& weight_name, const std::string& name) {
-    return ops::matmul(g, x, w.at(weight_name), {.trans_b = true}, name);
+    return ops::matmul(g, x, w.at(weight_name), {.trans_b = true, .bf16_operands = bf16}, name);
   }
 
   // A column-parallel projection's bias goes right after its matmul (the output is split like the
@@ -77,7 +78,7 @@ struct Builder {
     k = ops::reshard(g, k, p + "self_attn.k_all");
     v = ops::reshard(g, v, p + "self_attn.v_all");
     TensorRef o = ops::context_attention(g, q, k, v, cu_seqlens, q_index, kv_index, p + "self_attn.attention",
-                                         attention_scale);
+                                         attention_scale, bf16);
     o = ops::reshape(g, o, {T, nq * D}, p + "self_attn.merge_heads");
     return linear(o, p + "self_attn.o_proj.weight", p + "self_attn.o_proj");
   }
@@ -118,6 +119,10 @@ LlamaModel build_llama(const LlamaConfig& config, const LlamaBuildOptions& optio
   config.validate();
   HSPMD_CHECK(is_floating(options.dtype)) << "build_llama: dtype must be floating, got "
                                           << dtype_name(options.dtype);
+  HSPMD_CHECK(options.precision == DType::kFloat32 ||
+              (options.precision == DType::kBFloat16 && options.dtype == DType::kFloat32))
+      << "build_llama: precision must be float32, or bfloat16 over float32 parameters; got precision "
+      << dtype_name(options.precision) << " with dtype " << dtype_name(options.dtype);
   LlamaModel m;
   m.config = config;
   Graph& g = m.graph;
@@ -130,6 +135,7 @@ LlamaModel build_llama(const LlamaConfig& config, const LlamaBuildOptions& optio
   m.token_index = g.placeholder("token_index", {T}, DType::kInt64);
 
   Builder b{config, g, {}, {}, {}, {}, {}, m.positions, m.cu_seqlens, m.token_index};
+  b.bf16 = options.precision == DType::kBFloat16;
   for (const LlamaParam& p : llama_parameters(config)) {
     // Norm weights start at 1 and biases at 0, as in transformers.
     const bool bias = p.name.ends_with(".bias");
@@ -152,7 +158,7 @@ LlamaModel build_llama(const LlamaConfig& config, const LlamaBuildOptions& optio
   // its first stage and the head on its last; the Reshard's backward brings the gradient home.
   TensorRef head = config.tie_word_embeddings ? ops::reshard(g, b.w.at("model.embed_tokens.weight"), "lm_head.tied_weight")
                                               : b.w.at("lm_head.weight");
-  TensorRef logits = ops::matmul(g, x, head, {.trans_b = true}, "lm_head");  // [T, V]
+  TensorRef logits = ops::matmul(g, x, head, {.trans_b = true, .bf16_operands = b.bf16}, "lm_head");  // [T, V]
   logits = ops::reshard(g, logits, "lm_head_out");
   m.loss = ops::cross_entropy(g, logits, m.targets, m.loss_scale, -100, "loss");
   if (options.with_backward) m.grads = graph::build_backward(g, m.loss, m.params);

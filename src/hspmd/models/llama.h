@@ -51,6 +51,10 @@ struct LlamaBuildOptions {
   DType dtype = DType::kFloat32;  // parameters and activations (float64 for gradient checks)
   double init_std = 0.02;         // normal std of embedding and projection weights (norms start at 1)
   bool with_backward = true;      // also build d loss / d every parameter
+  // kFloat32, or kBFloat16 for bf16 mixed precision: every matmul and attention (forward and
+  // backward) rounds its operands to bfloat16 and accumulates in float32; parameters, activations,
+  // gradients and the optimizer stay float32 (docs/mixed-precision.md). Needs dtype kFloat32.
+  DType precision = DType::kFloat32;
 };
 
 struct LlamaModel {

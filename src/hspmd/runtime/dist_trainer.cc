@@ -155,7 +155,7 @@ DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDat
                          const sharding::AnnotationPlan& plan, DistOptions options, int rank, int world_size,
                          comm::GroupCache& groups)
     : options_(std::move(options)),
-      model_(models::build_llama(config)),
+      model_(models::build_llama(config, {.precision = options_.train.precision})),
       dataset_(&dataset),
       rank_(rank),
       world_size_(world_size),

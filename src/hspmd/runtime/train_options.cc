@@ -35,6 +35,8 @@ void validate_options(const TrainerOptions& o, const models::LlamaConfig& config
   HSPMD_CHECK(o.weight_decay >= 0) << "weight_decay must be >= 0, got " << o.weight_decay;
   HSPMD_CHECK(o.max_grad_norm >= 0) << "max_grad_norm (clip) must be >= 0, got " << o.max_grad_norm;
   HSPMD_CHECK(o.threads >= 0) << "threads must be >= 0, got " << o.threads;
+  HSPMD_CHECK(o.precision == DType::kFloat32 || o.precision == DType::kBFloat16)
+      << "precision must be float32 (fp32) or bfloat16 (bf16), got " << dtype_name(o.precision);
 }
 
 void check_dataset_fits(const data::TokenDataset& dataset, const models::LlamaConfig& config) {
@@ -73,7 +75,8 @@ nlohmann::json TrainerOptions::to_json() const {
           {"lr", lr},         {"warmup", warmup},           {"min_lr", min_lr},
           {"decay_steps", decay_steps}, {"weight_decay", weight_decay}, {"beta1", beta1},
           {"beta2", beta2},   {"eps", eps},                 {"max_grad_norm", max_grad_norm},
-          {"seed", seed},     {"recompute", recompute},     {"threads", threads}};
+          {"seed", seed},     {"recompute", recompute},     {"threads", threads},
+          {"precision", std::string(dtype_name(precision))}};
 }
 
 TrainerOptions TrainerOptions::from_json(const nlohmann::json& j) { return from_json(j, TrainerOptions{}); }
@@ -96,6 +99,15 @@ TrainerOptions TrainerOptions::from_json(const nlohmann::json& j, const TrainerO
   read_field(j, "seed", o.seed);
   read_field(j, "recompute", o.recompute);
   read_field(j, "threads", o.threads);
+  if (j.contains("precision")) {
+    std::string name;
+    read_field(j, "precision", name);
+    try {
+      o.precision = parse_dtype(name);
+    } catch (const Error& e) {
+      HSPMD_THROW() << "trainer option \"precision\": " << e.what();
+    }
+  }
   return o;
 }
 

@@ -33,6 +33,9 @@ struct TrainerOptions {
   uint64_t seed = 1;                   // parameter init and data order
   bool recompute = false;              // per-layer activation recomputation
   int threads = 0;                     // kernel threads; 0 = leave the process setting alone
+  // Compute precision of matmuls and attention: kFloat32, or kBFloat16 (bf16 mixed precision:
+  // float32 master weights, AdamW moments and gradients; docs/mixed-precision.md).
+  DType precision = DType::kFloat32;
 
   nlohmann::json to_json() const;
   // Fields absent from j keep their value in `defaults`; Error naming a field of the wrong type.

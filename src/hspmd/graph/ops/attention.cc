@@ -34,6 +34,8 @@ void check_qkv(const ShapeContext& ctx) {
       << ctx.where() << ": kv heads " << nkv.to_string() << " must divide query heads " << nq.to_string();
   expect_rank(ctx, 3, 1);
   expect_integer(ctx, 3);
+  HSPMD_CHECK(!ctx.op.attrs.bf16_operands || ctx.inputs[0].dtype == DType::kFloat32)
+      << ctx.where() << ": bf16 operands are rounded from float32, q is " << dtype_name(ctx.inputs[0].dtype);
 }
 
 // The annotation shared by q, k, v (and out, dout in the backward), after checking it.
@@ -71,12 +73,13 @@ OpDef attention_def() {
   };
   d.run = [](KernelContext& k) {
     Tensor out = k.new_output(0), lse = k.new_output(1);
-    kernels::attention_fwd(k.inputs[0], k.inputs[1], k.inputs[2], k.inputs[3], out, lse, {.scale = k.op.attrs.scale});
+    kernels::attention_fwd(k.inputs[0], k.inputs[1], k.inputs[2], k.inputs[3], out, lse, {.scale = k.op.attrs.scale, .bf16_operands = k.op.attrs.bf16_operands});
     k.outputs = {out, lse};
   };
   d.grad = [](GradContext& c) {
     OpAttrs a;
     a.scale = c.op.attrs.scale;
+    a.bf16_operands = c.op.attrs.bf16_operands;
     auto g = c.graph.add_op(OpKind::kAttentionBwd, c.name("bwd"),
                             {c.input(0), c.input(1), c.input(2), c.input(3), c.output(0), c.output(1),
                              c.output_grads[0]},
@@ -101,7 +104,8 @@ OpDef attention_bwd_def() {
   d.run = [](KernelContext& k) {
     Tensor dq = k.new_output(0), dk = k.new_output(1), dv = k.new_output(2);
     const auto& in = k.inputs;
-    kernels::attention_bwd(in[0], in[1], in[2], in[3], in[4], in[5], in[6], dq, dk, dv, {.scale = k.op.attrs.scale});
+    kernels::attention_bwd(in[0], in[1], in[2], in[3], in[4], in[5], in[6], dq, dk, dv,
+                           {.scale = k.op.attrs.scale, .bf16_operands = k.op.attrs.bf16_operands});
     k.outputs = {dq, dk, dv};
   };
   d.deduce = [](const DeduceContext& ctx) {
@@ -117,9 +121,10 @@ OpDef attention_bwd_def() {
 }  // namespace detail
 
 TensorRef ops::attention(Graph& g, TensorRef q, TensorRef k, TensorRef v, TensorRef cu_seqlens,
-                         const std::string& name, double scale) {
+                         const std::string& name, double scale, bool bf16_operands) {
   OpAttrs a;
   a.scale = scale;
+  a.bf16_operands = bf16_operands;
   return g.add_op(OpKind::kAttention, name, {q, k, v, cu_seqlens}, a)[0];
 }
 

@@ -85,12 +85,14 @@ OpDef context_attention_def() {
   d.run = [](KernelContext& k) {
     Tensor out = k.new_output(0), lse = k.new_output(1);
     const auto& in = k.inputs;
-    kernels::context_attention_fwd(in[0], in[1], in[2], in[3], in[4], in[5], out, lse, {.scale = k.op.attrs.scale});
+    kernels::context_attention_fwd(in[0], in[1], in[2], in[3], in[4], in[5], out, lse,
+                                   {.scale = k.op.attrs.scale, .bf16_operands = k.op.attrs.bf16_operands});
     k.outputs = {out, lse};
   };
   d.grad = [](GradContext& c) {
     OpAttrs a;
     a.scale = c.op.attrs.scale;
+    a.bf16_operands = c.op.attrs.bf16_operands;
     auto g = c.graph.add_op(OpKind::kContextAttentionBwd, c.name("bwd"),
                             {c.input(0), c.input(1), c.input(2), c.input(3), c.input(4), c.input(5), c.output(0),
                              c.output(1), c.output_grads[0]},
@@ -116,7 +118,7 @@ OpDef context_attention_bwd_def() {
     Tensor dq = k.new_output(0), dk = k.new_output(1), dv = k.new_output(2);
     const auto& in = k.inputs;
     kernels::context_attention_bwd(in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], dq, dk, dv,
-                                   {.scale = k.op.attrs.scale});
+                                   {.scale = k.op.attrs.scale, .bf16_operands = k.op.attrs.bf16_operands});
     k.outputs = {dq, dk, dv};
   };
   d.deduce = [](const DeduceContext& ctx) {
@@ -134,9 +136,11 @@ OpDef context_attention_bwd_def() {
 }  // namespace detail
 
 TensorRef ops::context_attention(Graph& g, TensorRef q, TensorRef k, TensorRef v, TensorRef cu_seqlens,
-                                 TensorRef q_index, TensorRef kv_index, const std::string& name, double scale) {
+                                 TensorRef q_index, TensorRef kv_index, const std::string& name, double scale,
+                                 bool bf16_operands) {
   OpAttrs a;
   a.scale = scale;
+  a.bf16_operands = bf16_operands;
   return g.add_op(OpKind::kContextAttention, name, {q, k, v, cu_seqlens, q_index, kv_index}, a)[0];
 }
 

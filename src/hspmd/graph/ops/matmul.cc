@@ -21,6 +21,8 @@ OpDef matmul_def() {
     expect_rank(ctx, 1, 2);
     expect_floating(ctx, 0);
     expect_same_dtype(ctx, 0, 1);
+    HSPMD_CHECK(!ctx.op.attrs.bf16_operands || ctx.inputs[0].dtype == DType::kFloat32)
+        << ctx.where() << ": bf16 operands are rounded from float32, input 0 is " << dtype_name(ctx.inputs[0].dtype);
     const SymShape& a = ctx.inputs[0].shape;
     const SymShape& b = ctx.inputs[1].shape;
     const OpAttrs& at = ctx.op.attrs;
@@ -32,14 +34,19 @@ OpDef matmul_def() {
   };
   d.run = [](KernelContext& k) {
     Tensor out = k.new_output(0);
-    kernels::matmul(k.inputs[0], k.inputs[1], out, {.trans_a = k.op.attrs.trans_a, .trans_b = k.op.attrs.trans_b});
+    const OpAttrs& at = k.op.attrs;
+    kernels::matmul(k.inputs[0], k.inputs[1], out,
+                    {.trans_a = at.trans_a, .trans_b = at.trans_b, .bf16_operands = at.bf16_operands});
     k.outputs = {out};
   };
   d.grad = [](GradContext& c) {
     TensorRef a = c.input(0), b = c.input(1), dc = c.output_grads[0];
     bool ta = c.op.attrs.trans_a, tb = c.op.attrs.trans_b;
+    // The gradient products run at the forward's precision: under bf16 they round dC and the
+    // saved operand, and accumulate in float32 like the forward.
+    const bool bf16 = c.op.attrs.bf16_operands;
     auto mm = [&](TensorRef x, TensorRef y, bool tx, bool ty, const std::string& suffix) {
-      return ops::matmul(c.graph, x, y, {.trans_a = tx, .trans_b = ty}, c.name(suffix));
+      return ops::matmul(c.graph, x, y, {.trans_a = tx, .trans_b = ty, .bf16_operands = bf16}, c.name(suffix));
     };
     // C = op(A) op(B): dop(A) = dC op(B)^T, dop(B) = op(A)^T dC, then undo the op on each side.
     TensorRef da = ta ? mm(b, dc, tb, true, "grad_a") : mm(dc, b, false, !tb, "grad_a");
@@ -61,6 +68,7 @@ TensorRef ops::matmul(Graph& g, TensorRef a, TensorRef b, MatmulAttrs attrs, con
   OpAttrs a2;
   a2.trans_a = attrs.trans_a;
   a2.trans_b = attrs.trans_b;
+  a2.bf16_operands = attrs.bf16_operands;
   return g.add_op1(OpKind::kMatmul, name, {a, b}, a2);
 }
 

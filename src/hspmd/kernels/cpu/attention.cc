@@ -22,6 +22,7 @@
 #include <cstring>
 #include <vector>
 
+#include "hspmd/kernels/bf16_rounding.h"
 #include "hspmd/kernels/cpu/blas.h"
 #include "hspmd/kernels/cpu/vec_math.h"
 
@@ -88,6 +89,8 @@ AttentionDims check_attention(const char* kernel, const Tensor& q, const Tensor&
   }
   HSPMD_CHECK(a.cu.back() == a.tokens) << kernel << ": cu_seqlens ends at " << a.cu.back() << " but q has "
                                        << a.tokens << " tokens";
+  HSPMD_CHECK(!options.bf16_operands || q.dtype() == DType::kFloat32)
+      << kernel << ": bf16 operands are rounded from float32 inputs, q is " << q.to_string();
   a.scale = options.scale != 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(a.d));
   a.block = block_size(a.d);
   return a;
@@ -277,6 +280,14 @@ AttentionData<T> attention_data(const AttentionDims& a, const Tensor& q, const T
           .ldk = a.nkv * a.d};
 }
 
+// x itself, or its copy rounded to bfloat16 when the options ask for bf16 operands.
+Tensor operand(const Tensor& x, const AttentionOptions& options) {
+  if (!options.bf16_operands) return x;
+  Tensor r = Tensor::empty(x.shape(), DType::kFloat32);
+  round_to_bfloat16(x, r);
+  return r;
+}
+
 }  // namespace
 
 void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens, const Tensor& out,
@@ -284,7 +295,8 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   const AttentionDims a = check_attention("attention_fwd", q, k, v, cu_seqlens, out, lse, options);
   if (a.tokens == 0) return;
   if (q.dtype() == DType::kFloat32) {
-    forward_typed(a, attention_data<float>(a, q, k, v, out, lse, {}, {}, {}, {}));
+    const Tensor rq = operand(q, options), rk = operand(k, options), rv = operand(v, options);
+    forward_typed(a, attention_data<float>(a, rq, rk, rv, out, lse, {}, {}, {}, {}));
   } else {
     forward_typed(a, attention_data<double>(a, q, k, v, out, lse, {}, {}, {}, {}));
   }
@@ -304,7 +316,9 @@ void attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   std::memset(dk.raw_data(), 0, dk.nbytes());
   std::memset(dv.raw_data(), 0, dv.nbytes());
   if (q.dtype() == DType::kFloat32) {
-    backward_typed(a, attention_data<float>(a, q, k, v, out, lse, dout, dq, dk, dv));
+    const Tensor rq = operand(q, options), rk = operand(k, options), rv = operand(v, options);
+    const Tensor rdout = operand(dout, options);
+    backward_typed(a, attention_data<float>(a, rq, rk, rv, out, lse, rdout, dq, dk, dv));
   } else {
     backward_typed(a, attention_data<double>(a, q, k, v, out, lse, dout, dq, dk, dv));
   }

@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "hspmd/kernels/context_attention.h"
+
+#include "hspmd/kernels/bf16_rounding.h"
 #include "hspmd/kernels/cpu/blas.h"
 #include "hspmd/kernels/cpu/vec_math.h"
 
@@ -326,6 +328,15 @@ void check_grad(const char* name, const Tensor& t, const Tensor& like) {
       << ", expected " << like.to_string();
 }
 
+// x itself, or its copy rounded to bfloat16 when the options ask for bf16 operands (as the
+// single-rank kernel does, so a CP rank computes what one rank computes).
+Tensor operand(const Tensor& x, const AttentionOptions& options) {
+  if (!options.bf16_operands) return x;
+  Tensor r = Tensor::empty(x.shape(), DType::kFloat32);
+  round_to_bfloat16(x, r);
+  return r;
+}
+
 }  // namespace
 
 void context_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
@@ -336,7 +347,7 @@ void context_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, co
   if (a.identity) return attention_fwd(q, k, v, cu_seqlens, out, lse, options);
   if (a.tq == 0) return;
   if (q.dtype() == DType::kFloat32) {
-    forward_typed<float>(a, q, k, v, out, lse);
+    forward_typed<float>(a, operand(q, options), operand(k, options), operand(v, options), out, lse);
   } else {
     forward_typed<double>(a, q, k, v, out, lse);
   }
@@ -359,7 +370,8 @@ void context_attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v, co
     return;
   }
   if (q.dtype() == DType::kFloat32) {
-    backward_typed<float>(a, q, k, v, out, lse, dout, dq, dk, dv);
+    backward_typed<float>(a, operand(q, options), operand(k, options), operand(v, options), out, lse,
+                          operand(dout, options), dq, dk, dv);
   } else {
     backward_typed<double>(a, q, k, v, out, lse, dout, dq, dk, dv);
   }

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "hspmd/kernels/bf16_rounding.h"
 #include "hspmd/kernels/cpu/blas.h"
 
 namespace hspmd::kernels {
@@ -61,6 +62,8 @@ MatmulDims check_matmul(const Tensor& a, const Tensor& b, const Tensor& out, con
   HSPMD_CHECK(out.shape() == Shape(expect)) << what << ": out is " << out.to_string() << ", expected "
                                             << Shape(expect).to_string();
   HSPMD_CHECK(!overlaps(out, a) && !overlaps(out, b)) << what << ": out must not overlap an input";
+  HSPMD_CHECK(!o.bf16_operands || a.dtype() == DType::kFloat32)
+      << what << ": bf16 operands are rounded from float32 inputs, got " << dtype_name(a.dtype());
   int64_t rows = d.b_shared && !o.trans_a ? d.batch * d.m : d.m;
   HSPMD_CHECK(rows <= INT_MAX && d.n <= INT_MAX && d.k <= INT_MAX)
       << what << ": a dimension exceeds the BLAS limit " << INT_MAX;
@@ -106,6 +109,28 @@ void matmul_bf16(const Tensor& a, const Tensor& b, const Tensor& out, const Matm
   for (int64_t i = 0; i < n; ++i) p[i] = BFloat16(fc[i]);
 }
 
+// Two scratch buffers per calling thread, kept between calls and grown when needed. Fresh buffers
+// the size of the lm head's gradient (tokens x vocabulary) page-faulted on every call, which cost
+// tiny models more than their GEMMs. The price: the largest operand stays allocated.
+float* scratch(int slot, int64_t n) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float>& b = buffers[slot];
+  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
+
+// bf16 operands: rounded copies of a and b, then the float32 GEMM. The copies are the price of
+// a CPU without bf16 GEMM kernels (oneDNN 2.6 has none below AVX-512); the products are exact, so
+// the result is a bf16 GEMM's with float32 accumulation.
+void matmul_bf16_operands(const Tensor& a, const Tensor& b, const Tensor& out, const MatmulDims& d,
+                          const MatmulOptions& o) {
+  float* ra = scratch(0, a.numel());
+  float* rb = scratch(1, b.numel());
+  round_to_bfloat16(a.data<float>(), ra, a.numel());
+  round_to_bfloat16(b.data<float>(), rb, b.numel());
+  matmul_typed(ra, rb, out.data<float>(), d, o);
+}
+
 }  // namespace
 
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const MatmulOptions& options) {
@@ -129,7 +154,11 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const MatmulOpt
   }
   switch (a.dtype()) {
     case DType::kFloat32:
-      matmul_typed(a.data<float>(), b.data<float>(), out.data<float>(), d, options);
+      if (options.bf16_operands) {
+        matmul_bf16_operands(a, b, out, d, options);
+      } else {
+        matmul_typed(a.data<float>(), b.data<float>(), out.data<float>(), d, options);
+      }
       break;
     case DType::kFloat64:
       matmul_typed(a.data<double>(), b.data<double>(), out.data<double>(), d, options);

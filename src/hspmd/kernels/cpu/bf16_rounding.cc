@@ -1,0 +1,38 @@
+// round_to_bfloat16 (kernels/bf16_rounding.h). Written without branches so the compiler vectorizes
+// it for the baseline instruction set: a NaN is recognised by comparison and kept as a quiet NaN,
+// every other value takes the round-to-nearest-even carry of core/bfloat16.h.
+#include "hspmd/kernels/bf16_rounding.h"
+
+#include <bit>
+#include <cstring>
+
+#include "hspmd/core/error.h"
+
+namespace hspmd::kernels {
+
+void round_to_bfloat16(const float* src, float* dst, int64_t n) {
+  // One memory-bound pass: below ~4M elements (a few ms on one core) waking the OpenMP team costs
+  // more than it saves, much more on a loaded host, and a bf16 step makes one such call per
+  // operand of every matmul.
+  const bool parallel = n >= (int64_t{1} << 22);
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, src + i, sizeof u);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    const uint32_t quiet_nan = (u | 0x00400000u) & 0xffff0000u;
+    const bool is_nan = (u & 0x7fffffffu) > 0x7f800000u;
+    const uint32_t r = is_nan ? quiet_nan : rounded;
+    std::memcpy(dst + i, &r, sizeof r);
+  }
+}
+
+void round_to_bfloat16(const Tensor& x, const Tensor& out) {
+  HSPMD_CHECK(x.defined() && out.defined()) << "round_to_bfloat16: undefined tensor among x, out";
+  HSPMD_CHECK(x.dtype() == DType::kFloat32 && out.dtype() == DType::kFloat32 && x.shape() == out.shape())
+      << "round_to_bfloat16: x " << x.to_string() << " and out " << out.to_string()
+      << " must be float32 of one shape";
+  round_to_bfloat16(x.data<float>(), out.data<float>(), x.numel());
+}
+
+}  // namespace hspmd::kernels
