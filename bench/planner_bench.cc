@@ -46,6 +46,7 @@
 #include "hspmd/planner/planner.h"
 #include "hspmd/planner/profiler.h"
 #include "hspmd/runtime/dist_trainer.h"
+#include "hspmd/runtime/compute_pacer.h"
 #include "hspmd/runtime/emulation.h"
 
 namespace hspmd {

@@ -2,6 +2,7 @@
 // input is refused with an error naming the source and the key, describe() is the log line, and
 // ComputePacer stretches the CPU time of compute to 1/speed, less the wall time already spent (timing
 // checked with generous bounds).
+#include "hspmd/runtime/compute_pacer.h"
 #include "hspmd/runtime/emulation.h"
 
 #include <gmock/gmock.h>

@@ -40,6 +40,7 @@
 
 #include "hspmd/models/llama_config.h"
 #include "hspmd/planner/profile.h"
+#include "hspmd/runtime/compute_pacer.h"
 #include "hspmd/runtime/emulation.h"
 
 namespace hspmd::planner {

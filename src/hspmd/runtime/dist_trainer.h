@@ -58,6 +58,7 @@
 #include "hspmd/models/llama.h"
 #include "hspmd/resolve/resolver.h"
 #include "hspmd/resolve/topology.h"
+#include "hspmd/runtime/compute_pacer.h"
 #include "hspmd/runtime/emulation.h"
 #include "hspmd/runtime/hf_weights.h"
 #include "hspmd/runtime/reshard_exec.h"
