@@ -1,8 +1,8 @@
 #include "hspmd/runtime/dist_trainer.h"
+#include "hspmd/runtime/dist_trainer_parts.h"
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -19,7 +19,6 @@
 #include "hspmd/kernels/slice.h"
 #include "hspmd/kernels/threading.h"
 #include "hspmd/runtime/fault_injection.h"
-#include "hspmd/specialize/plan_report.h"  // human_bytes
 #include "hspmd/specialize/reshard_resolution.h"
 #include "hspmd/switching/switch_plan.h"
 
@@ -29,37 +28,11 @@ using graph::OpKind;
 using graph::TensorRef;
 using sharding::Annotation;
 using sharding::Region;
-using Clock = std::chrono::steady_clock;
+using namespace dist_detail;
 
-namespace {
+namespace dist_detail {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// Elements of `region` of parameter `name` (global shape `shape`), generated row by row from the
-// global element index, so every strategy starts from the single-process weights (architecture §9).
-Tensor init_region(const std::string& name, const Shape& shape, const Region& region, const graph::InitSpec& spec,
-                   uint64_t seed, Allocator* allocator) {
-  Tensor out = Tensor::empty(region.shape(), DType::kFloat32, allocator);
-  const int rank = shape.rank();
-  if (rank == 0 || region.numel() == 0) {
-    if (region.numel() > 0) out.copy_from(graph::init_tensor(name, shape, DType::kFloat32, spec, seed));
-    return out;
-  }
-  const int64_t row = region.extent(rank - 1);
-  std::vector<int64_t> index = region.begin;  // the first element of the current row
-  float* dst = out.data<float>();
-  for (int64_t written = 0; written < region.numel(); written += row) {
-    int64_t offset = 0;
-    for (int d = 0; d < rank; ++d) offset = offset * shape[d] + index[d];
-    Tensor part = graph::init_tensor(name, Shape{row}, DType::kFloat32, spec, seed, static_cast<uint64_t>(offset));
-    std::copy(part.data<float>(), part.data<float>() + row, dst + written);
-    for (int d = rank - 2; d >= 0; --d) {  // next row: odometer over the leading dims
-      if (++index[d] < region.end[d]) break;
-      index[d] = region.begin[d];
-    }
-  }
-  return out;
-}
 
 // Where `inner` (global coordinates) starts inside `outer`.
 std::vector<int64_t> offsets_in(const Region& outer, const Region& inner) {
@@ -92,6 +65,36 @@ bool counts_once(const Annotation& a, const Shape& shape, int device) {
   return true;
 }
 
+}  // namespace dist_detail
+
+namespace {
+
+// Elements of `region` of parameter `name` (global shape `shape`), generated row by row from the
+// global element index, so every strategy starts from the single-process weights (architecture §9).
+Tensor init_region(const std::string& name, const Shape& shape, const Region& region, const graph::InitSpec& spec,
+                   uint64_t seed, Allocator* allocator) {
+  Tensor out = Tensor::empty(region.shape(), DType::kFloat32, allocator);
+  const int rank = shape.rank();
+  if (rank == 0 || region.numel() == 0) {
+    if (region.numel() > 0) out.copy_from(graph::init_tensor(name, shape, DType::kFloat32, spec, seed));
+    return out;
+  }
+  const int64_t row = region.extent(rank - 1);
+  std::vector<int64_t> index = region.begin;  // the first element of the current row
+  float* dst = out.data<float>();
+  for (int64_t written = 0; written < region.numel(); written += row) {
+    int64_t offset = 0;
+    for (int d = 0; d < rank; ++d) offset = offset * shape[d] + index[d];
+    Tensor part = graph::init_tensor(name, Shape{row}, DType::kFloat32, spec, seed, static_cast<uint64_t>(offset));
+    std::copy(part.data<float>(), part.data<float>() + row, dst + written);
+    for (int d = rank - 2; d >= 0; --d) {  // next row: odometer over the leading dims
+      if (++index[d] < region.end[d]) break;
+      index[d] = region.begin[d];
+    }
+  }
+  return out;
+}
+
 std::vector<int> all_ranks(int world) {
   std::vector<int> r(world);
   std::iota(r.begin(), r.end(), 0);
@@ -114,42 +117,6 @@ void add_resolution_groups(const resolve::Resolution& r, const std::string& chan
 }
 
 }  // namespace
-
-// The forward values of one micro-batch, kept from F until B.
-struct DistTrainer::MicroBatch {
-  int index = 0;
-  graph::TensorMap feeds;
-  SymBinding binding;
-  std::vector<std::vector<Tensor>> values;  // [op][output]
-  double loss = 0;
-};
-
-// One parameter this rank holds, with its gradient and optimizer state.
-struct DistTrainer::ParamState {
-  int index = 0;  // in model().params
-  std::string name;
-  Shape shape;                  // global
-  Annotation annotation;        // of the parameter (ZeRO flags cleared)
-  Annotation grad_annotation;   // as the backward ops leave the gradient
-  Annotation state_annotation;  // of the optimizer state (= annotation without ZeRO-1)
-  Region region, state_region;
-  Tensor value, grad, exp_avg, exp_avg_sq;
-  bool decay = false;  // weight decay applies (matrices)
-};
-
-// One annotation plan as this rank runs it: specialized once, kept for switches back to it.
-struct DistTrainer::PlanRuntime {
-  std::string name;
-  std::unique_ptr<specialize::ExecGraph> exec;
-  bool active = false;  // this rank holds state and is fed data under the plan (else: a spare)
-  std::vector<std::vector<TensorRef>> forward_releases;   // ExecGraph::forward_releases
-  std::vector<std::vector<TensorRef>> backward_releases;  // ExecGraph::backward_releases
-  specialize::PipelineLayout layout;
-  std::vector<specialize::Task> schedule;  // empty on a spare
-  specialize::MemoryEstimate memory;
-  std::vector<switching::ParamLayout> layouts;  // every parameter, this rank's or not
-  std::vector<Annotation> grad_annotations;     // per parameter, as B leaves its gradient
-};
 
 DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDataset& dataset,
                          const sharding::AnnotationPlan& plan, DistOptions options, int rank, int world_size,
@@ -651,326 +618,6 @@ void DistTrainer::apply_update(std::vector<Tensor>& grads, const std::vector<dou
     s.value.copy_from(execute_reshard(r, s.shape, rank_, slice, session_, "post"));
   }
   pace();
-}
-
-std::vector<SavedShard> DistTrainer::shards(bool with_optimizer_state) const {
-  std::vector<SavedShard> out;
-  for (const ParamState& s : params_) {
-    if (counts_once(s.annotation, s.shape, rank_)) out.push_back({s.name, s.shape, s.region, s.value});
-    if (with_optimizer_state && counts_once(s.state_annotation, s.shape, rank_)) {
-      out.push_back({s.name + ".exp_avg", s.shape, s.state_region, s.exp_avg});
-      out.push_back({s.name + ".exp_avg_sq", s.shape, s.state_region, s.exp_avg_sq});
-    }
-  }
-  return out;
-}
-
-void DistTrainer::save(const std::string& dir) {
-  auto world = all_ranks_group();
-  const bool lead = rank_ == members_.front();  // rank 0 may have died (elastic training)
-  if (lead) prepare_sharded_save(dir);
-  world->barrier().wait();
-  write_rank_shards(dir, rank_, shards(true));
-  fault_point(rank_, step_, "save");
-  world->barrier().wait();
-  if (lead) {
-    nlohmann::json state = {{"step", step_},
-                            {"seed", options_.train.seed},
-                            {"loader", nlohmann::json::parse(loader_->state().to_json())},
-                            {"config", nlohmann::json::parse(model_.config.to_json_text())},
-                            {"options", options_.train.to_json()}};
-    finish_sharded_save(dir, world_size_, state);
-  }
-  world->barrier().wait();
-}
-
-void DistTrainer::restore_from(const std::function<Tensor(const std::string&, const Shape&, const Region&)>& read,
-                               const TrainerOptions& saved, uint64_t saved_seed, int64_t step,
-                               const data::LoaderState& loader, const std::string& source) {
-  const TrainerOptions& o = options_.train;
-  HSPMD_CHECK(saved.seq_len == o.seq_len && saved.global_batch_tokens == o.global_batch_tokens && saved_seed == o.seed)
-      << "cannot resume from " << source << ": its data stream was seq_len " << saved.seq_len
-      << ", global_batch_tokens " << saved.global_batch_tokens << ", seed " << saved_seed << "; this run asks for "
-      << o.seq_len << ", " << o.global_batch_tokens << ", " << o.seed;
-  for (ParamState& s : params_) {
-    s.value.copy_from(read(s.name, s.shape, s.region));
-    s.exp_avg.copy_from(read(s.name + ".exp_avg", s.shape, s.state_region));
-    s.exp_avg_sq.copy_from(read(s.name + ".exp_avg_sq", s.shape, s.state_region));
-  }
-  step_ = step;
-  loader_ = std::make_unique<data::Loader>(*dataset_, loader_->options(), loader);
-}
-
-void DistTrainer::restore(const std::string& dir) {
-  const ShardedCheckpoint c = ShardedCheckpoint::open(dir);
-  const nlohmann::json& state = c.state();
-  check_same_config(state.at("config"), model_.config, dir);
-  restore_from([&](const std::string& name, const Shape&, const Region& region) { return c.read(name, region); },
-               TrainerOptions::from_json(state.at("options")), state.at("seed").get<uint64_t>(),
-               state.at("step").get<int64_t>(), data::LoaderState::from_json(state.at("loader").dump()), dir);
-}
-
-namespace {
-
-// The region of a whole tensor from `tensors` (by name); Error naming it when absent or mis-shaped.
-Tensor region_of(const graph::TensorMap& tensors, const std::string& name, const Shape& shape, const Region& region,
-                 const std::string& source) {
-  auto it = tensors.find(name);
-  HSPMD_CHECK(it != tensors.end()) << source << " has no tensor '" << name << "'";
-  HSPMD_CHECK(it->second.shape() == shape && it->second.dtype() == DType::kFloat32)
-      << source << ": tensor '" << name << "' is " << it->second.to_string() << ", the model has float32 "
-      << shape.to_string();
-  return copy_out(it->second, Region::full(shape), region, nullptr);
-}
-
-}  // namespace
-
-void DistTrainer::restore(const Checkpoint& c) {
-  check_same_config(nlohmann::json::parse(c.state.config.to_json_text()), model_.config, "the checkpoint");
-  auto read = [&](const std::string& name, const Shape& shape, const Region& region) {
-    if (name.ends_with(".exp_avg_sq")) {
-      return region_of(c.exp_avg_sq, name.substr(0, name.size() - 11), shape, region, "the checkpoint's moments");
-    }
-    if (name.ends_with(".exp_avg")) {
-      return region_of(c.exp_avg, name.substr(0, name.size() - 8), shape, region, "the checkpoint's moments");
-    }
-    return region_of(c.model, name, shape, region, "the checkpoint");
-  };
-  restore_from(read, TrainerOptions::from_json(c.state.options), c.state.seed, c.state.step, c.state.loader,
-               "the checkpoint");
-}
-
-void DistTrainer::load_weights(const graph::TensorMap& weights) {
-  for (ParamState& s : params_) s.value.copy_from(region_of(weights, s.name, s.shape, s.region, "the weights"));
-}
-
-void DistTrainer::load_weights(const HfWeights& weights) {
-  for (ParamState& s : params_) s.value.copy_from(weights.read(s.name, s.region));
-}
-
-namespace {
-
-// Every rank learns whether all of them could take a step: `error` is this rank's reason not to
-// (empty: fine). Returns "" when no rank objected, else the lowest objecting rank's reason,
-// prefixed with that rank, identical on every rank.
-std::string agree(comm::Communicator& world, int rank, const std::string& error) {
-  std::vector<double> objections(world.ranks().size(), 0.0);
-  objections[world.group_rank()] = error.empty() ? 0.0 : 1.0;
-  world.allreduce({.data = comm::CommBuffer::of(objections)}).wait();
-  const auto first = std::find(objections.begin(), objections.end(), 1.0);
-  if (first == objections.end()) return "";
-  const int root = world.ranks()[first - objections.begin()];
-  constexpr size_t kMaxChars = 2048;
-  std::vector<int32_t> text(kMaxChars, 0);
-  if (root == rank) {
-    for (size_t i = 0; i < error.size() && i < kMaxChars; ++i) text[i] = static_cast<unsigned char>(error[i]);
-  }
-  world.broadcast({.data = comm::CommBuffer::of(text), .root = root}).wait();
-  std::string reason;
-  for (int32_t c : text) {
-    if (c == 0) break;
-    reason.push_back(static_cast<char>(c));
-  }
-  return reason;
-}
-
-double max_over(comm::Communicator& world, double value) {
-  std::vector<double> all(world.ranks().size(), 0.0);
-  all[world.group_rank()] = value;
-  world.allreduce({.data = comm::CommBuffer::of(all)}).wait();
-  return *std::max_element(all.begin(), all.end());
-}
-
-}  // namespace
-
-SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const std::string& name, bool fused,
-                                    const std::vector<int>& dead) {
-  const auto start = Clock::now();
-  const double trace_start = tracer_.now_us();
-  session_.wait_deferred();
-  auto world = all_ranks_group();
-  SwitchReport report;
-  report.from = current_->name;
-  report.to = name;
-  report.step = step_;
-
-  // 1. Specialize (or find) the target plan; every rank must succeed before any byte moves.
-  const sharding::AnnotationPlan effective = effective_plan(plan);
-  PlanRuntime* next = find_plan(effective);
-  std::unique_ptr<PlanRuntime> built;
-  std::string error;
-  if (next == nullptr) {
-    try {
-      built = specialize_plan(effective, name);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  const std::string refusal = agree(*world, rank_, error);
-  if (!refusal.empty()) {
-    throw SwitchRefused("switch from plan " + current_->name + " to plan " + name +
-                        " refused before any state moved: " + refusal);
-  }
-  report.specialized = built != nullptr;
-  if (built) {
-    next = &keep_plan(std::move(built));
-  } else {
-    connect(*next);  // after a failure the groups are new (connects nothing otherwise)
-  }
-
-  // 2. One fused BSR for every parameter and both moments, planned identically on every rank.
-  switching::SwitchOptions switch_options;
-  switch_options.topology = options_.topology;
-  switch_options.fuse = fused;
-  switch_options.dead = dead;
-  // After a failure a ZeRO-1 gather may have been cut short: a parameter's up-to-date elements are
-  // those of its optimizer-state layout, so only they are sent.
-  std::vector<switching::ParamLayout> from = current_->layouts;
-  if (!dead.empty()) {
-    for (switching::ParamLayout& l : from) l.value = l.state;
-  }
-  switching::SwitchPlan sp;
-  try {
-    sp = switching::plan_switch(from, next->layouts, switch_options);
-  } catch (const Error& e) {
-    if (dead.empty()) throw;
-    throw StateLost("plan " + name + " cannot be assembled from the survivors: " + e.what());
-  }
-  std::set<std::pair<int, int>> pairs;  // connect the BSR's pairs in one sorted order everywhere
-  for (const resolve::BsrMessage& m : sp.bsr.messages()) pairs.insert(std::minmax(m.sender, m.receiver));
-  for (const auto& [a, b] : pairs) {
-    if (a == rank_ || b == rank_) session_.group({a, b}, "switch");
-  }
-  std::vector<ParamState> moved = param_states(*next);
-  std::vector<LocalShard> sources(sp.tensors.size()), destinations(sp.tensors.size());
-  for (const ParamState& s : params_) {
-    sources[3 * s.index] = dead.empty() || s.region == s.state_region
-                               ? LocalShard{s.value, s.region}
-                               : LocalShard{copy_out(s.value, s.region, s.state_region, allocator_.get()), s.state_region};
-    sources[3 * s.index + 1] = {s.exp_avg, s.state_region};
-    sources[3 * s.index + 2] = {s.exp_avg_sq, s.state_region};
-  }
-  for (ParamState& s : moved) {
-    s.value = Tensor::empty(s.region.shape(), DType::kFloat32, allocator_.get());
-    s.exp_avg = Tensor::empty(s.state_region.shape(), DType::kFloat32, allocator_.get());
-    s.exp_avg_sq = Tensor::empty(s.state_region.shape(), DType::kFloat32, allocator_.get());
-    destinations[3 * s.index] = {s.value, s.region};
-    destinations[3 * s.index + 1] = {s.exp_avg, s.state_region};
-    destinations[3 * s.index + 2] = {s.exp_avg_sq, s.state_region};
-  }
-  world->barrier().wait();  // the BSR's time is the transfer, not waiting for the last rank to plan
-  fault_point(rank_, step_ + 1, "switch");
-  const auto bsr_start = Clock::now();
-  if (fused) {
-    report.rank_sent_bytes = execute_fused_bsr(sp.bsr, rank_, sources, destinations, session_, "switch");
-  } else {
-    for (size_t i = 0; i < sp.tensors.size(); ++i) {
-      const resolve::FusedBsr one = resolve::plan_fused_bsr({sp.tensors[i]}, options_.topology,
-                                                            {resolve::BsrPolicy::kLowestOwner, false, {}});
-      report.rank_sent_bytes += execute_fused_bsr(one, rank_, {sources[i]}, {destinations[i]}, session_, "switch");
-    }
-  }
-  const double bsr_seconds = seconds_since(bsr_start);
-  if (commits_.switch_done) commits_.switch_done();
-
-  // 3. Hand over: the next step runs the new plan's graphs on the moved state.
-  params_ = std::move(moved);
-  current_ = next;
-  report.sent_bytes = sp.bsr.total_bytes();
-  report.local_copy_bytes = sp.local_copy_bytes;
-  report.sent_by_tier = sp.sent_by_tier;
-  report.sent_by_rank = sp.bsr.bytes_sent;
-  report.messages = static_cast<int>(sp.bsr.messages().size());
-  report.bsr_seconds = max_over(*world, bsr_seconds);
-  report.total_seconds = max_over(*world, seconds_since(start));
-  tracer_.record("switch to " + name, "switch", trace_start, tracer_.now_us());
-  return report;
-}
-
-InterruptedStep DistTrainer::finish_interrupted_step(const std::vector<int>& members,
-                                                    const std::optional<std::vector<double>>& committed) {
-  HSPMD_CHECK(std::binary_search(members.begin(), members.end(), rank_))
-      << "rank " << rank_ << " is not among the survivors [" << comm::group_key(members) << "]";
-  members_ = members;
-  try {
-    session_.wait_deferred();  // aborted: they fail at once
-  } catch (const Error&) {
-  }
-  for (ParamState& s : params_) s.grad = Tensor();
-  InterruptedStep out;
-  out.in_progress = in_step_;
-  if (committed) {
-    // Some rank had the global totals and may have updated its weights: every survivor applies the
-    // step. Reaching the totals means every rank had finished its gradient sync.
-    HSPMD_CHECK(committed->size() == 2) << "rank " << rank_ << ": malformed committed totals of step " << step_ + 1;
-    HSPMD_CHECK(synced_grads_.has_value())
-        << "rank " << rank_ << ": step " << step_ + 1 << " was committed but this rank has no synced gradients";
-    apply_update(*synced_grads_, *committed, /*gather=*/false);
-    out.rolled_forward = true;
-    out.metrics.step = step_;
-    out.metrics.loss = (*committed)[1];
-    out.metrics.lr = lr_schedule_.at(step_);
-    out.metrics.grad_norm = last_grad_norm_;
-  } else if (in_step_) {
-    loader_ = std::make_unique<data::Loader>(*dataset_, loader_->options(), step_start_);  // redo the same batch
-  }
-  synced_grads_.reset();
-  in_step_ = false;
-  return out;
-}
-
-void DistTrainer::adopt_progress(int64_t step, const data::LoaderState& loader) {
-  HSPMD_CHECK(params_.empty()) << "rank " << rank_ << " holds state; only a spare can adopt a run's progress";
-  step_ = step;
-  loader_ = std::make_unique<data::Loader>(*dataset_, loader_->options(), loader);
-}
-
-void DistTrainer::restore_under(const sharding::AnnotationPlan& plan, const std::string& name,
-                                const std::string& dir) {
-  const sharding::AnnotationPlan effective = effective_plan(plan);
-  PlanRuntime* next = find_plan(effective);
-  if (next == nullptr) {
-    next = &keep_plan(specialize_plan(effective, name));
-  } else {
-    connect(*next);
-  }
-  params_.clear();  // the old state goes before the new is allocated
-  params_ = param_states(*next);
-  for (ParamState& s : params_) {
-    s.value = Tensor::zeros(s.region.shape(), DType::kFloat32, allocator_.get());
-    s.exp_avg = Tensor::zeros(s.state_region.shape(), DType::kFloat32, allocator_.get());
-    s.exp_avg_sq = Tensor::zeros(s.state_region.shape(), DType::kFloat32, allocator_.get());
-  }
-  current_ = next;
-  restore(dir);
-}
-
-nlohmann::json SwitchReport::to_json() const {
-  nlohmann::json tiers = nlohmann::json::object();
-  for (const auto& [tier, bytes] : sent_by_tier) tiers[resolve::link_tier_name(tier)] = bytes;
-  nlohmann::json ranks = nlohmann::json::object();
-  for (const auto& [rank, bytes] : sent_by_rank) ranks[std::to_string(rank)] = bytes;
-  return {{"event", "switch"},       {"step", step},
-          {"from", from},            {"to", to},
-          {"specialized", specialized}, {"sent_bytes", sent_bytes},
-          {"sent_bytes_by_tier", tiers}, {"sent_bytes_by_rank", ranks},
-          {"local_copy_bytes", local_copy_bytes}, {"messages", messages},
-          {"bsr_seconds", bsr_seconds}, {"total_seconds", total_seconds}};
-}
-
-std::string SwitchReport::to_string() const {
-  std::ostringstream out;
-  out << "switch after step " << step << ": plan " << from << " -> " << to << " ("
-      << (specialized ? "specialized now" : "cached graphs") << "), one fused BSR: " << messages << " messages, sent "
-      << specialize::human_bytes(static_cast<double>(sent_bytes));
-  for (const auto& [tier, bytes] : sent_by_tier) {
-    out << " [" << resolve::link_tier_name(tier) << " " << specialize::human_bytes(static_cast<double>(bytes)) << "]";
-  }
-  char times[96];
-  std::snprintf(times, sizeof times, ", local copies %s; BSR %.3fs, switch %.3fs",
-                specialize::human_bytes(static_cast<double>(local_copy_bytes)).c_str(), bsr_seconds, total_seconds);
-  out << times;
-  return out.str();
 }
 
 }  // namespace hspmd::runtime
