@@ -165,5 +165,17 @@ TEST(BpeTokenizer, UnsupportedKindsFailNamingFileAndField) {
             std::string::npos);
 }
 
+TEST(BpeTokenizer, KeyOfTheWrongJsonTypeIsAnErrorNamingTheFile) {
+  // Found by the fuzzer: model.type an object made nlohmann's type_error escape.
+  nlohmann::json j = tiny_tokenizer(false);
+  j["model"]["type"] = nlohmann::json::object();
+  try {
+    BpeTokenizer::from_json_text(j.dump(), "odd.json");
+    FAIL() << "accepted model.type {}";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("odd.json: unexpected JSON"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace hspmd::data

@@ -57,125 +57,130 @@ BpeTokenizer BpeTokenizer::from_json_text(const std::string& text, const std::st
   } catch (const json::exception& e) {
     HSPMD_THROW() << source << ": not valid JSON: " << e.what();
   }
-  BpeTokenizer tok;
-  tok.source_ = source;
-  char hash[24];
-  std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(stable_hash(text.data(), text.size())));
-  tok.id_ = std::string("bpe:") + hash;
+  // A key of the wrong JSON type (an object where a string belongs) is a bad file, not a crash.
+  try {
+    BpeTokenizer tok;
+    tok.source_ = source;
+    char hash[24];
+    std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(stable_hash(text.data(), text.size())));
+    tok.id_ = std::string("bpe:") + hash;
 
-  HSPMD_CHECK(root.is_object() && root.contains("model") && root["model"].is_object())
-      << source << ": key \"model\" missing (not a Hugging Face tokenizer.json?)";
-  const json& model = root["model"];
-  std::string model_type = model.value("type", std::string("BPE"));
-  HSPMD_CHECK(model_type == "BPE") << source << ": model type \"" << model_type
-                                   << "\" is not supported (only byte-level BPE tokenizers are)";
-  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    HSPMD_CHECK(!model.contains(key) || model[key].is_null() || model[key] == "")
-        << source << ": model." << key << " is not supported";
-  }
-  HSPMD_CHECK(!root.contains("normalizer") || root["normalizer"].is_null())
-      << source << ": normalizer \"" << type_of(root["normalizer"]) << "\" is not supported (byte-level BPE only)";
-  tok.ignore_merges_ = model.value("ignore_merges", false);
+    HSPMD_CHECK(root.is_object() && root.contains("model") && root["model"].is_object())
+        << source << ": key \"model\" missing (not a Hugging Face tokenizer.json?)";
+    const json& model = root["model"];
+    std::string model_type = model.value("type", std::string("BPE"));
+    HSPMD_CHECK(model_type == "BPE") << source << ": model type \"" << model_type
+                                     << "\" is not supported (only byte-level BPE tokenizers are)";
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+      HSPMD_CHECK(!model.contains(key) || model[key].is_null() || model[key] == "")
+          << source << ": model." << key << " is not supported";
+    }
+    HSPMD_CHECK(!root.contains("normalizer") || root["normalizer"].is_null())
+        << source << ": normalizer \"" << type_of(root["normalizer"]) << "\" is not supported (byte-level BPE only)";
+    tok.ignore_merges_ = model.value("ignore_merges", false);
 
-  // Pre-tokenizer: ByteLevel alone, or Sequence[Split(known regex), ByteLevel(use_regex = false)].
-  HSPMD_CHECK(root.contains("pre_tokenizer") && root["pre_tokenizer"].is_object())
-      << source << ": pre_tokenizer missing: only byte-level BPE (pre_tokenizer ByteLevel) is supported";
-  const json& pre = root["pre_tokenizer"];
-  std::vector<json> steps = type_of(pre) == "Sequence" ? pre.value("pretokenizers", std::vector<json>{})
-                                                       : std::vector<json>{pre};
-  bool byte_level = false, split_given = false;
-  for (const json& step : steps) {
-    std::string type = type_of(step);
-    if (type == "ByteLevel") {
-      byte_level = true;
-      tok.add_prefix_space_ = step.value("add_prefix_space", false);
-      if (step.value("use_regex", true) && !split_given) tok.split_rule_ = SplitRule::kGpt2;
-      tok.use_split_ = split_given || step.value("use_regex", true);
-    } else if (type == "Split") {
-      std::string pattern;
-      if (step.contains("pattern") && step["pattern"].is_object() && step["pattern"].contains("Regex")) {
-        pattern = step["pattern"]["Regex"].get<std::string>();
-      }
-      if (pattern.find(R"(\p{N}{1,3})") != std::string::npos) {
-        tok.split_rule_ = SplitRule::kLlama3;
-      } else if (pattern == kGpt2Pattern) {
-        tok.split_rule_ = SplitRule::kGpt2;
+    // Pre-tokenizer: ByteLevel alone, or Sequence[Split(known regex), ByteLevel(use_regex = false)].
+    HSPMD_CHECK(root.contains("pre_tokenizer") && root["pre_tokenizer"].is_object())
+        << source << ": pre_tokenizer missing: only byte-level BPE (pre_tokenizer ByteLevel) is supported";
+    const json& pre = root["pre_tokenizer"];
+    std::vector<json> steps = type_of(pre) == "Sequence" ? pre.value("pretokenizers", std::vector<json>{})
+                                                         : std::vector<json>{pre};
+    bool byte_level = false, split_given = false;
+    for (const json& step : steps) {
+      std::string type = type_of(step);
+      if (type == "ByteLevel") {
+        byte_level = true;
+        tok.add_prefix_space_ = step.value("add_prefix_space", false);
+        if (step.value("use_regex", true) && !split_given) tok.split_rule_ = SplitRule::kGpt2;
+        tok.use_split_ = split_given || step.value("use_regex", true);
+      } else if (type == "Split") {
+        std::string pattern;
+        if (step.contains("pattern") && step["pattern"].is_object() && step["pattern"].contains("Regex")) {
+          pattern = step["pattern"]["Regex"].get<std::string>();
+        }
+        if (pattern.find(R"(\p{N}{1,3})") != std::string::npos) {
+          tok.split_rule_ = SplitRule::kLlama3;
+        } else if (pattern == kGpt2Pattern) {
+          tok.split_rule_ = SplitRule::kGpt2;
+        } else {
+          HSPMD_THROW() << source << ": pre_tokenizer Split pattern " << json(pattern).dump()
+                        << " is not supported (only the GPT-2 and Llama 3 regexes are)";
+        }
+        HSPMD_CHECK(!step.value("invert", false)) << source << ": inverted Split pre-tokenizers are not supported";
+        split_given = true;
+        tok.use_split_ = true;
       } else {
-        HSPMD_THROW() << source << ": pre_tokenizer Split pattern " << json(pattern).dump()
-                      << " is not supported (only the GPT-2 and Llama 3 regexes are)";
+        HSPMD_THROW() << source << ": pre_tokenizer \"" << type << "\" is not supported (byte-level BPE only)";
       }
-      HSPMD_CHECK(!step.value("invert", false)) << source << ": inverted Split pre-tokenizers are not supported";
-      split_given = true;
-      tok.use_split_ = true;
-    } else {
-      HSPMD_THROW() << source << ": pre_tokenizer \"" << type << "\" is not supported (byte-level BPE only)";
     }
-  }
-  HSPMD_CHECK(byte_level) << source << ": no ByteLevel pre-tokenizer: only byte-level BPE is supported";
+    HSPMD_CHECK(byte_level) << source << ": no ByteLevel pre-tokenizer: only byte-level BPE is supported";
 
-  // Vocabulary and added tokens share one id space; vocab_size is the largest id + 1.
-  HSPMD_CHECK(model.contains("vocab") && model["vocab"].is_object()) << source << ": model.vocab missing";
-  int32_t max_id = -1;
-  auto check_id = [&](const json& id, const std::string& token) {
-    HSPMD_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < INT32_MAX)
-        << source << ": token " << json(token).dump() << " has invalid id " << id.dump();
-    max_id = std::max(max_id, id.get<int32_t>());
-    return id.get<int32_t>();
-  };
-  for (const auto& [token, id] : model["vocab"].items()) tok.vocab_[token] = check_id(id, token);
-  if (root.contains("added_tokens") && root["added_tokens"].is_array()) {
-    for (const json& added : root["added_tokens"]) {
-      HSPMD_CHECK(added.contains("content") && added["content"].is_string() && !added["content"].get<std::string>().empty() &&
-                  added.contains("id"))
-          << source << ": added_tokens entry " << added.dump() << " needs \"id\" and a non-empty \"content\"";
-      std::string content = added["content"].get<std::string>();
-      tok.added_[content] = check_id(added["id"], content);
+    // Vocabulary and added tokens share one id space; vocab_size is the largest id + 1.
+    HSPMD_CHECK(model.contains("vocab") && model["vocab"].is_object()) << source << ": model.vocab missing";
+    int32_t max_id = -1;
+    auto check_id = [&](const json& id, const std::string& token) {
+      HSPMD_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < INT32_MAX)
+          << source << ": token " << json(token).dump() << " has invalid id " << id.dump();
+      max_id = std::max(max_id, id.get<int32_t>());
+      return id.get<int32_t>();
+    };
+    for (const auto& [token, id] : model["vocab"].items()) tok.vocab_[token] = check_id(id, token);
+    if (root.contains("added_tokens") && root["added_tokens"].is_array()) {
+      for (const json& added : root["added_tokens"]) {
+        HSPMD_CHECK(added.contains("content") && added["content"].is_string() && !added["content"].get<std::string>().empty() &&
+                    added.contains("id"))
+            << source << ": added_tokens entry " << added.dump() << " needs \"id\" and a non-empty \"content\"";
+        std::string content = added["content"].get<std::string>();
+        tok.added_[content] = check_id(added["id"], content);
+      }
     }
-  }
-  HSPMD_CHECK(max_id >= 0) << source << ": empty vocabulary";
-  tok.id_to_token_.assign(static_cast<size_t>(max_id) + 1, "");
-  tok.is_added_.assign(static_cast<size_t>(max_id) + 1, false);
-  for (const auto& [token, id] : tok.vocab_) tok.id_to_token_[id] = token;
-  for (const auto& [content, id] : tok.added_) {
-    tok.id_to_token_[id] = content;
-    tok.is_added_[id] = true;
-    tok.added_by_first_byte_[static_cast<unsigned char>(content[0])].emplace_back(content, id);
-  }
-  for (auto& bucket : tok.added_by_first_byte_) {
-    std::sort(bucket.begin(), bucket.end(), [](const auto& a, const auto& b) {
-      return a.first.size() != b.first.size() ? a.first.size() > b.first.size() : a.first < b.first;
-    });
-  }
-
-  // Merges: "left right" strings (classic) or ["left", "right"] pairs (tokenizers >= 0.20).
-  HSPMD_CHECK(model.contains("merges") && model["merges"].is_array()) << source << ": model.merges missing";
-  int32_t rank = 0;
-  for (const json& merge : model["merges"]) {
-    std::string left, right;
-    if (merge.is_string()) {
-      std::string m = merge.get<std::string>();
-      size_t space = m.find(' ');
-      HSPMD_CHECK(space != std::string::npos && m.find(' ', space + 1) == std::string::npos)
-          << source << ": merge " << rank << " " << merge.dump() << " is not \"left right\"";
-      left = m.substr(0, space);
-      right = m.substr(space + 1);
-    } else {
-      HSPMD_CHECK(merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string())
-          << source << ": merge " << rank << " " << merge.dump() << " is neither \"left right\" nor [left, right]";
-      left = merge[0].get<std::string>();
-      right = merge[1].get<std::string>();
+    HSPMD_CHECK(max_id >= 0) << source << ": empty vocabulary";
+    tok.id_to_token_.assign(static_cast<size_t>(max_id) + 1, "");
+    tok.is_added_.assign(static_cast<size_t>(max_id) + 1, false);
+    for (const auto& [token, id] : tok.vocab_) tok.id_to_token_[id] = token;
+    for (const auto& [content, id] : tok.added_) {
+      tok.id_to_token_[id] = content;
+      tok.is_added_[id] = true;
+      tok.added_by_first_byte_[static_cast<unsigned char>(content[0])].emplace_back(content, id);
     }
-    tok.merge_rank_.emplace(merge_key(left, right), rank++);  // emplace: the first (best) rank wins
-  }
+    for (auto& bucket : tok.added_by_first_byte_) {
+      std::sort(bucket.begin(), bucket.end(), [](const auto& a, const auto& b) {
+        return a.first.size() != b.first.size() ? a.first.size() > b.first.size() : a.first < b.first;
+      });
+    }
 
-  if (model.contains("unk_token") && model["unk_token"].is_string()) tok.unk_ = tok.token_id(model["unk_token"].get<std::string>());
-  for (const char* name : {"<|begin_of_text|>", "<s>", "<|endoftext|>"}) {
-    if (!tok.bos_) tok.bos_ = tok.token_id(name);
+    // Merges: "left right" strings (classic) or ["left", "right"] pairs (tokenizers >= 0.20).
+    HSPMD_CHECK(model.contains("merges") && model["merges"].is_array()) << source << ": model.merges missing";
+    int32_t rank = 0;
+    for (const json& merge : model["merges"]) {
+      std::string left, right;
+      if (merge.is_string()) {
+        std::string m = merge.get<std::string>();
+        size_t space = m.find(' ');
+        HSPMD_CHECK(space != std::string::npos && m.find(' ', space + 1) == std::string::npos)
+            << source << ": merge " << rank << " " << merge.dump() << " is not \"left right\"";
+        left = m.substr(0, space);
+        right = m.substr(space + 1);
+      } else {
+        HSPMD_CHECK(merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string())
+            << source << ": merge " << rank << " " << merge.dump() << " is neither \"left right\" nor [left, right]";
+        left = merge[0].get<std::string>();
+        right = merge[1].get<std::string>();
+      }
+      tok.merge_rank_.emplace(merge_key(left, right), rank++);  // emplace: the first (best) rank wins
+    }
+
+    if (model.contains("unk_token") && model["unk_token"].is_string()) tok.unk_ = tok.token_id(model["unk_token"].get<std::string>());
+    for (const char* name : {"<|begin_of_text|>", "<s>", "<|endoftext|>"}) {
+      if (!tok.bos_) tok.bos_ = tok.token_id(name);
+    }
+    for (const char* name : {"<|end_of_text|>", "</s>", "<|endoftext|>"}) {
+      if (!tok.eos_) tok.eos_ = tok.token_id(name);
+    }
+    return tok;
+  } catch (const json::exception& e) {
+    HSPMD_THROW() << source << ": unexpected JSON: " << e.what();
   }
-  for (const char* name : {"<|end_of_text|>", "</s>", "<|endoftext|>"}) {
-    if (!tok.eos_) tok.eos_ = tok.token_id(name);
-  }
-  return tok;
 }
 
 std::optional<int32_t> BpeTokenizer::token_id(const std::string& token) const {
