@@ -58,6 +58,20 @@ TEST(Heartbeat, DeathNoticeIsSeenAtOnce) {
   EXPECT_LT(Clock::now() - start, 10s);
 }
 
+TEST(Heartbeat, PublishedDeathIsSeenBetweenSparseBeats) {
+  testing::TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path());
+  // Beats every 30 s: seeing the death within 10 s can only come from the notice counter, read
+  // every notice_poll between beats.
+  Heartbeat a(store, 0, {0, 1, 2}, {.interval = 30s, .notice_poll = 20ms, .timeout = 60s});
+  publish_death(*store, 2, "signal 9 (Killed)");
+  auto start = Clock::now();
+  while (!a.is_dead(2) && Clock::now() - start < 15s) std::this_thread::sleep_for(5ms);
+  EXPECT_TRUE(a.is_dead(2));
+  EXPECT_LT(Clock::now() - start, 10s);
+  EXPECT_FALSE(a.is_dead(1));
+}
+
 TEST(Heartbeat, RejectsTimeoutNotAboveInterval) {
   testing::TempDir dir;
   auto store = std::make_shared<FileStore>(dir.path());

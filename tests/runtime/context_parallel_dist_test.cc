@@ -32,11 +32,12 @@ using testing::strategy;
 constexpr int64_t kSteps = 3;
 
 // Weights after 3 steps on the mixed-length data: every tensor within 1e-5 of one process but
-// model.layers.1.mlp.down_proj.weight, 1.1e-5 under CP 2 x TP 2 (2.7e-6 under plain DP 2 on the same
-// data): AdamW's first steps move an element by about lr whatever the size of its gradient, so the
-// sign of a near-zero gradient sum, which depends on the summation order, shows in the weights.
-// Losses and gradient norms stay within 1e-5.
-constexpr double kMixedLengthWeights = 2e-5;
+// model.layers.1.mlp.down_proj.weight under CP 2 x TP 2: 1.1e-5 with oneDNN's AVX2 GEMM kernels,
+// 2.4e-5 with its AVX-512 ones (2.7e-6 under plain DP 2 on the same data). AdamW's first steps
+// move an element by about lr whatever the size of its gradient, so the sign of a near-zero
+// gradient sum, which depends on the summation order (of the GEMM kernel too), shows in the
+// weights. Losses and gradient norms stay within 1e-5.
+constexpr double kMixedLengthWeights = 4e-5;
 
 // Short documents of many lengths (1 to ~80 bytes; rows of seq_len 64 pack several of them, the
 // longer ones are cut into chunks): verses of the bundled corpus cut after a varying word count.

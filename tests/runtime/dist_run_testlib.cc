@@ -130,9 +130,11 @@ void expect_matches_single_process(const DistRun& run, int64_t steps, int64_t fi
   // them where a gradient is near zero (its update is about lr * sign(g)), and gradient norms
   // then drift apart faster than losses. So bf16 runs are held to looser bounds than float32
   // ones, which a bf16-vs-float32 pair of runs exceeds
-  // (MixedPrecisionDist.Bf16DiffersFromFloat32BeyondTheBounds).
+  // (MixedPrecisionDist.Bf16DiffersFromFloat32BeyondTheBounds). Weights, measured after 3 steps:
+  // up to 5.2e-3 with oneDNN's AVX-512 GEMM kernels (below 5e-3 with its AVX2 ones), against 3.7e-2
+  // for bf16 vs float32.
   const bool bf16 = precision == DType::kBFloat16;
-  const double loss_rtol = bf16 ? 1e-4 : 1e-5, norm_rtol = bf16 ? 5e-4 : 1e-5, weights_rtol = bf16 ? 5e-3 : weights_tolerance;
+  const double loss_rtol = bf16 ? 1e-4 : 1e-5, norm_rtol = bf16 ? 5e-4 : 1e-5, weights_rtol = bf16 ? 1e-2 : weights_tolerance;
   for (size_t rank = 0; rank < run.losses.size(); ++rank) {
     ASSERT_EQ(run.losses[rank].size(), static_cast<size_t>(steps)) << "rank " << rank;
     for (int64_t s = 0; s < steps; ++s) {

@@ -68,7 +68,7 @@ TEST(MixedPrecisionDist, Zero1AcrossHeterogeneousPipelines) {
 
 TEST(MixedPrecisionDist, Bf16DiffersFromFloat32BeyondTheBounds) {
   // The oracle must be able to tell: the bf16 and float32 single-process runs part by more than
-  // the bounds a bf16 distributed run is held to (1e-4 on losses, 5e-3 on weights).
+  // the bounds a bf16 distributed run is held to (1e-4 on losses, 1e-2 on weights).
   data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
   Trainer fp32(testing::dist_config(), ds, testing::dist_options(kSteps));
   Trainer bf16(testing::dist_config(), ds, bf16_options(kSteps));
@@ -82,7 +82,7 @@ TEST(MixedPrecisionDist, Bf16DiffersFromFloat32BeyondTheBounds) {
   for (const auto& [name, w] : wf) worst_weights = std::max(worst_weights, testing::relative_difference(wb.at(name), w));
   EXPECT_GT(worst_loss, 1e-4);
   EXPECT_LT(worst_loss, 1e-2) << "bf16 rounding is small";
-  EXPECT_GT(worst_weights, 5e-3);
+  EXPECT_GT(worst_weights, 1e-2);
   std::cout << "bf16 vs float32 after " << kSteps << " steps: losses " << worst_loss << ", weights " << worst_weights
             << " (relative)\n";
 }

@@ -1,11 +1,19 @@
 #include "hspmd/comm/heartbeat.h"
 
+#include <algorithm>
+
 #include "hspmd/core/error.h"
 
 namespace hspmd::comm {
 
 std::string heartbeat_key(int rank) { return "hb/" + std::to_string(rank); }
 std::string dead_key(int rank) { return "dead/" + std::to_string(rank); }
+std::string dead_notices_key() { return "dead/notices"; }
+
+void publish_death(Store& store, int rank, const std::string& how) {
+  store.set(dead_key(rank), how);
+  store.add(dead_notices_key(), 1);
+}
 
 Heartbeat::Heartbeat(std::shared_ptr<Store> store, int rank, std::vector<int> peers, HeartbeatOptions options)
     : store_(std::move(store)), rank_(rank), options_(options) {
@@ -47,6 +55,22 @@ void Heartbeat::beat_and_check() {
       newly_dead.emplace_back(rank, "no heartbeat for " + std::to_string(options_.timeout.count()) + " ms");
     }
   }
+  declare_dead(newly_dead);
+}
+
+void Heartbeat::check_notices() {
+  std::optional<std::string> notices = store_->try_get(dead_notices_key());
+  if (notices == notices_seen_) return;
+  notices_seen_ = notices;
+  std::vector<std::pair<int, std::string>> newly_dead;
+  for (const auto& [rank, peer] : peers_) {
+    if (is_dead(rank)) continue;
+    if (auto notice = store_->try_get(dead_key(rank))) newly_dead.emplace_back(rank, "its launcher reports " + *notice);
+  }
+  declare_dead(newly_dead);
+}
+
+void Heartbeat::declare_dead(const std::vector<std::pair<int, std::string>>& newly_dead) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& [rank, how] : newly_dead) dead_.insert(rank);
@@ -57,18 +81,24 @@ void Heartbeat::beat_and_check() {
 }
 
 void Heartbeat::loop() {
+  const Millis poll = std::min(options_.notice_poll, options_.interval);
+  auto next_beat = std::chrono::steady_clock::now() + options_.interval;
   std::unique_lock<std::mutex> lock(mutex_);
-  while (!cv_.wait_for(lock, options_.interval, [&] { return stopping_; })) {
+  while (!cv_.wait_for(lock, poll, [&] { return stopping_; })) {
     lock.unlock();
     try {
-      beat_and_check();
+      if (std::chrono::steady_clock::now() >= next_beat) {
+        next_beat += options_.interval;
+        beat_and_check();
+      } else {
+        check_notices();
+      }
     } catch (const std::exception&) {
       // A store hiccup: the next beat retries; peers tolerate missed beats up to their timeout.
     }
     lock.lock();
   }
 }
-
 std::vector<int> Heartbeat::dead() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return {dead_.begin(), dead_.end()};

@@ -207,7 +207,7 @@ void Supervisor::on_worker_exit(Worker& w) {
   for (const auto& o : workers_) alive += o.running ? 1 : 0;
   say(what + "; --elastic: " + std::to_string(alive) + " local workers keep running");
   try {
-    run_store_->set(dead_key(w.rank), describe_wait_status(w.status));
+    publish_death(*run_store_, w.rank, describe_wait_status(w.status));
   } catch (const std::exception& e) {
     say(std::string("cannot publish the death in the store: ") + e.what());
   }

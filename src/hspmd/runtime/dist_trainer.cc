@@ -345,6 +345,11 @@ void DistTrainer::run_op(int id, MicroBatch& mb) {
     outs = {out};
     return;
   }
+  // After a peer's death (elastic training aborts the groups) this step is lost: stop computing
+  // it now rather than at the next communication, which on a large model is seconds away.
+  if (std::string why = session_.groups().aborted(); !why.empty()) {
+    throw Error(where(op.name) + "step abandoned: communication was aborted (" + why + ")");
+  }
   pacer_.begin();
   std::vector<Tensor> inputs;
   for (TensorRef in : op.inputs) {

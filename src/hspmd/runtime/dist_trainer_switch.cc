@@ -120,10 +120,16 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
     sources[3 * s.index + 1] = {s.exp_avg, s.state_region};
     sources[3 * s.index + 2] = {s.exp_avg_sq, s.state_region};
   }
+  // A shard this rank keeps unchanged is not copied: the new state is the old tensor (every piece
+  // of it comes from this rank's own source, so the BSR never writes into it).
+  auto kept_or_new = [&](const LocalShard& source, const sharding::Region& region) {
+    if (source.tensor.defined() && source.region == region) return source.tensor;
+    return Tensor::empty(region.shape(), DType::kFloat32, allocator_.get());
+  };
   for (ParamState& s : moved) {
-    s.value = Tensor::empty(s.region.shape(), DType::kFloat32, allocator_.get());
-    s.exp_avg = Tensor::empty(s.state_region.shape(), DType::kFloat32, allocator_.get());
-    s.exp_avg_sq = Tensor::empty(s.state_region.shape(), DType::kFloat32, allocator_.get());
+    s.value = kept_or_new(sources[3 * s.index], s.region);
+    s.exp_avg = kept_or_new(sources[3 * s.index + 1], s.state_region);
+    s.exp_avg_sq = kept_or_new(sources[3 * s.index + 2], s.state_region);
     destinations[3 * s.index] = {s.value, s.region};
     destinations[3 * s.index + 1] = {s.exp_avg, s.state_region};
     destinations[3 * s.index + 2] = {s.exp_avg_sq, s.state_region};

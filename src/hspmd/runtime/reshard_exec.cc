@@ -112,6 +112,11 @@ std::vector<int64_t> local_starts(const Shard& shard, const Region& r, const cha
 
 // Copies region r (global coordinates) from one shard into another.
 void copy_box(const Shard& from, const Shard& to, const Region& r, const std::string& what) {
+  // A destination that is the source itself (a switch keeps a shard where it is) already holds r.
+  if (from.tensor.defined() && to.tensor.defined() && from.tensor.raw_data() == to.tensor.raw_data() &&
+      from.region == to.region) {
+    return;
+  }
   kernels::copy_region(from.tensor, local_starts(from, r, "source", what), to.tensor,
                        local_starts(to, r, "destination", what), r.shape().dims());
 }
