@@ -20,6 +20,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::run_hspmd;
 
 class TrainCli : public testing::TempDirTest {
@@ -244,6 +245,15 @@ TEST_F(TrainCli, BadSwitchIsRefusedBeforeTraining) {
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.output, HasSubstr("--switch 9:"));
   EXPECT_THAT(r.output, HasSubstr("the run has only 4 steps"));
+}
+
+TEST_F(TrainCli, BadOptionsAreRefusedBeforeAnyWorkerStarts) {
+  // Otherwise every worker fails alike (and with --elastic --max-restarts each is restarted).
+  testing::CommandResult r = run_hspmd(common(2) + " --lr 1e-4 --min-lr 1e-3 --nproc 4 --strategy " +
+                                       example("examples/strategies/local-tp2-pp2.json"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.output, HasSubstr("0 <= min_lr <= lr"));
+  EXPECT_THAT(r.output, Not(HasSubstr("[rank "))) << "a worker was started";
 }
 
 TEST_F(TrainCli, WorldSizeMustMatchTheStrategy) {

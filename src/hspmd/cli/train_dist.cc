@@ -359,7 +359,9 @@ void run_dist_train(const TrainArgs& args) {
   const int world = by_length ? by_length->world() : world_of(scheduled_plans(args, config));
   if (!args.init_weights.empty()) const runtime::HfWeights checked(args.init_weights, config);
   if (!args.devices.empty()) const runtime::EmulatedDevices checked = runtime::EmulatedDevices::from_file(args.devices, world);
+  runtime::validate_options(args.options, config);
   const data::TokenDataset checked_data = data::TokenDataset::open(args.data);
+  runtime::check_dataset_fits(checked_data, config);
   if (args.eval_every > 0) const data::TokenDataset checked_validation = data::TokenDataset::open_validation(args.data);
   if (args.elastic) {
     HSPMD_CHECK(!by_length) << "--elastic does not combine with --dispatch or --strategy-for-max-len yet";
