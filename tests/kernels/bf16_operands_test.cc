@@ -11,12 +11,14 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "hspmd/core/bfloat16.h"
 #include "hspmd/kernels/attention.h"
 #include "hspmd/kernels/bf16_rounding.h"
 #include "hspmd/kernels/cast.h"
+#include "hspmd/kernels/gemm_backend.h"
 #include "hspmd/kernels/matmul.h"
 #include "kernel_testlib.h"
 
@@ -89,7 +91,37 @@ struct MatmulCase {
   bool trans_a, trans_b;
 };
 
-TEST(MatmulBf16Operands, IsTheFloat32ProductOfRoundedOperands) {
+// Each bf16 GEMM (kernels/gemm_backend.h): rounded operands on the float32 GEMM, and oneDNN's bf16
+// kernels where the CPU has them (skipped elsewhere).
+class MatmulBf16Operands : public ::testing::TestWithParam<Bf16Gemm> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Bf16Gemm::kOneDnn && !onednn_has_bf16_kernels()) {
+      GTEST_SKIP() << "oneDNN has no bf16 kernels for this CPU (" << onednn_isa() << ")";
+    }
+    previous_ = bf16_gemm();
+    set_bf16_gemm(GetParam());
+  }
+  void TearDown() override { set_bf16_gemm(previous_); }
+
+  // The float32 GEMM of the rounded operands computes the same exact products: the rounded-operand
+  // path is that very computation (bitwise), oneDNN's adds them in its own order (float32 error).
+  void expect_product_of_rounded(const Tensor& got, const Tensor& ref, const std::string& what) const {
+    if (GetParam() == Bf16Gemm::kFloat32) {
+      EXPECT_TRUE(bitwise_equal(got, ref)) << what;
+    } else {
+      EXPECT_LT(max_relative_error(to(got, DType::kFloat64), to(ref, DType::kFloat64)), 1e-5) << what;
+    }
+  }
+
+ private:
+  Bf16Gemm previous_ = Bf16Gemm::kFloat32;
+};
+
+INSTANTIATE_TEST_SUITE_P(Gemms, MatmulBf16Operands, ::testing::Values(Bf16Gemm::kFloat32, Bf16Gemm::kOneDnn),
+                         [](const ::testing::TestParamInfo<Bf16Gemm>& p) { return bf16_gemm_name(p.param); });
+
+TEST_P(MatmulBf16Operands, IsTheFloat32ProductOfRoundedOperands) {
   for (const MatmulCase& c : {MatmulCase{33, 17, 129, false, true}, MatmulCase{64, 48, 256, true, false},
                               MatmulCase{8, 300, 40, true, true}, MatmulCase{100, 64, 64, false, false}}) {
     Tensor a = random_tensor(c.trans_a ? Shape{c.k, c.m} : Shape{c.m, c.k}, DType::kFloat32, 1);
@@ -97,7 +129,8 @@ TEST(MatmulBf16Operands, IsTheFloat32ProductOfRoundedOperands) {
     Tensor bf16 = Tensor::empty({c.m, c.n}, DType::kFloat32), ref = Tensor::empty({c.m, c.n}, DType::kFloat32);
     matmul(a, b, bf16, {.trans_a = c.trans_a, .trans_b = c.trans_b, .bf16_operands = true});
     matmul(rounded(a), rounded(b), ref, {.trans_a = c.trans_a, .trans_b = c.trans_b});
-    EXPECT_TRUE(bitwise_equal(bf16, ref)) << c.m << "x" << c.n << "x" << c.k;
+    const std::string what = std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k);
+    expect_product_of_rounded(bf16, ref, what);
 
     // Against float64 on the unrounded operands: each operand is off by at most 2^-9 relative, so
     // the sum of K products of uniform [-1, 1) values is off by a few 2^-9 * sqrt(K) in the worst
@@ -107,17 +140,23 @@ TEST(MatmulBf16Operands, IsTheFloat32ProductOfRoundedOperands) {
     matmul(a, b, fp32, {.trans_a = c.trans_a, .trans_b = c.trans_b});
     const double err_bf16 = max_relative_error(to(bf16, DType::kFloat64), exact);
     const double err_fp32 = max_relative_error(to(fp32, DType::kFloat64), exact);
-    EXPECT_LT(err_bf16, 1.5e-2) << "bf16 operands, " << c.m << "x" << c.n << "x" << c.k;
+    EXPECT_LT(err_bf16, 1.5e-2) << "bf16 operands, " << what;
     EXPECT_GT(err_bf16, 10 * err_fp32) << "bf16 rounding must show beside float32's";
   }
 }
 
-TEST(MatmulBf16Operands, BatchedAndAccumulating) {
+TEST_P(MatmulBf16Operands, BatchedAndAccumulating) {
   Tensor a = random_tensor({3, 20, 30}, DType::kFloat32, 5), b = random_tensor({30, 12}, DType::kFloat32, 6);
   Tensor out = random_tensor({3, 20, 12}, DType::kFloat32, 7), ref = out.clone();
   matmul(a, b, out, {.beta = 1.0, .bf16_operands = true});
   matmul(rounded(a), rounded(b), ref, {.beta = 1.0});
-  EXPECT_TRUE(bitwise_equal(out, ref));
+  expect_product_of_rounded(out, ref, "batched, beta 1");
+  // Per-batch GEMMs (b not shared) with alpha and beta other than 1.
+  Tensor bb = random_tensor({3, 30, 12}, DType::kFloat32, 8);
+  Tensor out2 = random_tensor({3, 20, 12}, DType::kFloat32, 9), ref2 = out2.clone();
+  matmul(a, bb, out2, {.alpha = 0.5, .beta = 2.0, .bf16_operands = true});
+  matmul(rounded(a), rounded(bb), ref2, {.alpha = 0.5, .beta = 2.0});
+  expect_product_of_rounded(out2, ref2, "per batch, alpha 0.5, beta 2");
 }
 
 TEST(MatmulBf16Operands, NeedsFloat32) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "hspmd/core/bfloat16.h"
 #include "hspmd/core/tensor.h"
 
 namespace hspmd::kernels {
@@ -19,5 +20,7 @@ namespace hspmd::kernels {
 void round_to_bfloat16(const Tensor& x, const Tensor& out);
 // The same on n contiguous floats (src == dst allowed); multi-threaded for large n.
 void round_to_bfloat16(const float* src, float* dst, int64_t n);
+// The same rounding into bfloat16 storage (for GEMM kernels that take bf16 operands).
+void to_bfloat16(const float* src, BFloat16* dst, int64_t n);
 
 }  // namespace hspmd::kernels

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string>
 
+#include "hspmd/core/bfloat16.h"
+
 namespace hspmd::kernels {
 
 enum class Float32Gemm { kOneDnn, kOpenBlas };
@@ -24,6 +26,22 @@ const char* float32_gemm_name(Float32Gemm backend);  // "onednn", "openblas"
 // Row-major C[M, N] = alpha op(A) op(B) + beta C through oneDNN, as cblas_sgemm takes it.
 void onednn_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// bf16 GEMMs (a bf16 matmul with float32 accumulation, what --precision bf16 computes): on a CPU
+// with bf16 dot-product instructions (AVX-512 BF16, AMX) oneDNN's bf16 matmul kernels run them
+// at up to twice the float32 rate; elsewhere the operands are rounded to bf16 in float32 storage and
+// multiplied by the float32 GEMM, which computes the same products exactly (kernels/bf16_rounding.h).
+//   HSPMD_BF16_GEMM=onednn|float32 (read at first use) or set_bf16_gemm forces one.
+enum class Bf16Gemm { kOneDnn, kFloat32 };
+Bf16Gemm bf16_gemm();
+void set_bf16_gemm(Bf16Gemm backend);  // between kernels; kOneDnn needs onednn_has_bf16_kernels()
+const char* bf16_gemm_name(Bf16Gemm backend);  // "onednn", "float32"
+bool onednn_has_bf16_kernels();  // oneDNN's instruction set has bf16 dot products
+
+// Row-major C[M, N] = alpha op(A) op(B) + beta C with bf16 A and B and float32 C, on oneDNN's bf16
+// matmul. One primitive per shape, created on first use and cached (a few hundred microseconds).
+void onednn_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
+                      int64_t lda, const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // "float32: oneDNN 2.6.3 sgemm, JIT for avx2; float64: OpenBLAS (...), kernels Zen (...)", naming the
 // float32 library in use.

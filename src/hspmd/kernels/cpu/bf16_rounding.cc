@@ -10,21 +10,36 @@
 
 namespace hspmd::kernels {
 
+namespace {
+
+// The bits of the nearest bfloat16 in the upper half of a float32's bits.
+inline uint32_t rounded_bits(const float* x) {
+  uint32_t u;
+  std::memcpy(&u, x, sizeof u);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const uint32_t quiet_nan = (u | 0x00400000u) & 0xffff0000u;
+  const bool is_nan = (u & 0x7fffffffu) > 0x7f800000u;
+  return is_nan ? quiet_nan : rounded;
+}
+
+// One memory-bound pass: below ~4M elements (a few ms on one core) waking the OpenMP team costs
+// more than it saves, much more on a loaded host, and a bf16 step makes one such call per operand
+// of every matmul.
+constexpr int64_t kParallelElements = int64_t{1} << 22;
+
+}  // namespace
+
 void round_to_bfloat16(const float* src, float* dst, int64_t n) {
-  // One memory-bound pass: below ~4M elements (a few ms on one core) waking the OpenMP team costs
-  // more than it saves, much more on a loaded host, and a bf16 step makes one such call per
-  // operand of every matmul.
-  const bool parallel = n >= (int64_t{1} << 22);
-#pragma omp parallel for schedule(static) if (parallel)
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
   for (int64_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, src + i, sizeof u);
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    const uint32_t quiet_nan = (u | 0x00400000u) & 0xffff0000u;
-    const bool is_nan = (u & 0x7fffffffu) > 0x7f800000u;
-    const uint32_t r = is_nan ? quiet_nan : rounded;
+    const uint32_t r = rounded_bits(src + i);
     std::memcpy(dst + i, &r, sizeof r);
   }
+}
+
+void to_bfloat16(const float* src, BFloat16* dst, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  for (int64_t i = 0; i < n; ++i) dst[i].bits = static_cast<uint16_t>(rounded_bits(src + i) >> 16);
 }
 
 void round_to_bfloat16(const Tensor& x, const Tensor& out) {

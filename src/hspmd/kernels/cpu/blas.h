@@ -35,6 +35,12 @@ inline void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
               static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
+// bf16 operands, float32 result: oneDNN's bf16 kernels (only when bf16_gemm() chose them).
+inline void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
+                 int64_t lda, const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  onednn_gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 inline void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
                  int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
   blas_library().dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,

@@ -67,8 +67,10 @@ std::string gemm_backend_description() {
   const dnnl_version_t* v = dnnl_version();
   const std::string onednn = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
                              std::to_string(v->patch) + " sgemm, JIT for " + onednn_isa();
+  const std::string bf16 = bf16_gemm() == Bf16Gemm::kOneDnn ? "oneDNN bf16 matmul"
+                                                             : "bf16-rounded operands on the float32 GEMM";
   return "float32: " + (float32_gemm() == Float32Gemm::kOneDnn ? onednn : std::string("OpenBLAS (HSPMD_GEMM)")) +
-         "; float64: " + blas_library().describe();
+         "; bf16: " + bf16 + "; float64: " + blas_library().describe();
 }
 
 }  // namespace hspmd::kernels

@@ -70,8 +70,9 @@ MatmulDims check_matmul(const Tensor& a, const Tensor& b, const Tensor& out, con
   return d;
 }
 
-template <typename T>
-void matmul_typed(const T* a, const T* b, T* c, const MatmulDims& d, const MatmulOptions& o) {
+// `In` is the operands' type, `T` the result's (bf16 operands accumulate into float32).
+template <typename In, typename T>
+void matmul_typed(const In* a, const In* b, T* c, const MatmulDims& d, const MatmulOptions& o) {
   const T alpha = static_cast<T>(o.alpha), beta = static_cast<T>(o.beta);
   const int64_t lda = o.trans_a ? d.m : d.k, ldb = o.trans_b ? d.k : d.n;
   if (d.b_shared && !o.trans_a) {
@@ -112,20 +113,29 @@ void matmul_bf16(const Tensor& a, const Tensor& b, const Tensor& out, const Matm
 // Two scratch buffers per calling thread, kept between calls and grown when needed. Fresh buffers
 // the size of the lm head's gradient (tokens x vocabulary) page-faulted on every call, which cost
 // tiny models more than their GEMMs. The price: the largest operand stays allocated.
-float* scratch(int slot, int64_t n) {
-  thread_local std::vector<float> buffers[2];
-  std::vector<float>& b = buffers[slot];
+template <typename T>
+T* scratch(int slot, int64_t n) {
+  thread_local std::vector<T> buffers[2];
+  std::vector<T>& b = buffers[slot];
   if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
   return b.data();
 }
 
-// bf16 operands: rounded copies of a and b, then the float32 GEMM. The copies are the price of
-// a CPU without bf16 GEMM kernels (oneDNN 2.6 has none below AVX-512); the products are exact, so
-// the result is a bf16 GEMM's with float32 accumulation.
+// bf16 operands: bf16 copies of a and b, then oneDNN's bf16 GEMM where the CPU has bf16 dot
+// products; elsewhere rounded float32 copies and the float32 GEMM, whose products of bf16 values
+// are exact, so both compute a bf16 GEMM with float32 accumulation (up to the order of additions).
 void matmul_bf16_operands(const Tensor& a, const Tensor& b, const Tensor& out, const MatmulDims& d,
                           const MatmulOptions& o) {
-  float* ra = scratch(0, a.numel());
-  float* rb = scratch(1, b.numel());
+  if (bf16_gemm() == Bf16Gemm::kOneDnn) {
+    BFloat16* ra = scratch<BFloat16>(0, a.numel());
+    BFloat16* rb = scratch<BFloat16>(1, b.numel());
+    to_bfloat16(a.data<float>(), ra, a.numel());
+    to_bfloat16(b.data<float>(), rb, b.numel());
+    matmul_typed(ra, rb, out.data<float>(), d, o);
+    return;
+  }
+  float* ra = scratch<float>(0, a.numel());
+  float* rb = scratch<float>(1, b.numel());
   round_to_bfloat16(a.data<float>(), ra, a.numel());
   round_to_bfloat16(b.data<float>(), rb, b.numel());
   matmul_typed(ra, rb, out.data<float>(), d, o);
