@@ -97,7 +97,13 @@ Admission ElasticRun::join(comm::Store& store, int rank, int world, comm::Millis
     const std::vector<int> members =
         generation == 0 ? all_ranks(world) : parse_members(*store.try_get(members_key(generation)));
     if (std::binary_search(members.begin(), members.end(), rank)) {
-      // The others have not yet agreed that this rank's earlier incarnation died.
+      // The others have not yet agreed that this rank's earlier incarnation died. If every one of
+      // them died too, nobody ever will (a failure every worker shares, e.g. a bad input).
+      const bool all_dead = std::all_of(members.begin(), members.end(), [&](int r) {
+        return r == rank || store.try_get(comm::dead_key(r)).has_value();
+      });
+      HSPMD_CHECK(!all_dead) << "rank " << rank << ": every other worker of the run died too, so there is no "
+                             << "running worker to rejoin; see the first failure above";
       HSPMD_CHECK(Clock::now() < deadline) << "rank " << rank << ": the running workers never noticed its death";
       std::this_thread::sleep_for(comm::Millis(20));
       continue;
