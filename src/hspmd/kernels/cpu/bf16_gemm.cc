@@ -2,7 +2,6 @@
 // rounded operands on the float32 GEMM.
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include <atomic>
 #include <map>
 #include <mutex>
 #include <string_view>
@@ -10,12 +9,11 @@
 #include <vector>
 
 #include "hspmd/core/error.h"
+#include "hspmd/kernels/cpu/environment_choice.h"
 #include "hspmd/kernels/gemm_backend.h"
 
 namespace hspmd::kernels {
 namespace {
-
-std::atomic<int> g_bf16_gemm{-1};  // -1 until the first use reads HSPMD_BF16_GEMM
 
 Bf16Gemm bf16_gemm_from_environment() {
   const char* name = std::getenv("HSPMD_BF16_GEMM");
@@ -29,6 +27,8 @@ Bf16Gemm bf16_gemm_from_environment() {
                                          << "instruction set is " << onednn_isa() << ")";
   return Bf16Gemm::kOneDnn;
 }
+
+cpu::EnvironmentChoice<Bf16Gemm> g_bf16_gemm{bf16_gemm_from_environment};  // HSPMD_BF16_GEMM
 
 // What identifies a primitive: the shape, the layouts and the scalars baked into it.
 using PrimitiveKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
@@ -97,20 +97,12 @@ bool onednn_has_bf16_kernels() {
   return (isa & bf16) == bf16;
 }
 
-Bf16Gemm bf16_gemm() {
-  int v = g_bf16_gemm.load(std::memory_order_acquire);
-  if (v < 0) {
-    int expected = -1;
-    g_bf16_gemm.compare_exchange_strong(expected, static_cast<int>(bf16_gemm_from_environment()));
-    v = g_bf16_gemm.load(std::memory_order_acquire);
-  }
-  return static_cast<Bf16Gemm>(v);
-}
+Bf16Gemm bf16_gemm() { return g_bf16_gemm.get(); }
 
 void set_bf16_gemm(Bf16Gemm backend) {
   HSPMD_CHECK(backend != Bf16Gemm::kOneDnn || onednn_has_bf16_kernels())
       << "bf16 GEMM on oneDNN: no bf16 kernels for this CPU (oneDNN's instruction set is " << onednn_isa() << ")";
-  g_bf16_gemm.store(static_cast<int>(backend), std::memory_order_release);
+  g_bf16_gemm.set(backend);
 }
 
 const char* bf16_gemm_name(Bf16Gemm backend) { return backend == Bf16Gemm::kOneDnn ? "onednn" : "float32"; }

@@ -3,17 +3,15 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <string_view>
 
 #include "hspmd/core/error.h"
 #include "hspmd/kernels/blas_library.h"
+#include "hspmd/kernels/cpu/environment_choice.h"
 
 namespace hspmd::kernels {
 namespace {
-
-std::atomic<int> g_float32_gemm{-1};  // -1 until the first use reads HSPMD_GEMM
 
 Float32Gemm float32_gemm_from_environment() {
   const char* name = std::getenv("HSPMD_GEMM");
@@ -22,21 +20,13 @@ Float32Gemm float32_gemm_from_environment() {
   return Float32Gemm::kOpenBlas;
 }
 
+cpu::EnvironmentChoice<Float32Gemm> g_float32_gemm{float32_gemm_from_environment};  // HSPMD_GEMM
+
 }  // namespace
 
-Float32Gemm float32_gemm() {
-  int v = g_float32_gemm.load(std::memory_order_acquire);
-  if (v < 0) {
-    int expected = -1;
-    g_float32_gemm.compare_exchange_strong(expected, static_cast<int>(float32_gemm_from_environment()));
-    v = g_float32_gemm.load(std::memory_order_acquire);
-  }
-  return static_cast<Float32Gemm>(v);
-}
+Float32Gemm float32_gemm() { return g_float32_gemm.get(); }
 
-void set_float32_gemm(Float32Gemm backend) {
-  g_float32_gemm.store(static_cast<int>(backend), std::memory_order_release);
-}
+void set_float32_gemm(Float32Gemm backend) { g_float32_gemm.set(backend); }
 
 const char* float32_gemm_name(Float32Gemm backend) { return backend == Float32Gemm::kOneDnn ? "onednn" : "openblas"; }
 

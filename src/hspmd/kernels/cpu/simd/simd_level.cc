@@ -1,17 +1,14 @@
 // simd_level (kernels/simd.h) and the dispatch of the row loops (cpu/simd/row_ops.h).
-#include <atomic>
 #include <cstdlib>
 #include <string>
 
 #include "hspmd/core/error.h"
+#include "hspmd/kernels/cpu/environment_choice.h"
 #include "hspmd/kernels/cpu/simd/row_ops.h"
 #include "hspmd/kernels/simd.h"
 
 namespace hspmd::kernels {
 namespace {
-
-// -1 until the first use reads HSPMD_SIMD.
-std::atomic<int> g_level{-1};
 
 SimdLevel level_from_environment() {
   const char* forced = std::getenv("HSPMD_SIMD");
@@ -22,6 +19,8 @@ SimdLevel level_from_environment() {
       << simd_level_name(best_simd_level()) << ")";
   return level;
 }
+
+cpu::EnvironmentChoice<SimdLevel> g_level{level_from_environment};  // HSPMD_SIMD
 
 }  // namespace
 
@@ -67,22 +66,13 @@ SimdLevel best_simd_level() {
   return SimdLevel::kScalar;
 }
 
-SimdLevel simd_level() {
-  int level = g_level.load(std::memory_order_acquire);
-  if (level < 0) {
-    // Concurrent first calls compute the same value; the first store wins.
-    int expected = -1;
-    g_level.compare_exchange_strong(expected, static_cast<int>(level_from_environment()));
-    level = g_level.load(std::memory_order_acquire);
-  }
-  return static_cast<SimdLevel>(level);
-}
+SimdLevel simd_level() { return g_level.get(); }
 
 void set_simd_level(SimdLevel level) {
   HSPMD_CHECK(simd_level_supported(level))
       << "set_simd_level: this CPU does not support " << simd_level_name(level) << " (best: "
       << simd_level_name(best_simd_level()) << ")";
-  g_level.store(static_cast<int>(level), std::memory_order_release);
+  g_level.set(level);
 }
 
 namespace cpu {
