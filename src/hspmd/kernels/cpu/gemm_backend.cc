@@ -5,10 +5,12 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 
 #include "hspmd/core/error.h"
 #include "hspmd/kernels/blas_library.h"
+#include "hspmd/kernels/threading.h"
 
 namespace hspmd::kernels {
 namespace {
@@ -21,6 +23,8 @@ Float32Gemm float32_gemm_from_environment() {
   HSPMD_CHECK(std::string_view(name) == "openblas") << "HSPMD_GEMM=" << name << ": expected onednn or openblas";
   return Float32Gemm::kOpenBlas;
 }
+
+constexpr int64_t kMinParallelGemmMacs = int64_t{1} << 26;
 
 }  // namespace
 
@@ -42,6 +46,11 @@ const char* float32_gemm_name(Float32Gemm backend) { return backend == Float32Ge
 
 void onednn_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  // A product below kMinParallelGemmMacs multiply-adds (~1 ms on one core) runs on one thread:
+  // llama-tiny's projections (1024 x 352 x 128 and smaller) spent more time in oneDNN's fork/join
+  // than in arithmetic on a loaded 2-core host.
+  std::optional<ScopedNumThreads> serial;
+  if (m * n * k < kMinParallelGemmMacs) serial.emplace(1);
   // dnnl_sgemm is row-major, like the rest of hspmd.
   const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
                                           beta, c, ldc);
