@@ -1,4 +1,5 @@
-// set_num_threads drives both OpenMP (our kernels) and OpenBLAS (matmul).
+// set_num_threads drives both OpenMP (our kernels) and OpenBLAS (matmul); ScopedNumThreads
+// narrows it for one block.
 #include "hspmd/kernels/threading.h"
 
 #include <gmock/gmock.h>
@@ -38,6 +39,27 @@ TEST(Threading, RejectsNonPositiveCounts) {
   EXPECT_THAT([] { set_num_threads(0); },
               ThrowsMessage<Error>(HasSubstr("set_num_threads: thread count must be >= 1, got 0")));
   EXPECT_THAT([] { set_num_threads(-2); }, ThrowsMessage<Error>(HasSubstr("got -2")));
+}
+
+TEST(Threading, ScopedNumThreadsRestoresTheCallersCount) {
+  const int before = num_threads();
+  set_num_threads(3);
+  {
+    ScopedNumThreads serial(1);
+    EXPECT_EQ(num_threads(), 1);
+    EXPECT_EQ(threads_in_parallel_region(), 1);
+    {
+      ScopedNumThreads two(2);
+      EXPECT_EQ(threads_in_parallel_region(), 2);
+    }
+    EXPECT_EQ(num_threads(), 1);
+  }
+  EXPECT_EQ(num_threads(), 3);
+  EXPECT_EQ(threads_in_parallel_region(), 3);
+  EXPECT_THAT([] { ScopedNumThreads none(0); },
+              ThrowsMessage<Error>(HasSubstr("ScopedNumThreads: thread count must be >= 1, got 0")));
+  EXPECT_EQ(num_threads(), 3);
+  set_num_threads(before);
 }
 
 }  // namespace

@@ -23,6 +23,11 @@ Float32Gemm float32_gemm();
 void set_float32_gemm(Float32Gemm backend);  // between kernels, not while they run
 const char* float32_gemm_name(Float32Gemm backend);  // "onednn", "openblas"
 
+// A product below this many multiply-adds (~1 ms on one core) runs on one thread: llama-tiny's
+// projections (1024 x 352 x 128 and smaller) spent more time in oneDNN's fork/join than in
+// arithmetic on a loaded 2-core host.
+inline constexpr int64_t kMinParallelGemmMacs = int64_t{1} << 26;
+
 // Row-major C[M, N] = alpha op(A) op(B) + beta C through oneDNN, as cblas_sgemm takes it.
 void onednn_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);

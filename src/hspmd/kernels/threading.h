@@ -7,4 +7,18 @@ namespace hspmd::kernels {
 void set_num_threads(int n);  // n >= 1; throws Error otherwise
 int num_threads();
 
+// Runs the enclosed kernels on `n` threads, then restores the caller's count (OpenMP's count is
+// per calling thread, so this touches no other rank). For work too small to pay for a fork/join:
+// on a busy host a parallel region can wait a whole time slice for its second thread.
+class ScopedNumThreads {
+ public:
+  explicit ScopedNumThreads(int n);
+  ~ScopedNumThreads();
+  ScopedNumThreads(const ScopedNumThreads&) = delete;
+  ScopedNumThreads& operator=(const ScopedNumThreads&) = delete;
+
+ private:
+  int saved_;
+};
+
 }  // namespace hspmd::kernels

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <tuple>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "hspmd/core/error.h"
 #include "hspmd/kernels/cpu/environment_choice.h"
 #include "hspmd/kernels/gemm_backend.h"
+#include "hspmd/kernels/threading.h"
 
 namespace hspmd::kernels {
 namespace {
@@ -110,6 +112,8 @@ const char* bf16_gemm_name(Bf16Gemm backend) { return backend == Bf16Gemm::kOneD
 void onednn_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a,
                       int64_t lda, const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   Bf16Matmuls& all = matmuls();
+  std::optional<ScopedNumThreads> serial;  // oneDNN reads the OpenMP thread count when it executes
+  if (m * n * k < kMinParallelGemmMacs) serial.emplace(1);
   try {
     const Bf16Matmul mm = all.get({trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta});
     // oneDNN takes non-const handles; it only reads the sources.

@@ -19,4 +19,11 @@ void set_num_threads(int n) {
 
 int num_threads() { return omp_get_max_threads(); }
 
+ScopedNumThreads::ScopedNumThreads(int n) : saved_(omp_get_max_threads()) {
+  HSPMD_CHECK(n >= 1) << "ScopedNumThreads: thread count must be >= 1, got " << n;
+  omp_set_num_threads(n);
+}
+
+ScopedNumThreads::~ScopedNumThreads() { omp_set_num_threads(saved_); }
+
 }  // namespace hspmd::kernels
