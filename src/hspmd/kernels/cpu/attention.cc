@@ -101,7 +101,7 @@ void run_typed(const AttentionDims& a, const Tensor& q, const Tensor& k, const T
                            .nkv = a.nkv,
                            .d = a.d,
                            .scale = static_cast<T>(a.scale),
-                           .block = cpu::attention_block_size(a.d)};
+                           .block = cpu::attention_block_size(q.dtype(), a.d)};
   const std::vector<cpu::QueryTile> tiles = sequence_tiles(a, x.block);
   if (!dout.defined()) return cpu::attention_forward(x, tiles);
   const std::vector<T> delta = cpu::softmax_delta(out.data<T>(), dout.data<T>(), a.tokens, a.nq, a.d);

@@ -13,10 +13,12 @@
 
 namespace hspmd::kernels::cpu {
 
-// The largest power-of-two tile (<= 64) whose GEMMs (B x B x D) OpenBLAS keeps single-threaded: the
-// tiles run inside our own OpenMP threads (where oneDNN runs on the calling thread by itself). Tiles
-// of 128 on oneDNN measured no faster (1 thread, CPU time, interleaved).
-int64_t attention_block_size(int64_t d) {
+int64_t attention_block_size(DType dtype, int64_t d) {
+  // oneDNN runs each GEMM on the calling thread inside our OpenMP threads, so only the tiles'
+  // efficiency counts. Against 64, 128 measured about 1.2x the fwd+bwd rate and 256 less than 128
+  // (diagonal tiles mask more work): bench_kernels --threads=1, 4 x 512 tokens, 8 heads, D = 64.
+  if (dtype == DType::kFloat32 && float32_gemm() == Float32Gemm::kOneDnn) return 128;
+  // OpenBLAS: the largest power-of-two tile (<= 64) whose GEMMs (B x B x D) it keeps single-threaded.
   int64_t b = 64;
   while (b > 8 && b * b * d > kSingleThreadedGemmWork) b /= 2;
   return b;

@@ -35,8 +35,9 @@
 
 namespace hspmd::kernels::cpu {
 
-// Tile rows (tokens) for head dim d; see attention_tiles.cc.
-int64_t attention_block_size(int64_t d);
+// Tile rows (tokens) for operands of dtype (float32 or float64) and head dim d: what suits the GEMM
+// library that runs the tiles.
+int64_t attention_block_size(DType dtype, int64_t d);
 
 struct QueryTile {
   int64_t row = 0;        // first query row (of q, out, lse)

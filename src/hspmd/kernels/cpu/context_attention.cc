@@ -21,7 +21,7 @@ namespace hspmd::kernels {
 namespace {
 
 struct ContextDims {
-  int64_t tq = 0, tk = 0, nq = 0, nkv = 0, d = 0, block = 64;
+  int64_t tq = 0, tk = 0, nq = 0, nkv = 0, d = 0, block = 0;
   double scale = 1.0;
   std::vector<int64_t> cu;
   std::vector<int64_t> q_pos, kv_pos;
@@ -68,7 +68,7 @@ ContextDims check_context(const char* kernel, const Tensor& q, const Tensor& k, 
       << kernel << ": lse is " << (lse.defined() ? lse.to_string() : "undefined") << ", expected "
       << dtype_name(q.dtype()) << Shape({a.nq, a.tq}).to_string();
   a.scale = options.scale != 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(a.d));
-  a.block = cpu::attention_block_size(a.d);
+  a.block = cpu::attention_block_size(q.dtype(), a.d);
 
   a.cu = int_values(kernel, "cu_seqlens", cu_seqlens, -1);
   HSPMD_CHECK(!a.cu.empty() && a.cu.front() == 0 && a.cu.back() == a.tk)
