@@ -21,7 +21,7 @@
 // of the document's query rows for the heads sharing it, so no two tasks write the same memory and
 // every sum runs in one fixed order: results are bitwise identical for any thread count.
 //
-//   AttentionTiles<float> x{.q = ..., .block = attention_block_size(d)};
+//   AttentionTiles<float> x{.q = ..., .block = attention_block_size(DType::kFloat32, d)};
 //   attention_forward(x, tiles);   // then, with dout, delta, dq, dk, dv set and zeroed:
 //   attention_backward(x, tiles);
 #pragma once
