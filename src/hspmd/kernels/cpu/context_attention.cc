@@ -1,55 +1,32 @@
-// context_attention_fwd / _bwd (kernels/context_attention.h) on the CPU: the blocked online softmax
-// of cpu/attention.cc, with queries addressed by their packed position instead of their row.
+// context_attention_fwd / _bwd (kernels/context_attention.h) on the CPU: the tiled core of
+// cpu/attention_tiles.h (shared with attention_fwd/_bwd), with queries addressed by their packed
+// position instead of their row.
 //
 // The k/v rows are first put back in packed order (one copy, O(Tk * Nkv * D): small next to the
 // attention). The rank's query rows are cut into tiles of at most B rows that are consecutive in the
 // packed batch and inside one document; a zigzag CP split gives 2 runs per packed row, so tiles are
-// full but for the ends of runs and documents. A tile at packed positions [p0, p0 + n) of a document
-// starting at s sees key tiles starting at s, s + B, ... up to p0 + n - 1; a row r of it keeps the
-// columns at packed positions <= p0 + r (the causal mask; a row may keep none of a late key tile).
-//
-// Forward: one task per (query tile, query head). Backward: one task per (document, kv head): it
-// owns dK/dV of the document's keys for that head and dQ of the document's query rows for the heads
-// sharing it, so no two tasks write the same memory and every sum has one fixed order (results do
-// not depend on the thread count). The gradients of the keys are then scattered back to the rows'
-// order (kv_index).
+// full but for the ends of runs and documents. The gradients of the keys are computed in packed
+// order and then scattered back to the rows' order (kv_index).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #include "hspmd/kernels/context_attention.h"
 
-#include "hspmd/kernels/bf16_rounding.h"
-#include "hspmd/kernels/cpu/blas.h"
-#include "hspmd/kernels/cpu/vec_math.h"
+#include "hspmd/kernels/cpu/attention_tiles.h"
 
 namespace hspmd::kernels {
 namespace {
 
-struct QueryTile {
-  int64_t row = 0;        // first local query row
-  int64_t pos = 0;        // its packed position
-  int64_t len = 0;        // rows (consecutive in the packed batch)
-  int64_t seq = 0;        // document index
-  int64_t seq_start = 0;  // packed position of the document's first token
-};
-
 struct ContextDims {
-  int64_t tq = 0, tk = 0, nq = 0, nkv = 0, d = 0, group = 1, block = 64;
+  int64_t tq = 0, tk = 0, nq = 0, nkv = 0, d = 0, block = 0;
   double scale = 1.0;
   std::vector<int64_t> cu;
   std::vector<int64_t> q_pos, kv_pos;
   bool identity = false;  // q_index = kv_index = 0..T-1: plain attention
-  std::vector<QueryTile> tiles;
+  std::vector<cpu::QueryTile> tiles;
 };
-
-int64_t block_size(int64_t d) {  // as cpu/attention.cc: GEMM tiles OpenBLAS keeps single-threaded
-  int64_t b = 64;
-  while (b > 8 && b * b * d > cpu::kSingleThreadedGemmWork) b /= 2;
-  return b;
-}
 
 std::vector<int64_t> int_values(const char* kernel, const char* name, const Tensor& t, int64_t expected_len) {
   HSPMD_CHECK(t.defined() && t.rank() == 1 && (t.dtype() == DType::kInt32 || t.dtype() == DType::kInt64))
@@ -89,9 +66,8 @@ ContextDims check_context(const char* kernel, const Tensor& q, const Tensor& k, 
   HSPMD_CHECK(lse.defined() && lse.shape() == Shape({a.nq, a.tq}) && lse.dtype() == q.dtype())
       << kernel << ": lse is " << (lse.defined() ? lse.to_string() : "undefined") << ", expected "
       << dtype_name(q.dtype()) << Shape({a.nq, a.tq}).to_string();
-  a.group = a.nq / a.nkv;
   a.scale = options.scale != 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(a.d));
-  a.block = block_size(a.d);
+  a.block = cpu::attention_block_size(q.dtype(), a.d);
 
   a.cu = int_values(kernel, "cu_seqlens", cu_seqlens, -1);
   HSPMD_CHECK(!a.cu.empty() && a.cu.front() == 0 && a.cu.back() == a.tk)
@@ -122,129 +98,16 @@ ContextDims check_context(const char* kernel, const Tensor& q, const Tensor& k, 
 
   for (int64_t r = 0; r < a.tq; ++r) {
     const int64_t p = a.q_pos[r];
-    const int64_t s = std::upper_bound(a.cu.begin(), a.cu.end(), p) - a.cu.begin() - 1;
-    QueryTile* last = a.tiles.empty() ? nullptr : &a.tiles.back();
-    if (last != nullptr && last->seq == s && last->pos + last->len == p && last->len < a.block) {
+    const int64_t seq_start = *(std::upper_bound(a.cu.begin(), a.cu.end(), p) - 1);
+    cpu::QueryTile* last = a.tiles.empty() ? nullptr : &a.tiles.back();
+    if (last != nullptr && last->seq_start == seq_start && last->pos + last->len == p && last->len < a.block) {
       ++last->len;
     } else {
-      a.tiles.push_back({r, p, 1, s, a.cu[s]});
+      a.tiles.push_back({.row = r, .pos = p, .len = 1, .seq_start = seq_start});
     }
   }
   return a;
 }
-
-template <typename T>
-struct ContextData {
-  const T *q, *k, *v, *out, *dout;  // k, v in packed order
-  T *o, *lse, *dq, *dk, *dv;        // dk, dv in packed order
-  const T* delta;                   // [Nq, Tq] rowsum(dO * O), backward only
-  int64_t ldq, ldk;
-};
-
-template <typename T>
-struct TileScratch {
-  std::vector<T> s, p, m, l;
-  explicit TileScratch(int64_t b) : s(b * b), p(b * b), m(b), l(b) {}
-};
-
-// Columns of row r (packed position pos + r) that the causal mask keeps in the key tile at k0.
-int64_t kept_columns(int64_t pos, int64_t r, int64_t k0, int64_t nk) {
-  return std::clamp<int64_t>(pos + r - k0 + 1, 0, nk);
-}
-
-template <typename T>
-void forward_tile(const ContextDims& a, const ContextData<T>& x, const QueryTile& tile, int64_t h,
-                  TileScratch<T>& w) {
-  const int64_t b = a.block, d = a.d, g = h / a.group, n = tile.len, last = tile.pos + n - 1;
-  const T* q = x.q + tile.row * x.ldq + h * d;
-  T* o = x.o + tile.row * x.ldq + h * d;
-  T *s = w.s.data(), *m = w.m.data(), *l = w.l.data();
-  for (int64_t r = 0; r < n; ++r) {
-    std::memset(o + r * x.ldq, 0, sizeof(T) * d);
-    m[r] = -std::numeric_limits<T>::infinity();
-    l[r] = 0;
-  }
-  for (int64_t k0 = tile.seq_start; k0 <= last; k0 += b) {
-    const int64_t nk = std::min(b, last + 1 - k0);
-    const T* k = x.k + k0 * x.ldk + g * d;
-    const T* v = x.v + k0 * x.ldk + g * d;
-    cpu::gemm(false, true, n, nk, d, static_cast<T>(a.scale), q, x.ldq, k, x.ldk, T(0), s, b);
-    for (int64_t r = 0; r < n; ++r) {
-      T* row = s + r * b;
-      const int64_t cols = kept_columns(tile.pos, r, k0, nk);
-      if (cols == 0) {  // a later key than this query: nothing to add
-        std::fill(row, row + nk, T(0));
-        continue;
-      }
-      const bool first = l[r] == T(0);
-      const T m_new = first ? cpu::row_max(row, cols) : std::max(m[r], cpu::row_max(row, cols));
-      const T sum = cpu::exp_shift_sum(row, cols, m_new);
-      std::fill(row + cols, row + nk, T(0));
-      if (first) {
-        l[r] = sum;
-      } else {
-        const T correction = std::exp(m[r] - m_new);
-        l[r] = l[r] * correction + sum;
-        if (correction != T(1)) {
-          T* orow = o + r * x.ldq;
-          for (int64_t c = 0; c < d; ++c) orow[c] *= correction;
-        }
-      }
-      m[r] = m_new;
-    }
-    cpu::gemm(false, false, n, d, nk, T(1), s, b, v, x.ldk, T(1), o, x.ldq);
-  }
-  for (int64_t r = 0; r < n; ++r) {
-    const T inv = T(1) / l[r];
-    T* orow = o + r * x.ldq;
-    for (int64_t c = 0; c < d; ++c) orow[c] *= inv;
-    x.lse[h * a.tq + tile.row + r] = m[r] + std::log(l[r]);
-  }
-}
-
-// One (document, kv head): every key tile of the document against every query tile of it there.
-template <typename T>
-void backward_document(const ContextDims& a, const ContextData<T>& x, const std::vector<const QueryTile*>& tiles,
-                       int64_t g, TileScratch<T>& w) {
-  const int64_t b = a.block, d = a.d;
-  const T scale = static_cast<T>(a.scale);
-  int64_t last = 0;
-  for (const QueryTile* t : tiles) last = std::max(last, t->pos + t->len - 1);
-  T *p = w.s.data(), *dp = w.p.data();
-  for (int64_t k0 = tiles.front()->seq_start; k0 <= last; k0 += b) {
-    const int64_t nk = std::min(b, last + 1 - k0);
-    const T* k = x.k + k0 * x.ldk + g * d;
-    const T* v = x.v + k0 * x.ldk + g * d;
-    T* dk = x.dk + k0 * x.ldk + g * d;
-    T* dv = x.dv + k0 * x.ldk + g * d;
-    for (int64_t hh = 0; hh < a.group; ++hh) {
-      const int64_t h = g * a.group + hh;
-      for (const QueryTile* t : tiles) {
-        const int64_t n = t->len;
-        if (t->pos + n - 1 < k0) continue;  // every query of the tile precedes these keys
-        const T* q = x.q + t->row * x.ldq + h * d;
-        const T* dout = x.dout + t->row * x.ldq + h * d;
-        T* dq = x.dq + t->row * x.ldq + h * d;
-        const T* lse = x.lse + h * a.tq + t->row;
-        const T* delta = x.delta + h * a.tq + t->row;
-        cpu::gemm(false, true, n, nk, d, scale, q, x.ldq, k, x.ldk, T(0), p, b);
-        for (int64_t r = 0; r < n; ++r) {
-          const int64_t cols = kept_columns(t->pos, r, k0, nk);
-          cpu::exp_shift_sum(p + r * b, cols, lse[r]);
-          std::fill(p + r * b + cols, p + r * b + nk, T(0));
-        }
-        cpu::gemm(true, false, nk, d, n, T(1), p, b, dout, x.ldq, T(1), dv, x.ldk);
-        cpu::gemm(false, true, n, nk, d, T(1), dout, x.ldq, v, x.ldk, T(0), dp, b);
-        for (int64_t r = 0; r < n; ++r) cpu::softmax_grad_row(dp + r * b, p + r * b, nk, delta[r]);
-        cpu::gemm(false, false, n, d, nk, scale, dp, b, k, x.ldk, T(1), dq, x.ldq);
-        cpu::gemm(true, false, nk, d, n, scale, dp, b, q, x.ldq, T(1), dk, x.ldk);
-      }
-    }
-  }
-}
-
-// Below this many flops a call stays on the calling thread (as cpu/attention.cc).
-constexpr int64_t kMinParallelFlops = int64_t{1} << 21;
 
 // Rows of `t` [rows, ...] in packed order: out[pos[i]] = t[i].
 template <typename T>
@@ -256,62 +119,37 @@ std::vector<T> to_packed(const Tensor& t, const std::vector<int64_t>& pos) {
   return out;
 }
 
+// The forward passes undefined dout/dq/dk/dv.
 template <typename T>
-void forward_typed(const ContextDims& a, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                   const Tensor& lse) {
+void run_typed(const ContextDims& a, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+               const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   const std::vector<T> kp = to_packed<T>(k, a.kv_pos), vp = to_packed<T>(v, a.kv_pos);
-  ContextData<T> x{q.data<T>(), kp.data(), vp.data(), nullptr, nullptr, out.data<T>(), lse.data<T>(),
-                   nullptr,     nullptr,   nullptr,   nullptr, a.nq * a.d, a.nkv * a.d};
-  const int64_t ntiles = static_cast<int64_t>(a.tiles.size()), tasks = ntiles * a.nq;
-  int64_t flops = 0;
-  for (const QueryTile& t : a.tiles) flops += 4 * t.len * (t.pos + t.len - t.seq_start) * a.d * a.nq;
-#pragma omp parallel if (tasks > 1 && flops >= kMinParallelFlops)
-  {
-    TileScratch<T> w(a.block);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < tasks; ++i) forward_tile(a, x, a.tiles[i / a.nq], i % a.nq, w);
-  }
-}
-
-template <typename T>
-void backward_typed(const ContextDims& a, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                    const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
-  const std::vector<T> kp = to_packed<T>(k, a.kv_pos), vp = to_packed<T>(v, a.kv_pos);
+  cpu::AttentionTiles<T> x{.q = q.data<T>(),
+                           .k = kp.data(),
+                           .v = vp.data(),
+                           .out = out.data<T>(),
+                           .lse = lse.data<T>(),
+                           .dout = nullptr,
+                           .delta = nullptr,
+                           .dq = nullptr,
+                           .dk = nullptr,
+                           .dv = nullptr,
+                           .tq = a.tq,
+                           .nq = a.nq,
+                           .nkv = a.nkv,
+                           .d = a.d,
+                           .scale = static_cast<T>(a.scale),
+                           .block = a.block};
+  if (!dout.defined()) return cpu::attention_forward(x, a.tiles);
   std::vector<T> dkp(kp.size(), T(0)), dvp(vp.size(), T(0));
-  // Delta[h, r] = rowsum(dO * O), the softmax-backward correction of each query row.
-  std::vector<T> delta(static_cast<size_t>(a.nq * a.tq));
-  const T *o = out.data<T>(), *dO = dout.data<T>();
-  for (int64_t r = 0; r < a.tq; ++r) {
-    for (int64_t h = 0; h < a.nq; ++h) {
-      const T* orow = o + (r * a.nq + h) * a.d;
-      const T* drow = dO + (r * a.nq + h) * a.d;
-      double acc = 0;
-      for (int64_t c = 0; c < a.d; ++c) acc += static_cast<double>(orow[c]) * drow[c];
-      delta[h * a.tq + r] = static_cast<T>(acc);
-    }
-  }
+  const std::vector<T> delta = cpu::softmax_delta(out.data<T>(), dout.data<T>(), a.tq, a.nq, a.d);
   std::memset(dq.raw_data(), 0, dq.nbytes());
-  ContextData<T> x{q.data<T>(), kp.data(), vp.data(), o, dO, nullptr, lse.data<T>(), dq.data<T>(), dkp.data(),
-                   dvp.data(),  delta.data(), a.nq * a.d, a.nkv * a.d};
-  // The query tiles of each document (tiles of one document need not be adjacent in row order).
-  std::vector<std::vector<const QueryTile*>> docs;
-  std::vector<int64_t> doc_of(a.cu.size(), -1);
-  for (const QueryTile& t : a.tiles) {
-    if (doc_of[t.seq] < 0) {
-      doc_of[t.seq] = static_cast<int64_t>(docs.size());
-      docs.emplace_back();
-    }
-    docs[doc_of[t.seq]].push_back(&t);
-  }
-  const int64_t tasks = static_cast<int64_t>(docs.size()) * a.nkv;
-  int64_t flops = 0;
-  for (const QueryTile& t : a.tiles) flops += 10 * t.len * (t.pos + t.len - t.seq_start) * a.d * a.nq;
-#pragma omp parallel if (tasks > 1 && flops >= kMinParallelFlops)
-  {
-    TileScratch<T> w(a.block);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < tasks; ++i) backward_document(a, x, docs[i / a.nkv], i % a.nkv, w);
-  }
+  x.dout = dout.data<T>();
+  x.delta = delta.data();
+  x.dq = dq.data<T>();
+  x.dk = dkp.data();
+  x.dv = dvp.data();
+  cpu::attention_backward(x, a.tiles);
   // Back to the rows' order.
   const int64_t row = a.nkv * a.d;
   T *dkr = dk.data<T>(), *dvr = dv.data<T>();
@@ -328,15 +166,6 @@ void check_grad(const char* name, const Tensor& t, const Tensor& like) {
       << ", expected " << like.to_string();
 }
 
-// x itself, or its copy rounded to bfloat16 when the options ask for bf16 operands (as the
-// single-rank kernel does, so a CP rank computes what one rank computes).
-Tensor operand(const Tensor& x, const AttentionOptions& options) {
-  if (!options.bf16_operands) return x;
-  Tensor r = Tensor::empty(x.shape(), DType::kFloat32);
-  round_to_bfloat16(x, r);
-  return r;
-}
-
 }  // namespace
 
 void context_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
@@ -347,9 +176,11 @@ void context_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, co
   if (a.identity) return attention_fwd(q, k, v, cu_seqlens, out, lse, options);
   if (a.tq == 0) return;
   if (q.dtype() == DType::kFloat32) {
-    forward_typed<float>(a, operand(q, options), operand(k, options), operand(v, options), out, lse);
+    // bf16 operands rounded as the single-rank kernel does, so a CP rank computes what one rank computes.
+    run_typed<float>(a, cpu::attention_operand(q, options), cpu::attention_operand(k, options),
+                     cpu::attention_operand(v, options), out, lse, {}, {}, {}, {});
   } else {
-    forward_typed<double>(a, q, k, v, out, lse);
+    run_typed<double>(a, q, k, v, out, lse, {}, {}, {}, {});
   }
 }
 
@@ -370,10 +201,11 @@ void context_attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v, co
     return;
   }
   if (q.dtype() == DType::kFloat32) {
-    backward_typed<float>(a, operand(q, options), operand(k, options), operand(v, options), out, lse,
-                          operand(dout, options), dq, dk, dv);
+    run_typed<float>(a, cpu::attention_operand(q, options), cpu::attention_operand(k, options),
+                     cpu::attention_operand(v, options), out, lse, cpu::attention_operand(dout, options), dq, dk,
+                     dv);
   } else {
-    backward_typed<double>(a, q, k, v, out, lse, dout, dq, dk, dv);
+    run_typed<double>(a, q, k, v, out, lse, dout, dq, dk, dv);
   }
 }
 

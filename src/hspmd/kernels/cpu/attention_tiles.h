@@ -1,0 +1,87 @@
+// Internal to the CPU backend: the tiled causal attention core shared by attention_fwd/_bwd
+// (cpu/attention.cc) and context_attention_fwd/_bwd (cpu/context_attention.cc).
+//
+// Queries come as tiles: runs of at most B rows that are consecutive in the packed batch and inside
+// one document. Keys and values are in packed order (position p at row p). A tile at packed
+// positions [pos, pos + len) of a document starting at seq_start sees the key tiles starting at
+// seq_start, seq_start + B, ... up to pos + len - 1; its row r keeps the key columns at packed
+// positions <= pos + r (the causal mask; a row may keep none of a late key tile). The plain kernel's
+// tiles are the blocks of B tokens of each sequence, so only its diagonal tiles are masked.
+//
+// Products are GEMMs of the project's backend (cpu/blas.h) on B x D and B x B operands, addressed in
+// place ([T, N, D] row-major: a head's rows are N * D apart); per thread the only scratch is two
+// B x B tiles and two vectors of B, never a score matrix of a whole sequence.
+//
+// Forward, one task per (query tile, query head), online softmax over key tiles:
+//   S = scale * Q K_j^T; m' = max(m, rowmax S); P = exp(S - m'); l = l * exp(m - m') + rowsum P;
+//   O = O * exp(m - m') + P V_j; at the end O /= l and lse = m + log l.
+// Backward, one task per (document, kv head): with Delta = rowsum(dO * O) and P recomputed from lse,
+//   dV_j += P^T dO; dP = dO V_j^T; dS = P * (dP - Delta); dQ += scale dS K_j; dK_j += scale dS^T Q
+//   (5 GEMMs per tile, the minimum). A task owns dK/dV of the document's keys for its kv head and dQ
+// of the document's query rows for the heads sharing it, so no two tasks write the same memory and
+// every sum runs in one fixed order: results are bitwise identical for any thread count.
+//
+//   AttentionTiles<float> x{.q = ..., .block = attention_block_size(DType::kFloat32, d)};
+//   attention_forward(x, tiles);   // then, with dout, delta, dq, dk, dv set and zeroed:
+//   attention_backward(x, tiles);
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "hspmd/core/tensor.h"
+#include "hspmd/kernels/attention.h"
+
+namespace hspmd::kernels::cpu {
+
+// Tile rows (tokens) for operands of dtype (float32 or float64) and head dim d: what suits the GEMM
+// library that runs the tiles.
+int64_t attention_block_size(DType dtype, int64_t d);
+
+struct QueryTile {
+  int64_t row = 0;        // first query row (of q, out, lse)
+  int64_t pos = 0;        // its packed position
+  int64_t len = 0;        // rows, consecutive in the packed batch
+  int64_t seq_start = 0;  // packed position of the document's first token
+  // Key columns the causal mask keeps of row r in the key tile of nk columns at packed position k0.
+  int64_t kept_columns(int64_t r, int64_t k0, int64_t nk) const {
+    return std::clamp<int64_t>(pos + r - k0 + 1, 0, nk);
+  }
+  int64_t last() const { return pos + len - 1; }  // packed position of the last row
+  // Key positions this tile attends to (for every row of it, at most): the work of one task.
+  int64_t span() const { return pos + len - seq_start; }
+};
+
+// Raw pointers of one call; T is float or double.
+template <typename T>
+struct AttentionTiles {
+  const T *q, *k, *v;        // q: [Tq, Nq, D]; k, v: [Tk, Nkv, D] in packed order
+  T *out, *lse;              // out like q; lse: [Nq, Tq] (written by the forward, read by the backward)
+  const T *dout, *delta;     // backward only: dout like q, delta [Nq, Tq] (softmax_delta)
+  T *dq, *dk, *dv;           // backward only, accumulated (zero them first); dk, dv in packed order
+  int64_t tq, nq, nkv, d;
+  T scale;
+  int64_t block;
+  int64_t group() const { return nq / nkv; }
+  int64_t ldq() const { return nq * d; }
+  int64_t ldk() const { return nkv * d; }
+};
+
+// Forward over query tiles: writes out and lse for every (tile, query head).
+template <typename T>
+void attention_forward(const AttentionTiles<T>& x, const std::vector<QueryTile>& tiles);
+
+// Backward over query tiles: accumulates dq, dk, dv (zero them first). Tiles of one document (same
+// seq_start) must come in packed order; they need not be adjacent.
+template <typename T>
+void attention_backward(const AttentionTiles<T>& x, const std::vector<QueryTile>& tiles);
+
+// Delta[h, r] = rowsum(dO * O) (accumulated in double) for out, dout [Tq, Nq, D].
+template <typename T>
+std::vector<T> softmax_delta(const T* out, const T* dout, int64_t tq, int64_t nq, int64_t d);
+
+// x itself, or its copy rounded to bfloat16 when the options ask for bf16 operands.
+Tensor attention_operand(const Tensor& x, const AttentionOptions& options);
+
+}  // namespace hspmd::kernels::cpu
