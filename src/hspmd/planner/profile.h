@@ -6,7 +6,7 @@
 //   decoder layer, forward + backward:  layer(t, b, s) = b * (a * s^2 + c1 * s) + c0      (seconds)
 //   embedding + head + loss, fwd + bwd:  ends(t, b, s) = per_token * b * s + constant       (seconds)
 //   optimizer, once per step: optimizer_seconds_per_parameter * parameters whose states the rank
-//   updates (measured profiles time AdamW on its own and keep it out of the layer figure)
+//   updates (measured profiles time the trainer's post phase and keep it out of the layer figure)
 // A profile whose `layer_includes_tp_comm` is true measured the layer with its TP all-reduces
 // inside (a profile written elsewhere may; `hspmd profile` and derived profiles do not, they
 // time compute only); otherwise the cost model adds them from the link tiers.

@@ -18,8 +18,6 @@
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/models/llama.h"
 #include "hspmd/models/llama_plan.h"
-#include "hspmd/kernels/adamw.h"
-#include "hspmd/kernels/threading.h"
 #include "hspmd/planner/cost_model.h"
 #include "hspmd/runtime/dist_trainer.h"
 #include "hspmd/specialize/exec_graph.h"
@@ -106,9 +104,11 @@ sharding::Strategy single_stage(int tp, int layers, int micro_batch_size, int pi
 struct StepTimes {
   std::vector<double> cpu;      // the rank thread's CPU time over each step
   std::vector<double> compute;  // of it, compute (forward, backward, optimizer: runtime::ComputePacer's)
+  std::vector<double> post;     // wall time of the step's post phase (gradient sync, clipping, optimizer)
   void add(const StepTimes& o) {
     cpu.insert(cpu.end(), o.cpu.begin(), o.cpu.end());
     compute.insert(compute.end(), o.compute.begin(), o.compute.end());
+    post.insert(post.end(), o.post.begin(), o.post.end());
   }
 };
 
@@ -122,8 +122,8 @@ double median(std::vector<double> v) {
 // typical state (caches shared with other processes), not its luckiest, and the benchmark of the
 // cost model measures runs by their median step.
 struct StepTime {
-  double cpu = 0, compute = 0;
-  explicit StepTime(const StepTimes& t) : cpu(median(t.cpu)), compute(median(t.compute)) {}
+  double cpu = 0, compute = 0, post = 0;
+  explicit StepTime(const StepTimes& t) : cpu(median(t.cpu)), compute(median(t.compute)), post(median(t.post)) {}
 };
 
 // `repeats` steps of rank 0 after a warm-up step: CPU times of the rank's thread (its kernels run on
@@ -143,8 +143,10 @@ StepTimes time_steps(const models::LlamaConfig& config, const data::TokenDataset
     o.train.warmup = 1;
     o.device.rank = rank;
     o.device.speed = speed;
+    o.trace = true;
     runtime::DistTrainer t(config, ds, plan, o, rank, tp, groups);
     for (int s = 0; s <= repeats; ++s) {
+      t.tracer().clear();
       const runtime::ComputeClock start = runtime::ComputeClock::now();
       const double compute = t.compute_time().cpu;
       t.step();
@@ -152,27 +154,12 @@ StepTimes time_steps(const models::LlamaConfig& config, const data::TokenDataset
       if (rank == 0 && s > 0) {
         out.cpu.push_back(cpu);
         out.compute.push_back(t.compute_time().cpu - compute);
+        const runtime::TraceSummary sum = t.tracer().summary();
+        out.post.push_back(sum.seconds.count("optimizer") ? sum.seconds.at("optimizer") : 0.0);
       }
     }
   });
   return out;
-}
-
-// AdamW seconds per parameter on this thread (CPU time, median of 5 steps over 1M parameters).
-double time_optimizer() {
-  kernels::set_num_threads(1);  // as the profiled ranks run
-  constexpr int64_t kParams = 1 << 20;
-  const Shape shape{kParams};
-  Tensor param = Tensor::zeros(shape, DType::kFloat32), grad = Tensor::zeros(shape, DType::kFloat32);
-  Tensor m = Tensor::zeros(shape, DType::kFloat32), v = Tensor::zeros(shape, DType::kFloat32);
-  std::vector<double> times;
-  for (int step = 1; step <= 6; ++step) {
-    const runtime::ComputeClock start = runtime::ComputeClock::now();
-    kernels::adamw_step(param, grad, m, v, step, {.lr = 1e-3, .weight_decay = 0.1});
-    if (step > 1) times.push_back(runtime::ComputeClock::now().since(start).cpu);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2] / kParams;
 }
 
 struct MemoryPoint {
@@ -338,12 +325,6 @@ Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& o
   one.num_hidden_layers = 1;
   three.num_hidden_layers = 3;
   const ModelShape shape = ModelShape::of(config);
-  const double optimizer = time_optimizer();
-  {
-    char line[160];
-    std::snprintf(line, sizeof line, "profile: AdamW %.3g s per parameter\n", optimizer);
-    say(options, line);
-  }
   // The kinds to fit: one per emulated device name with its speed, or the host itself.
   std::map<std::string, double> speed_of;
   if (!options.devices) {
@@ -394,6 +375,21 @@ Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& o
         }
       }
     }
+  }
+  // The step's post phase (gradient sync into the optimizer layout, the norm for clipping, AdamW)
+  // per parameter, from the trainer's own post on one rank (the 3-layer model, no peer to wait
+  // for): it runs once per step, not per micro-batch, and costs several times a bare AdamW loop
+  // over one tensor (tens of tensors, each resharded, its squares summed, its state touched cold).
+  const double optimizer = [&] {
+    const int t = tps.front();
+    const double params = (3 * shape.layer_parameters + shape.embedding_parameters + shape.head_parameters) / t;
+    return StepTime(steps.at({t, longest, biggest_b, 3})).post / params;
+  }();
+  {
+    char line[200];
+    std::snprintf(line, sizeof line, "profile: post phase (gradient sync, clipping, AdamW) %.3g s per parameter\n",
+                  optimizer);
+    say(options, line);
   }
   const int points = static_cast<int>(tps.size() * seqs.size() * options.micro_batch_sizes.size());
   int done = 0;

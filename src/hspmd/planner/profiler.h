@@ -14,16 +14,17 @@
 // them (the TP collectives are not either: the cost model adds them from the measured links). Each
 // step's time is split into its compute (what runtime::ComputePacer brackets and an emulated
 // device stretches: forward, backward, gradient accumulation, optimizer) and the rest (dispatch,
-// data, communication calls). AdamW is timed on its own (seconds per parameter) and taken out,
-// since it runs once per step, not per micro-batch:
-//   layer = (T3 - T1) / 2 - AdamW of one layer's shard   (one decoder layer's forward + backward)
-//   ends  = T1 - layer - AdamW of the 1-layer model       (embedding, head, loss, the step's fixed costs)
+// data, communication calls). The step's post phase (gradient sync, clipping norm, AdamW: "post",
+// per parameter, from the trace of the 3-layer model at the lowest TP degree) is taken out, since it
+// runs once per step, not per micro-batch:
+//   layer = (T3 - T1) / 2 - post of one layer's shard   (one decoder layer's forward + backward)
+//   ends  = T1 - layer - post of the 1-layer model       (embedding, head, loss, the step's fixed costs)
 // layer is fitted to b (a s^2 + c1 s) + c0, ends to per_token * b s + constant (least squares with
 // non-negative coefficients). TP degrees above the host's cores are not profiled: their ranks
 // would share cores and the figure would measure the sharing.
 // Emulated devices (runtime/emulation.h): each distinct device name becomes a kind whose compute is
 // the host's divided by its speed, plus the host's rest at the host's speed, which is what the
-// runtime does; its optimizer_seconds_per_parameter is AdamW's divided by the speed. Compute paced
+// runtime does; its optimizer_seconds_per_parameter is the post phase's divided by the speed. Compute paced
 // into bursts between sleeps can take more CPU time than back to back (caches used by others
 // meanwhile): each kind's compute is scaled by the ratio measured once running as that kind.
 // Memory: the runtime's own estimate (specialize/memory_estimate.h), the figure it refuses a plan
