@@ -1,7 +1,8 @@
 // The planner against exhaustive enumeration on small clusters (two device kinds, <= 8 devices):
 // every strategy of the planner's space (per kind a TP degree or idle; any number of pipelines;
-// every even spread of each kind's groups; every kind order; every micro-batch size; EVERY layer
-// split of every pipeline and EVERY micro-batch count per pipeline) is priced by the cost model,
+// every even spread of each kind's groups; every kind order; EVERY division of the global batch
+// over the pipelines with EVERY micro-batch size per pipeline; EVERY layer split of every
+// pipeline) is priced by the cost model,
 // and the planner's plan must be the cheapest that fits. Then memory limits, the refusal of a
 // model that cannot fit, and re-planning after losing or gaining devices.
 #include <gmock/gmock.h>
@@ -105,27 +106,33 @@ Brute exhaustive(const models::LlamaConfig& config, const resolve::Topology& top
               ok = ok && !pipes[p].empty() && static_cast<int>(pipes[p].size()) <= L;
             }
             if (!ok) continue;
-            for (int b = 1; b <= 8; b *= 2) {
-              if (global_batch % b) continue;
-              const int N = static_cast<int>(global_batch / b);
-              if (N < D) continue;
-              // Every layer split of every pipeline, every micro-batch count per pipeline.
-              std::vector<std::vector<std::vector<int>>> splits(D);
-              for (int p = 0; p < D; ++p) {
-                std::vector<int> cur;
-                compositions(L, static_cast<int>(pipes[p].size()), cur,
-                             [&](const std::vector<int>& c) { splits[p].push_back(c); });
-              }
+            // Every layer split of every pipeline.
+            std::vector<std::vector<std::vector<int>>> splits(D);
+            for (int p = 0; p < D; ++p) {
               std::vector<int> cur;
-              compositions(N, D, cur, [&](const std::vector<int>& counts) {
+              compositions(L, static_cast<int>(pipes[p].size()), cur,
+                           [&](const std::vector<int>& c) { splits[p].push_back(c); });
+            }
+            // Every division of the global batch's sequences over the pipelines, and per pipeline
+            // every micro-batch size (a power of two up to 8 dividing the global batch and its share).
+            std::vector<int> cur;
+            compositions(static_cast<int>(global_batch), D, cur, [&](const std::vector<int>& share) {
+              std::vector<std::vector<int>> sizes(D);
+              for (int p = 0; p < D; ++p) {
+                for (int b = 1; b <= 8; b *= 2) {
+                  if (global_batch % b == 0 && share[p] % b == 0) sizes[p].push_back(b);
+                }
+              }
+              std::vector<size_t> size_pick(D, 0);
+              while (true) {
                 std::vector<size_t> pick(D, 0);
                 while (true) {
                   sharding::Strategy st;
                   st.zero1 = zero1;
                   for (int p = 0; p < D; ++p) {
                     sharding::PipelineSpec pipe;
-                    pipe.micro_batch_size = b;
-                    pipe.num_micro_batches = counts[p];
+                    pipe.micro_batch_size = sizes[p][size_pick[p]];
+                    pipe.num_micro_batches = share[p] / pipe.micro_batch_size;
                     int layer = 0;
                     for (size_t j = 0; j < pipes[p].size(); ++j) {
                       const int x = splits[p][pick[p]][j];
@@ -141,8 +148,11 @@ Brute exhaustive(const models::LlamaConfig& config, const resolve::Topology& top
                   while (p < D && ++pick[p] == splits[p].size()) pick[p++] = 0;
                   if (p == D) break;
                 }
-              });
-            }
+                int p = 0;
+                while (p < D && ++size_pick[p] == sizes[p].size()) size_pick[p++] = 0;
+                if (p == D) break;
+              }
+            });
           } while (std::next_permutation(order.begin(), order.end()));
         }
       }

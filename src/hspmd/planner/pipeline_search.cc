@@ -94,6 +94,38 @@ std::vector<Group> PipelineSearch::groups_of(const std::string& kind, int t) con
   return out;
 }
 
+// The micro-batch sizes of the pipelines: every assignment with room for one micro-batch per
+// pipeline (sum_p b_p <= the global batch). Above 8 devices, pipelines of equal kinds and TP
+// degrees share a size: they are interchangeable, and the candidates stay few.
+std::vector<std::vector<int>> PipelineSearch::size_assignments(const std::vector<std::vector<Group>>& pipes,
+                                                               const std::vector<int>& sizes) const {
+  const int D = static_cast<int>(pipes.size());
+  std::vector<int> cls(D);  // pipeline -> class of pipelines that share a size
+  std::map<std::vector<std::pair<std::string, size_t>>, int> class_of;
+  for (int p = 0; p < D; ++p) {
+    if (num_devices <= 8) {
+      cls[p] = p;
+      continue;
+    }
+    std::vector<std::pair<std::string, size_t>> signature;
+    for (const Group& g : pipes[p]) signature.push_back({g.kind, g.ranks.size()});
+    cls[p] = class_of.emplace(signature, static_cast<int>(class_of.size())).first->second;
+  }
+  const int classes = *std::max_element(cls.begin(), cls.end()) + 1;
+  std::vector<std::vector<int>> out;
+  std::vector<size_t> pick(classes, 0);
+  while (true) {
+    std::vector<int> bs(D);
+    int64_t sum = 0;
+    for (int p = 0; p < D; ++p) sum += bs[p] = sizes[pick[cls[p]]];
+    const auto [least, most] = std::minmax_element(bs.begin(), bs.end());
+    if (sum <= options.global_batch && (num_devices <= 8 || *most <= 2 * *least)) out.push_back(bs);
+    int k = 0;
+    while (k < classes && ++pick[k] == sizes.size()) pick[k++] = 0;
+    if (k == classes) break;
+  }
+  return out;
+}
 
 std::vector<Candidate> PipelineSearch::candidates() const {
   std::vector<std::string> kinds;
@@ -161,25 +193,26 @@ std::vector<Candidate> PipelineSearch::candidates() const {
           for (int i = 0; i < count.at(kind)[p]; ++i) pipes[p].push_back(groups[kind][next[kind]++]);
         }
       }
-      for (int b : sizes) {
-        const int64_t N = options.global_batch / b;
-        if (N < D) continue;
+      for (const std::vector<int>& bs : size_assignments(pipes, sizes)) {
         Candidate c;
         for (size_t i = 0; i < kinds.size(); ++i) {
           if (pick[i]) c.tp[kinds[i]] = pick[i];
         }
-        c.micro_batch_size = b;
+        c.micro_batch_sizes = bs;
         c.pipelines = pipes;
         // Pipeline p needs at least (n_p + S_p - 1) * L / R_p, R_p = sum over its stages of
-        // 1 / (seconds per layer): its slowest stage holds at least L / R_p of layer work per
-        // micro-batch. Relaxing n_p to reals, the slowest pipeline is fastest when all finish
-        // together: T = L (N + sum_p (S_p - 1)) / sum_p R_p, a lower bound on the step.
+        // 1 / (seconds per layer at b_p): its slowest stage holds at least L / R_p of layer work per
+        // micro-batch. Within a step time T it takes n_p <= T R_p / L - (S_p - 1) micro-batches, and
+        // sum_p n_p b_p = B (the global batch), so T >= L (B + sum_p b_p (S_p - 1)) / sum_p b_p R_p,
+        // a lower bound on the step.
         double rate = 0, bubbles = 0;
-        for (const auto& pipe : pipes) {
-          for (const Group& g : pipe) rate += 1.0 / layer_seconds(cost, g, b);
-          bubbles += static_cast<double>(pipe.size()) - 1;
+        for (size_t p = 0; p < pipes.size(); ++p) {
+          double r = 0;
+          for (const Group& g : pipes[p]) r += 1.0 / layer_seconds(cost, g, bs[p]);
+          rate += bs[p] * r;
+          bubbles += bs[p] * (static_cast<double>(pipes[p].size()) - 1);
         }
-        c.bound = (static_cast<double>(N) + bubbles) * layers / rate;
+        c.bound = (static_cast<double>(options.global_batch) + bubbles) * layers / rate;
         out.push_back(std::move(c));
       }
     } while (std::next_permutation(order.begin(), order.end()));

@@ -9,7 +9,9 @@
 //     spread on clusters of up to 8 devices, one rotation (extras of different kinds on different
 //     pipelines) or at most 16 spreads above;
 //   - the order of the kinds along every pipeline (e.g. H20 stages first, then H800);
-//   - one micro-batch size b for all pipelines (a power of two dividing the global batch).
+//   - a micro-batch size b_p per pipeline (powers of two dividing the global batch): every
+//     assignment on clusters of up to 8 devices; above, pipelines of the same kinds and TP degrees
+//     share one size (they are interchangeable, and the sizes stay few).
 // Candidates come sorted by a lower bound on their step time (all layer work spread over every
 // group's speed, with the bubbles), so that the caller can stop once the bound reaches the best
 // plan it found. Level 2 (planner/layer_programs.h) turns a candidate into a strategy.
@@ -32,10 +34,10 @@ struct Group {
 };
 
 // A level-1 candidate: pipelines as sequences of TP groups (stage j of pipeline p is
-// pipelines[p][j]), one micro-batch size.
+// pipelines[p][j]), a micro-batch size per pipeline.
 struct Candidate {
   std::map<std::string, int> tp;  // used kinds only
-  int micro_batch_size = 1;
+  std::vector<int> micro_batch_sizes;  // per pipeline
   std::vector<std::vector<Group>> pipelines;
   double bound = 0;  // lower bound on the step time
 };
@@ -56,6 +58,8 @@ class PipelineSearch {
  private:
   std::vector<std::map<std::string, std::vector<int>>> spreads(
       const std::vector<std::string>& used, const std::map<std::string, std::vector<Group>>& groups, int D) const;
+  std::vector<std::vector<int>> size_assignments(const std::vector<std::vector<Group>>& pipes,
+                                                 const std::vector<int>& sizes) const;
   bool tp_allowed(const std::string& kind, int t) const;
   std::vector<Group> groups_of(const std::string& kind, int t) const;
 
