@@ -1,6 +1,7 @@
 // The planner against exhaustive enumeration on small clusters (two device kinds, <= 8 devices):
-// every strategy of the planner's space (per kind a TP degree or idle; any number of pipelines;
-// every even spread of each kind's groups; every kind order; EVERY division of the global batch
+// every strategy of the planner's space (per kind its devices cut into TP groups of one degree or
+// of two, or idle; any number of pipelines; every even spread of each kind's and degree's groups;
+// every order of those classes; EVERY division of the global batch
 // over the pipelines with EVERY micro-batch size per pipeline; EVERY layer split of every
 // pipeline) is priced by the cost model,
 // and the planner's plan must be the cheapest that fits. Then memory limits, the refusal of a
@@ -60,23 +61,39 @@ Brute exhaustive(const models::LlamaConfig& config, const resolve::Topology& top
   std::vector<std::string> kinds;
   for (const auto& [k, _] : ranks_of) kinds.push_back(k);
   Brute out;
-  for (int t_fast : {0, 1, 2}) {
-    for (int t_slow : {0, 1, 2}) {
-      std::map<std::string, int> tp{{kinds[0], t_fast}, {kinds[1], t_slow}};
+  // Per kind, the ways to cut its devices (one node) into TP groups of the profiled degrees 1 and 2:
+  // idle, all TP 1, all TP 2, or k TP-2 groups then TP-1 groups.
+  std::map<std::string, std::vector<std::vector<std::vector<int>>>> cuts;
+  for (const std::string& k : kinds) {
+    const std::vector<int>& r = ranks_of[k];
+    const int n = static_cast<int>(r.size());
+    cuts[k].push_back({});
+    for (int twos = 0; 2 * twos <= n; ++twos) {
+      std::vector<std::vector<int>> cut;
+      for (int i = 0; i < n;) {
+        const int t = i < 2 * twos ? 2 : 1;
+        cut.push_back(std::vector<int>(r.begin() + i, r.begin() + i + t));
+        i += t;
+      }
+      cuts[k].push_back(cut);
+    }
+  }
+  for (const auto& fast_cut : cuts[kinds[0]]) {
+    for (const auto& slow_cut : cuts[kinds[1]]) {
+      // Classes: the groups of one kind and one TP degree, each spread evenly over the pipelines.
       std::map<std::string, std::vector<std::vector<int>>> groups;
+      for (const auto* cut : {&fast_cut, &slow_cut}) {
+        for (const auto& g : *cut) groups[topo.device(g.front()).type + "/" + std::to_string(g.size())].push_back(g);
+      }
       std::vector<std::string> used;
       int G = 0;
-      for (const std::string& k : kinds) {
-        if (!tp[k]) continue;
-        for (size_t i = 0; i + tp[k] <= ranks_of[k].size(); i += tp[k]) {
-          groups[k].push_back(std::vector<int>(ranks_of[k].begin() + i, ranks_of[k].begin() + i + tp[k]));
-        }
-        used.push_back(k);
-        G += static_cast<int>(groups[k].size());
+      for (const auto& [cls, g] : groups) {
+        used.push_back(cls);
+        G += static_cast<int>(g.size());
       }
       if (used.empty()) continue;
       for (int D = 1; D <= G; ++D) {
-        // Per kind, every vector of per-pipeline counts in {G_k / D, G_k / D + 1} summing to G_k.
+        // Per class, every vector of per-pipeline counts in {G_k / D, G_k / D + 1} summing to G_k.
         std::vector<std::map<std::string, std::vector<int>>> spreads{{}};
         for (const std::string& k : used) {
           const int Gk = static_cast<int>(groups[k].size());
@@ -197,7 +214,8 @@ INSTANTIATE_TEST_SUITE_P(TwoKinds, PlannerExhaustiveTest,
                                            Case{2, 4, 3.0, 1e9},     // 6 devices, slow ones worth using
                                            Case{2, 4, 40.0, 1e9},    // slow ones hardly worth it
                                            Case{2, 2, 3.0, 9.5e6},   // memory binds: no stage holds 4 layers
-                                           Case{4, 4, 2.0, 1e9}));   // 8 devices
+                                           Case{4, 2, 2.0, 1e9}));   // 6 devices, fast ones mixing TP 1 and 2
+// (8 devices, 4 + 4, no longer fits the test's time: the enlarged space's enumeration ran > 10 min.)
 
 TEST(PlannerMemoryTest, LimitsAreRespectedAndChangeThePlan) {
   const models::LlamaConfig config = tiny_config();
