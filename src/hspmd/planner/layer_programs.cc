@@ -24,7 +24,7 @@ LayerPrograms::LayerPrograms(const CostModel& c, const PlannerOptions& o)
 std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(const Candidate& c, size_t p) const {
   const auto& pipe = c.pipelines[p];
   const int D = static_cast<int>(c.pipelines.size());
-  const int b = c.micro_batch_size;
+  const int b = c.micro_batch_sizes[p];
   const bool zero1 = options.zero1;
   std::vector<StageLine> out;
   for (size_t j = 0; j < pipe.size(); ++j) {
@@ -157,36 +157,85 @@ LayerPrograms::PipelineTable LayerPrograms::table(const std::vector<StageLine>& 
   return t;
 }
 
+// The micro-batch program over windows lo_p <= n <= hi_p (lo_p from the other pipelines' room,
+// hi_sum = sum_p hi_p b_p): binary y_pn = pipeline p runs n micro-batches,
+// sum_pn n b_p y_pn = the global batch, minimizing the slowest pipeline. None when infeasible.
+std::optional<std::vector<int>> LayerPrograms::program(const std::vector<std::vector<double>>& g,
+                                                       const std::vector<int>& b, const std::vector<int>& hi,
+                                                       int64_t hi_sum) {
+  const int D = static_cast<int>(g.size());
+  const int64_t B = options.global_batch;
+  Milp ilp;
+  const int T = ilp.add_var(0, kInfinity, 1, false);
+  std::vector<std::pair<int, double>> total;
+  std::vector<std::vector<std::pair<int, int>>> y(D);  // (var, n)
+  for (int p = 0; p < D; ++p) {
+    const int64_t others = hi_sum - static_cast<int64_t>(hi[p]) * b[p];
+    const int lo = static_cast<int>(std::max<int64_t>(1, (B - others + b[p] - 1) / b[p]));
+    std::vector<std::pair<int, double>> one, slowest{{T, 1}};
+    for (int n = lo; n <= hi[p]; ++n) {
+      if (g[p][n] == kInf) continue;
+      const int v = ilp.add_var(0, 1, 0, true);
+      y[p].push_back({v, n});
+      one.push_back({v, 1});
+      total.push_back({v, static_cast<double>(n) * b[p]});
+      slowest.push_back({v, -g[p][n]});
+    }
+    if (one.empty()) return std::nullopt;
+    ilp.add_row(one, 1, 1);
+    ilp.add_row(slowest, 0, kInfinity);
+  }
+  ilp.add_row(total, static_cast<double>(B), static_cast<double>(B));
+  ++milps_;
+  const auto v = ilp.minimize();
+  if (!v) return std::nullopt;
+  std::vector<int> n_of(D, 0);
+  for (int p = 0; p < D; ++p) {
+    for (const auto& [var, n] : y[p]) {
+      if ((*v)[var] > 0.5) n_of[p] = n;
+    }
+  }
+  return n_of;
+}
+
 // Level 2 for one candidate: the strategy, or none when nothing fits.
 std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c) {
   const int D = static_cast<int>(c.pipelines.size());
-  const int b = c.micro_batch_size;
-  const int N = static_cast<int>(options.global_batch / b);
-  const int max_n = N - (D - 1);
+  const std::vector<int>& b = c.micro_batch_sizes;
+  const int64_t B = options.global_batch;  // sequences, sum_p n_p b_p
+  int64_t all_sizes = 0;
+  for (int p = 0; p < D; ++p) all_sizes += b[p];
+  // The most micro-batches pipeline p can run: every other pipeline runs at least one.
+  std::vector<int> max_n(D);
+  for (int p = 0; p < D; ++p) max_n[p] = static_cast<int>((B - (all_sizes - b[p])) / b[p]);
   std::vector<PipelineTable> tabs;
   for (int p = 0; p < D; ++p) {
-    tabs.push_back(table(stage_lines(c, p), max_n, b, D));
+    if (max_n[p] < 1) return std::nullopt;
+    tabs.push_back(table(stage_lines(c, p), max_n[p], b[p], D));
     if (tabs.back().pieces.empty()) return std::nullopt;
   }
-  std::vector<int> n_of(D, N);
-  if (D == 1 && !tabs[0].at(N)) return std::nullopt;
+  std::vector<int> n_of(D, static_cast<int>(B / b[0]));
+  if (D == 1 && (B % b[0] || !tabs[0].at(n_of[0]))) return std::nullopt;
   if (D > 1) {
     // g_p(n) for every pipeline and count (kInf: does not fit).
-    std::vector<std::vector<double>> g(D, std::vector<double>(max_n + 1, kInf));
+    std::vector<std::vector<double>> g(D);
     std::vector<double> values;
     for (int p = 0; p < D; ++p) {
-      for (int n = 1; n <= max_n; ++n) {
+      g[p].assign(max_n[p] + 1, kInf);
+      for (int n = 1; n <= max_n[p]; ++n) {
         if (const Piece* k = tabs[p].at(n)) g[p][n] = k->line.at(n - 1);
         if (g[p][n] < kInf) values.push_back(g[p][n]);
       }
     }
-    // Exact preprocessing: g_p grows with n, so the optimum T* is the least value at which the
-    // pipelines can take N micro-batches between them, and an optimal solution runs
-    // lo_p <= n_p <= hi_p = the most micro-batches pipeline p finishes within T*.
+    // Preprocessing: g_p grows with n, so the optimum is at least T*, the least value at which the
+    // pipelines can take B sequences between them; a solution that runs lo_p <= n_p <= hi_p = the
+    // most micro-batches pipeline p finishes within T* is optimal when one exists (always with one
+    // micro-batch size; with several, the sizes may not add up to B there, and then every count is
+    // open to the program).
     std::sort(values.begin(), values.end());
     auto most_within = [&](int p, double T) {
       int most = 0;
-      for (int n = 1; n <= max_n && g[p][n] <= T; ++n) most = n;
+      for (int n = 1; n <= max_n[p] && g[p][n] <= T; ++n) most = n;
       return most;
     };
     auto enough = [&](double T) {
@@ -194,43 +243,23 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c) {
       for (int p = 0; p < D; ++p) {
         const int m = most_within(p, T);
         if (m == 0) return false;
-        sum += m;
+        sum += static_cast<int64_t>(m) * b[p];
       }
-      return sum >= N;
+      return sum >= B;
     };
     auto it = std::partition_point(values.begin(), values.end(), [&](double T) { return !enough(T); });
     if (it == values.end()) return std::nullopt;
     std::vector<int> hi(D);
     int64_t hi_sum = 0;
-    for (int p = 0; p < D; ++p) hi_sum += hi[p] = most_within(p, *it);
-    // The micro-batch program over that window: binary y_pn = pipeline p runs n micro-batches.
-    Milp ilp;
-    const int T = ilp.add_var(0, kInfinity, 1, false);
-    std::vector<std::pair<int, double>> total;
-    std::vector<std::vector<std::pair<int, int>>> y(D);  // (var, n)
-    for (int p = 0; p < D; ++p) {
-      const int lo = static_cast<int>(std::max<int64_t>(1, N - (hi_sum - hi[p])));
-      std::vector<std::pair<int, double>> one, slowest{{T, 1}};
-      for (int n = lo; n <= hi[p]; ++n) {
-        if (g[p][n] == kInf) continue;
-        const int v = ilp.add_var(0, 1, 0, true);
-        y[p].push_back({v, n});
-        one.push_back({v, 1});
-        total.push_back({v, n});
-        slowest.push_back({v, -g[p][n]});
-      }
-      ilp.add_row(one, 1, 1);
-      ilp.add_row(slowest, 0, kInfinity);
+    for (int p = 0; p < D; ++p) hi_sum += static_cast<int64_t>(hi[p] = most_within(p, *it)) * b[p];
+    auto counts = program(g, b, hi, hi_sum);
+    if (!counts) {
+      for (int p = 0; p < D; ++p) hi[p] = max_n[p];
+      counts = program(g, b, hi, std::numeric_limits<int64_t>::max() / 2);
     }
-    ilp.add_row(total, N, N);
-    ++milps_;
-    const auto v = ilp.minimize();
-    if (!v) return std::nullopt;
+    if (!counts) return std::nullopt;
+    n_of = *counts;
     for (int p = 0; p < D; ++p) {
-      n_of[p] = 0;
-      for (const auto& [var, n] : y[p]) {
-        if ((*v)[var] > 0.5) n_of[p] = n;
-      }
       HSPMD_ASSERT(n_of[p] > 0 && tabs[p].at(n_of[p])) << "micro-batch program left pipeline " << p << " empty";
     }
   }
@@ -239,7 +268,7 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c) {
   st.zero1 = options.zero1;
   for (int p = 0; p < D; ++p) {
     sharding::PipelineSpec pipe;
-    pipe.micro_batch_size = b;
+    pipe.micro_batch_size = b[p];
     pipe.num_micro_batches = n_of[p];
     int layer = 0;
     const std::vector<int>& split = tabs[p].at(n_of[p])->line.layers;

@@ -7,8 +7,8 @@
 //       For every n at or above the stage count (where 1F1B's memory no longer depends on n) the
 //       best split is a line in n; the lower envelope of those lines is found exactly with a few
 //       solves at their crossing points (each solve at a real-valued n).
-//   (b) micro-batches per pipeline: binaries y_{p,n} (pipeline p runs n micro-batches), one per
-//       pipeline, sum n y_{p,n} = global batch / b, minimizing the slowest pipeline. Each
+//   (b) micro-batches per pipeline: binaries y_{p,n} (pipeline p runs n micro-batches of its size
+//       b_p), one per pipeline, sum n b_p y_{p,n} = global batch, minimizing the slowest pipeline. Each
 //       pipeline's window of n is narrowed first, exactly: pipeline times grow with n, so the
 //       optimum's threshold T* (the least time at which the pipelines can take every micro-batch)
 //       bounds every count.
@@ -83,6 +83,8 @@ class LayerPrograms {
   std::optional<SplitLine> best_split(const std::vector<StageLine>& st, double m, const std::vector<int>& in_flight,
                                       int b, int D);
   PipelineTable table(const std::vector<StageLine>& st, int max_n, int b, int D);
+  std::optional<std::vector<int>> program(const std::vector<std::vector<double>>& g, const std::vector<int>& b,
+                                          const std::vector<int>& hi, int64_t hi_sum);
 
   const CostModel& cost;
   const PlannerOptions& options;

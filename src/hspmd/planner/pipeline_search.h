@@ -1,21 +1,28 @@
 // Level 1 of the planner (planner/planner.h, the paper's Appendix A.1): the pipeline
 // configurations, a search with pruning. A candidate fixes
-//   - per device kind: its TP degree t (a power of two dividing the heads, KV heads, hidden size,
-//     FFN size and vocabulary, profiled for the kind), or the kind left idle. TP groups are t
-//     consecutive devices of the kind inside one node (TP never crosses a node); devices of a node
-//     that do not make up a whole group stay idle;
-//   - the number of pipelines D; each kind's groups are spread over the pipelines as evenly as
-//     possible (pipelines may differ by one group of a kind: heterogeneous pipelines): every such
+//   - per device kind: how its devices are cut into TP groups (powers of two dividing the heads,
+//     KV heads, hidden size, FFN size and vocabulary, profiled for the kind), or the kind left idle:
+//     one degree t, or two degrees (the first k groups of t_big node by node, the rest of t_small;
+//     every pair and k up to 8 devices, above t_big = 2 t_small on whole nodes and at most one
+//     kind mixing). TP groups are consecutive devices of one node (TP never crosses a node);
+//     devices of a node that do not make up a whole group stay idle. The groups of one kind and
+//     one degree form a class;
+//   - the number of pipelines D; each class's groups are spread over the pipelines as evenly as
+//     possible (pipelines may differ by one group of a class: heterogeneous pipelines): every such
 //     spread on clusters of up to 8 devices, one rotation (extras of different kinds on different
 //     pipelines) or at most 16 spreads above;
-//   - the order of the kinds along every pipeline (e.g. H20 stages first, then H800);
-//   - one micro-batch size b for all pipelines (a power of two dividing the global batch).
+//   - the order of the classes along every pipeline (e.g. H20 TP 2 stages first, then H800 TP 4);
+//     above 8 devices the classes of one kind stay together;
+//   - a micro-batch size b_p per pipeline (powers of two dividing the global batch): every
+//     assignment on clusters of up to 8 devices; above, pipelines of the same kinds and TP degrees
+//     share one size (they are interchangeable, and the sizes stay few).
 // Candidates come sorted by a lower bound on their step time (all layer work spread over every
 // group's speed, with the bubbles), so that the caller can stop once the bound reaches the best
 // plan it found. Level 2 (planner/layer_programs.h) turns a candidate into a strategy.
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,10 +39,9 @@ struct Group {
 };
 
 // A level-1 candidate: pipelines as sequences of TP groups (stage j of pipeline p is
-// pipelines[p][j]), one micro-batch size.
+// pipelines[p][j]), a micro-batch size per pipeline.
 struct Candidate {
-  std::map<std::string, int> tp;  // used kinds only
-  int micro_batch_size = 1;
+  std::vector<int> micro_batch_sizes;  // per pipeline
   std::vector<std::vector<Group>> pipelines;
   double bound = 0;  // lower bound on the step time
 };
@@ -48,14 +54,18 @@ class PipelineSearch {
   // Every candidate of the search space, by ascending lower bound.
   std::vector<Candidate> candidates() const;
 
-  // Pruning for re-planning (and PlannerOptions::tp_per_kind): a kind listed here keeps this TP
-  // degree (or stays idle); non-empty keep_micro_batch_sizes replaces the micro-batch sizes tried.
-  std::map<std::string, int> keep_tp;
+  // Pruning for re-planning (and PlannerOptions::tp_per_kind): a kind listed here keeps these TP
+  // degrees (one: that degree alone; several: mixes of them) or stays idle; non-empty
+  // keep_micro_batch_sizes replaces the micro-batch sizes tried.
+  std::map<std::string, std::set<int>> keep_tp;
   std::vector<int> keep_micro_batch_sizes;
 
  private:
   std::vector<std::map<std::string, std::vector<int>>> spreads(
       const std::vector<std::string>& used, const std::map<std::string, std::vector<Group>>& groups, int D) const;
+  std::vector<std::vector<int>> size_assignments(const std::vector<std::vector<Group>>& pipes,
+                                                 const std::vector<int>& sizes, bool mixed_tp) const;
+  std::vector<std::vector<Group>> mixes_of(const std::string& kind) const;
   bool tp_allowed(const std::string& kind, int t) const;
   std::vector<Group> groups_of(const std::string& kind, int t) const;
 

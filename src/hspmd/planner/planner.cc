@@ -90,13 +90,13 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
   const auto start = std::chrono::steady_clock::now();
   PipelineSearch search(cost_, options_, available);
   LayerPrograms programs(cost_, options_);
-  search.keep_tp = options_.tp_per_kind;
+  for (const auto& [kind, t] : options_.tp_per_kind) search.keep_tp[kind] = {t};
   if (previous) {
     for (const auto& pipe : previous->pipelines) {
       search.keep_micro_batch_sizes.push_back(pipe.micro_batch_size);
       for (const auto& s : pipe.stages) {
         for (int r : s.ranks) {
-          if (r < topology_.num_devices()) search.keep_tp[topology_.device(r).type] = s.tp();
+          if (r < topology_.num_devices()) search.keep_tp[topology_.device(r).type].insert(s.tp());
         }
       }
     }

@@ -17,7 +17,7 @@
 // and, among plans within `replan_tolerance` of the fastest, keeps the one whose ranks must fetch
 // the fewest bytes of parameters and optimizer states they did not hold in `previous`. To answer
 // within a second at 48 devices it prunes level 1 with the previous plan: each device kind keeps
-// its TP degree (or stays idle; kinds new to the cluster are searched) and the micro-batch sizes
+// its TP degrees (or stays idle; kinds new to the cluster are searched) and the micro-batch sizes
 // are the previous ones.
 #pragma once
 
