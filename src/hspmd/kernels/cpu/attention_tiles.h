@@ -56,13 +56,14 @@ struct QueryTile {
 // Raw pointers of one call; T is float or double.
 template <typename T>
 struct AttentionTiles {
-  const T *q, *k, *v;        // q: [Tq, Nq, D]; k, v: [Tk, Nkv, D] in packed order
-  T *out, *lse;              // out like q; lse: [Nq, Tq] (written by the forward, read by the backward)
-  const T *dout, *delta;     // backward only: dout like q, delta [Nq, Tq] (softmax_delta)
-  T *dq, *dk, *dv;           // backward only, accumulated (zero them first); dk, dv in packed order
+  const T *q, *k, *v;  // q: [Tq, Nq, D]; k, v: [Tk, Nkv, D] in packed order
+  T *out, *lse;        // out like q; lse: [Nq, Tq] (written by the forward, read by the backward)
   int64_t tq, nq, nkv, d;
   T scale;
   int64_t block;
+  const T* dout = nullptr;  // backward only: like q
+  const T* delta = nullptr;  // backward only: [Nq, Tq] (softmax_delta)
+  T *dq = nullptr, *dk = nullptr, *dv = nullptr;  // backward only, accumulated (zero them first); dk, dv packed
   int64_t group() const { return nq / nkv; }
   int64_t ldq() const { return nq * d; }
   int64_t ldk() const { return nkv * d; }
