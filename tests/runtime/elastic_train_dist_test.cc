@@ -150,17 +150,6 @@ TEST_F(ElasticTrain, RestartedWorkerRejoinsAndTakesPartAgain) {
   expect_single_process_weights(path("ckpt"));
 }
 
-// A failure every worker shares: the restarted workers find nobody to rejoin and say so at once
-// (rather than waiting for the agreement timeout).
-TEST_F(ElasticTrain, EveryWorkerDyingEndsTheRunWithAClearError) {
-  const std::string strategy = path("dp2-pp2.json");
-  std::ofstream(strategy) << kDataParallelStrategy;
-  const testing::CommandResult r = run_with_faults("0:2:forward,1:2:forward,2:2:forward,3:2:forward",
-                                                   elastic(strategy) + " --max-restarts 1");
-  EXPECT_NE(r.code, 0);
-  EXPECT_THAT(r.output, HasSubstr("every other worker of the run died too, so there is no running worker to rejoin"));
-}
-
 TEST_F(ElasticTrain, LostStateWithoutCheckpointIsAClearError) {
   const testing::CommandResult r =
       run_with_faults("2:3:backward", elastic(example("examples/strategies/local-hetero-4.json")));
