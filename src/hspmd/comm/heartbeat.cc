@@ -37,14 +37,22 @@ Heartbeat::~Heartbeat() {
   thread_.join();
 }
 
+std::vector<std::pair<int, std::string>> Heartbeat::launcher_notices() {
+  std::vector<std::pair<int, std::string>> noticed;
+  for (const auto& [rank, peer] : peers_) {
+    if (is_dead(rank)) continue;
+    if (auto notice = store_->try_get(dead_key(rank))) noticed.emplace_back(rank, "its launcher reports " + *notice);
+  }
+  return noticed;
+}
+
 void Heartbeat::beat_and_check() {
   store_->set(heartbeat_key(rank_), std::to_string(++beats_));
+  std::vector<std::pair<int, std::string>> newly_dead = launcher_notices();
   auto now = std::chrono::steady_clock::now();
-  std::vector<std::pair<int, std::string>> newly_dead;
   for (auto& [rank, peer] : peers_) {
-    if (is_dead(rank)) continue;
-    if (auto notice = store_->try_get(dead_key(rank))) {
-      newly_dead.emplace_back(rank, "its launcher reports " + *notice);
+    const int r = rank;
+    if (is_dead(r) || std::any_of(newly_dead.begin(), newly_dead.end(), [r](const auto& d) { return d.first == r; })) {
       continue;
     }
     auto value = store_->try_get(heartbeat_key(rank));
@@ -62,12 +70,7 @@ void Heartbeat::check_notices() {
   std::optional<std::string> notices = store_->try_get(dead_notices_key());
   if (notices == notices_seen_) return;
   notices_seen_ = notices;
-  std::vector<std::pair<int, std::string>> newly_dead;
-  for (const auto& [rank, peer] : peers_) {
-    if (is_dead(rank)) continue;
-    if (auto notice = store_->try_get(dead_key(rank))) newly_dead.emplace_back(rank, "its launcher reports " + *notice);
-  }
-  declare_dead(newly_dead);
+  declare_dead(launcher_notices());
 }
 
 void Heartbeat::declare_dead(const std::vector<std::pair<int, std::string>>& newly_dead) {

@@ -57,6 +57,8 @@ class Heartbeat {
 
  private:
   void beat_and_check();
+  // Live peers with a launcher's death notice, and how they died.
+  std::vector<std::pair<int, std::string>> launcher_notices();
   // Checks the peers' death notices when the notice counter moved since the last look.
   void check_notices();
   // Records the peers as dead, then calls on_death for each (outside the lock).
