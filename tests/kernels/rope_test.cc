@@ -106,6 +106,26 @@ TEST(Rope, PackedSequencesRestartingAtZeroMatchEachSequenceAlone) {
   }
 }
 
+// Dense positions take their angles from one table over [min, max], scattered ones are computed
+// per token; both give every token the same bits.
+TEST(Rope, PositionTableEqualsPerTokenAngles) {
+  const std::vector<int64_t> dense = {7, 9, 8, 7, 9};  // spread 2 < 5 tokens: the table
+  Tensor x = random_tensor({5, 3, 8}, DType::kFloat32, 11);
+  for (const bool backward : {false, true}) {
+    Tensor packed = Tensor::from_vector<int64_t>({5}, dense);
+    Tensor y = backward ? bwd(x, packed, 10000.0) : fwd(x, packed, 10000.0);
+    for (int64_t t = 0; t < 5; ++t) {
+      // Token t next to a far position: spread 10^6 >= 2 tokens, the per-token path.
+      Tensor pair = Tensor::zeros({2, 3, 8}, DType::kFloat32);
+      std::memcpy(pair.raw_data(), x.data<float>() + t * 24, 24 * sizeof(float));
+      Tensor far = Tensor::from_vector<int64_t>({2}, {dense[t], dense[t] + 1000000});
+      Tensor y_pair = backward ? bwd(pair, far, 10000.0) : fwd(pair, far, 10000.0);
+      EXPECT_EQ(std::memcmp(y_pair.raw_data(), y.data<float>() + t * 24, 24 * sizeof(float)), 0)
+          << (backward ? "backward" : "forward") << ", token " << t;
+    }
+  }
+}
+
 TEST(Rope, BackwardOfForwardIsIdentity) {
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
     Tensor x = random_tensor({6, 3, 10}, dtype, 4);

@@ -1,8 +1,10 @@
 // Rotary position embedding on the CPU (spec in kernels/rope.h). Frequencies and angles are
 // computed in double (positions reach 1e5 and more, where float angles lose whole radians); each
-// token's cos/sin table is computed once and shared by its N heads. Tokens run in parallel.
+// position's cos/sin row is computed once and shared by every token at that position and its N
+// heads. Tokens run in parallel.
 #include "hspmd/kernels/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <span>
 #include <vector>
@@ -39,20 +41,59 @@ RopeShape check_rope(const char* kernel, const char* in_name, const Tensor& in, 
   return s;
 }
 
+// cos and sin (times sign) of position * inv_freq[i] for the positions [first, first + rows): the
+// rows of a table, so a position shared by many tokens is computed once. Each entry is the same
+// double-precision value a per-token computation gives.
+template <typename T>
+struct AngleTable {
+  int64_t first = 0, rows = 0, half = 0;
+  std::vector<T> cos, sin;  // [rows, half]
+
+  AngleTable(int64_t first_position, int64_t num_rows, std::span<const double> inv_freq, double sign)
+      : first(first_position), rows(num_rows), half(static_cast<int64_t>(inv_freq.size())),
+        cos(static_cast<size_t>(rows * half)), sin(static_cast<size_t>(rows * half)) {
+#pragma omp parallel for schedule(static) if (rows * half >= 4096)
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = static_cast<double>(first + r) * inv_freq[i];
+        cos[r * half + i] = static_cast<T>(std::cos(angle));
+        sin[r * half + i] = static_cast<T>(sign * std::sin(angle));
+      }
+    }
+  }
+  const T* cos_of(int64_t position) const { return cos.data() + (position - first) * half; }
+  const T* sin_of(int64_t position) const { return sin.data() + (position - first) * half; }
+};
+
 // out = rotation of in by sign * angle, pairs (i, i + D/2). in and out may be the same buffer: each
 // pair is read before it is written.
 template <typename T, typename I>
 void rotate(const T* in, const I* positions, std::span<const double> inv_freq, double sign, T* out, RopeShape s) {
   const int64_t half = s.dim / 2;
+  if (s.tokens == 0) return;
+  // Packed sequences restart at 0, so positions repeat across sequences: the angles come from one
+  // table over [min, max] when it has no more rows than there are tokens (a batch of 4 x 512 tokens
+  // needs 512 rows, a quarter of the per-token sin/cos work; with 8 heads this was most of the
+  // kernel's time).
+  const auto [lowest, highest] = std::minmax_element(positions, positions + s.tokens);
+  const uint64_t spread = static_cast<uint64_t>(*highest) - static_cast<uint64_t>(*lowest);  // no overflow
+  const AngleTable<T> table(*lowest, spread < static_cast<uint64_t>(s.tokens) ? static_cast<int64_t>(spread) + 1 : 0,
+                            inv_freq, sign);
 #pragma omp parallel if (s.tokens * s.heads * s.dim >= kParallelThreshold)
   {
-    std::vector<T> cos_t(half), sin_t(half);
+    std::vector<T> cos_t(table.rows > 0 ? 0 : half), sin_t(table.rows > 0 ? 0 : half);
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < s.tokens; ++t) {
-      for (int64_t i = 0; i < half; ++i) {
-        const double angle = static_cast<double>(positions[t]) * inv_freq[i];
-        cos_t[i] = static_cast<T>(std::cos(angle));
-        sin_t[i] = static_cast<T>(sign * std::sin(angle));
+      const T *c = cos_t.data(), *sn = sin_t.data();
+      if (table.rows > 0) {
+        c = table.cos_of(positions[t]);
+        sn = table.sin_of(positions[t]);
+      } else {
+        for (int64_t i = 0; i < half; ++i) {
+          const double angle = static_cast<double>(positions[t]) * inv_freq[i];
+          cos_t[i] = static_cast<T>(std::cos(angle));
+          sin_t[i] = static_cast<T>(sign * std::sin(angle));
+        }
       }
       for (int64_t h = 0; h < s.heads; ++h) {
         const int64_t offset = (t * s.heads + h) * s.dim;
@@ -60,8 +101,8 @@ void rotate(const T* in, const I* positions, std::span<const double> inv_freq, d
         T* y = out + offset;
         for (int64_t i = 0; i < half; ++i) {
           const T a = x[i], b = x[i + half];
-          y[i] = a * cos_t[i] - b * sin_t[i];
-          y[i + half] = b * cos_t[i] + a * sin_t[i];
+          y[i] = a * c[i] - b * sn[i];
+          y[i + half] = b * c[i] + a * sn[i];
         }
       }
     }
