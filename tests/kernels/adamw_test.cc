@@ -1,10 +1,12 @@
 // adamw_step against a hand-written float64 reference over several steps (weight decay, bias
 // correction), a closed form for the first step, and argument errors.
 #include "hspmd/kernels/adamw.h"
+#include "hspmd/kernels/elementwise.h"
 
 #include <gmock/gmock.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernel_testlib.h"
@@ -74,6 +76,28 @@ TEST(AdamW, FirstStepIsSignedLearningRate) {
       {3}, {1.0 * decay - 0.5 * 0.25 / 0.251, -2.0 * decay - 0.5 * 4.0 / 4.001, 0.5 * decay + 0.5 * 1.0 / 1.001});
   EXPECT_TRUE(all_close(param, expected, 1e-12, 1e-14, "param after step 1"));
   EXPECT_TRUE(all_close(m, Tensor::from_vector<double>({3}, {0.05, 0.8, -0.2}), 1e-12, 1e-14, "m after step 1"));
+}
+
+// grad_scale (clipping's factor) gives exactly the step on the gradient scaled first by
+// kernels::scale, and leaves the gradient unchanged (simd_test runs a scaled step at every SIMD level).
+TEST(AdamW, GradScaleEqualsScalingTheGradientFirst) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    const Shape shape{3, 37};  // not a multiple of any vector width
+    Tensor grad = random_tensor(shape, dtype, 5, -3, 3), grad_before = grad.clone();
+    Tensor scaled = Tensor::empty(shape, dtype);
+    kernels::scale(grad, 0.37, scaled);
+    Tensor p1 = random_tensor(shape, dtype, 6), m1 = random_tensor(shape, dtype, 7), v1 = random_tensor(shape, dtype, 8, 0, 1);
+    Tensor p2 = p1.clone(), m2 = m1.clone(), v2 = v1.clone();
+    adamw_step(p1, grad, m1, v1, 4, {.lr = 1e-2, .weight_decay = 0.1, .grad_scale = 0.37});
+    adamw_step(p2, scaled, m2, v2, 4, {.lr = 1e-2, .weight_decay = 0.1});
+    EXPECT_EQ(std::memcmp(p1.raw_data(), p2.raw_data(), p1.nbytes()), 0) << dtype_name(dtype);
+    EXPECT_EQ(std::memcmp(m1.raw_data(), m2.raw_data(), m1.nbytes()), 0) << dtype_name(dtype);
+    EXPECT_EQ(std::memcmp(v1.raw_data(), v2.raw_data(), v1.nbytes()), 0) << dtype_name(dtype);
+    EXPECT_EQ(std::memcmp(grad.raw_data(), grad_before.raw_data(), grad.nbytes()), 0) << dtype_name(dtype);
+  }
+  Tensor p = random_tensor({4}, DType::kFloat32, 2), m = Tensor::zeros({4}, DType::kFloat32), v = m.clone();
+  EXPECT_THAT([&] { adamw_step(p, p, m, v, 1, {.grad_scale = std::nan("")}); },
+              ThrowsMessage<Error>(HasSubstr("adamw_step: grad_scale must be finite")));
 }
 
 TEST(AdamW, RejectsBadArguments) {

@@ -13,6 +13,7 @@
 #include "hspmd/data/packing.h"
 #include "hspmd/graph/init.h"
 #include "hspmd/graph/op_registry.h"
+#include "hspmd/graph/token_loss.h"
 #include "hspmd/kernels/adamw.h"
 #include "hspmd/kernels/elementwise.h"
 #include "hspmd/kernels/reduce.h"
@@ -122,7 +123,8 @@ DistTrainer::DistTrainer(const models::LlamaConfig& config, const data::TokenDat
                          const sharding::AnnotationPlan& plan, DistOptions options, int rank, int world_size,
                          comm::GroupCache& groups)
     : options_(std::move(options)),
-      model_(models::build_llama(config, {.precision = options_.train.precision})),
+      model_(models::build_llama(config,
+                                 {.precision = options_.train.precision, .fused_head_loss = options_.fused_head_loss})),
       dataset_(&dataset),
       rank_(rank),
       world_size_(world_size),
@@ -250,10 +252,12 @@ void DistTrainer::connect(const PlanRuntime& p) {
   ChannelGroups groups{{"post", members_}};
   for (int id = 0; id < model_.graph.num_ops(); ++id) {
     const graph::Op& op = model_.graph.op(id);
-    if (op.kind == OpKind::kCrossEntropy) {
-      const Annotation& logits = p.exec->annotation(op.inputs[0]);
-      for (int d : logits.devices()) {
-        const std::vector<int> shards = specialize::vocab_shard_ranks(logits, d);
+    const auto logits = graph::gathers_vocab_shards(op.kind)
+                            ? graph::loss_logits(model_.graph, op, [&](TensorRef t) { return p.exec->annotation(t); })
+                            : std::nullopt;
+    if (logits) {
+      for (int d : logits->annotation.devices()) {
+        const std::vector<int> shards = specialize::vocab_shard_ranks(logits->annotation, d);
         if (!shards.empty()) groups.emplace("F", comm::canonical_group(shards));
       }
     }
@@ -362,7 +366,7 @@ void DistTrainer::run_op(int id, MicroBatch& mb) {
     shapes.push_back(current_->exec->local_shape({id, i}, mb.binding));
   graph::KernelContext ctx{op, inputs, shapes, allocator_.get(), {}, {}};
   const std::vector<int>& vocab_shards = current_->exec->vocab_shard_ranks(id);
-  if (op.kind == OpKind::kCrossEntropy && !vocab_shards.empty()) {
+  if (graph::gathers_vocab_shards(op.kind) && !vocab_shards.empty()) {
     // Vocab-parallel loss: the shards' row statistics meet in one all-gather (graph/ops/cross_entropy.cc).
     ctx.gather_vocab_shards = [&](const Tensor& mine) {
       pacer_.end();
@@ -601,9 +605,12 @@ void DistTrainer::apply_update(std::vector<Tensor>& grads, const std::vector<dou
     if (i == params_.size() / 2) fault_point(rank_, step_, "optimizer");  // half the weights updated
     ParamState& s = params_[i];
     pacer_.begin();  // the optimizer runs on the device
-    if (clip != 1.0) kernels::scale(grads[i], clip, grads[i]);
-    kernels::AdamWOptions a{
-        .lr = lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = s.decay ? o.weight_decay : 0.0};
+    kernels::AdamWOptions a{.lr = lr,
+                            .beta1 = o.beta1,
+                            .beta2 = o.beta2,
+                            .eps = o.eps,
+                            .weight_decay = s.decay ? o.weight_decay : 0.0,
+                            .grad_scale = clip};
     if (s.state_annotation == s.annotation) {
       kernels::adamw_step(s.value, grads[i], s.exp_avg, s.exp_avg_sq, step_, a);
       pacer_.end();

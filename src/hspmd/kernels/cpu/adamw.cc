@@ -25,6 +25,7 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
   HSPMD_CHECK(options.lr >= 0 && options.eps > 0 && options.weight_decay >= 0)
       << kernel << ": need lr >= 0, eps > 0, weight_decay >= 0; got lr " << options.lr << ", eps " << options.eps
       << ", weight_decay " << options.weight_decay;
+  HSPMD_CHECK(std::isfinite(options.grad_scale)) << kernel << ": grad_scale must be finite, got " << options.grad_scale;
 
   const double s = static_cast<double>(step);
   const double bias1 = 1 - std::pow(options.beta1, s);
@@ -40,6 +41,7 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
     // sqrt(v / bias2) = sqrt(v) / sqrt(bias2): one multiply per element instead of a divide.
     const T inv_sqrt_bias2 = static_cast<T>(1 / std::sqrt(bias2));
     const T eps = static_cast<T>(options.eps);
+    const T grad_scale = static_cast<T>(options.grad_scale);
     const int64_t n = param.numel();
     if constexpr (std::is_same_v<T, float>) {
       // The SIMD loop over chunks (of whole cache lines) that the threads share.
@@ -48,7 +50,8 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
                                         .beta2 = b2,
                                         .step_size = step_size,
                                         .inv_sqrt_bias2 = inv_sqrt_bias2,
-                                        .eps = eps};
+                                        .eps = eps,
+                                        .grad_scale = grad_scale};
       const cpu::RowOps& ops = cpu::row_ops();
       constexpr int64_t kChunk = 4096;
       const int64_t chunks = (n + kChunk - 1) / kChunk;
@@ -61,7 +64,7 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
     }
 #pragma omp parallel for schedule(static) if (n >= cpu::kParallelThreshold)
     for (int64_t i = 0; i < n; ++i) {
-      const T gi = g[i];
+      const T gi = g[i] * grad_scale;
       const T mi = b1 * pm[i] + (1 - b1) * gi;
       const T vi = b2 * pv[i] + (1 - b2) * gi * gi;
       pm[i] = mi;

@@ -22,6 +22,7 @@ struct AdamwStep {
   float step_size;       // lr / (1 - beta1^t)
   float inv_sqrt_bias2;  // 1 / sqrt(1 - beta2^t)
   float eps;
+  float grad_scale;      // the gradient is multiplied by this first
 };
 
 struct RowOps {
