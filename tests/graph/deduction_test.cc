@@ -295,6 +295,37 @@ TEST(DeductionTest, CrossEntropySumsTokenSplitsToPartial) {
   EXPECT_THAT(deduce_error(g, p), AllOf(HasSubstr("'loss'"), HasSubstr("partial")));
 }
 
+// lm_head_loss deduces the logits x w^T by matmul's rule and then the loss like cross_entropy; its
+// gradients are matmul's: dx partial over a vocabulary split, dw partial over a token split.
+TEST(DeductionTest, LmHeadLossDeducesTheLogitsOfItsProduct) {
+  Graph g;
+  TensorRef x = g.placeholder("x", {8, 16}, DType::kFloat32);
+  TensorRef w = g.parameter("w", Shape{32, 16}, DType::kFloat32, InitSpec::zeros());
+  TensorRef targets = g.placeholder("targets", {8}, DType::kInt64);
+  TensorRef scale = g.placeholder("scale", {}, DType::kFloat32);
+  auto fwd = g.add_op(OpKind::kLmHeadLoss, "loss", {x, w, targets, scale}, OpAttrs{});
+  TensorRef dloss = g.placeholder("dloss", {}, DType::kFloat32);
+  auto bwd = g.add_op(OpKind::kLmHeadLossBwd, "loss.bwd", {x, w, targets, fwd[1], scale, dloss}, OpAttrs{});
+  // Vocab-parallel head (w split on V over 2 TP ranks), tokens split across 2 pipelines.
+  Plan p{{"x", A("split0{[0-1](D:2);[2-3](D:2)}")},
+         {"w", A("dup{[0-1](S0:2);[2-3](S0:2)}")},
+         {"targets", A("split0{[0-1](D:2);[2-3](D:2)}")},
+         {"scale", A("dup{[0-1](D:2);[2-3](D:2)}")},
+         {"dloss", A("dup{[0-1](D:2);[2-3](D:2)}")}};
+  DeducedAnnotations d = deduce_annotations(g, p);
+  EXPECT_EQ(d.at(fwd[0]), A("partial{[0-1](D:2);[2-3](D:2)}"));
+  EXPECT_EQ(d.at(fwd[1]), A("split0{[0-1](D:2);[2-3](D:2)}"));
+  EXPECT_EQ(d.at(bwd[0]), A("split0{[0-1](P:2);[2-3](P:2)}"));
+  EXPECT_EQ(d.at(bwd[1]), A("partial{[0-1](S0:2);[2-3](S0:2)}"));
+  // Targets split like the vocabulary, x split on H (partial logits): errors naming the op.
+  p["targets"] = A("split0{[0-1](S0:2);[2-3](S0:2)}");
+  EXPECT_THAT(deduce_error(g, p), AllOf(HasSubstr("'loss'"), HasSubstr("input 2")));
+  p["targets"] = A("split0{[0-1](D:2);[2-3](D:2)}");
+  p["x"] = A("split0{[0-1](S1:2);[2-3](S1:2)}");
+  p["w"] = A("dup{[0-1](S1:2);[2-3](S1:2)}");
+  EXPECT_THAT(deduce_error(g, p), AllOf(HasSubstr("'loss'"), HasSubstr("partial"), HasSubstr("input 0 (x) or 1 (w)")));
+}
+
 TEST(DeductionTest, ReshardTakesThePlanOrIsTheIdentity) {
   Graph g;
   TensorRef x = g.placeholder("x", {8, 16}, DType::kFloat32);

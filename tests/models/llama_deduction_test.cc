@@ -9,6 +9,7 @@
 
 #include "hspmd/core/error.h"
 #include "hspmd/graph/deduction.h"
+#include "hspmd/graph/token_loss.h"
 #include "hspmd/models/llama.h"
 #include "hspmd/models/llama_plan.h"
 
@@ -57,12 +58,18 @@ std::map<std::string, GradientSync> syncs_by_name(const LlamaModel& m, const Ded
   return out;
 }
 
-TEST(LlamaDeductionTest, TensorParallel2) {
-  LlamaModel m = build_llama(tiny());
+// Both heads: apart (a matmul whose vocab-parallel logits are gathered by lm_head_out), fused
+// (lm_head_loss, whose loss normalizes the vocab-parallel logits itself).
+class LlamaTensorParallelDeduction : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LlamaTensorParallelDeduction, TensorParallel2) {
+  const bool fused = GetParam();
+  LlamaModel m = build_llama(tiny(), {.fused_head_loss = fused});
   const Annotation dup = A("dup{[0-1](D:2)}");
   // Megatron: gather the vocab-parallel embedding's partial sum, all-reduce after each
-  // row-parallel projection, gather the vocab-parallel logits before the loss.
-  std::map<std::string, Annotation> reshards{{"model.embed_out", dup}, {"lm_head_out", dup}};
+  // row-parallel projection, gather the vocab-parallel logits before the loss (apart).
+  std::map<std::string, Annotation> reshards{{"model.embed_out", dup}};
+  if (!fused) reshards.emplace("lm_head_out", dup);
   for (int l = 0; l < 2; ++l) {
     for (const std::string& name : llama_layer_reshard_names(l)) {
       if (!name.ends_with("_all")) reshards[name] = dup;  // k_all, v_all keep the heads split (the compiled plan's)
@@ -84,7 +91,13 @@ TEST(LlamaDeductionTest, TensorParallel2) {
   EXPECT_EQ(op_out("model.layers.0.mlp.up_proj"), A("dup{[0-1](S1:2)}"));
   EXPECT_EQ(op_out("model.layers.0.self_attn.attention"), A("dup{[0-1](S1:2)}"));  // heads
   EXPECT_EQ(op_out("model.embed_tokens"), A("dup{[0-1](P:2)}"));                    // vocab-parallel
-  EXPECT_EQ(op_out("lm_head"), A("dup{[0-1](S1:2)}"));
+  if (fused) {  // the logits x w^T, never a tensor, split on the vocabulary; lse of whole rows
+    const auto logits = graph::loss_logits(g, g.op(m.loss.op), [&](graph::TensorRef t) { return d.at(t); });
+    EXPECT_EQ(logits->annotation, A("dup{[0-1](S1:2)}"));
+    EXPECT_EQ(d.at(graph::TensorRef{m.loss.op, 1}), dup);
+  } else {
+    EXPECT_EQ(op_out("lm_head"), A("dup{[0-1](S1:2)}"));
+  }
 
   std::map<std::string, GradientSync> s = syncs_by_name(m, d, plan);
   ASSERT_EQ(s.size(), m.params.size());
@@ -102,6 +115,9 @@ TEST(LlamaDeductionTest, TensorParallel2) {
   // The final norm's weight sees the partial gradient of the column-parallel lm_head: partial.
   EXPECT_EQ(s.at("model.norm.weight").deduced, A("dup{[0-1](P:2)}"));
 }
+
+INSTANTIATE_TEST_SUITE_P(Heads, LlamaTensorParallelDeduction, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "FusedHead" : "HeadApart"; });
 
 TEST(LlamaDeductionTest, DataParallel2WithZero1) {
   LlamaModel m = build_llama(tiny());

@@ -100,13 +100,47 @@ TEST_F(Llama, ParametersAndMarkersAreNamedLikeHuggingFace) {
     }
   }
   EXPECT_TRUE(m.graph.find("model.embed_out").has_value());
-  EXPECT_TRUE(m.graph.find("lm_head_out").has_value());
+  // The head apart (by default for this vocabulary): a matmul, a Reshard and a cross-entropy; fused,
+  // one lm_head_loss op (by default from kFusedHeadLossVocab entries).
+  EXPECT_EQ(m.graph.op(m.loss.op).kind, graph::OpKind::kCrossEntropy);
+  EXPECT_EQ(m.graph.op(m.graph.find("lm_head_out")->op).kind, graph::OpKind::kReshard);
+  const LlamaModel fused = build_llama(tiny_config(), {.fused_head_loss = true});
+  EXPECT_EQ(fused.graph.op(fused.loss.op).kind, graph::OpKind::kLmHeadLoss);
+  EXPECT_FALSE(fused.graph.find("lm_head_out").has_value());
+  LlamaConfig large_vocab = tiny_config();
+  large_vocab.vocab_size = kFusedHeadLossVocab;
+  const LlamaModel by_default = build_llama(large_vocab);
+  EXPECT_EQ(by_default.graph.op(by_default.loss.op).kind, graph::OpKind::kLmHeadLoss);
+}
+
+// The fused head (lm_head_loss) computes the loss and every gradient of matmul + cross_entropy.
+TEST_F(Llama, FusedHeadLossEqualsMatmulAndCrossEntropy) {
+  for (const bool tied : {false, true}) {
+    const LlamaModel fused =
+        build_llama(tiny_config(tied), {.dtype = DType::kFloat64, .init_std = 0.3, .fused_head_loss = true});
+    const LlamaModel apart =
+        build_llama(tiny_config(tied), {.dtype = DType::kFloat64, .init_std = 0.3, .fused_head_loss = false});
+    const TensorMap params = graph::init_parameters(fused.graph, 7);
+    const TensorMap feeds = pack(kDocs, labels(kDocs), DType::kFloat64);
+    const std::vector<Tensor> a = Executor(fused.graph, fused.fetches()).run(feeds, params);
+    const std::vector<Tensor> b = Executor(apart.graph, apart.fetches()).run(feeds, params);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      const std::string what = (tied ? "tied, " : "") + (i == 0 ? std::string("loss") : fused.param_names[i - 1]);
+      double worst = 0, scale = 0;
+      for (int64_t j = 0; j < a[i].numel(); ++j) {
+        worst = std::max(worst, std::abs(a[i].element_as_double(j) - b[i].element_as_double(j)));
+        scale = std::max(scale, std::abs(b[i].element_as_double(j)));
+      }
+      EXPECT_LE(worst, 1e-12 * std::max(scale, 1.0)) << what;
+    }
+  }
 }
 
 // Central differences on a sample of every parameter's elements; the error is scaled by the
 // largest analytic gradient of that parameter.
-void check_model_gradients(const LlamaConfig& config) {
-  LlamaModel m = build_llama(config, {.dtype = DType::kFloat64, .init_std = 0.3});
+void check_model_gradients(const LlamaConfig& config, bool fused_head = false) {
+  LlamaModel m = build_llama(config, {.dtype = DType::kFloat64, .init_std = 0.3, .fused_head_loss = fused_head});
   TensorMap params = graph::init_parameters(m.graph, 7);
   // Perturb the norm weights away from 1 so their gradients are generic.
   for (const std::string& name : m.param_names) {
@@ -147,7 +181,8 @@ TEST_F(Llama, Bf16PrecisionMarksEveryMatmulAndAttention) {
     const graph::Op& op = m.graph.op(id);
     const bool product = op.kind == graph::OpKind::kMatmul || op.kind == graph::OpKind::kAttention ||
                          op.kind == graph::OpKind::kAttentionBwd || op.kind == graph::OpKind::kContextAttention ||
-                         op.kind == graph::OpKind::kContextAttentionBwd;
+                         op.kind == graph::OpKind::kContextAttentionBwd || op.kind == graph::OpKind::kLmHeadLoss ||
+                         op.kind == graph::OpKind::kLmHeadLossBwd;
     EXPECT_EQ(op.attrs.bf16_operands, product) << op.name;
     marked += op.attrs.bf16_operands ? 1 : 0;
     if (op.kind == graph::OpKind::kParameter) {
@@ -155,9 +190,13 @@ TEST_F(Llama, Bf16PrecisionMarksEveryMatmulAndAttention) {
     }
   }
   // Per layer 7 projections (3 matmuls each: forward, dx, dW) and attention (forward, backward);
-  // the lm head's 3.
+  // the lm head's 3 matmuls (apart), or the fused head's forward and backward.
   const int layers = tiny_config().num_hidden_layers;
   EXPECT_EQ(marked, layers * (7 * 3 + 2) + 3);
+  const LlamaModel fused = build_llama(tiny_config(), {.precision = DType::kBFloat16, .fused_head_loss = true});
+  int marked_fused = 0;
+  for (int id = 0; id < fused.graph.num_ops(); ++id) marked_fused += fused.graph.op(id).attrs.bf16_operands ? 1 : 0;
+  EXPECT_EQ(marked_fused, layers * (7 * 3 + 2) + 2);
   const LlamaModel fp32 = build_llama(tiny_config());
   for (int id = 0; id < fp32.graph.num_ops(); ++id) EXPECT_FALSE(fp32.graph.op(id).attrs.bf16_operands);
   EXPECT_THAT(hspmd::testing::error_of([] { build_llama(tiny_config(), {.dtype = DType::kFloat64, .precision = DType::kBFloat16}); }),
@@ -166,6 +205,7 @@ TEST_F(Llama, Bf16PrecisionMarksEveryMatmulAndAttention) {
 
 TEST_F(Llama, WholeModelGradientsMatchFiniteDifferences) { check_model_gradients(tiny_config()); }
 TEST_F(Llama, TiedEmbeddingGradientsMatchFiniteDifferences) { check_model_gradients(tiny_config(true)); }
+TEST_F(Llama, FusedHeadGradientsMatchFiniteDifferences) { check_model_gradients(tiny_config(true), true); }
 
 TEST_F(Llama, PackedBatchEqualsDocumentsOneByOne) {
   LlamaModel m = build_llama(tiny_config(), {.dtype = DType::kFloat64});

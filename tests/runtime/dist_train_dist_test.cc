@@ -118,6 +118,24 @@ TEST(DistTrain, TiedEmbeddingsAcrossPipelineStages) {
   expect_matches_single_process(run(st, options(kSteps), {.tied = true}), kSteps, 1, true);
 }
 
+// The fused head (lm_head_loss: vocab-parallel, the logits never whole) on every rank against the
+// single process with the head apart: under DP x TP x PP, and tied to the embedding across stages.
+TEST(DistTrain, FusedHeadLossEqualsOneProcessWithTheHeadApart) {
+  const RunOptions fused{.configure = [](int, DistOptions& o) { o.fused_head_loss = true; }};
+  sharding::Strategy st = strategy(R"({"name": "dp2-tp2-pp2", "pipelines": [
+    {"micro_batch_size": 1, "num_micro_batches": 2,
+     "stages": [{"ranks": "0-1", "layers": "0-1"}, {"ranks": "2-3", "layers": "2-3"}]},
+    {"micro_batch_size": 1, "num_micro_batches": 2,
+     "stages": [{"ranks": "4-5", "layers": "0-1"}, {"ranks": "6-7", "layers": "2-3"}]}]})");
+  expect_matches_single_process(run(st, options(kSteps), fused), kSteps);
+  sharding::Strategy tied = strategy(R"({"name": "tied", "pipelines": [
+    {"micro_batch_size": 1, "num_micro_batches": 2,
+     "stages": [{"ranks": "0", "layers": "0-1"}, {"ranks": "1-2", "layers": "2-3"}]}]})");
+  RunOptions fused_tied = fused;
+  fused_tied.tied = true;
+  expect_matches_single_process(run(tied, options(kSteps), fused_tied), kSteps, 1, true);
+}
+
 // Evaluation runs the forward passes of the current plan only: the same loss as one process, and
 // the weights do not move (training afterwards still follows the one-process run).
 TEST(DistTrain, EvaluationUnderAStrategyEqualsOneProcess) {

@@ -69,7 +69,9 @@ Forward forward(const models::LlamaConfig& config, const graph::TensorMap& weigh
   const int64_t labelled = T - static_cast<int64_t>(docs.size());
   std::vector<int64_t> token_index(static_cast<size_t>(T));
   for (int64_t i = 0; i < T; ++i) token_index[i] = i;  // packed order (no context parallelism)
-  models::LlamaModel m = models::build_llama(config, {.with_backward = false});
+  // The head apart, so that the logits are a tensor to compare (the fused head's loss equals it:
+  // tests/models/llama_test.cc).
+  models::LlamaModel m = models::build_llama(config, {.with_backward = false, .fused_head_loss = false});
   const graph::TensorRef logits_ref = *m.graph.find("lm_head_out");
   graph::Executor ex(m.graph, {m.loss, logits_ref});
   graph::TensorMap feeds{{"input_ids", Tensor::from_vector(Shape{T}, ids)},

@@ -49,6 +49,14 @@ TEST(MixedPrecisionDist, TensorParallel) {
                                      kSteps);
 }
 
+TEST(MixedPrecisionDist, TensorParallelFusedHead) {
+  expect_matches_bf16_single_process(run(strategy(R"({"name": "tp2", "pipelines": [
+    {"micro_batch_size": 4, "num_micro_batches": 1, "stages": [{"ranks": "0-1", "layers": "0-3"}]}]})"),
+                                         bf16_options(kSteps),
+                                         {.configure = [](int, DistOptions& o) { o.fused_head_loss = true; }}),
+                                     kSteps);
+}
+
 TEST(MixedPrecisionDist, Pipeline) {
   expect_matches_bf16_single_process(run(strategy(R"({"name": "pp2", "pipelines": [
     {"micro_batch_size": 1, "num_micro_batches": 4,

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <set>
 
+#include "hspmd/graph/token_loss.h"
 #include "hspmd/models/llama.h"
 #include "hspmd/models/llama_plan.h"
 
@@ -79,7 +80,9 @@ TEST(ExecGraph, VocabParallelLossKnowsItsColumnsAndTheRanksOfTheOtherShards) {
       EXPECT_EQ(eg.op(id).attrs.vocab_size, 260) << rank;
       EXPECT_EQ(eg.vocab_shard_ranks(id), (std::vector<int>{0, 1})) << rank;
     }
-    EXPECT_EQ(eg.local_shape({f.op_named("lm_head_out"), 0}, {{"T", 64}}), (Shape{64, 130}));
+    const auto logits = graph::loss_logits(f.model.graph, f.model.graph.op(loss), [&](TensorRef t) { return eg.annotation(t); });
+    EXPECT_EQ(local_shape({SymExpr::symbol("T"), logits->vocab}, logits->annotation, rank, {{"T", 64}}, "logits"),
+              (Shape{64, 130}));
   }
   ExecGraph r3(f.model.graph, f.plan, 3);  // pipeline 1: TP 1, whole rows
   EXPECT_TRUE(r3.vocab_shard_ranks(loss).empty());

@@ -15,6 +15,7 @@
 //   kReshape                      kReshape
 //   kReshard                      kReshard (named "<name>.bwd")
 //   kCrossEntropy (loss, lse)     kCrossEntropyBwd
+//   kLmHeadLoss (loss, lse)       kLmHeadLossBwd (dx, dw)   (the head's matmul and cross_entropy in one)
 //   kBiasAdd                      kBiasAddBwd (dbias)
 // Leaves: kPlaceholder (fed per run), kParameter (trained), kFull (a constant, e.g. the seed 1.0
 // of d loss / d loss).
@@ -49,8 +50,10 @@ enum class OpKind : uint8_t {
   kBiasAddBwd,
   kContextAttention,
   kContextAttentionBwd,
+  kLmHeadLoss,
+  kLmHeadLossBwd,
 };
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kContextAttentionBwd) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kLmHeadLossBwd) + 1;
 
 // Canonical snake_case name ("rms_norm_bwd"), as used in logs, dumps and error messages.
 std::string_view op_kind_name(OpKind kind);

@@ -34,6 +34,8 @@ OpDef def_for(OpKind kind) {
     case OpKind::kBiasAddBwd: return detail::bias_add_bwd_def();
     case OpKind::kContextAttention: return detail::context_attention_def();
     case OpKind::kContextAttentionBwd: return detail::context_attention_bwd_def();
+    case OpKind::kLmHeadLoss: return detail::lm_head_loss_def();
+    case OpKind::kLmHeadLossBwd: return detail::lm_head_loss_bwd_def();
   }
   HSPMD_ASSERT(false) << "OpKind " << static_cast<int>(kind) << " has no registry entry";
   return {};

@@ -57,6 +57,10 @@ TensorRef reshard(Graph& g, TensorRef x, const std::string& name);
 // GLOBAL batch (architecture §9), however the tokens are split across micro-batches and pipelines.
 TensorRef cross_entropy(Graph& g, TensorRef logits, TensorRef targets, TensorRef loss_scale, int64_t ignore_index,
                         const std::string& name);
+// x [T, H], w [V, H], targets [T], loss_scale [] -> loss []: cross_entropy(matmul(x, w^T), ...) in
+// one op that never holds the logits [T, V] (graph/ops/lm_head_loss.cc); bf16_operands as matmul's.
+TensorRef lm_head_loss(Graph& g, TensorRef x, TensorRef w, TensorRef targets, TensorRef loss_scale,
+                       int64_t ignore_index, bool bf16_operands, const std::string& name);
 // A constant tensor.
 TensorRef full(Graph& g, const SymShape& shape, DType dtype, double value, const std::string& name);
 

@@ -38,6 +38,11 @@ void cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, cons
 void cross_entropy_combine(const Tensor& all_stats, const Tensor& targets, const Tensor& losses, const Tensor& lse,
                            const CrossEntropyOptions& options = {});
 
+// Every target is in [0, row width) or ignore_index (the row width: options.vocab_size, or
+// `columns` when that is 0); the Error names `kernel` and the first bad token's position.
+void check_cross_entropy_targets(const char* kernel, const Tensor& targets, int64_t columns,
+                                 const CrossEntropyOptions& options = {});
+
 void cross_entropy_fwd(const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& lse,
                        const CrossEntropyOptions& options = {});
 void cross_entropy_bwd(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& dlosses,

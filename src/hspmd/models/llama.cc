@@ -158,9 +158,13 @@ LlamaModel build_llama(const LlamaConfig& config, const LlamaBuildOptions& optio
   // its first stage and the head on its last; the Reshard's backward brings the gradient home.
   TensorRef head = config.tie_word_embeddings ? ops::reshard(g, b.w.at("model.embed_tokens.weight"), "lm_head.tied_weight")
                                               : b.w.at("lm_head.weight");
-  TensorRef logits = ops::matmul(g, x, head, {.trans_b = true, .bf16_operands = b.bf16}, "lm_head");  // [T, V]
-  logits = ops::reshard(g, logits, "lm_head_out");
-  m.loss = ops::cross_entropy(g, logits, m.targets, m.loss_scale, -100, "loss");
+  if (options.fused_head_loss.value_or(config.vocab_size >= kFusedHeadLossVocab)) {
+    m.loss = ops::lm_head_loss(g, x, head, m.targets, m.loss_scale, -100, b.bf16, "loss");
+  } else {
+    TensorRef logits = ops::matmul(g, x, head, {.trans_b = true, .bf16_operands = b.bf16}, "lm_head");  // [T, V]
+    logits = ops::reshard(g, logits, "lm_head_out");
+    m.loss = ops::cross_entropy(g, logits, m.targets, m.loss_scale, -100, "loss");
+  }
   if (options.with_backward) m.grads = graph::build_backward(g, m.loss, m.params);
   return m;
 }

@@ -33,12 +33,15 @@
 // duplicated (or gathered, for sequence parallelism), "attn_out"/"mlp_out" where the row-parallel
 // projection leaves a partial sum to reduce, "output" between layers where a pipeline may cut.
 // Before the layers: "model.embed_tokens" (embedding) -> Reshard "model.embed_out"; after them:
-// "model.norm" -> "lm_head" -> Reshard "lm_head_out" -> "loss". With tied embeddings the head reads
+// "model.norm" -> "loss" (lm_head_loss: the head's product and the cross-entropy in one op), or with
+// LlamaBuildOptions::fused_head_loss off "model.norm" -> "lm_head" -> Reshard "lm_head_out" -> "loss"
+// (matmul and cross_entropy). With tied embeddings the head reads
 // the embedding table through Reshard "lm_head.tied_weight" (the table may live on another stage).
 // Ops of layer l carry layer tag l (per-layer recomputation, pipeline stages); parameters carry the
 // layer of llama_parameters().
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,7 +58,18 @@ struct LlamaBuildOptions {
   // backward) rounds its operands to bfloat16 and accumulates in float32; parameters, activations,
   // gradients and the optimizer stay float32 (docs/mixed-precision.md). Needs dtype kFloat32.
   DType precision = DType::kFloat32;
+  // true: the head and the loss are one lm_head_loss op, which goes through the tokens in chunks and
+  // never holds the logits [T, V] or their gradient (graph/ops/lm_head_loss.cc), at the price of
+  // computing x w^T twice; false: a matmul "lm_head", a Reshard "lm_head_out" and a cross_entropy
+  // "loss". Both compute the same loss and gradients. Unset: fused for vocabularies of
+  // kFusedHeadLossVocab entries and more, where the logits dominate the activations.
+  std::optional<bool> fused_head_loss{};
 };
+
+// Measured by bench/head_loss_bench.cc (docs/cpu-kernels.md): 2048 tokens x H 512 at V 32000,
+// 500 MiB of logits and gradient apart against 16 MiB fused, the fused head at 0.7-0.8 of the
+// speed; at V 2048 it saves 24 MiB for 0.85 of the speed.
+inline constexpr int64_t kFusedHeadLossVocab = 16384;
 
 struct LlamaModel {
   LlamaConfig config;

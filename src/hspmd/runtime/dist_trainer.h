@@ -91,6 +91,9 @@ struct DistOptions {
       split_batch{};
   // How micro-batches are laid out (data/packing.h); kPackedFixed pads every row to seq_len.
   data::BatchLayout layout = data::BatchLayout::kPacked;
+  // The lm head and its loss fused or apart (models::LlamaBuildOptions::fused_head_loss); unset: the
+  // model's default for its vocabulary. Every rank of a run must choose alike.
+  std::optional<bool> fused_head_loss{};
 };
 
 // What one switch did, the same on every rank but rank_sent_bytes (times are the slowest rank's).

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "hspmd/core/error.h"
+#include "hspmd/graph/token_loss.h"
 
 namespace hspmd::specialize {
 
@@ -97,16 +98,15 @@ std::vector<std::vector<TensorRef>> ExecGraph::forward_releases(TensorRef keep) 
   return out;
 }
 
-// A cross-entropy over logits split on the vocabulary inside this rank's subgroup: the rank's column
+// A token loss over logits split on the vocabulary inside this rank's subgroup: the rank's column
 // range (attributes) and the ranks holding the other columns of the same rows.
-void ExecGraph::set_vocab_shard(int id) {
-  const TensorRef logits = graph_.op(id).inputs[0];
-  std::vector<int> ranks = specialize::vocab_shard_ranks(annotation(logits), rank_);
+void ExecGraph::set_vocab_shard(int id, const graph::LossLogits& logits) {
+  std::vector<int> ranks = specialize::vocab_shard_ranks(logits.annotation, rank_);
   if (ranks.empty()) return;
-  const int64_t vocab = graph_.info(logits).shape[1].evaluate({});
-  const auto [sub, index] = *annotation(logits).locate(rank_);  // the top tier never splits V (deduction)
+  const int64_t vocab = logits.vocab.evaluate({});
+  const auto [sub, index] = *logits.annotation.locate(rank_);  // the top tier never splits V (deduction)
   // The columns of any row block: as many rows as the tokens are split into (context parallelism).
-  const sharding::DistState& ds = annotation(logits).ds(sub);
+  const sharding::DistState& ds = logits.annotation.ds(sub);
   const Region columns = ds.region(index, Region::full(Shape{ds.degree(0), vocab}));
   graph::OpAttrs& attrs = local_ops_[id].attrs;
   attrs.vocab_start = columns.begin[1];
@@ -149,7 +149,9 @@ void ExecGraph::build() {
       local_ops_.back().attrs.vocab_start = r->begin[0];
       local_ops_.back().attrs.outside_ids_are_zero = r->extent(0) < shape[0].evaluate({});
     }
-    if (op.kind == OpKind::kCrossEntropy || op.kind == OpKind::kCrossEntropyBwd) set_vocab_shard(id);
+    if (auto logits = graph::loss_logits(graph_, op, [&](TensorRef t) { return annotation(t); })) {
+      set_vocab_shard(id, *logits);
+    }
   }
   if (data_group_ < 0) {  // a rank fed no token-split placeholder: any split annotation it holds
     for (int id : placeholders_) {

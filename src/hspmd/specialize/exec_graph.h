@@ -32,6 +32,7 @@
 #include "hspmd/core/sym_expr.h"
 #include "hspmd/graph/deduction.h"
 #include "hspmd/graph/graph.h"
+#include "hspmd/graph/token_loss.h"
 #include "hspmd/sharding/annotation.h"
 #include "hspmd/sharding/plan.h"
 
@@ -106,7 +107,7 @@ class ExecGraph {
  private:
   void build();
   void build_backward_steps();
-  void set_vocab_shard(int id);
+  void set_vocab_shard(int id, const graph::LossLogits& logits);
 
   const graph::Graph& graph_;
   sharding::AnnotationPlan plan_;

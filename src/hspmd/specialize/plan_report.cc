@@ -11,6 +11,7 @@
 
 #include "hspmd/core/error.h"
 #include "hspmd/graph/deduction.h"
+#include "hspmd/graph/token_loss.h"
 #include "hspmd/resolve/resolver.h"
 #include "hspmd/sharding/device_group.h"
 #include "hspmd/specialize/exec_graph.h"
@@ -110,7 +111,7 @@ class Builder {
     const std::vector<bool> on_data = ops_on_data(g);
     for (int id = 0; id < g.num_ops(); ++id) {
       const Op& op = g.op(id);
-      if (op.kind == OpKind::kCrossEntropy) vocab_parallel_loss(op, id, deduced);
+      if (graph::gathers_vocab_shards(op.kind)) vocab_parallel_loss(op, id, deduced);
       if (op.kind != OpKind::kReshard) continue;
       ++r_.reshards_total;
       const TensorRef out{id, 0};
@@ -208,7 +209,8 @@ class Builder {
   // sharing rows, once per micro-batch (graph/ops/cross_entropy.cc): listed with the activations as
   // an AllGather of the statistics [k, 3, T].
   void vocab_parallel_loss(const Op& op, int id, const graph::DeducedAnnotations& deduced) {
-    const Annotation& logits = deduced.at(op.inputs[0]);
+    const Annotation logits =
+        graph::loss_logits(m_.graph, op, [&](TensorRef t) { return deduced.at(t); })->annotation;
     ReshardGroup grp;
     grp.pattern = op.name + " (vocab-parallel row statistics)";
     grp.src = logits.to_string();

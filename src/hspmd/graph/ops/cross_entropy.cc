@@ -37,32 +37,50 @@ void check_scalar(const ShapeContext& ctx, int i) {
   expect_rank(ctx, i, 0);
   expect_same_dtype(ctx, 0, i);
 }
-kernels::CrossEntropyOptions options(const OpAttrs& a) {
+}  // namespace
+
+kernels::CrossEntropyOptions token_loss_options(const OpAttrs& a) {
   return {.ignore_index = a.ignore_index, .vocab_start = a.vocab_start, .vocab_size = a.vocab_size};
 }
 
-// The annotation of a per-token value (targets, lse) after checking the logits, the targets (input
-// 1) and loss_scale (input `scale`): the logits' with a vocabulary split read as duplication.
-sharding::Annotation deduce_rows(const DeduceContext& ctx, int scale) {
+void finish_token_loss(KernelContext& k, Tensor stats, const Tensor& targets, const Tensor& loss_scale) {
+  Tensor loss = k.new_output(0), lse = k.new_output(1);
+  Tensor losses = Tensor::empty(Shape{targets.numel()}, loss.dtype(), k.allocator);
+  // A shard normalized over its own columns alone would give a plausible, wrong loss.
+  HSPMD_CHECK(k.op.attrs.vocab_size == 0 || k.gather_vocab_shards)
+      << k.op.name << ": this rank holds vocabulary columns from " << k.op.attrs.vocab_start << " of "
+      << k.op.attrs.vocab_size << " but was given no way to gather the other shards' statistics";
+  if (k.gather_vocab_shards) stats = k.gather_vocab_shards(stats);
+  kernels::cross_entropy_combine(stats, targets, losses, lse, token_loss_options(k.op.attrs));
+  loss.fill(loss_scale.element_as_double(0) * kernels::sum_all(losses));
+  k.outputs = {loss, lse};
+}
+
+Tensor token_loss_grads(const KernelContext& k, DType dtype, const Tensor& loss_scale, const Tensor& dloss) {
+  // d loss / d losses[t] = dloss * loss_scale for every token.
+  const double per_token = dloss.element_as_double(0) * loss_scale.element_as_double(0);
+  return Tensor::full(Shape{k.inputs[0].dim(0)}, dtype, per_token, k.allocator);
+}
+
+sharding::Annotation deduce_loss_rows(const DeduceContext& ctx, const sharding::Annotation& logits, int targets,
+                                      int scale, const std::string& source) {
   expect_same_placement(ctx);
-  const sharding::Annotation& logits = ctx.inputs[0];
   HSPMD_CHECK(logits.hsize() == 1 || logits.hdim() != 1)
-      << ctx.where() << ": logits " << logits.to_string()
-      << " split the vocabulary across subgroups; insert a Reshard before input 0 that splits it inside each";
+      << ctx.where() << ": logits " << logits.to_string() << " split the vocabulary across subgroups; insert a Reshard before "
+      << source << " that splits it inside each";
   sharding::Annotation rows = map_dims(ctx, logits, "logits", [&](int dim) {
     HSPMD_CHECK(dim != sharding::kPartial) << ctx.where() << ": logits " << logits.to_string()
-                                           << " are partial; insert a Reshard (AllReduce) before input 0";
+                                           << " are partial; insert a Reshard before " << source << " that sums them";
     return dim == 1 ? sharding::kDuplicate : dim;
   });
-  expect_annotation(ctx, 1, rows);
+  expect_annotation(ctx, targets, rows);
   expect_all_dup(ctx, scale);
   return rows;
 }
-// Tokens split -> the token sum is partial.
-sharding::Annotation loss_annotation(const DeduceContext& ctx, const sharding::Annotation& rows) {
+
+sharding::Annotation deduce_loss_sum(const DeduceContext& ctx, const sharding::Annotation& rows) {
   return map_dims(ctx, rows, "targets", [](int dim) { return dim == 0 ? sharding::kPartial : dim; });
 }
-}  // namespace
 
 OpDef cross_entropy_def() {
   OpDef d{OpKind::kCrossEntropy, "cross_entropy", 3, 2, nullptr, nullptr, nullptr, nullptr};
@@ -74,18 +92,9 @@ OpDef cross_entropy_def() {
   };
   d.run = [](KernelContext& k) {
     const Tensor& logits = k.inputs[0];
-    Tensor loss = k.new_output(0), lse = k.new_output(1);
-    Tensor losses = Tensor::empty(Shape{logits.dim(0)}, logits.dtype(), k.allocator);
     Tensor stats = Tensor::empty(Shape{3, logits.dim(0)}, DType::kFloat64, k.allocator);
-    kernels::cross_entropy_shard_stats(logits, k.inputs[1], stats, options(k.op.attrs));
-    // A shard normalized over its own columns alone would give a plausible, wrong loss.
-    HSPMD_CHECK(k.op.attrs.vocab_size == 0 || k.gather_vocab_shards)
-        << "cross_entropy: this rank holds vocabulary columns from " << k.op.attrs.vocab_start << " of "
-        << k.op.attrs.vocab_size << " but was given no way to gather the other shards' statistics";
-    if (k.gather_vocab_shards) stats = k.gather_vocab_shards(stats);
-    kernels::cross_entropy_combine(stats, k.inputs[1], losses, lse, options(k.op.attrs));
-    loss.fill(k.inputs[2].element_as_double(0) * kernels::sum_all(losses));
-    k.outputs = {loss, lse};
+    kernels::cross_entropy_shard_stats(logits, k.inputs[1], stats, token_loss_options(k.op.attrs));
+    finish_token_loss(k, stats, k.inputs[1], k.inputs[2]);
   };
   d.grad = [](GradContext& c) {
     TensorRef dlogits = c.graph.add_op1(
@@ -94,8 +103,8 @@ OpDef cross_entropy_def() {
     return std::vector<TensorRef>{dlogits, TensorRef{}, TensorRef{}};
   };
   d.deduce = [](const DeduceContext& ctx) {
-    sharding::Annotation rows = deduce_rows(ctx, 2);
-    return std::vector<sharding::Annotation>{loss_annotation(ctx, rows), rows};
+    sharding::Annotation rows = deduce_loss_rows(ctx, ctx.inputs[0], 1, 2, "input 0");
+    return std::vector<sharding::Annotation>{deduce_loss_sum(ctx, rows), rows};
   };
   return d;
 }
@@ -113,14 +122,12 @@ OpDef cross_entropy_bwd_def() {
   d.run = [](KernelContext& k) {
     const Tensor& logits = k.inputs[0];
     Tensor dlogits = k.new_output(0);
-    // d loss / d losses[t] = dloss * loss_scale for every token.
-    double per_token = k.inputs[4].element_as_double(0) * k.inputs[3].element_as_double(0);
-    Tensor dlosses = Tensor::full(Shape{logits.dim(0)}, logits.dtype(), per_token, k.allocator);
-    kernels::cross_entropy_bwd(logits, k.inputs[1], k.inputs[2], dlosses, dlogits, options(k.op.attrs));
+    const Tensor dlosses = token_loss_grads(k, logits.dtype(), k.inputs[3], k.inputs[4]);
+    kernels::cross_entropy_bwd(logits, k.inputs[1], k.inputs[2], dlosses, dlogits, token_loss_options(k.op.attrs));
     k.outputs = {dlogits};
   };
   d.deduce = [](const DeduceContext& ctx) {
-    sharding::Annotation rows = deduce_rows(ctx, 3);
+    sharding::Annotation rows = deduce_loss_rows(ctx, ctx.inputs[0], 1, 3, "input 0");
     expect_annotation(ctx, 2, rows);  // lse [T] like the targets
     expect_all_dup(ctx, 4);
     return std::vector<sharding::Annotation>{ctx.inputs[0]};

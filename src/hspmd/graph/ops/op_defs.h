@@ -6,6 +6,7 @@
 #include <string>
 
 #include "hspmd/graph/op_registry.h"
+#include "hspmd/kernels/cross_entropy.h"
 
 namespace hspmd::graph::detail {
 
@@ -28,6 +29,8 @@ OpDef reshape_def();        // reshape.cc
 OpDef reshard_def();        // reshape.cc
 OpDef cross_entropy_def();      // cross_entropy.cc
 OpDef cross_entropy_bwd_def();  // cross_entropy.cc
+OpDef lm_head_loss_def();       // lm_head_loss.cc
+OpDef lm_head_loss_bwd_def();   // lm_head_loss.cc
 OpDef bias_add_def();       // bias_add.cc
 OpDef bias_add_bwd_def();   // bias_add.cc
 OpDef context_attention_def();      // context_attention.cc
@@ -63,6 +66,22 @@ sharding::Annotation map_dims(const DeduceContext& ctx, const sharding::Annotati
                               const std::function<int(int)>& map);
 // The annotation of the transpose of a 2-D tensor (dims 0 and 1 swapped).
 sharding::Annotation transposed(const DeduceContext& ctx, const sharding::Annotation& a);
+// The token losses' rules (cross_entropy.cc), shared by cross_entropy and lm_head_loss. The
+// annotation of per-token values (targets, lse): the logits' with a vocabulary split read as
+// duplication (a vocab-parallel loss normalizes each row across the shards); the logits may not be
+// partial or split the vocabulary across subgroups (errors ask for a Reshard before `source`, the
+// inputs the logits come from). Checks that input `targets` has it and input `scale` is duplicated.
+sharding::Annotation deduce_loss_rows(const DeduceContext& ctx, const sharding::Annotation& logits, int targets,
+                                      int scale, const std::string& source);
+// The summed loss: partial over every token split of `rows`.
+sharding::Annotation deduce_loss_sum(const DeduceContext& ctx, const sharding::Annotation& rows);
+// The kernels' options from the op's attributes (ignore_index, this rank's vocabulary columns).
+kernels::CrossEntropyOptions token_loss_options(const OpAttrs& attrs);
+// From this shard's row statistics [3, T]: gathers the other shards' (vocab-parallel), combines
+// them and sets k.outputs = {loss_scale * sum of token losses, lse}.
+void finish_token_loss(KernelContext& k, Tensor stats, const Tensor& targets, const Tensor& loss_scale);
+// d loss / d losses[t] for the T = k.inputs[0].dim(0) tokens: dloss * loss_scale each.
+Tensor token_loss_grads(const KernelContext& k, DType dtype, const Tensor& loss_scale, const Tensor& dloss);
 // A leaf or Reshard output fixed by the plan, checked against its shape when the shape is static.
 sharding::Annotation planned_output(const DeduceContext& ctx, const TensorInfo& out);
 

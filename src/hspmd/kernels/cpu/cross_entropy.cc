@@ -175,6 +175,12 @@ void combine(const char* kernel, const Tensor& all_stats, const Tensor& targets,
 
 }  // namespace
 
+void check_cross_entropy_targets(const char* kernel, const Tensor& targets, int64_t columns,
+                                 const CrossEntropyOptions& options) {
+  cpu::check_defined(kernel, "targets", targets);
+  check_targets(kernel, targets, row_width(kernel, RowsShape{targets.numel(), columns}, options), options);
+}
+
 void cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, const Tensor& stats,
                                const CrossEntropyOptions& options) {
   shard_stats("cross_entropy_shard_stats", logits, targets, stats, options);
