@@ -101,6 +101,19 @@ void prefetch_share(const T* base, int64_t ld, int64_t rows, int64_t d, int64_t 
   for (int64_t r = rows * i / count; r < rows * (i + 1) / count; ++r) prefetch_row(base + r * ld, d);
 }
 
+// The SIMD row loops take about 40 ns for a row's last partial vector (1 ns an element otherwise),
+// and most rows of a masked chunk end in one. So a masked row is extended to a multiple of every
+// level's lanes (as far as the chunk allows) with scores of -inf: their exponentials are ~1e-38
+// (exp_approx clamps its input), nothing next to a row's total of >= 1, and are zeroed after.
+constexpr int64_t kRowPad = 16;
+
+template <typename T>
+int64_t padded_columns(T* row, int64_t cols, int64_t nk) {
+  const int64_t padded = std::min(nk, (cols + kRowPad - 1) / kRowPad * kRowPad);
+  std::fill(row + cols, row + padded, -std::numeric_limits<T>::infinity());
+  return padded;
+}
+
 // sum of a[i] * b[i], accumulated in double (products of floats are exact there) over eight partial
 // sums: independent chains that the compiler keeps in vector registers.
 template <typename T>
@@ -172,8 +185,9 @@ void forward_tile(const AttentionTiles<T>& x, const QueryTile& tile, int64_t h, 
         continue;
       }
       const bool first = l[r] == T(0);
-      const T m_new = first ? row_max(row, cols) : std::max(m[r], row_max(row, cols));
-      const T sum = exp_shift_sum(row, cols, m_new);
+      const int64_t padded = padded_columns(row, cols, nk);
+      const T m_new = first ? row_max(row, padded) : std::max(m[r], row_max(row, padded));
+      const T sum = exp_shift_sum(row, padded, m_new);
       std::fill(row + cols, row + nk, T(0));
       if (first) {
         l[r] = sum;
@@ -267,7 +281,7 @@ void backward_document(const AttentionTiles<T>& x, const std::vector<const Query
           prefetch_share(x.v + after_k0 * ldk + after_g * d, ldk, after_rows, d, i, count);
         }
         const int64_t cols = t->kept_columns(r, k0, nk);
-        exp_shift_sum(p + r * b, cols, lse[r]);
+        exp_shift_sum(p + r * b, padded_columns(p + r * b, cols, nk), lse[r]);
         std::fill(p + r * b + cols, p + r * b + nk, T(0));
       }
       gemm(true, false, nk, d, n, T(1), p, b, dout, d, T(1), dv, d);
