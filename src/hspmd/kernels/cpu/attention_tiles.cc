@@ -19,8 +19,8 @@ AttentionBlocks attention_blocks(DType dtype, int64_t d) {
   // oneDNN runs each GEMM on the calling thread inside our OpenMP threads, so only the tiles'
   // efficiency counts. Query tiles of 64 waste less on the causal diagonal than 128 (a tile computes
   // its whole diagonal block); key chunks of 256 make longer products than 128 and keep a chunk's
-  // keys, values and their gradients in L2. 32-64 x 192-320 measured alike; 128 x 128 about 8%
-  // slower (bench_kernels, 1 and 2 threads, 4 x 512 tokens, 8 query heads, D = 64).
+  // keys, values and their gradients in L2. 32-64 x 192-320 measured alike; 128 x 128 5-9%
+  // slower (fastest of 12-20 calls, 1 and 2 threads, 4 x 512 tokens, 8 query heads, D = 64).
   if (dtype == DType::kFloat32 && float32_gemm() == Float32Gemm::kOneDnn) return {64, 256};
   // OpenBLAS: the largest power-of-two tile (<= 64) whose GEMMs (B x B x D) it keeps single-threaded.
   int64_t b = 64;
