@@ -1,15 +1,14 @@
 // attention_fwd / attention_bwd (kernels/attention.h): flash-style blocked attention on the CPU, on
 // the tiled core of cpu/attention_tiles.h (shared with context_attention).
 //
-// Every sequence is cut into query tiles of B tokens starting at its first token, so query tile i
-// sees key tiles 0..i and only the diagonal one needs the causal mask. k and v are already in packed
-// order. The backward's parallelism is limited to (sequences x kv heads), the price of sums in one
-// fixed order (bitwise identical results for any thread count).
+// Every sequence is cut into query tiles of B_q tokens starting at its first token, so only the last
+// key chunk a tile sees needs the causal mask. k and v are already in packed order. The backward's
+// parallelism is limited to (sequences x kv heads), the price of sums in one fixed order (bitwise
+// identical results for any thread count).
 #include "hspmd/kernels/attention.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "hspmd/kernels/cpu/attention_tiles.h"
@@ -96,12 +95,10 @@ void run_typed(const AttentionDims& a, const Tensor& q, const Tensor& k, const T
                            .nkv = a.nkv,
                            .d = a.d,
                            .scale = static_cast<T>(a.scale),
-                           .block = cpu::attention_block_size(q.dtype(), a.d)};
-  const std::vector<cpu::QueryTile> tiles = sequence_tiles(a, x.block);
+                           .block = cpu::attention_blocks(q.dtype(), a.d)};
+  const std::vector<cpu::QueryTile> tiles = sequence_tiles(a, x.block.queries);
   if (!dout.defined()) return cpu::attention_forward(x, tiles);
-  const std::vector<T> delta = cpu::softmax_delta(out.data<T>(), dout.data<T>(), a.tokens, a.nq, a.d);
   x.dout = dout.data<T>();
-  x.delta = delta.data();
   x.dq = dq.data<T>();
   x.dk = dk.data<T>();
   x.dv = dv.data<T>();
@@ -131,10 +128,6 @@ void attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   check_same("attention_bwd", "dk", dk, k, "k");
   check_same("attention_bwd", "dv", dv, k, "k");
   if (a.tokens == 0) return;
-  // dq, dk, dv accumulate over tiles.
-  std::memset(dq.raw_data(), 0, dq.nbytes());
-  std::memset(dk.raw_data(), 0, dk.nbytes());
-  std::memset(dv.raw_data(), 0, dv.nbytes());
   if (q.dtype() == DType::kFloat32) {
     run_typed<float>(a, cpu::attention_operand(q, options), cpu::attention_operand(k, options),
                      cpu::attention_operand(v, options), out, lse, cpu::attention_operand(dout, options), dq, dk,

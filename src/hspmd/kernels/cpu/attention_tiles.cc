@@ -1,11 +1,13 @@
 // The tiled causal attention core (cpu/attention_tiles.h).
 #include "hspmd/kernels/cpu/attention_tiles.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 #include "hspmd/kernels/bf16_rounding.h"
 #include "hspmd/kernels/cpu/blas.h"
@@ -13,64 +15,169 @@
 
 namespace hspmd::kernels::cpu {
 
-int64_t attention_block_size(DType dtype, int64_t d) {
+AttentionBlocks attention_blocks(DType dtype, int64_t d) {
   // oneDNN runs each GEMM on the calling thread inside our OpenMP threads, so only the tiles'
-  // efficiency counts. Against 64, 128 measured about 1.2x the fwd+bwd rate and 256 less than 128
-  // (diagonal tiles mask more work): bench_kernels --threads=1, 4 x 512 tokens, 8 heads, D = 64.
-  if (dtype == DType::kFloat32 && float32_gemm() == Float32Gemm::kOneDnn) return 128;
+  // efficiency counts. Query tiles of 64 waste less on the causal diagonal than 128 (a tile computes
+  // its whole diagonal block); key chunks of 256 make longer products than 128 and keep a chunk's
+  // keys, values and their gradients in L2. 32-64 x 192-320 measured alike; 128 x 128 5-9%
+  // slower (fastest of 12-20 calls, 1 and 2 threads, 4 x 512 tokens, 8 query heads, D = 64).
+  if (dtype == DType::kFloat32 && float32_gemm() == Float32Gemm::kOneDnn) return {64, 256};
   // OpenBLAS: the largest power-of-two tile (<= 64) whose GEMMs (B x B x D) it keeps single-threaded.
   int64_t b = 64;
   while (b > 8 && b * b * d > kSingleThreadedGemmWork) b /= 2;
-  return b;
+  return {b, b};
 }
 
 namespace {
 
+// Per-thread scratch of one forward or backward call. Products read and write contiguous copies of
+// their operands: the rows of one head in [T, N, D] are N * D apart, often a power of two, and rows
+// that far apart share a few cache sets (with 8 kv heads the backward measured 15-20% faster so).
 template <typename T>
 struct TileScratch {
-  std::vector<T> s, p, m, l;
-  explicit TileScratch(int64_t b) : s(b * b), p(b * b), m(b), l(b) {}
+  std::vector<T> s, p;    // B_q x B_k: S then P, and dP then dS (backward)
+  std::vector<T> m, l;    // B_q: the forward's running row max and sum
+  std::vector<T> q, o;    // B_q x D: a query tile's Q, and its O (forward) or dO (backward)
+  std::vector<T> k, v;    // keys and values: of one key chunk (backward), or of a document (forward)
+  std::vector<T> dk, dv;  // B_k x D: a key chunk's gradients (backward)
+  // Forward: k, v hold rows [kv_start, kv_start + kv_rows) of kv head kv_head.
+  int64_t kv_start = -1, kv_head = -1, kv_rows = 0;
+  TileScratch(AttentionBlocks b, int64_t d)
+      : s(b.queries * b.keys), p(b.queries * b.keys), m(b.queries), l(b.queries), q(b.queries * d),
+        o(b.queries * d), k(b.keys * d), v(b.keys * d), dk(b.keys * d), dv(b.keys * d) {}
 };
 
 // Below this many flops a call runs on the calling thread: waking the OpenMP team costs more
 // than it saves (and much more on a loaded machine, where a sleeping worker waits for a time slice).
 constexpr int64_t kMinParallelFlops = int64_t{1} << 21;
 
-// Runs body(task, scratch) for task 0..costs.size()-1, the most costly first, on the kernels' OpenMP
-// threads; costs are in flops. The result of a task never depends on the thread that runs it.
+// Runs body(task, next, scratch) for the tasks in `order`, handed out in that order to the kernels'
+// OpenMP threads; flops is their total. A thread claims its next task (-1: none) before it runs the
+// current one, so that the body can prefetch the next one's rows while it computes. The result of
+// a task never depends on the thread that runs it.
 template <typename T, typename Body>
-void run_tasks(int64_t block, const std::vector<int64_t>& costs, Body&& body) {
-  std::vector<int64_t> order(costs.size());
-  std::iota(order.begin(), order.end(), int64_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return costs[x] > costs[y]; });
+void run_tasks(AttentionBlocks block, int64_t d, const std::vector<int64_t>& order, int64_t flops, Body&& body) {
   const int64_t n = static_cast<int64_t>(order.size());
-  const int64_t flops = std::accumulate(costs.begin(), costs.end(), int64_t{0});
+  std::atomic<int64_t> claimed{0};
 #pragma omp parallel if (n > 1 && flops >= kMinParallelFlops)
   {
-    TileScratch<T> scratch(block);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < n; ++t) body(order[t], scratch);
+    TileScratch<T> scratch(block, d);
+    for (int64_t t = claimed.fetch_add(1); t < n;) {
+      const int64_t next = claimed.fetch_add(1);
+      body(order[t], next < n ? order[next] : -1, scratch);
+      t = next;
+    }
   }
 }
 
+// 0..n-1 sorted by key(i), ascending; ties keep their order.
+template <typename Key>
+std::vector<int64_t> sorted_tasks(int64_t n, Key&& key) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key(a) < key(b); });
+  return order;
+}
+
+// dst[r, :cols] = src[r, :cols] for r < rows.
 template <typename T>
-void forward_tile(const AttentionTiles<T>& x, const QueryTile& tile, int64_t h, TileScratch<T>& w) {
-  const int64_t b = x.block, d = x.d, g = h / x.group(), n = tile.len, last = tile.last();
-  const int64_t ldq = x.ldq(), ldk = x.ldk();
-  const T* q = x.q + tile.row * ldq + h * d;
-  T* o = x.out + tile.row * ldq + h * d;
-  T *s = w.s.data(), *m = w.m.data(), *l = w.l.data();
+void copy_rows(const T* src, int64_t ld_src, int64_t rows, int64_t cols, T* dst, int64_t ld_dst) {
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld_dst, src + r * ld_src, sizeof(T) * cols);
+}
+
+// Operands in [T, N, D] are read a head at a time, a few hundred bytes of each row: hardware
+// prefetchers hardly follow that, and the first touch of a tile waits on memory. So the loops over a
+// tile's rows also prefetch what the next tile or task reads, a few rows per iteration, which
+// overlaps those misses with the products (about 5% of the fwd+bwd time measured).
+template <typename T>
+void prefetch_row(const T* p, int64_t d) {
+  for (int64_t c = 0; c < d; c += 64 / static_cast<int64_t>(sizeof(T))) __builtin_prefetch(p + c);
+  __builtin_prefetch(p + d - 1);
+}
+
+// Share i of count of the rows [0, rows) at base, ld apart.
+template <typename T>
+void prefetch_share(const T* base, int64_t ld, int64_t rows, int64_t d, int64_t i, int64_t count) {
+  for (int64_t r = rows * i / count; r < rows * (i + 1) / count; ++r) prefetch_row(base + r * ld, d);
+}
+
+// The SIMD row loops take about 40 ns for a row's last partial vector (1 ns an element otherwise),
+// and most rows of a masked chunk end in one. So a masked row is extended to a multiple of every
+// level's lanes (as far as the chunk allows) with scores of -inf: their exponentials are ~1e-38
+// (exp_approx clamps its input), nothing next to a row's total of >= 1, and are zeroed after.
+constexpr int64_t kRowPad = 16;
+
+template <typename T>
+int64_t padded_columns(T* row, int64_t cols, int64_t nk) {
+  const int64_t padded = std::min(nk, (cols + kRowPad - 1) / kRowPad * kRowPad);
+  std::fill(row + cols, row + padded, -std::numeric_limits<T>::infinity());
+  return padded;
+}
+
+// sum of a[i] * b[i], accumulated in double (products of floats are exact there) over eight partial
+// sums: independent chains that the compiler keeps in vector registers.
+template <typename T>
+double dot_f64(const T* a, const T* b, int64_t n) {
+  double s[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) s[j] += static_cast<double>(a[i + j]) * b[i + j];
+  }
+  for (; i < n; ++i) s[0] += static_cast<double>(a[i]) * b[i];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+// Packs the keys and values of the tile's document for kv head g into w.k, w.v, from the document's
+// first token through the tile's last. What a thread packed stays for its next tasks: those of one
+// (document, kv head) come in a row, the longest first, so a thread packs each row at most once.
+template <typename T>
+void pack_document_keys(const AttentionTiles<T>& x, const QueryTile& tile, int64_t g, TileScratch<T>& w) {
+  if (w.kv_start != tile.seq_start || w.kv_head != g) {
+    w.kv_start = tile.seq_start;
+    w.kv_head = g;
+    w.kv_rows = 0;
+  }
+  const int64_t rows = tile.span(), done = w.kv_rows, d = x.d, ldk = x.ldk();
+  if (rows <= done) return;
+  if (static_cast<int64_t>(w.k.size()) < rows * d) {
+    w.k.resize(rows * d);
+    w.v.resize(rows * d);
+  }
+  const int64_t from = (tile.seq_start + done) * ldk + g * d;
+  copy_rows(x.k + from, ldk, rows - done, d, w.k.data() + done * d, d);
+  copy_rows(x.v + from, ldk, rows - done, d, w.v.data() + done * d, d);
+  w.kv_rows = rows;
+}
+
+// One (query tile, head); next / next_h: the task this thread runs next (next is null if none).
+template <typename T>
+void forward_tile(const AttentionTiles<T>& x, const QueryTile& tile, int64_t h, const QueryTile* next,
+                  int64_t next_h, TileScratch<T>& w) {
+  const int64_t b = x.block.keys, d = x.d, g = h / x.group(), n = tile.len, last = tile.last(), ldq = x.ldq();
+  T *q = w.q.data(), *o = w.o.data(), *s = w.s.data(), *m = w.m.data(), *l = w.l.data();
+  copy_rows(x.q + tile.row * ldq + h * d, ldq, n, d, q, d);
+  pack_document_keys(x, tile, g, w);
   for (int64_t r = 0; r < n; ++r) {
-    std::memset(o + r * ldq, 0, sizeof(T) * d);
     m[r] = -std::numeric_limits<T>::infinity();
     l[r] = 0;
   }
+  // Rows of the next task to prefetch: its queries, and its keys and values unless they are packed.
+  const T* next_q = next != nullptr ? x.q + next->row * ldq + next_h * d : nullptr;
+  const bool next_keys = next != nullptr && (next->seq_start != tile.seq_start || next_h / x.group() != g);
+  const int64_t next_kv = next_keys ? next->seq_start * x.ldk() + next_h / x.group() * d : 0;
+  const int64_t iterations = n * ((last - tile.seq_start) / b + 1);  // of the row loop, over all chunks
   for (int64_t k0 = tile.seq_start; k0 <= last; k0 += b) {
     const int64_t nk = std::min(b, last + 1 - k0);
-    const T* k = x.k + k0 * ldk + g * d;
-    const T* v = x.v + k0 * ldk + g * d;
-    gemm(false, true, n, nk, d, x.scale, q, ldq, k, ldk, T(0), s, b);
+    const T* k = w.k.data() + (k0 - tile.seq_start) * d;
+    const T* v = w.v.data() + (k0 - tile.seq_start) * d;
+    gemm(false, true, n, nk, d, x.scale, q, d, k, d, T(0), s, b);
     for (int64_t r = 0; r < n; ++r) {
+      if (next_q != nullptr && k0 == tile.seq_start && r < next->len) prefetch_row(next_q + r * ldq, d);
+      if (next_keys) {
+        const int64_t i = (k0 - tile.seq_start) / b * n + r;
+        prefetch_share(x.k + next_kv, x.ldk(), next->span(), d, i, iterations);
+        prefetch_share(x.v + next_kv, x.ldk(), next->span(), d, i, iterations);
+      }
       T* row = s + r * b;
       const int64_t cols = tile.kept_columns(r, k0, nk);
       if (cols == 0) {  // a later key than this query: nothing to add
@@ -78,8 +185,9 @@ void forward_tile(const AttentionTiles<T>& x, const QueryTile& tile, int64_t h, 
         continue;
       }
       const bool first = l[r] == T(0);
-      const T m_new = first ? row_max(row, cols) : std::max(m[r], row_max(row, cols));
-      const T sum = exp_shift_sum(row, cols, m_new);
+      const int64_t padded = padded_columns(row, cols, nk);
+      const T m_new = first ? row_max(row, padded) : std::max(m[r], row_max(row, padded));
+      const T sum = exp_shift_sum(row, padded, m_new);
       std::fill(row + cols, row + nk, T(0));
       if (first) {
         l[r] = sum;
@@ -87,59 +195,104 @@ void forward_tile(const AttentionTiles<T>& x, const QueryTile& tile, int64_t h, 
         const T correction = std::exp(m[r] - m_new);
         l[r] = l[r] * correction + sum;
         if (correction != T(1)) {
-          T* orow = o + r * ldq;
-          for (int64_t c = 0; c < d; ++c) orow[c] *= correction;
+          for (int64_t c = 0; c < d; ++c) o[r * d + c] *= correction;
         }
       }
       m[r] = m_new;
     }
-    gemm(false, false, n, d, nk, T(1), s, b, v, ldk, T(1), o, ldq);
+    // The first key chunk overwrites O: every row keeps at least its document's first key.
+    gemm(false, false, n, d, nk, T(1), s, b, v, d, k0 == tile.seq_start ? T(0) : T(1), o, d);
   }
   for (int64_t r = 0; r < n; ++r) {
     const T inv = T(1) / l[r];
-    T* orow = o + r * ldq;
-    for (int64_t c = 0; c < d; ++c) orow[c] *= inv;
+    T* out = x.out + (tile.row + r) * ldq + h * d;
+    for (int64_t c = 0; c < d; ++c) out[c] = o[r * d + c] * inv;
     x.lse[h * x.tq + tile.row + r] = m[r] + std::log(l[r]);
   }
 }
 
-// Every key tile of one document against its query tiles, for kv head g.
-template <typename T>
-void backward_document(const AttentionTiles<T>& x, const std::vector<const QueryTile*>& tiles, int64_t g,
-                       TileScratch<T>& w) {
-  const int64_t b = x.block, d = x.d, ldq = x.ldq(), ldk = x.ldk();
+// Packed position of the last query of a document's tiles.
+int64_t last_query(const std::vector<const QueryTile*>& tiles) {
   int64_t last = 0;
   for (const QueryTile* t : tiles) last = std::max(last, t->last());
-  T *p = w.s.data(), *dp = w.p.data();
-  for (int64_t k0 = tiles.front()->seq_start; k0 <= last; k0 += b) {
-    const int64_t nk = std::min(b, last + 1 - k0);
-    const T* k = x.k + k0 * ldk + g * d;
-    const T* v = x.v + k0 * ldk + g * d;
-    T* dk = x.dk + k0 * ldk + g * d;
-    T* dv = x.dv + k0 * ldk + g * d;
-    for (int64_t hh = 0; hh < x.group(); ++hh) {
-      const int64_t h = g * x.group() + hh;
+  return last;
+}
+
+// Every key chunk of one document against its query tiles, for kv head g; delta: [Nq, Tq] scratch.
+// next / next_g: the task this thread runs next (next is null if none).
+template <typename T>
+void backward_document(const AttentionTiles<T>& x, const std::vector<const QueryTile*>& tiles, int64_t g,
+                       const std::vector<const QueryTile*>* next, int64_t next_g, T* delta, TileScratch<T>& w) {
+  const int64_t b = x.block.keys, d = x.d, ldq = x.ldq(), ldk = x.ldk(), first = tiles.front()->seq_start;
+  const int64_t last = last_query(tiles);
+  T *p = w.s.data(), *dp = w.p.data(), *q = w.q.data(), *dout = w.o.data();
+  T *k = w.k.data(), *v = w.v.data(), *dk = w.dk.data(), *dv = w.dv.data();
+  std::vector<std::pair<int64_t, const QueryTile*>> work;  // (head, tile) of one chunk, in order
+  for (int64_t k0 = first; k0 <= last; k0 += b) {
+    const int64_t chunk = std::min(b, last + 1 - k0);
+    copy_rows(x.k + k0 * ldk + g * d, ldk, chunk, d, k, d);
+    copy_rows(x.v + k0 * ldk + g * d, ldk, chunk, d, v, d);
+    std::fill(dk, dk + chunk * d, T(0));
+    std::fill(dv, dv + chunk * d, T(0));
+    work.clear();
+    for (int64_t h = g * x.group(); h < (g + 1) * x.group(); ++h) {
       for (const QueryTile* t : tiles) {
-        const int64_t n = t->len;
-        if (t->last() < k0) continue;  // every query of the tile precedes these keys
-        const T* q = x.q + t->row * ldq + h * d;
-        const T* dout = x.dout + t->row * ldq + h * d;
-        T* dq = x.dq + t->row * ldq + h * d;
-        const T* lse = x.lse + h * x.tq + t->row;
-        const T* delta = x.delta + h * x.tq + t->row;
-        gemm(false, true, n, nk, d, x.scale, q, ldq, k, ldk, T(0), p, b);
-        for (int64_t r = 0; r < n; ++r) {
-          const int64_t cols = t->kept_columns(r, k0, nk);
-          exp_shift_sum(p + r * b, cols, lse[r]);
-          std::fill(p + r * b + cols, p + r * b + nk, T(0));
-        }
-        gemm(true, false, nk, d, n, T(1), p, b, dout, ldq, T(1), dv, ldk);
-        gemm(false, true, n, nk, d, T(1), dout, ldq, v, ldk, T(0), dp, b);
-        for (int64_t r = 0; r < n; ++r) softmax_grad_row(dp + r * b, p + r * b, nk, delta[r]);
-        gemm(false, false, n, d, nk, x.scale, dp, b, k, ldk, T(1), dq, ldq);
-        gemm(true, false, nk, d, n, x.scale, dp, b, q, ldq, T(1), dk, ldk);
+        if (t->last() >= k0) work.emplace_back(h, t);  // the others' queries all precede these keys
       }
     }
+    // What comes after this chunk, to prefetch: the next chunk, or the next task's first one and tile.
+    const bool last_chunk = k0 + b > last;
+    int64_t after_k0 = k0 + b, after_g = g, after_rows = last + 1 - after_k0;
+    std::pair<int64_t, const QueryTile*> after_tile{0, nullptr};
+    if (last_chunk && next != nullptr) {
+      after_k0 = next->front()->seq_start;
+      after_g = next_g;
+      after_rows = last_query(*next) + 1 - after_k0;
+      after_tile = {next_g * x.group(), next->front()};
+    }
+    after_rows = std::clamp<int64_t>(after_rows, 0, b);
+    for (size_t j = 0; j < work.size(); ++j) {
+      const auto [h, t] = work[j];
+      const int64_t n = t->len, nk = std::min(chunk, t->last() + 1 - k0);  // keys after the tile: masked
+      copy_rows(x.q + t->row * ldq + h * d, ldq, n, d, q, d);
+      copy_rows(x.dout + t->row * ldq + h * d, ldq, n, d, dout, d);
+      T* dq = x.dq + t->row * ldq + h * d;
+      const T* lse = x.lse + h * x.tq + t->row;
+      T* dl = delta + h * x.tq + t->row;
+      if (k0 == first) {  // every tile sees the first chunk: Delta = rowsum(dO * O), accumulated in double
+        const T* o = x.out + t->row * ldq + h * d;
+        for (int64_t r = 0; r < n; ++r) dl[r] = static_cast<T>(dot_f64(o + r * ldq, dout + r * d, d));
+      }
+      gemm(false, true, n, nk, d, x.scale, q, d, k, d, T(0), p, b);
+      // The next (head, tile), and whether it is in its first chunk (where Delta reads its O rows).
+      const bool within = j + 1 < work.size();
+      const auto [nh, nt] = within ? work[j + 1] : after_tile;
+      const bool next_reads_out = within ? k0 == first : true;
+      for (int64_t r = 0; r < n; ++r) {
+        if (nt != nullptr && r < nt->len) {  // the next tile's rows
+          const int64_t at = (nt->row + r) * ldq + nh * d;
+          prefetch_row(x.q + at, d);
+          prefetch_row(x.dout + at, d);
+          if (next_reads_out) prefetch_row(x.out + at, d);
+        }
+        if (after_rows > 0) {  // a share of the next chunk's keys and values
+          const int64_t i = static_cast<int64_t>(j) * n + r, count = static_cast<int64_t>(work.size()) * n;
+          prefetch_share(x.k + after_k0 * ldk + after_g * d, ldk, after_rows, d, i, count);
+          prefetch_share(x.v + after_k0 * ldk + after_g * d, ldk, after_rows, d, i, count);
+        }
+        const int64_t cols = t->kept_columns(r, k0, nk);
+        exp_shift_sum(p + r * b, padded_columns(p + r * b, cols, nk), lse[r]);
+        std::fill(p + r * b + cols, p + r * b + nk, T(0));
+      }
+      gemm(true, false, nk, d, n, T(1), p, b, dout, d, T(1), dv, d);
+      gemm(false, true, n, nk, d, T(1), dout, d, v, d, T(0), dp, b);
+      for (int64_t r = 0; r < n; ++r) softmax_grad_row(dp + r * b, p + r * b, nk, dl[r]);
+      // The first chunk overwrites dQ, later ones add to it.
+      gemm(false, false, n, d, nk, x.scale, dp, b, k, d, k0 == first ? T(0) : T(1), dq, ldq);
+      gemm(true, false, nk, d, n, x.scale, dp, b, q, d, T(1), dk, d);
+    }
+    copy_rows(dk, d, chunk, d, x.dk + k0 * ldk + g * d, ldk);
+    copy_rows(dv, d, chunk, d, x.dv + k0 * ldk + g * d, ldk);
   }
 }
 
@@ -147,9 +300,18 @@ void backward_document(const AttentionTiles<T>& x, const std::vector<const Query
 
 template <typename T>
 void attention_forward(const AttentionTiles<T>& x, const std::vector<QueryTile>& tiles) {
-  std::vector<int64_t> costs;  // per (tile, head): S = Q K^T and P V, 2 * len * span * D flops each
-  for (const QueryTile& t : tiles) costs.insert(costs.end(), x.nq, 4 * t.len * t.span() * x.d);
-  run_tasks<T>(x.block, costs, [&](int64_t i, TileScratch<T>& w) { forward_tile(x, tiles[i / x.nq], i % x.nq, w); });
+  // Task i: tile i / nq, head i % nq; S = Q K^T and P V, 2 * len * span * D flops each.
+  const int64_t n = static_cast<int64_t>(tiles.size()) * x.nq;
+  auto cost = [&](int64_t i) { return 4 * tiles[i / x.nq].len * tiles[i / x.nq].span() * x.d; };
+  int64_t flops = 0;
+  for (int64_t i = 0; i < n; ++i) flops += cost(i);
+  // The tasks of one (document, kv head) in a row, the most costly first: they share keys and values.
+  const std::vector<int64_t> order = sorted_tasks(n, [&](int64_t i) {
+    return std::make_tuple(tiles[i / x.nq].seq_start, i % x.nq / x.group(), -cost(i), i % x.nq);
+  });
+  run_tasks<T>(x.block, x.d, order, flops, [&](int64_t i, int64_t next, TileScratch<T>& w) {
+    forward_tile(x, tiles[i / x.nq], i % x.nq, next >= 0 ? &tiles[next / x.nq] : nullptr, next % x.nq, w);
+  });
 }
 
 template <typename T>
@@ -166,25 +328,15 @@ void attention_backward(const AttentionTiles<T>& x, const std::vector<QueryTile>
     docs[it->second].push_back(&t);
     doc_costs[it->second] += 10 * t.len * t.span() * x.d * x.group();
   }
-  std::vector<int64_t> costs;  // per (document, kv head)
-  for (int64_t c : doc_costs) costs.insert(costs.end(), x.nkv, c);
-  run_tasks<T>(x.block, costs,
-               [&](int64_t i, TileScratch<T>& w) { backward_document(x, docs[i / x.nkv], i % x.nkv, w); });
-}
-
-template <typename T>
-std::vector<T> softmax_delta(const T* out, const T* dout, int64_t tq, int64_t nq, int64_t d) {
-  std::vector<T> delta(static_cast<size_t>(nq * tq));
-  for (int64_t r = 0; r < tq; ++r) {
-    for (int64_t h = 0; h < nq; ++h) {
-      const T* orow = out + (r * nq + h) * d;
-      const T* drow = dout + (r * nq + h) * d;
-      double acc = 0;
-      for (int64_t c = 0; c < d; ++c) acc += static_cast<double>(orow[c]) * drow[c];
-      delta[h * tq + r] = static_cast<T>(acc);
-    }
-  }
-  return delta;
+  // Task i: document i / nkv, kv head i % nkv; the most costly first.
+  const int64_t n = static_cast<int64_t>(docs.size()) * x.nkv;
+  const std::vector<int64_t> order = sorted_tasks(n, [&](int64_t i) { return -doc_costs[i / x.nkv]; });
+  const int64_t flops = std::accumulate(doc_costs.begin(), doc_costs.end(), int64_t{0}) * x.nkv;
+  std::vector<T> delta(static_cast<size_t>(x.nq * x.tq));
+  run_tasks<T>(x.block, x.d, order, flops, [&](int64_t i, int64_t next, TileScratch<T>& w) {
+    backward_document(x, docs[i / x.nkv], i % x.nkv, next >= 0 ? &docs[next / x.nkv] : nullptr, next % x.nkv,
+                      delta.data(), w);
+  });
 }
 
 Tensor attention_operand(const Tensor& x, const AttentionOptions& options) {
@@ -198,7 +350,5 @@ template void attention_forward(const AttentionTiles<float>&, const std::vector<
 template void attention_forward(const AttentionTiles<double>&, const std::vector<QueryTile>&);
 template void attention_backward(const AttentionTiles<float>&, const std::vector<QueryTile>&);
 template void attention_backward(const AttentionTiles<double>&, const std::vector<QueryTile>&);
-template std::vector<float> softmax_delta(const float*, const float*, int64_t, int64_t, int64_t);
-template std::vector<double> softmax_delta(const double*, const double*, int64_t, int64_t, int64_t);
 
 }  // namespace hspmd::kernels::cpu

@@ -1,28 +1,31 @@
 // Internal to the CPU backend: the tiled causal attention core shared by attention_fwd/_bwd
 // (cpu/attention.cc) and context_attention_fwd/_bwd (cpu/context_attention.cc).
 //
-// Queries come as tiles: runs of at most B rows that are consecutive in the packed batch and inside
-// one document. Keys and values are in packed order (position p at row p). A tile at packed
-// positions [pos, pos + len) of a document starting at seq_start sees the key tiles starting at
-// seq_start, seq_start + B, ... up to pos + len - 1; its row r keeps the key columns at packed
-// positions <= pos + r (the causal mask; a row may keep none of a late key tile). The plain kernel's
-// tiles are the blocks of B tokens of each sequence, so only its diagonal tiles are masked.
+// Queries come as tiles: runs of at most B_q rows that are consecutive in the packed batch and
+// inside one document. Keys and values are in packed order (position p at row p). A tile at packed
+// positions [pos, pos + len) of a document starting at seq_start sees the key chunks of at most B_k
+// keys starting at seq_start, seq_start + B_k, ... up to pos + len - 1; its row r keeps the key
+// columns at packed positions <= pos + r (the causal mask; a row may keep none of a late chunk). The
+// plain kernel's tiles are the blocks of B_q tokens of each sequence, so only the last chunk a tile
+// sees is masked, and it computes at most B_q x B_q / 2 masked scores.
 //
-// Products are GEMMs of the project's backend (cpu/blas.h) on B x D and B x B operands, addressed in
-// place ([T, N, D] row-major: a head's rows are N * D apart); per thread the only scratch is two
-// B x B tiles and two vectors of B, never a score matrix of a whole sequence.
+// Products are GEMMs of the project's backend (cpu/blas.h) on B_q x D, B_k x D and B_q x B_k
+// operands. Each thread copies what they read into contiguous scratch (a head's rows in [T, N, D] are
+// N * D apart, which caches and prefetchers serve badly): a query tile, a key chunk or a document's
+// keys and values of one kv head, and two B_q x B_k score tiles; never a score matrix of a whole
+// sequence.
 //
-// Forward, one task per (query tile, query head), online softmax over key tiles:
+// Forward, one task per (query tile, query head), online softmax over key chunks:
 //   S = scale * Q K_j^T; m' = max(m, rowmax S); P = exp(S - m'); l = l * exp(m - m') + rowsum P;
 //   O = O * exp(m - m') + P V_j; at the end O /= l and lse = m + log l.
 // Backward, one task per (document, kv head): with Delta = rowsum(dO * O) and P recomputed from lse,
 //   dV_j += P^T dO; dP = dO V_j^T; dS = P * (dP - Delta); dQ += scale dS K_j; dK_j += scale dS^T Q
-//   (5 GEMMs per tile, the minimum). A task owns dK/dV of the document's keys for its kv head and dQ
-// of the document's query rows for the heads sharing it, so no two tasks write the same memory and
-// every sum runs in one fixed order: results are bitwise identical for any thread count.
+//   (5 GEMMs per tile and chunk, the minimum). A task owns dK/dV of the document's keys for its kv
+// head and dQ of the document's query rows for the heads sharing it, so no two tasks write the same
+// memory and every sum runs in one fixed order: results are bitwise identical for any thread count.
 //
-//   AttentionTiles<float> x{.q = ..., .block = attention_block_size(DType::kFloat32, d)};
-//   attention_forward(x, tiles);   // then, with dout, delta, dq, dk, dv set and zeroed:
+//   AttentionTiles<float> x{.q = ..., .block = attention_blocks(DType::kFloat32, d)};
+//   attention_forward(x, tiles);   // then, with dout, dq, dk, dv set:
 //   attention_backward(x, tiles);
 #pragma once
 
@@ -35,16 +38,20 @@
 
 namespace hspmd::kernels::cpu {
 
-// Tile rows (tokens) for operands of dtype (float32 or float64) and head dim d: what suits the GEMM
-// library that runs the tiles.
-int64_t attention_block_size(DType dtype, int64_t d);
+// Query tile rows and key chunk columns (tokens) for operands of dtype (float32 or float64) and head
+// dim d: what suits the GEMM library that runs the tiles.
+struct AttentionBlocks {
+  int64_t queries = 0;  // rows of a query tile (at most)
+  int64_t keys = 0;     // columns of a key chunk (at most)
+};
+AttentionBlocks attention_blocks(DType dtype, int64_t d);
 
 struct QueryTile {
   int64_t row = 0;        // first query row (of q, out, lse)
   int64_t pos = 0;        // its packed position
   int64_t len = 0;        // rows, consecutive in the packed batch
   int64_t seq_start = 0;  // packed position of the document's first token
-  // Key columns the causal mask keeps of row r in the key tile of nk columns at packed position k0.
+  // Key columns the causal mask keeps of row r in the key chunk of nk columns at packed position k0.
   int64_t kept_columns(int64_t r, int64_t k0, int64_t nk) const {
     return std::clamp<int64_t>(pos + r - k0 + 1, 0, nk);
   }
@@ -60,10 +67,9 @@ struct AttentionTiles {
   T *out, *lse;        // out like q; lse: [Nq, Tq] (written by the forward, read by the backward)
   int64_t tq, nq, nkv, d;
   T scale;
-  int64_t block;
-  const T* dout = nullptr;  // backward only: like q
-  const T* delta = nullptr;  // backward only: [Nq, Tq] (softmax_delta)
-  T *dq = nullptr, *dk = nullptr, *dv = nullptr;  // backward only, accumulated (zero them first); dk, dv packed
+  AttentionBlocks block;
+  const T* dout = nullptr;                        // backward only: like q
+  T *dq = nullptr, *dk = nullptr, *dv = nullptr;  // backward only: like q, k, v (dk, dv packed)
   int64_t group() const { return nq / nkv; }
   int64_t ldq() const { return nq * d; }
   int64_t ldk() const { return nkv * d; }
@@ -73,14 +79,12 @@ struct AttentionTiles {
 template <typename T>
 void attention_forward(const AttentionTiles<T>& x, const std::vector<QueryTile>& tiles);
 
-// Backward over query tiles: accumulates dq, dk, dv (zero them first). Tiles of one document (same
-// seq_start) must come in packed order; they need not be adjacent.
+// Backward over query tiles (reads out and lse of the forward): writes dq of the tiles' rows, and
+// dk, dv of every key up to its document's last query position; other rows of dk, dv are left as
+// they are. Tiles of one document (same seq_start) must come in packed order; they need not be
+// adjacent.
 template <typename T>
 void attention_backward(const AttentionTiles<T>& x, const std::vector<QueryTile>& tiles);
-
-// Delta[h, r] = rowsum(dO * O) (accumulated in double) for out, dout [Tq, Nq, D].
-template <typename T>
-std::vector<T> softmax_delta(const T* out, const T* dout, int64_t tq, int64_t nq, int64_t d);
 
 // x itself, or its copy rounded to bfloat16 when the options ask for bf16 operands.
 Tensor attention_operand(const Tensor& x, const AttentionOptions& options);

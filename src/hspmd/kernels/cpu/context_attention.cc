@@ -3,7 +3,7 @@
 // position instead of their row.
 //
 // The k/v rows are first put back in packed order (one copy, O(Tk * Nkv * D): small next to the
-// attention). The rank's query rows are cut into tiles of at most B rows that are consecutive in the
+// attention). The rank's query rows are cut into tiles of at most B_q rows that are consecutive in the
 // packed batch and inside one document; a zigzag CP split gives 2 runs per packed row, so tiles are
 // full but for the ends of runs and documents. The gradients of the keys are computed in packed
 // order and then scattered back to the rows' order (kv_index).
@@ -20,7 +20,8 @@ namespace hspmd::kernels {
 namespace {
 
 struct ContextDims {
-  int64_t tq = 0, tk = 0, nq = 0, nkv = 0, d = 0, block = 0;
+  int64_t tq = 0, tk = 0, nq = 0, nkv = 0, d = 0;
+  cpu::AttentionBlocks block;
   double scale = 1.0;
   std::vector<int64_t> cu;
   std::vector<int64_t> q_pos, kv_pos;
@@ -67,7 +68,7 @@ ContextDims check_context(const char* kernel, const Tensor& q, const Tensor& k, 
       << kernel << ": lse is " << (lse.defined() ? lse.to_string() : "undefined") << ", expected "
       << dtype_name(q.dtype()) << Shape({a.nq, a.tq}).to_string();
   a.scale = options.scale != 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(a.d));
-  a.block = cpu::attention_block_size(q.dtype(), a.d);
+  a.block = cpu::attention_blocks(q.dtype(), a.d);
 
   a.cu = int_values(kernel, "cu_seqlens", cu_seqlens, -1);
   HSPMD_CHECK(!a.cu.empty() && a.cu.front() == 0 && a.cu.back() == a.tk)
@@ -100,7 +101,7 @@ ContextDims check_context(const char* kernel, const Tensor& q, const Tensor& k, 
     const int64_t p = a.q_pos[r];
     const int64_t seq_start = *(std::upper_bound(a.cu.begin(), a.cu.end(), p) - 1);
     cpu::QueryTile* last = a.tiles.empty() ? nullptr : &a.tiles.back();
-    if (last != nullptr && last->seq_start == seq_start && last->pos + last->len == p && last->len < a.block) {
+    if (last != nullptr && last->seq_start == seq_start && last->pos + last->len == p && last->len < a.block.queries) {
       ++last->len;
     } else {
       a.tiles.push_back({.row = r, .pos = p, .len = 1, .seq_start = seq_start});
@@ -136,11 +137,9 @@ void run_typed(const ContextDims& a, const Tensor& q, const Tensor& k, const Ten
                            .scale = static_cast<T>(a.scale),
                            .block = a.block};
   if (!dout.defined()) return cpu::attention_forward(x, a.tiles);
+  // Keys after their document's last query here get no gradient: zero, as the backward leaves them.
   std::vector<T> dkp(kp.size(), T(0)), dvp(vp.size(), T(0));
-  const std::vector<T> delta = cpu::softmax_delta(out.data<T>(), dout.data<T>(), a.tq, a.nq, a.d);
-  std::memset(dq.raw_data(), 0, dq.nbytes());
   x.dout = dout.data<T>();
-  x.delta = delta.data();
   x.dq = dq.data<T>();
   x.dk = dkp.data();
   x.dv = dvp.data();
