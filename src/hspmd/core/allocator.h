@@ -6,11 +6,15 @@
 //   device_memory.peak_bytes();  // high-water mark, for memory reports
 //
 // Exceeding the capacity throws OutOfMemoryError naming the requested, in-use and capacity bytes.
+//
+// An Allocator is a handle on a pool (counters and capacity); copies share the pool. Every
+// tensor's storage holds a copy, so a tensor may outlive the Allocator object it came from (a
+// rank's allocator dies with its trainer, the tensors it returned live on): the pool goes when the
+// last handle goes.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
-#include <cstdint>
+#include <memory>
 #include <string>
 
 namespace hspmd {
@@ -26,27 +30,32 @@ class Allocator {
 
   Allocator() : Allocator(Options{}) {}
   explicit Allocator(Options options);
-  Allocator(const Allocator&) = delete;
-  Allocator& operator=(const Allocator&) = delete;
+  // Copying shares the pool; there is no move, so no handle is ever left without one.
+  Allocator(const Allocator&) = default;
+  Allocator& operator=(const Allocator&) = default;
+  ~Allocator();
 
   // The process-wide default allocator, used when no other is given.
   static Allocator& process_default();
 
   // 64-byte aligned; zero bytes returns a valid unique pointer. Throws OutOfMemoryError.
   void* allocate(size_t bytes);
+  // `bytes` must be what allocate was given for ptr.
   void deallocate(void* ptr, size_t bytes) noexcept;
 
-  size_t current_bytes() const { return current_.load(); }
-  size_t peak_bytes() const { return peak_.load(); }
-  void reset_peak() { peak_.store(current_.load()); }
-  size_t capacity_bytes() const { return options_.capacity_bytes; }
-  void set_capacity_bytes(size_t bytes) { options_.capacity_bytes = bytes; }
-  const std::string& name() const { return options_.name; }
+  size_t current_bytes() const;
+  size_t peak_bytes() const;
+  void reset_peak();
+  size_t capacity_bytes() const;
+  void set_capacity_bytes(size_t bytes);
+  const std::string& name() const;
+
+  // Same pool (same device), whichever handles these are.
+  bool operator==(const Allocator& other) const { return pool_ == other.pool_; }
 
  private:
-  Options options_;
-  std::atomic<size_t> current_{0};
-  std::atomic<size_t> peak_{0};
+  class Pool;
+  std::shared_ptr<Pool> pool_;
 };
 
 }  // namespace hspmd
