@@ -1,5 +1,6 @@
-// Host memory with per-allocator accounting. Each process (or each emulated device when ranks run
-// as threads) owns one Allocator; a capacity emulates a device with less memory:
+// Host memory with per-allocator accounting and a cache of freed blocks. Each process (or each
+// emulated device when ranks run as threads) owns one Allocator; a capacity emulates a device with
+// less memory:
 //
 //   Allocator device_memory(Allocator::Options{.capacity_bytes = 2 << 30});
 //   Tensor t = Tensor::empty({1024, 1024}, DType::kFloat32, &device_memory);
@@ -7,10 +8,18 @@
 //
 // Exceeding the capacity throws OutOfMemoryError naming the requested, in-use and capacity bytes.
 //
-// An Allocator is a handle on a pool (counters and capacity); copies share the pool. Every
+// An Allocator is a handle on a pool (counters, capacity, cache); copies share the pool. Every
 // tensor's storage holds a copy, so a tensor may outlive the Allocator object it came from (a
-// rank's allocator dies with its trainer, the tensors it returned live on): the pool goes when the
-// last handle goes.
+// rank's allocator dies with its trainer, the tensors it returned live on): the pool, and the
+// memory in its cache, go when the last handle goes.
+//
+// Cache (why: a fresh block is page-faulted in on first touch, and glibc unmaps large blocks on
+// free, so every training step faulted in its activations again): freed blocks are kept by size
+// class and reused by a later request of the same class; the ones freed longest ago go first.
+// Cached blocks do not count in current_bytes(), which is the bytes live tensors hold. The cache
+// holds at most what the pool has ever held live (a step's blocks, which the next step reuses),
+// and with a capacity at most what the live blocks leave of it: an emulated device never holds
+// more than its capacity, and a request within the capacity never fails because of the cache.
 #pragma once
 
 #include <cstddef>
@@ -43,12 +52,18 @@ class Allocator {
   // `bytes` must be what allocate was given for ptr.
   void deallocate(void* ptr, size_t bytes) noexcept;
 
+  // Bytes held by live allocations (not the cache).
   size_t current_bytes() const;
   size_t peak_bytes() const;
   void reset_peak();
   size_t capacity_bytes() const;
   void set_capacity_bytes(size_t bytes);
   const std::string& name() const;
+
+  // Bytes in freed blocks kept for reuse.
+  size_t cached_bytes() const;
+  // Returns every cached block to the system.
+  void release_cached();
 
   // Same pool (same device), whichever handles these are.
   bool operator==(const Allocator& other) const { return pool_ == other.pool_; }
