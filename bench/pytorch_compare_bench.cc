@@ -5,7 +5,8 @@
 //       [--precision bf16]   bf16 mixed precision (float32 weights, AdamW and gradients)
 //   -> DIR/init.safetensors   the initial weights (Hugging Face names, float32)
 //      DIR/batch.safetensors  "input_ids" int64 [B, S]: B independent sequences of S tokens
-//      DIR/hspmd.json         {"losses": [...], "step_seconds": [...], "peak_rss_bytes": ..., ...}
+//      DIR/hspmd.json         {"losses": [...], "step_seconds": [...], "step_minor_faults": [...],
+//                              "peak_rss_bytes": ..., ...}
 //
 // Optimizer: AdamW, constant lr 1e-3, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on matrices,
 // global-norm clipping at 1.0: the same as the PyTorch side. Step 1 is a warm-up (first-touch page
@@ -13,6 +14,7 @@
 // Peak memory is the resident-set high-water mark above the RSS before the model was built (the
 // kernel's peak is reset through /proc/self/clear_refs), so both sides count the same things:
 // weights, gradients, optimizer state and activations. sgemm: best of 5 square 1024^3 GEMMs.
+// Minor page faults per step (getrusage) show how much memory each step touches for the first time.
 // This is a plain program, not a Google Benchmark one: the Python script drives it.
 #include <algorithm>
 #include <chrono>
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <sys/resource.h>
 
 #include "hspmd/core/error.h"
 #include "hspmd/core/random.h"
@@ -51,6 +54,12 @@ size_t proc_status_bytes(const std::string& key) {
 }
 
 // Resets the kernel's RSS high-water mark to the current RSS; false when not permitted.
+long minor_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
 bool reset_peak_rss() {
   std::ofstream out("/proc/self/clear_refs");
   out << "5";
@@ -139,6 +148,7 @@ void run(const Args& args) {
 
   nlohmann::json result;
   for (int64_t step = 0; step < args.steps; ++step) {
+    const long faults_before = minor_faults();
     auto t0 = std::chrono::steady_clock::now();
     std::vector<Tensor> out = executor.run(feeds, params);
     graph::TensorMap grads;
@@ -147,6 +157,7 @@ void run(const Args& args) {
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result["losses"].push_back(out[0].element_as_double(0));
     result["step_seconds"].push_back(seconds);
+    result["step_minor_faults"].push_back(minor_faults() - faults_before);
   }
   const size_t hwm = proc_status_bytes("VmHWM");
   result["peak_rss_bytes"] = hwm > rss_before ? hwm - rss_before : 0;

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "hspmd/core/allocator.h"
 #include "hspmd/core/philox.h"
 #include "hspmd/core/random.h"
 #include "hspmd/core/tensor.h"
@@ -125,29 +124,6 @@ TEST(Tensor, CloneCopyFillAndEmpty) {
   Tensor e = Tensor::zeros({0, 5}, DType::kFloat32);
   EXPECT_EQ(e.numel(), 0);
   EXPECT_EQ(e.clone().numel(), 0);
-}
-
-TEST(Allocator, AccountsAndEnforcesCapacity) {
-  Allocator a(Allocator::Options{.capacity_bytes = 1000, .name = "emulated device 0"});
-  {
-    Tensor x = Tensor::empty({100}, DType::kFloat32, &a);
-    EXPECT_EQ(a.current_bytes(), 400u);
-    Tensor y = Tensor::empty({100}, DType::kFloat32, &a);
-    EXPECT_EQ(a.peak_bytes(), 800u);
-    try {
-      Tensor z = Tensor::empty({100}, DType::kFloat32, &a);
-      FAIL() << "no throw";
-    } catch (const OutOfMemoryError& e) {
-      std::string what = e.what();
-      EXPECT_NE(what.find("requested 400 bytes"), std::string::npos) << what;
-      EXPECT_NE(what.find("800 bytes in use"), std::string::npos) << what;
-      EXPECT_NE(what.find("capacity of 1000 bytes"), std::string::npos) << what;
-      EXPECT_NE(what.find("emulated device 0"), std::string::npos) << what;
-    }
-    EXPECT_EQ(a.current_bytes(), 800u);
-  }
-  EXPECT_EQ(a.current_bytes(), 0u);
-  EXPECT_EQ(a.peak_bytes(), 800u);
 }
 
 TEST(Philox, DeterministicAndShardable) {

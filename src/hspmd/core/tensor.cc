@@ -2,16 +2,16 @@
 
 namespace hspmd {
 
-Storage::Storage(size_t bytes, Allocator* allocator)
-    : data_(allocator->allocate(bytes)), bytes_(bytes), allocator_(allocator) {}
+Storage::Storage(size_t bytes, const Allocator& allocator)
+    : allocator_(allocator), data_(allocator_.allocate(bytes)), bytes_(bytes) {}
 
-Storage::~Storage() { allocator_->deallocate(data_, bytes_); }
+Storage::~Storage() { allocator_.deallocate(data_, bytes_); }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Allocator* allocator) {
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(t.nbytes(), allocator ? allocator : &Allocator::process_default());
+  t.storage_ = std::make_shared<Storage>(t.nbytes(), allocator ? *allocator : Allocator::process_default());
   return t;
 }
 

@@ -8,7 +8,8 @@
 // Views share storage (copying a Tensor copies a handle). Only views that stay contiguous exist:
 // narrow(d, ...) needs every dimension before d to have size 1. Slices along other dims are
 // copies made by the kernels (kernels::slice).
-// The storage's Allocator must outlive every tensor allocated from it.
+// A tensor may outlive the Allocator object it was allocated from: its storage holds a handle on
+// the allocator's pool (core/allocator.h), and frees into it.
 #pragma once
 
 #include <cstdint>
@@ -25,23 +26,24 @@
 
 namespace hspmd {
 
-// A block of memory owned by one allocator; freed when the last view goes away.
+// A block of memory from one allocator's pool; freed into it when the last view goes away.
 class Storage {
  public:
-  Storage(size_t bytes, Allocator* allocator);
+  Storage(size_t bytes, const Allocator& allocator);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
-  Allocator* allocator() const { return allocator_; }
+  // This storage's own handle on the pool: valid as long as the storage is.
+  Allocator* allocator() { return &allocator_; }
   Device device() const { return Device::cpu(); }
 
  private:
+  Allocator allocator_;  // first: constructed before, destroyed after, the memory it hands out
   void* data_;
   size_t bytes_;
-  Allocator* allocator_;
 };
 
 class Tensor {
@@ -64,6 +66,8 @@ class Tensor {
   int64_t dim(int d) const { return shape_.dim(d); }
   int64_t numel() const { return shape_.numel(); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  // A handle on the pool this tensor's memory came from (nullptr if undefined), valid while the
+  // tensor is. Each storage has its own handle: compare pools with ==, not the pointers.
   Allocator* allocator() const { return storage_ ? storage_->allocator() : nullptr; }
 
   void* raw_data() const { return static_cast<char*>(storage_->data()) + offset_bytes_; }
