@@ -291,8 +291,8 @@ def print_table(rows, args, rounds_done):
 
 def find_sides(args):
     sides = []
-    for python, modes in ((args.torch1_python, (("fp32", "fp32"),)),
-                          (args.torch2_python, (("fp32 SDPA", "sdpa"), ("bf16 autocast", "bf16")))):
+    torch2_modes = (("fp32 SDPA", "sdpa"),) + (() if args.no_torch_bf16 else (("bf16 autocast", "bf16"),))
+    for python, modes in ((args.torch1_python, (("fp32", "fp32"),)), (args.torch2_python, torch2_modes)):
         if not python:
             continue
         probe = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True,
@@ -315,6 +315,8 @@ def main():
                     "16m (bench/llama-16m.json, 4x512)")
     ap.add_argument("--torch1-python", default="/usr/bin/python3", help="interpreter with Debian's torch 1.13 ('' skips)")
     ap.add_argument("--torch2-python", default="", help="interpreter with PyTorch 2.x ('' skips)")
+    ap.add_argument("--no-torch-bf16", action="store_true",
+                    help="leave out the bf16 autocast side (on a CPU without bf16 instructions it is ~25x slower)")
     # Worker mode (run by the driver): one PyTorch side, one round.
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--mode", choices=("fp32", "sdpa", "bf16"), help=argparse.SUPPRESS)

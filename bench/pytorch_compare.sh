@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hspmd vs PyTorch CPU training step, side by side in one run (bench/pytorch_compare.py).
-#   bench/pytorch_compare.sh [--threads N] [--steps N] [--rounds N] [--sizes tiny,16m]
+#   bench/pytorch_compare.sh [--threads N] [--steps N] [--rounds N] [--sizes tiny,16m] [--no-torch-bf16]
 # PyTorch sides:
 #   - Debian's python3-torch (1.13) for /usr/bin/python3, installed with apt-get when missing (~47 MB);
 #   - PyTorch 2.x from PyPI in a virtual environment this script creates outside the source tree,
