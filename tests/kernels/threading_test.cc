@@ -5,8 +5,11 @@
 #include <gmock/gmock.h>
 #include <omp.h>
 
+#include <string>
+
 #include "hspmd/core/error.h"
 #include "hspmd/kernels/blas_library.h"
+#include "hspmd/kernels/matmul.h"
 
 namespace hspmd::kernels {
 namespace {
@@ -60,6 +63,38 @@ TEST(Threading, ScopedNumThreadsRestoresTheCallersCount) {
               ThrowsMessage<Error>(HasSubstr("ScopedNumThreads: thread count must be >= 1, got 0")));
   EXPECT_EQ(num_threads(), 3);
   set_num_threads(before);
+}
+
+// A multi-threaded GEMM may run outside any region or inside an active one (it then runs on the
+// calling thread), never inside an inactive one; and matmul never puts it there.
+TEST(Threading, MultiThreadedCallsAreRefusedInsideAnInactiveRegion) {
+  EXPECT_NO_THROW(check_not_in_inactive_region("gemm"));
+  bool active_ok = true, inactive_threw = false;
+#pragma omp parallel num_threads(2)
+  {
+    try {
+      check_not_in_inactive_region("gemm");
+    } catch (const Error&) {
+#pragma omp critical
+      active_ok = false;
+    }
+  }
+  const bool inactive = true;
+#pragma omp parallel if (!inactive)
+  {
+    try {
+      check_not_in_inactive_region("gemm");
+    } catch (const Error& e) {
+      inactive_threw = std::string(e.what()).find("inside an inactive OpenMP parallel region") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(active_ok);
+  EXPECT_TRUE(inactive_threw);
+  // A product above the single-thread threshold, as every Llama projection is.
+  Tensor a = Tensor::full({512, 512}, DType::kFloat32, 0.5), b = Tensor::full({512, 512}, DType::kFloat32, 0.25);
+  Tensor c = Tensor::empty({512, 512}, DType::kFloat32);
+  EXPECT_NO_THROW(matmul(a, b, c, {.trans_b = true}));
+  EXPECT_EQ(c.data<float>()[0], 512 * 0.125f);
 }
 
 }  // namespace

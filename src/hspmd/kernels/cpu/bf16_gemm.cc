@@ -113,7 +113,11 @@ void onednn_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                       int64_t lda, const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   Bf16Matmuls& all = matmuls();
   std::optional<ScopedNumThreads> serial;  // oneDNN reads the OpenMP thread count when it executes
-  if (m * n * k < kMinParallelGemmMacs) serial.emplace(1);
+  if (m * n * k < kMinParallelGemmMacs) {
+    serial.emplace(1);
+  } else {
+    check_not_in_inactive_region("oneDNN bf16 matmul");
+  }
   try {
     const Bf16Matmul mm = all.get({trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta});
     // oneDNN takes non-const handles; it only reads the sources.

@@ -35,7 +35,11 @@ const char* float32_gemm_name(Float32Gemm backend) { return backend == Float32Ge
 void onednn_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   std::optional<ScopedNumThreads> serial;
-  if (m * n * k < kMinParallelGemmMacs) serial.emplace(1);
+  if (m * n * k < kMinParallelGemmMacs) {
+    serial.emplace(1);
+  } else {
+    check_not_in_inactive_region("oneDNN sgemm");
+  }
   // dnnl_sgemm is row-major, like the rest of hspmd.
   const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
                                           beta, c, ldc);

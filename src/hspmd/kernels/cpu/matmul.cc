@@ -80,14 +80,22 @@ void matmul_typed(const In* a, const In* b, T* c, const MatmulDims& d, const Mat
     return;
   }
   const int64_t b_step = d.b_shared ? 0 : d.k * d.n;
+  auto product = [&](int64_t i) {
+    cpu::gemm(o.trans_a, o.trans_b, d.m, d.n, d.k, alpha, a + i * d.m * d.k, lda, b + i * b_step, ldb, beta,
+              c + i * d.m * d.n, d.n);
+  };
   // Small products run single-threaded inside the GEMM library, so spread the batch over our threads
   // instead (each batch writes its own slice of out: no races, same result for any thread count).
   const bool small = d.m * d.n * d.k <= cpu::kSingleThreadedGemmWork;
-#pragma omp parallel for schedule(static) if (small && d.batch > 1 && d.batch * d.m * d.n * d.k >= (1 << 20))
-  for (int64_t i = 0; i < d.batch; ++i) {
-    cpu::gemm(o.trans_a, o.trans_b, d.m, d.n, d.k, alpha, a + i * d.m * d.k, lda, b + i * b_step, ldb, beta,
-              c + i * d.m * d.n, d.n);
+  if (small && d.batch > 1 && d.batch * d.m * d.n * d.k >= (1 << 20)) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < d.batch; ++i) product(i);
+    return;
   }
+  // Not inside a parallel region, not even an inactive one (`omp parallel if (false)`): a GEMM
+  // library's own region nested in it gets a new team, and libgomp started a thread for every such
+  // call while the pool's thread spun idle (3 threads on 2 cores: a 16M step 1.4x slower).
+  for (int64_t i = 0; i < d.batch; ++i) product(i);
 }
 
 std::vector<float> to_float(const Tensor& t) {

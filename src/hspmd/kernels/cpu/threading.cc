@@ -26,4 +26,10 @@ ScopedNumThreads::ScopedNumThreads(int n) : saved_(omp_get_max_threads()) {
 
 ScopedNumThreads::~ScopedNumThreads() { omp_set_num_threads(saved_); }
 
+void check_not_in_inactive_region(const char* what) {
+  HSPMD_ASSERT(omp_get_level() == omp_get_active_level())
+      << what << " on " << omp_get_max_threads() << " threads inside an inactive OpenMP parallel region (level "
+      << omp_get_level() << ", active " << omp_get_active_level() << "): call it outside the region";
+}
+
 }  // namespace hspmd::kernels
