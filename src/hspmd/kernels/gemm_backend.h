@@ -23,10 +23,12 @@ Float32Gemm float32_gemm();
 void set_float32_gemm(Float32Gemm backend);  // between kernels, not while they run
 const char* float32_gemm_name(Float32Gemm backend);  // "onednn", "openblas"
 
-// A product below this many multiply-adds (~1 ms on one core) runs on one thread: llama-tiny's
-// projections (1024 x 352 x 128 and smaller) spent more time in oneDNN's fork/join than in
-// arithmetic on a loaded 2-core host.
-inline constexpr int64_t kMinParallelGemmMacs = int64_t{1} << 26;
+// A product below this many multiply-adds (~0.1 ms on one core) runs on one thread, where oneDNN's
+// fork/join would cost more than the second thread gives. Measured on llama-tiny 8 x 128 (products
+// of 2^22 to 2^25.5), 2 threads, median step of 11, 4 interleaved rounds: 2^26 (all on one thread)
+// 106-113 ms, 2^22 69-91 ms, 2^20 91-95 ms; with a busy loop on the other core both 2^26 and 2^22
+// took ~250 ms. (2^26 was chosen when every matmul's GEMM also started a thread of its own.)
+inline constexpr int64_t kMinParallelGemmMacs = int64_t{1} << 22;
 
 // Row-major C[M, N] = alpha op(A) op(B) + beta C through oneDNN, as cblas_sgemm takes it.
 void onednn_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

@@ -22,10 +22,11 @@ inline uint32_t rounded_bits(const float* x) {
   return is_nan ? quiet_nan : rounded;
 }
 
-// One memory-bound pass: below ~4M elements (a few ms on one core) waking the OpenMP team costs
-// more than it saves, much more on a loaded host, and a bf16 step makes one such call per operand
-// of every matmul.
-constexpr int64_t kParallelElements = int64_t{1} << 22;
+// One memory-bound pass per operand of every matmul; below 128K elements (~0.1 ms) it runs on the
+// calling thread. A threshold of 4M (from when matmul's GEMMs started a thread each: fork/joins
+// looked dear) left llama-tiny's operands to one thread: its bf16 step took 105-114 ms, against
+// 78-94 ms with 128K (median of 11 steps, 4 interleaved rounds, 2 threads, load 2).
+constexpr int64_t kParallelElements = int64_t{1} << 17;
 
 }  // namespace
 
