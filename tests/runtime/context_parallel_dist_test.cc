@@ -86,6 +86,15 @@ TEST(ContextParallel, Cp2Tp2) {
                                 1, false, mixed_length_dataset(), kMixedLengthWeights);
 }
 
+// The fused head (lm_head_loss) splits its tokens over CP and its vocabulary over TP: each CP rank's
+// loss is its tokens' partial sum, normalized across the TP ranks that share the rows.
+TEST(ContextParallel, Cp2Tp2FusedHead) {
+  sharding::Strategy st = strategy(R"({"name": "cp2-tp2", "pipelines": [
+    {"micro_batch_size": 4, "num_micro_batches": 1, "stages": [{"ranks": "0-3", "layers": "0-3", "tp": 2, "cp": 2}]}]})");
+  const auto fused = [](int, DistOptions& o) { o.fused_head_loss = true; };
+  expect_matches_single_process(run(st, testing::dist_options(kSteps), {.configure = fused}), kSteps);
+}
+
 // The mixed-length batches really hold several documents per row, of different lengths.
 TEST(ContextParallel, MixedLengthDatasetPacksDocumentsOfDifferentLengths) {
   const data::TokenDataset ds = data::TokenDataset::open(mixed_length_dataset());
