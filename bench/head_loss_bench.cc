@@ -19,6 +19,8 @@
 #include "hspmd/kernels/matmul.h"
 #include "hspmd/kernels/threading.h"
 
+#include "benchmark_args.h"
+
 namespace {
 
 using hspmd::DType;
@@ -93,17 +95,7 @@ class TableReporter : public benchmark::ConsoleReporter {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--threads=", 10) == 0) {
-      hspmd::kernels::set_num_threads(std::atoi(argv[i] + 10));
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
-  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
+  if (!hspmd::bench::init_benchmark_with_threads(argc, argv)) return 1;
   const std::vector<int64_t> vocabs = {2048, 32000};
   for (int64_t v : vocabs) {
     for (const bool fused : {false, true}) {

@@ -34,6 +34,8 @@
 #include "hspmd/kernels/simd.h"
 #include "hspmd/kernels/threading.h"
 
+#include "benchmark_args.h"
+
 namespace {
 
 using hspmd::DType;
@@ -196,17 +198,7 @@ void print_ratio(const std::map<std::string, double>& rates, const std::string& 
 
 int main(int argc, char** argv) {
   // --threads=N (ours) is removed before Google Benchmark parses the rest.
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--threads=", 10) == 0) {
-      hspmd::kernels::set_num_threads(std::atoi(argv[i] + 10));
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
-  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
+  if (!hspmd::bench::init_benchmark_with_threads(argc, argv)) return 1;
 
   for (const GemmSize& g : kGemmSizes) {
     benchmark::RegisterBenchmark(("sgemm_direct/" + g.name()).c_str(), bm_sgemm_direct, g)->UseRealTime();

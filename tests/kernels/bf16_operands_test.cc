@@ -91,19 +91,9 @@ struct MatmulCase {
   bool trans_a, trans_b;
 };
 
-// Each bf16 GEMM (kernels/gemm_backend.h): rounded operands on the float32 GEMM, and oneDNN's bf16
-// kernels where the CPU has them (skipped elsewhere).
-class MatmulBf16Operands : public ::testing::TestWithParam<Bf16Gemm> {
+// Each bf16 GEMM (hspmd::testing::EachBf16Gemm).
+class MatmulBf16Operands : public hspmd::testing::EachBf16Gemm {
  protected:
-  void SetUp() override {
-    if (GetParam() == Bf16Gemm::kOneDnn && !onednn_has_bf16_kernels()) {
-      GTEST_SKIP() << "oneDNN has no bf16 kernels for this CPU (" << onednn_isa() << ")";
-    }
-    previous_ = bf16_gemm();
-    set_bf16_gemm(GetParam());
-  }
-  void TearDown() override { set_bf16_gemm(previous_); }
-
   // The float32 GEMM of the rounded operands computes the same exact products: the rounded-operand
   // path is that very computation (bitwise), oneDNN's adds them in its own order (float32 error).
   void expect_product_of_rounded(const Tensor& got, const Tensor& ref, const std::string& what) const {
@@ -113,13 +103,10 @@ class MatmulBf16Operands : public ::testing::TestWithParam<Bf16Gemm> {
       EXPECT_LT(max_relative_error(to(got, DType::kFloat64), to(ref, DType::kFloat64)), 1e-5) << what;
     }
   }
-
- private:
-  Bf16Gemm previous_ = Bf16Gemm::kFloat32;
 };
 
-INSTANTIATE_TEST_SUITE_P(Gemms, MatmulBf16Operands, ::testing::Values(Bf16Gemm::kFloat32, Bf16Gemm::kOneDnn),
-                         [](const ::testing::TestParamInfo<Bf16Gemm>& p) { return bf16_gemm_name(p.param); });
+INSTANTIATE_TEST_SUITE_P(Gemms, MatmulBf16Operands, hspmd::testing::each_bf16_gemm(),
+                         hspmd::testing::bf16_gemm_test_name);
 
 TEST_P(MatmulBf16Operands, IsTheFloat32ProductOfRoundedOperands) {
   for (const MatmulCase& c : {MatmulCase{33, 17, 129, false, true}, MatmulCase{64, 48, 256, true, false},

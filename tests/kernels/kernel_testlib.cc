@@ -81,4 +81,22 @@ double dot(const Tensor& a, const Tensor& b) {
   return s;
 }
 
+void EachBf16Gemm::SetUp() {
+  if (GetParam() == kernels::Bf16Gemm::kOneDnn && !kernels::onednn_has_bf16_kernels()) {
+    GTEST_SKIP() << "oneDNN has no bf16 kernels for this CPU (" << kernels::onednn_isa() << ")";
+  }
+  previous_ = kernels::bf16_gemm();
+  kernels::set_bf16_gemm(GetParam());
+}
+
+void EachBf16Gemm::TearDown() { kernels::set_bf16_gemm(previous_); }
+
+::testing::internal::ParamGenerator<kernels::Bf16Gemm> each_bf16_gemm() {
+  return ::testing::Values(kernels::Bf16Gemm::kFloat32, kernels::Bf16Gemm::kOneDnn);
+}
+
+std::string bf16_gemm_test_name(const ::testing::TestParamInfo<kernels::Bf16Gemm>& info) {
+  return kernels::bf16_gemm_name(info.param);
+}
+
 }  // namespace hspmd::testing

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "hspmd/core/tensor.h"
+#include "hspmd/kernels/gemm_backend.h"
 
 namespace hspmd::testing {
 
@@ -34,5 +35,19 @@ double max_relative_error(const Tensor& actual, const Tensor& expected);
 
 // sum_i a_i * b_i in float64 (the scalar loss sum(out * w) used to test backward kernels).
 double dot(const Tensor& a, const Tensor& b);
+
+// A test run once per bf16 GEMM (kernels/gemm_backend.h): rounded operands on the float32 GEMM, and
+// oneDNN's bf16 kernels where the CPU has them (skipped elsewhere). The choice is restored after.
+class EachBf16Gemm : public ::testing::TestWithParam<kernels::Bf16Gemm> {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+ private:
+  kernels::Bf16Gemm previous_ = kernels::Bf16Gemm::kFloat32;
+};
+// The values and test names to instantiate an EachBf16Gemm suite with.
+::testing::internal::ParamGenerator<kernels::Bf16Gemm> each_bf16_gemm();
+std::string bf16_gemm_test_name(const ::testing::TestParamInfo<kernels::Bf16Gemm>& info);
 
 }  // namespace hspmd::testing

@@ -8,7 +8,6 @@
 
 #include <vector>
 
-#include "hspmd/kernels/gemm_backend.h"
 #include "hspmd/kernels/matmul.h"
 #include "hspmd/kernels/reduce.h"
 #include "kernels/kernel_testlib.h"
@@ -132,18 +131,7 @@ TEST(LmHeadLoss, BackwardMatchesFiniteDifferences) {
 
 // bf16 operands round x, w and dlogits where matmul's option does: the unfused head's bf16 run, up to
 // the order of additions, under each bf16 GEMM; and measurably not the float32 head.
-class LmHeadLossBf16 : public ::testing::TestWithParam<Bf16Gemm> {
- protected:
-  void SetUp() override {
-    if (GetParam() == Bf16Gemm::kOneDnn && !onednn_has_bf16_kernels()) {
-      GTEST_SKIP() << "oneDNN has no bf16 kernels for this CPU (" << onednn_isa() << ")";
-    }
-    previous_ = bf16_gemm();
-    set_bf16_gemm(GetParam());
-  }
-  void TearDown() override { set_bf16_gemm(previous_); }
-  Bf16Gemm previous_ = Bf16Gemm::kFloat32;
-};
+class LmHeadLossBf16 : public hspmd::testing::EachBf16Gemm {};
 
 TEST_P(LmHeadLossBf16, EqualsTheUnfusedBf16Head) {
   Tensor x = random_tensor({T, H}, DType::kFloat32, 8, -2, 2), w = random_tensor({V, H}, DType::kFloat32, 9, -2, 2);
@@ -156,8 +144,7 @@ TEST_P(LmHeadLossBf16, EqualsTheUnfusedBf16Head) {
   EXPECT_GT(max_relative_error(fused(x, w, head_targets(), {.loss = {}, .bf16_operands = true}).dw, f32.dw), 1e-4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Gemms, LmHeadLossBf16, ::testing::Values(Bf16Gemm::kFloat32, Bf16Gemm::kOneDnn),
-                         [](const auto& info) { return std::string(bf16_gemm_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Gemms, LmHeadLossBf16, hspmd::testing::each_bf16_gemm(), hspmd::testing::bf16_gemm_test_name);
 
 TEST(LmHeadLoss, NoTokensGiveZeroWeightGradient) {
   Tensor x = Tensor::empty({0, H}, DType::kFloat32), w = random_tensor({V, H}, DType::kFloat32, 10);
