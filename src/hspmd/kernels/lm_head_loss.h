@@ -29,7 +29,7 @@ struct LmHeadLossOptions {
   CrossEntropyOptions loss;    // ignore_index, and this shard's vocabulary columns
   bool bf16_operands = false;  // round x, w and dlogits to bfloat16 before each product (float32
                                // accumulation), as matmul's option of that name does
-  int64_t chunk_rows = 0;      // tokens per chunk; 0: about 8 MiB of float32 logits, at least 128 tokens
+  int64_t chunk_rows = 0;      // tokens per chunk; 0: about 64 MiB of float32 logits, at least 128 tokens
   Allocator* allocator = nullptr;  // where the chunk's logits live (counted in its peak); null: default
 };
 
