@@ -33,6 +33,9 @@ struct LmHeadLossOptions {
   Allocator* allocator = nullptr;  // where the chunk's logits live (counted in its peak); null: default
 };
 
+// Tokens per chunk for T tokens and V rows of w: the scratch is that many rows of V logits.
+int64_t lm_head_loss_chunk_rows(int64_t tokens, int64_t vocab, const LmHeadLossOptions& options = {});
+
 // stats [3, T] float64: each token's max logit, sum of exp(logit - max) and the target's logit in
 // this shard (kernels/cross_entropy.h).
 void lm_head_loss_stats(const Tensor& x, const Tensor& w, const Tensor& targets, const Tensor& stats,

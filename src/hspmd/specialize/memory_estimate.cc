@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "hspmd/core/dtype.h"
+#include "hspmd/kernels/lm_head_loss.h"
 
 namespace hspmd::specialize {
 
@@ -46,6 +47,13 @@ MemoryEstimate estimate_memory(const ExecGraph& exec, const MemoryEstimateOption
       const int64_t bytes =
           exec.local_shape(t, binding).numel() * static_cast<int64_t>(dtype_size(op.outputs[i].dtype));
       (exec.saved_for_backward(t) ? saved : transient) += bytes;
+    }
+    // The fused head's logits are no output: its scratch of one chunk of them is.
+    if (op.kind == graph::OpKind::kLmHeadLoss && exec.holds(op.inputs[1])) {
+      const int64_t tokens = exec.local_shape(op.inputs[0], binding).dim(0);
+      const int64_t vocab = exec.local_shape(op.inputs[1], binding).dim(0);
+      transient += kernels::lm_head_loss_chunk_rows(tokens, vocab) * vocab *
+                   static_cast<int64_t>(dtype_size(g.info(op.inputs[0]).dtype));
     }
   }
   m.activations = saved * options.micro_batches_in_flight + transient;

@@ -11,7 +11,8 @@
 // Activations: the forward values a micro-batch keeps for its backward pass (with recompute, only
 // what B does not replay: specialize/exec_graph.h), times the most
 // micro-batches in flight in the schedule, plus one micro-batch's values that die within its
-// forward pass (all of them: an upper bound, since F frees each after its last reader). Float32 throughout; the micro-batch is taken as one sequence of
+// forward pass (all of them: an upper bound, since F frees each after its last reader) and the
+// fused head's chunk of logits (kernels/lm_head_loss.h). Float32 throughout; the micro-batch is taken as one sequence of
 // micro_batch_tokens tokens (document count does not change the big tensors).
 #pragma once
 

@@ -48,9 +48,7 @@ HeadShape check_head(const char* kernel, const Tensor& x, const Tensor& w, const
 }
 
 int64_t chunk_rows(const HeadShape& s, const LmHeadLossOptions& o) {
-  const int64_t rows = o.chunk_rows > 0 ? o.chunk_rows
-                                        : std::max(kMinChunkRows, kChunkBytes / (4 * s.vocab));
-  return std::min(rows, s.tokens);
+  return lm_head_loss_chunk_rows(s.tokens, s.vocab, o);
 }
 
 // What the products multiply. Plain runs use x and w themselves (In = T, float or double). bf16
@@ -158,6 +156,12 @@ void with_operands(const Tensor& x, const Tensor& w, bool bf16, F&& f) {
 }
 
 }  // namespace
+
+int64_t lm_head_loss_chunk_rows(int64_t tokens, int64_t vocab, const LmHeadLossOptions& options) {
+  const int64_t rows = options.chunk_rows > 0 ? options.chunk_rows
+                                              : std::max(kMinChunkRows, kChunkBytes / (4 * std::max<int64_t>(vocab, 1)));
+  return std::min(rows, tokens);
+}
 
 void lm_head_loss_stats(const Tensor& x, const Tensor& w, const Tensor& targets, const Tensor& stats,
                         const LmHeadLossOptions& options) {
