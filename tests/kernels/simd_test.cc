@@ -6,13 +6,16 @@
 
 #include <gmock/gmock.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "hspmd/core/bfloat16.h"
 #include "hspmd/core/error.h"
 #include "hspmd/kernels/adamw.h"
 #include "hspmd/kernels/attention.h"
@@ -196,6 +199,34 @@ TEST_P(SimdLevelTest, AdamwMatchesScalarAndFloat64) {
   set_simd_level(GetParam());
   std::vector<Tensor> f32 = run(DType::kFloat32), f64 = run(DType::kFloat64);
   for (size_t i = 0; i < f32.size(); ++i) EXPECT_TRUE(all_close(to64(f32[i]), f64[i], 1e-5, 1e-6, "adamw vs f64"));
+}
+
+// Integer arithmetic on the bits: every level gives core/bfloat16.h's conversion exactly, on ties,
+// NaNs, infinities, denormals and every tail length.
+TEST_P(SimdLevelTest, Bfloat16RoundingEqualsTheScalarConversionBitwise) {
+  set_simd_level(GetParam());
+  const cpu::RowOps& ops = cpu::row_ops();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> values = {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::max(),
+                               std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::quiet_NaN(),
+                               std::bit_cast<float>(0x7f800001u), std::bit_cast<float>(0xff800001u),
+                               1.0f + 0x1p-8f, 1.0f + 0x1p-7f + 0x1p-8f, -(1.0f + 0x1p-8f + 0x1p-20f)};
+  Tensor noise = random_tensor({1000}, DType::kFloat32, 18, -3e4, 3e4);
+  for (int64_t i = 0; i < noise.numel(); ++i) values.push_back(noise.data<float>()[i]);
+  for (int64_t n : kLengths) {
+    for (int64_t offset : {int64_t{0}, int64_t{5}}) {  // a vector that straddles the edge cases
+      const float* x = values.data() + offset;
+      std::vector<float> rounded(static_cast<size_t>(n));
+      std::vector<uint16_t> bits(static_cast<size_t>(n));
+      ops.round_to_bfloat16(x, rounded.data(), n);
+      ops.to_bfloat16(x, bits.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t expect = BFloat16(x[i]).bits;
+        EXPECT_EQ(bits[i], expect) << "n " << n << " i " << i << " x " << x[i];
+        EXPECT_EQ(std::bit_cast<uint32_t>(rounded[i]), static_cast<uint32_t>(expect) << 16) << "n " << n << " i " << i;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, SimdLevelTest, ::testing::ValuesIn(kLevels),

@@ -1,5 +1,6 @@
 // Internal to the CPU backend: the inner loops of the hot kernels (attention's softmax rows, RMSNorm
-// rows, SwiGLU, cross-entropy's exponentials, AdamW), float32 only, as one table per SIMD level.
+// rows, SwiGLU, cross-entropy's exponentials, AdamW, bf16 rounding), float32 only, as one table per
+// SIMD level.
 // row_ops() returns the table of the level in use (kernels/simd.h).
 //
 //   const cpu::RowOps& ops = cpu::row_ops();
@@ -46,6 +47,10 @@ struct RowOps {
   void (*rms_norm_dx_row)(const float* x, const float* w, const float* dy, float r, int64_t n, float* dx);
   // m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p = p decay - step_size m / (sqrt(v) inv_sqrt_bias2 + eps)
   void (*adamw)(float* p, const float* g, float* m, float* v, int64_t n, const AdamwStep& s);
+  // The nearest bfloat16 of each x[i] (ties to even, a NaN stays a quiet NaN), as a float (dst may
+  // be x) or as its 16 bits (BFloat16's; integer arithmetic, so every level gives the same bits).
+  void (*round_to_bfloat16)(const float* x, float* dst, int64_t n);
+  void (*to_bfloat16)(const float* x, uint16_t* dst, int64_t n);
 };
 
 // One table per level, each defined in its own translation unit built for that instruction set.
