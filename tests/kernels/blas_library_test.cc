@@ -41,11 +41,17 @@ TEST(BlasLibrary, CoreTypeFollowsInstructionSetsNotTheModel) {
 TEST(BlasLibrary, LoadsWithTheRequestedKernelsAndLeavesTheEnvironmentAsItWas) {
   const char* before = std::getenv("OPENBLAS_CORETYPE");
   const std::string user = before != nullptr ? before : "";
+  const char* timeout_before = std::getenv("OPENBLAS_THREAD_TIMEOUT");
+  const std::string user_timeout = timeout_before != nullptr ? timeout_before : "";
   const BlasLibrary& blas = blas_library();
   ASSERT_NE(blas.sgemm, nullptr);
   ASSERT_NE(blas.dgemm, nullptr);
+  // This test links the kernels only, none of which links OpenBLAS: hspmd is the one that loads it.
+  ASSERT_FALSE(blas.loaded_before);
   const char* after = std::getenv("OPENBLAS_CORETYPE");
   EXPECT_EQ(after != nullptr ? std::string(after) : "", user);
+  const char* timeout_after = std::getenv("OPENBLAS_THREAD_TIMEOUT");
+  EXPECT_EQ(timeout_after != nullptr ? std::string(timeout_after) : "", user_timeout);
   if (!user.empty()) {
     EXPECT_TRUE(blas.requested_by_user);
     EXPECT_EQ(blas.requested_core, user);
@@ -60,6 +66,21 @@ TEST(BlasLibrary, LoadsWithTheRequestedKernelsAndLeavesTheEnvironmentAsItWas) {
   }
   EXPECT_THAT(blas.describe(), HasSubstr("kernels " + blas.core));
   EXPECT_THAT(blas.config, HasSubstr("OpenBLAS"));
+}
+
+// Where a linked library loaded OpenBLAS at startup (the hspmd program: CoinUtils needs LAPACK), the
+// kernels are OpenBLAS's own choice, and the description says so instead of claiming hspmd's.
+TEST(BlasLibrary, DescriptionTellsWhenOpenBlasChoseAtStartup) {
+  BlasLibrary lib;
+  lib.path = "/lib/libopenblas.so.0";
+  lib.core = "Prescott";
+  lib.requested_core = "SkylakeX";
+  lib.loaded_before = true;
+  EXPECT_THAT(lib.describe(), HasSubstr("kernels Prescott (chosen by OpenBLAS at startup"));
+  EXPECT_THAT(lib.describe(), HasSubstr("OPENBLAS_CORETYPE=SkylakeX would select the CPU's"));
+  lib.loaded_before = false;
+  lib.core = "SkylakeX";
+  EXPECT_THAT(lib.describe(), HasSubstr("kernels SkylakeX (chosen by hspmd from CPU features)"));
 }
 
 TEST(BlasLibrary, SgemmThroughTheLoadedLibraryComputes) {

@@ -7,7 +7,9 @@
 // only at initialisation, which for a library linked in the usual way happens before main(). So
 // hspmd does not link OpenBLAS: the first kernel that needs it sets OPENBLAS_CORETYPE from the
 // instruction sets the CPU (and the OS) support, loads the library, and restores the environment.
-// A user's own OPENBLAS_CORETYPE is left alone and wins.
+// A user's own OPENBLAS_CORETYPE is left alone and wins. A program that links a library needing
+// OpenBLAS (`hspmd` itself: the planner's CoinUtils needs LAPACK) has it loaded before main(), and
+// then OpenBLAS's own choice stands (BlasLibrary::loaded_before).
 //
 //   const auto& blas = kernels::blas_library();
 //   std::printf("%s\n", blas.describe().c_str());   // "OpenBLAS 0.3.21 ... kernels SkylakeX (...)"
@@ -46,6 +48,9 @@ struct BlasLibrary {
   std::string core;           // openblas_get_corename(): the kernels in use
   std::string requested_core; // the OPENBLAS_CORETYPE in force at load ("" when none)
   bool requested_by_user = false;  // OPENBLAS_CORETYPE came from the environment, not from hspmd
+  // OpenBLAS was in the process before hspmd loaded it (a linked library needs it): it chose its
+  // kernels from the environment at startup, and requested_core, when hspmd's, did not apply.
+  bool loaded_before = false;
 
   std::string describe() const;  // one line for logs and `hspmd selfcheck`
 };

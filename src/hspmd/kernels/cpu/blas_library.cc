@@ -27,37 +27,49 @@ Fn symbol(void* handle, const char* name, bool required = true) {
   return reinterpret_cast<Fn>(p);
 }
 
-// Sets OPENBLAS_CORETYPE for the duration of one scope unless it is set already; restores the
-// environment afterwards so that child processes make the same choice themselves.
-class ScopedCoreType {
+// Sets an environment variable for the duration of one scope unless it is set already; restores
+// the environment afterwards so that child processes make the same choice themselves.
+class ScopedDefaultEnv {
  public:
-  explicit ScopedCoreType(const std::string& core) {
-    if (const char* user = std::getenv("OPENBLAS_CORETYPE"); user != nullptr && *user != '\0') {
+  ScopedDefaultEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* user = std::getenv(name); user != nullptr && *user != '\0') {
       in_force_ = user;
       by_user_ = true;
-    } else if (!core.empty()) {
-      setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
-      in_force_ = core;
+    } else if (!value.empty()) {
+      setenv(name, value.c_str(), 1);
+      in_force_ = value;
       set_ = true;
     }
   }
-  ~ScopedCoreType() {
-    if (set_) unsetenv("OPENBLAS_CORETYPE");
+  ~ScopedDefaultEnv() {
+    if (set_) unsetenv(name_);
   }
-  ScopedCoreType(const ScopedCoreType&) = delete;
-  ScopedCoreType& operator=(const ScopedCoreType&) = delete;
+  ScopedDefaultEnv(const ScopedDefaultEnv&) = delete;
+  ScopedDefaultEnv& operator=(const ScopedDefaultEnv&) = delete;
 
   const std::string& in_force() const { return in_force_; }
   bool by_user() const { return by_user_; }
 
  private:
+  const char* name_;
   std::string in_force_;
   bool by_user_ = false, set_ = false;
 };
 
+// OpenBLAS's pthreads spin (yielding) for 2^28 cycles, about 0.1 s, after they start and after each
+// call before they sleep. Beside the OpenMP threads of oneDNN and hspmd's kernels that
+// oversubscribes the cores: on 2 cores, in `hspmd selfcheck`, a float32 256^3 GEMM took 8 ms instead
+// of 0.1 ms in 2 of 4 runs, and in none of 8 with OPENBLAS_THREAD_TIMEOUT=4 (2^4 cycles, OpenBLAS's
+// minimum: they sleep at once) set at start.
+constexpr const char* kThreadTimeoutLog2Cycles = "4";
+
 BlasLibrary load() {
   BlasLibrary lib;
-  ScopedCoreType core(openblas_core_for(CpuFeatures::detect()));
+  // A library the program links (CoinUtils, through LAPACK) may have loaded OpenBLAS at startup;
+  // it then chose its kernels and threads before main() and the environment set below is moot.
+  lib.loaded_before = dlopen(kOpenBlasSoname, RTLD_NOW | RTLD_NOLOAD) != nullptr;
+  ScopedDefaultEnv core("OPENBLAS_CORETYPE", openblas_core_for(CpuFeatures::detect()));
+  ScopedDefaultEnv timeout("OPENBLAS_THREAD_TIMEOUT", kThreadTimeoutLog2Cycles);
   lib.requested_core = core.in_force();
   lib.requested_by_user = core.by_user();
   // RTLD_LOCAL: nothing else in the process resolves against it; we only use what dlsym returns.
@@ -105,7 +117,10 @@ std::string openblas_core_for(const CpuFeatures& f) {
 std::string BlasLibrary::describe() const {
   std::string from = requested_core.empty() ? "OpenBLAS's own choice"
                      : requested_by_user    ? "OPENBLAS_CORETYPE=" + requested_core + " from the environment"
-                                            : "chosen by hspmd from CPU features";
+                     : loaded_before
+                         ? "chosen by OpenBLAS at startup: a linked library loaded it before hspmd could choose; "
+                           "OPENBLAS_CORETYPE=" + requested_core + " would select the CPU's"
+                         : "chosen by hspmd from CPU features";
   return "OpenBLAS (" + path + "), kernels " + core + " (" + from + "); " + config;
 }
 
