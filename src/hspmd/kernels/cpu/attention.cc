@@ -84,7 +84,8 @@ std::vector<cpu::QueryTile> sequence_tiles(const AttentionDims& a, int64_t block
 // The forward passes undefined dout/dq/dk/dv.
 template <typename T>
 void run_typed(const AttentionDims& a, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-               const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+               const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+               const AttentionOptions& options) {
   cpu::AttentionTiles<T> x{.q = q.data<T>(),
                            .k = k.data<T>(),
                            .v = v.data<T>(),
@@ -95,7 +96,8 @@ void run_typed(const AttentionDims& a, const Tensor& q, const Tensor& k, const T
                            .nkv = a.nkv,
                            .d = a.d,
                            .scale = static_cast<T>(a.scale),
-                           .block = cpu::attention_blocks(q.dtype(), a.d)};
+                           .block = cpu::attention_blocks(q.dtype(), a.d),
+                           .round_operands = options.bf16_operands};
   const std::vector<cpu::QueryTile> tiles = sequence_tiles(a, x.block.queries);
   if (!dout.defined()) return cpu::attention_forward(x, tiles);
   x.dout = dout.data<T>();
@@ -111,11 +113,12 @@ void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                    const Tensor& lse, const AttentionOptions& options) {
   const AttentionDims a = check_attention("attention_fwd", q, k, v, cu_seqlens, out, lse, options);
   if (a.tokens == 0) return;
+  // bf16 operands are rounded as the tiles copy them, as the single-rank kernel does (a CP rank
+  // computes what one rank computes).
   if (q.dtype() == DType::kFloat32) {
-    run_typed<float>(a, cpu::attention_operand(q, options), cpu::attention_operand(k, options),
-                     cpu::attention_operand(v, options), out, lse, {}, {}, {}, {});
+    run_typed<float>(a, q, k, v, out, lse, {}, {}, {}, {}, options);
   } else {
-    run_typed<double>(a, q, k, v, out, lse, {}, {}, {}, {});
+    run_typed<double>(a, q, k, v, out, lse, {}, {}, {}, {}, options);
   }
 }
 
@@ -129,11 +132,9 @@ void attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   check_same("attention_bwd", "dv", dv, k, "k");
   if (a.tokens == 0) return;
   if (q.dtype() == DType::kFloat32) {
-    run_typed<float>(a, cpu::attention_operand(q, options), cpu::attention_operand(k, options),
-                     cpu::attention_operand(v, options), out, lse, cpu::attention_operand(dout, options), dq, dk,
-                     dv);
+    run_typed<float>(a, q, k, v, out, lse, dout, dq, dk, dv, options);
   } else {
-    run_typed<double>(a, q, k, v, out, lse, dout, dq, dk, dv);
+    run_typed<double>(a, q, k, v, out, lse, dout, dq, dk, dv, options);
   }
 }
 

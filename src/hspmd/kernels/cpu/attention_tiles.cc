@@ -8,9 +8,10 @@
 #include <map>
 #include <numeric>
 #include <tuple>
+#include <type_traits>
 
-#include "hspmd/kernels/bf16_rounding.h"
 #include "hspmd/kernels/cpu/blas.h"
+#include "hspmd/kernels/cpu/simd/row_ops.h"
 #include "hspmd/kernels/cpu/vec_math.h"
 
 namespace hspmd::kernels::cpu {
@@ -85,6 +86,20 @@ void copy_rows(const T* src, int64_t ld_src, int64_t rows, int64_t cols, T* dst,
   for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld_dst, src + r * ld_src, sizeof(T) * cols);
 }
 
+// copy_rows of the operands the products read, of D columns into rows D apart: rounded to bf16
+// values on the way when x asks for bf16 operands.
+template <typename T>
+void copy_operand_rows(const AttentionTiles<T>& x, const T* src, int64_t ld_src, int64_t rows, T* dst) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (x.round_operands) {
+      const RowOps& ops = row_ops();
+      for (int64_t r = 0; r < rows; ++r) ops.round_to_bfloat16(src + r * ld_src, dst + r * x.d, x.d);
+      return;
+    }
+  }
+  copy_rows(src, ld_src, rows, x.d, dst, x.d);
+}
+
 // Operands in [T, N, D] are read a head at a time, a few hundred bytes of each row: hardware
 // prefetchers hardly follow that, and the first touch of a tile waits on memory. So the loops over a
 // tile's rows also prefetch what the next tile or task reads, a few rows per iteration, which
@@ -144,8 +159,8 @@ void pack_document_keys(const AttentionTiles<T>& x, const QueryTile& tile, int64
     w.v.resize(rows * d);
   }
   const int64_t from = (tile.seq_start + done) * ldk + g * d;
-  copy_rows(x.k + from, ldk, rows - done, d, w.k.data() + done * d, d);
-  copy_rows(x.v + from, ldk, rows - done, d, w.v.data() + done * d, d);
+  copy_operand_rows(x, x.k + from, ldk, rows - done, w.k.data() + done * d);
+  copy_operand_rows(x, x.v + from, ldk, rows - done, w.v.data() + done * d);
   w.kv_rows = rows;
 }
 
@@ -155,7 +170,7 @@ void forward_tile(const AttentionTiles<T>& x, const QueryTile& tile, int64_t h, 
                   int64_t next_h, TileScratch<T>& w) {
   const int64_t b = x.block.keys, d = x.d, g = h / x.group(), n = tile.len, last = tile.last(), ldq = x.ldq();
   T *q = w.q.data(), *o = w.o.data(), *s = w.s.data(), *m = w.m.data(), *l = w.l.data();
-  copy_rows(x.q + tile.row * ldq + h * d, ldq, n, d, q, d);
+  copy_operand_rows(x, x.q + tile.row * ldq + h * d, ldq, n, q);
   pack_document_keys(x, tile, g, w);
   for (int64_t r = 0; r < n; ++r) {
     m[r] = -std::numeric_limits<T>::infinity();
@@ -230,8 +245,8 @@ void backward_document(const AttentionTiles<T>& x, const std::vector<const Query
   std::vector<std::pair<int64_t, const QueryTile*>> work;  // (head, tile) of one chunk, in order
   for (int64_t k0 = first; k0 <= last; k0 += b) {
     const int64_t chunk = std::min(b, last + 1 - k0);
-    copy_rows(x.k + k0 * ldk + g * d, ldk, chunk, d, k, d);
-    copy_rows(x.v + k0 * ldk + g * d, ldk, chunk, d, v, d);
+    copy_operand_rows(x, x.k + k0 * ldk + g * d, ldk, chunk, k);
+    copy_operand_rows(x, x.v + k0 * ldk + g * d, ldk, chunk, v);
     std::fill(dk, dk + chunk * d, T(0));
     std::fill(dv, dv + chunk * d, T(0));
     work.clear();
@@ -254,8 +269,8 @@ void backward_document(const AttentionTiles<T>& x, const std::vector<const Query
     for (size_t j = 0; j < work.size(); ++j) {
       const auto [h, t] = work[j];
       const int64_t n = t->len, nk = std::min(chunk, t->last() + 1 - k0);  // keys after the tile: masked
-      copy_rows(x.q + t->row * ldq + h * d, ldq, n, d, q, d);
-      copy_rows(x.dout + t->row * ldq + h * d, ldq, n, d, dout, d);
+      copy_operand_rows(x, x.q + t->row * ldq + h * d, ldq, n, q);
+      copy_operand_rows(x, x.dout + t->row * ldq + h * d, ldq, n, dout);
       T* dq = x.dq + t->row * ldq + h * d;
       const T* lse = x.lse + h * x.tq + t->row;
       T* dl = delta + h * x.tq + t->row;
@@ -337,13 +352,6 @@ void attention_backward(const AttentionTiles<T>& x, const std::vector<QueryTile>
     backward_document(x, docs[i / x.nkv], i % x.nkv, next >= 0 ? &docs[next / x.nkv] : nullptr, next % x.nkv,
                       delta.data(), w);
   });
-}
-
-Tensor attention_operand(const Tensor& x, const AttentionOptions& options) {
-  if (!options.bf16_operands) return x;
-  Tensor r = Tensor::empty(x.shape(), DType::kFloat32);
-  round_to_bfloat16(x, r);
-  return r;
 }
 
 template void attention_forward(const AttentionTiles<float>&, const std::vector<QueryTile>&);

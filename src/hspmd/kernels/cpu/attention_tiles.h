@@ -68,6 +68,9 @@ struct AttentionTiles {
   int64_t tq, nq, nkv, d;
   T scale;
   AttentionBlocks block;
+  // bf16 operands (float only): q, k, v and dout are rounded to bfloat16 values as the tiles copy
+  // them into scratch, so no rounded copy of a whole tensor is made. Every product reads a copy.
+  bool round_operands = false;
   const T* dout = nullptr;                        // backward only: like q
   T *dq = nullptr, *dk = nullptr, *dv = nullptr;  // backward only: like q, k, v (dk, dv packed)
   int64_t group() const { return nq / nkv; }
@@ -86,7 +89,5 @@ void attention_forward(const AttentionTiles<T>& x, const std::vector<QueryTile>&
 template <typename T>
 void attention_backward(const AttentionTiles<T>& x, const std::vector<QueryTile>& tiles);
 
-// x itself, or its copy rounded to bfloat16 when the options ask for bf16 operands.
-Tensor attention_operand(const Tensor& x, const AttentionOptions& options);
 
 }  // namespace hspmd::kernels::cpu

@@ -123,7 +123,8 @@ std::vector<T> to_packed(const Tensor& t, const std::vector<int64_t>& pos) {
 // The forward passes undefined dout/dq/dk/dv.
 template <typename T>
 void run_typed(const ContextDims& a, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-               const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+               const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+               const AttentionOptions& options) {
   const std::vector<T> kp = to_packed<T>(k, a.kv_pos), vp = to_packed<T>(v, a.kv_pos);
   cpu::AttentionTiles<T> x{.q = q.data<T>(),
                            .k = kp.data(),
@@ -135,7 +136,8 @@ void run_typed(const ContextDims& a, const Tensor& q, const Tensor& k, const Ten
                            .nkv = a.nkv,
                            .d = a.d,
                            .scale = static_cast<T>(a.scale),
-                           .block = a.block};
+                           .block = a.block,
+                           .round_operands = options.bf16_operands};
   if (!dout.defined()) return cpu::attention_forward(x, a.tiles);
   // Keys after their document's last query here get no gradient: zero, as the backward leaves them.
   std::vector<T> dkp(kp.size(), T(0)), dvp(vp.size(), T(0));
@@ -169,12 +171,12 @@ void context_attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, co
       check_context("context_attention_fwd", q, k, v, cu_seqlens, q_index, kv_index, out, lse, options);
   if (a.identity) return attention_fwd(q, k, v, cu_seqlens, out, lse, options);
   if (a.tq == 0) return;
+  // bf16 operands are rounded as the tiles copy them, as the single-rank kernel does (a CP rank
+  // computes what one rank computes).
   if (q.dtype() == DType::kFloat32) {
-    // bf16 operands rounded as the single-rank kernel does, so a CP rank computes what one rank computes.
-    run_typed<float>(a, cpu::attention_operand(q, options), cpu::attention_operand(k, options),
-                     cpu::attention_operand(v, options), out, lse, {}, {}, {}, {});
+    run_typed<float>(a, q, k, v, out, lse, {}, {}, {}, {}, options);
   } else {
-    run_typed<double>(a, q, k, v, out, lse, {}, {}, {}, {});
+    run_typed<double>(a, q, k, v, out, lse, {}, {}, {}, {}, options);
   }
 }
 
@@ -195,11 +197,9 @@ void context_attention_bwd(const Tensor& q, const Tensor& k, const Tensor& v, co
     return;
   }
   if (q.dtype() == DType::kFloat32) {
-    run_typed<float>(a, cpu::attention_operand(q, options), cpu::attention_operand(k, options),
-                     cpu::attention_operand(v, options), out, lse, cpu::attention_operand(dout, options), dq, dk,
-                     dv);
+    run_typed<float>(a, q, k, v, out, lse, dout, dq, dk, dv, options);
   } else {
-    run_typed<double>(a, q, k, v, out, lse, dout, dq, dk, dv);
+    run_typed<double>(a, q, k, v, out, lse, dout, dq, dk, dv, options);
   }
 }
 
