@@ -4,12 +4,10 @@
 // vocabulary. Reports tokens per second and the peak bytes of the buffers each side allocates for
 // the logits (the allocator's high-water mark: the logits and their gradient apart, one chunk fused).
 //
-//   bench_head_loss_bench [--threads=N] [google benchmark flags]
+//   bench_head_loss_bench [--threads=N] [google benchmark flags]   (the table: each side's best repetition)
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
-#include <cstring>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -19,7 +17,7 @@
 #include "hspmd/kernels/matmul.h"
 #include "hspmd/kernels/threading.h"
 
-#include "benchmark_args.h"
+#include "kernel_bench_support.h"
 
 namespace {
 
@@ -76,22 +74,6 @@ void bm_head(benchmark::State& state, int64_t vocab, bool fused) {
   state.counters["logits_MiB"] = static_cast<double>(logits_memory.peak_bytes()) / (1 << 20);
 }
 
-// Keeps each run's counters for the table.
-class TableReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& run : runs) {
-      if (run.error_occurred) continue;
-      for (const auto& [name, counter] : run.counters) values_[run.benchmark_name()][name] = counter.value;
-    }
-  }
-  const std::map<std::string, std::map<std::string, double>>& values() const { return values_; }
-
- private:
-  std::map<std::string, std::map<std::string, double>> values_;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,14 +85,14 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(name.c_str(), bm_head, v, fused)->UseRealTime()->Unit(benchmark::kMillisecond);
     }
   }
-  TableReporter reporter;
+  hspmd::bench::BestCounterReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
 
   std::printf("\nlm head + loss fwd+bwd, %lld tokens x H %lld, %d threads: fused / apart\n",
               static_cast<long long>(kTokens), static_cast<long long>(kHidden), hspmd::kernels::num_threads());
   std::printf("%-8s %14s %14s %7s %12s %12s\n", "vocab", "apart tok/s", "fused tok/s", "ratio", "apart MiB", "fused MiB");
-  const auto& values = reporter.values();
+  const auto& values = reporter.best();
   for (int64_t v : vocabs) {
     auto a = values.find("apart/V" + std::to_string(v) + "/real_time");
     auto f = values.find("fused/V" + std::to_string(v) + "/real_time");

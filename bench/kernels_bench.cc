@@ -14,12 +14,11 @@
 //
 //   bench_kernels_bench [--threads=N] [google benchmark flags, e.g. --benchmark_filter=attention]
 //   bench_kernels_bench --threads=2 --benchmark_repetitions=8 --benchmark_enable_random_interleaving=true
+//     (the ratios are then best repetition against best repetition: kernel_bench_support.h)
 #include <benchmark/benchmark.h>
 #include <cblas.h>  // CBLAS enums; the function is the one the kernels load
 
-#include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -36,7 +35,7 @@
 #include "hspmd/kernels/simd.h"
 #include "hspmd/kernels/threading.h"
 
-#include "benchmark_args.h"
+#include "kernel_bench_support.h"
 
 namespace {
 
@@ -167,37 +166,23 @@ void bm_adamw(benchmark::State& state) {
   set_rate(state, "Gelem/s", static_cast<double>(n));
 }
 
-// Prints the usual console lines and keeps each benchmark's best rate over its repetitions for the
-// ratio table. On a noisy host run it as
-//   --benchmark_repetitions=8 --benchmark_enable_random_interleaving=true
-// so that the repetitions of every benchmark interleave and the ratios are best-of-8 against best-of-8.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& run : runs) {
-      if (run.error_occurred || run.run_type == Run::RT_Aggregate) continue;
-      for (const char* counter : {"GFLOP/s", "GB/s", "Gelem/s"}) {
-        auto it = run.counters.find(counter);
-        if (it == run.counters.end()) continue;
-        double& best = rates_[run.benchmark_name()];
-        best = std::max(best, static_cast<double>(it->second.value));
-      }
-    }
-  }
-  const std::map<std::string, double>& rates() const { return rates_; }
+using Best = std::map<std::string, std::map<std::string, double>>;
 
- private:
-  std::map<std::string, double> rates_;
-};
+// The best GFLOP/s of a registered benchmark (all run with UseRealTime, which suffixes the name);
+// 0 when it was filtered out.
+double best_rate(const Best& best, const std::string& name) {
+  auto it = best.find(name + "/real_time");
+  if (it == best.end()) return 0;
+  auto rate = it->second.find("GFLOP/s");
+  return rate == it->second.end() ? 0 : rate->second;
+}
 
-// num and den are registered benchmark names (all run with UseRealTime, which suffixes the name).
-void print_ratio(const std::map<std::string, double>& rates, const std::string& what, const std::string& num,
-                 const std::string& den, double goal) {
-  auto n = rates.find(num + "/real_time"), d = rates.find(den + "/real_time");
-  if (n == rates.end() || d == rates.end() || d->second <= 0) return;  // filtered out
-  const double r = n->second / d->second;
-  std::printf("%-44s %8.1f / %8.1f = %5.2f  (goal >= %.2f) %s\n", what.c_str(), n->second, d->second, r, goal,
+void print_ratio(const Best& best, const std::string& what, const std::string& num, const std::string& den,
+                 double goal) {
+  const double n = best_rate(best, num), d = best_rate(best, den);
+  if (n <= 0 || d <= 0) return;  // filtered out
+  const double r = n / d;
+  std::printf("%-44s %8.1f / %8.1f = %5.2f  (goal >= %.2f) %s\n", what.c_str(), n, d, r, goal,
               r >= goal ? "ok" : "BELOW GOAL");
 }
 
@@ -221,22 +206,22 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("cross_entropy_fwd_bwd/2048x32000", bm_cross_entropy)->UseRealTime();
   benchmark::RegisterBenchmark("adamw/16M", bm_adamw)->UseRealTime();
 
-  RatioReporter reporter;
+  hspmd::bench::BestCounterReporter reporter;
   std::printf("kernel threads: %d\nGEMM: %s\nSIMD level: %s (HSPMD_SIMD forces one)\n", hspmd::kernels::num_threads(),
               hspmd::kernels::gemm_backend_description().c_str(),
               hspmd::kernels::simd_level_name(hspmd::kernels::simd_level()));
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
 
-  const auto& rates = reporter.rates();
+  const Best& best = reporter.best();
   std::printf("\nratios measured in this run (%d threads; best repetition of each)\n", hspmd::kernels::num_threads());
   for (const GemmSize& g : kGemmSizes) {
-    print_ratio(rates, "matmul wrapper / direct sgemm " + g.name(), "matmul/" + g.name(), "sgemm_direct/" + g.name(),
+    print_ratio(best, "matmul wrapper / direct sgemm " + g.name(), "matmul/" + g.name(), "sgemm_direct/" + g.name(),
                 0.90);
   }
   const std::string sgemm = "sgemm_direct/1024x1024x1024";
   for (const char* nkv : {"4", "8"}) {
-    print_ratio(rates, std::string("attention fwd+bwd nkv") + nkv + " / sgemm 1024^3",
+    print_ratio(best, std::string("attention fwd+bwd nkv") + nkv + " / sgemm 1024^3",
                 std::string("attention_fwd_bwd/seq4x512_nq8_nkv") + nkv + "_d64", sgemm, 0.7);
   }
   return 0;

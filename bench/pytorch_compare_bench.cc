@@ -53,13 +53,14 @@ size_t proc_status_bytes(const std::string& key) {
   return 0;
 }
 
-// Resets the kernel's RSS high-water mark to the current RSS; false when not permitted.
+// Minor page faults of this process so far.
 long minor_faults() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_minflt;
 }
 
+// Resets the kernel's RSS high-water mark to the current RSS; false when not permitted.
 bool reset_peak_rss() {
   std::ofstream out("/proc/self/clear_refs");
   out << "5";

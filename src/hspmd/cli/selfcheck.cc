@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -270,7 +271,7 @@ Check check_cross_entropy_bwd() {
 double seconds_per_call(const std::function<void()>& fn, double min_seconds) {
   fn();
   using Clock = std::chrono::steady_clock;
-  double best = 0;
+  double best = std::numeric_limits<double>::infinity();
   for (int window = 0; window < 5; ++window) {
     const auto start = Clock::now();
     int calls = 0;
@@ -280,7 +281,7 @@ double seconds_per_call(const std::function<void()>& fn, double min_seconds) {
       ++calls;
       elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     } while (elapsed < min_seconds);
-    best = window == 0 ? elapsed / calls : std::min(best, elapsed / calls);
+    best = std::min(best, elapsed / calls);
   }
   return best;
 }

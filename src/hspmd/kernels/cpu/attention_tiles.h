@@ -33,8 +33,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "hspmd/core/tensor.h"
-#include "hspmd/kernels/attention.h"
+#include "hspmd/core/dtype.h"
 
 namespace hspmd::kernels::cpu {
 
@@ -88,6 +87,5 @@ void attention_forward(const AttentionTiles<T>& x, const std::vector<QueryTile>&
 // adjacent.
 template <typename T>
 void attention_backward(const AttentionTiles<T>& x, const std::vector<QueryTile>& tiles);
-
 
 }  // namespace hspmd::kernels::cpu

@@ -47,10 +47,6 @@ HeadShape check_head(const char* kernel, const Tensor& x, const Tensor& w, const
   return {x.dim(0), x.dim(1), w.dim(0)};
 }
 
-int64_t chunk_rows(const HeadShape& s, const LmHeadLossOptions& o) {
-  return lm_head_loss_chunk_rows(s.tokens, s.vocab, o);
-}
-
 // What the products multiply. Plain runs use x and w themselves (In = T, float or double). bf16
 // operands are copies made once per call: bf16 storage for oneDNN's bf16 GEMM, or float32 values
 // rounded to bf16 for the float32 GEMM (docs/mixed-precision.md); like matmul's, these copies are
@@ -111,7 +107,7 @@ template <typename In>
 void stats_chunks(const Operands<In>& op, const HeadShape& s, const Tensor& targets, const Tensor& stats,
                   const LmHeadLossOptions& o) {
   using T = ResultOf<In>;
-  const int64_t rows = chunk_rows(s, o);
+  const int64_t rows = lm_head_loss_chunk_rows(s.tokens, s.vocab, o);
   Tensor logits = Tensor::empty({rows, s.vocab}, dtype_of<T>(), o.allocator);
   Tensor chunk_stats = Tensor::empty({3 * rows}, DType::kFloat64, o.allocator);
   double* out = stats.data<double>();
@@ -129,7 +125,7 @@ template <typename In>
 void backward_chunks(const Operands<In>& op, const HeadShape& s, const Tensor& targets, const Tensor& lse,
                      const Tensor& dlosses, const Tensor& dx, const Tensor& dw, const LmHeadLossOptions& o) {
   using T = ResultOf<In>;
-  const int64_t rows = chunk_rows(s, o);
+  const int64_t rows = lm_head_loss_chunk_rows(s.tokens, s.vocab, o);
   Tensor logits = Tensor::empty({rows, s.vocab}, dtype_of<T>(), o.allocator);
   std::vector<In> dlogits_copy;
   for (int64_t r0 = 0; r0 < s.tokens; r0 += rows) {
