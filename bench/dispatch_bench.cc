@@ -41,6 +41,7 @@
 #include "hspmd/comm/thread_ranks.h"
 #include "hspmd/data/long_tailed.h"
 #include "hspmd/data/token_dataset.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/planner/dispatched_training.h"
 #include "hspmd/planner/profiler.h"
@@ -134,7 +135,7 @@ Measured measure(const models::LlamaConfig& config, const data::TokenDataset& ds
     } else {
       plan = models::compile_llama_plan(config, *single);
     }
-    runtime::DistTrainer t(config, ds, plan, options, rank, 4, groups);
+    runtime::DistTrainer t(models::llama(config), ds, plan, options, rank, 4, groups);
     if (run) run->start(ds, o, t.loader_state(), first, 1);
     double total = 0;
     for (int s = 0; s < steps; ++s) {

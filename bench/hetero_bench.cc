@@ -20,6 +20,7 @@
 #include "bench_data.h"
 #include "hspmd/comm/thread_ranks.h"
 #include "hspmd/data/token_dataset.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/runtime/dist_trainer.h"
 
@@ -89,7 +90,7 @@ Measured measure(const models::LlamaConfig& config, const data::TokenDataset& ds
     o.device.rank = rank;
     o.device.speed = speeds.at(rank);
     o.trace = true;
-    runtime::DistTrainer t(config, ds, plan, o, rank, world, groups);
+    runtime::DistTrainer t(models::llama(config), ds, plan, o, rank, world, groups);
     double total = 0;
     for (int s = 0; s < steps; ++s) {
       if (s == 1) t.tracer().clear();  // step 1 connects the groups: not part of the measure

@@ -40,6 +40,7 @@
 
 #include "hspmd/comm/thread_ranks.h"
 #include "hspmd/data/token_dataset.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/planner/cost_model.h"
 #include "hspmd/planner/derived_profile.h"
@@ -202,7 +203,7 @@ Measure measure(const models::LlamaConfig& config, const data::TokenDataset& ds,
     o.trace = true;
     const std::vector<int> used = st.ranks();
     if (!std::binary_search(used.begin(), used.end(), rank)) return;  // an idle rank of this strategy
-    runtime::DistTrainer t(config, ds, plan, o, rank, world, groups);
+    runtime::DistTrainer t(models::llama(config), ds, plan, o, rank, world, groups);
     double compute_cpu = 0;
     for (int s = 0; s < steps; ++s) {
       t.tracer().clear();

@@ -38,6 +38,7 @@
 #include "hspmd/kernels/matmul.h"
 #include "hspmd/kernels/threading.h"
 #include "hspmd/models/llama.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/runtime/trainer.h"
 
 namespace {
@@ -129,7 +130,7 @@ void run(const Args& args) {
   data::Batch batch = data::pack(segments, {.seq_len = args.seq});
   safetensors::save(args.out + "/batch.safetensors",
                     {{"input_ids", Tensor::from_vector(Shape{args.batch, args.seq}, ids)}});
-  graph::TensorMap feeds = runtime::llama_feeds(batch, batch.num_label_tokens());
+  graph::TensorMap feeds = models::llama_feeds(batch, batch.num_label_tokens());
   double gflops = sgemm_gflops();
 
   const size_t rss_before = proc_status_bytes("VmRSS");

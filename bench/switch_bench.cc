@@ -4,7 +4,8 @@
 // float32 weights and both AdamW moments. Three ways, interleaved round by round, best of N:
 //   fused     DistTrainer::switch_to: one fused BSR, one message per (sender, receiver) pair,
 //             the scheme's heuristics (owned -> local copy; least bytes sent so far)
-//   unfused   the paper's baseline: one BSR per tensor, one after the other, lowest owner sends
+//   unfused   the paper's baseline (runtime/unfused_switch.h): one BSR per tensor, one after the
+//             other, lowest owner sends
 //   restart   today's alternative without switching: save a sharded checkpoint, drop every
 //             communicator, build the trainer for the new plan (specialize, connect) and load the
 //             checkpoint under it. Starting new processes is NOT included, so the ratio is a floor.
@@ -24,8 +25,10 @@
 #include "bench_data.h"
 #include "hspmd/comm/thread_ranks.h"
 #include "hspmd/data/token_dataset.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/runtime/dist_trainer.h"
+#include "hspmd/runtime/unfused_switch.h"
 
 namespace hspmd {
 namespace {
@@ -96,13 +99,13 @@ Directions measure(const std::string& config_file, int rounds, const data::Token
         o.train.global_batch_tokens = 1024;
         o.train.threads = 1;
         o.plan_name = "tp2-pp2";
-        auto t = std::make_unique<runtime::DistTrainer>(config, ds, a, o, rank, 4, groups);
+        auto t = std::make_unique<runtime::DistTrainer>(models::llama(config), ds, a, o, rank, 4, groups);
         t->step();  // non-zero moments
         for (int round = 0; round < rounds; ++round) {
-          const runtime::SwitchReport f = t->switch_to(b, "hetero", true);
-          const runtime::SwitchReport fb = t->switch_to(a, "tp2-pp2", true);
-          const runtime::SwitchReport u = t->switch_to(b, "hetero", false);
-          const runtime::SwitchReport ub = t->switch_to(a, "tp2-pp2", false);
+          const runtime::SwitchReport f = t->switch_to(b, "hetero");
+          const runtime::SwitchReport fb = t->switch_to(a, "tp2-pp2");
+          const runtime::SwitchReport u = runtime::switch_unfused_baseline(*t, b, "hetero");
+          const runtime::SwitchReport ub = runtime::switch_unfused_baseline(*t, a, "tp2-pp2");
           // Checkpoint and restart: what a run without switching does to change strategy.
           t->save(ckpt);
           const auto start = Clock::now();
@@ -110,10 +113,10 @@ Directions measure(const std::string& config_file, int rounds, const data::Token
           groups.reset(groups.generation() + 1);
           runtime::DistOptions ob = o;
           ob.plan_name = "hetero";
-          t = std::make_unique<runtime::DistTrainer>(config, ds, b, ob, rank, 4, groups);
+          t = std::make_unique<runtime::DistTrainer>(models::llama(config), ds, b, ob, rank, 4, groups);
           t->restore(ckpt);
           restart_seconds[rank][round] = std::chrono::duration<double>(Clock::now() - start).count();
-          t->switch_to(a, "tp2-pp2", true);  // back to the start for the next round
+          t->switch_to(a, "tp2-pp2");  // back to the start for the next round
           std::lock_guard<std::mutex> lock(mutex);
           if (rank == 0) {
             keep_best(best.there, f, u);

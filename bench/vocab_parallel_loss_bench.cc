@@ -22,6 +22,8 @@
 #include "bench_data.h"
 #include "hspmd/comm/thread_ranks.h"
 #include "hspmd/data/token_dataset.h"
+#include "hspmd/models/llama.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/runtime/dist_trainer.h"
 #include "hspmd/specialize/plan_report.h"
@@ -95,7 +97,7 @@ Measured train_tp2(const models::LlamaConfig& config, const data::TokenDataset& 
     o.train.global_batch_tokens = 2048;
     o.train.threads = 1;
     o.fused_head_loss = fused_head;
-    runtime::DistTrainer t(config, ds, plan, o, rank, 2, groups);
+    runtime::DistTrainer t(models::llama(config), ds, plan, o, rank, 2, groups);
     double seconds = 0;
     size_t peak = 0;
     std::vector<double> losses;

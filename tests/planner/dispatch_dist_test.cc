@@ -10,6 +10,7 @@
 
 #include "hspmd/comm/thread_ranks.h"
 #include "hspmd/data/long_tailed.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/planner/dispatched_training.h"
 #include "planner/planner_testlib.h"
 #include "runtime/dist_run_testlib.h"
@@ -71,7 +72,7 @@ TEST_F(DispatchDistTest, TwoStrategiesSwitchingPerBatchByMaxLengthMatchSinglePro
     options.train = o;
     options.plan_name = set.at(first).strategy.name;
     run.install(options);
-    runtime::DistTrainer t(config, ds, set.plan(first), options, rank, 4, groups);
+    runtime::DistTrainer t(models::llama(config), ds, set.plan(first), options, rank, 4, groups);
     run.start(ds, o, t.loader_state(), first, 1);
     while (!t.done()) {
       run.before_step(t);
@@ -99,7 +100,7 @@ TEST_F(DispatchDistTest, TwoStrategiesSwitchingPerBatchByMaxLengthMatchSinglePro
     EXPECT_LE(static_cast<int64_t>(longest), set.at(chosen[0][s]).max_len) << "step " << s + 1;
   }
 
-  runtime::Trainer single(config, ds, o);
+  runtime::Trainer single(models::llama(config), ds, o);
   for (size_t s = 0; s < losses[0].size(); ++s) {
     const runtime::StepMetrics m = single.step();
     for (int r = 0; r < 4; ++r) {

@@ -13,6 +13,7 @@
 #include "hspmd/core/safetensors.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/kernels/cast.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/runtime/trainer.h"
 #include "runtime/runtime_testlib.h"
 
@@ -35,7 +36,7 @@ class CheckpointTest : public testing::TempDirTest {
   std::vector<double> train_and_save(int64_t steps, int64_t total, const std::string& dir) {
     TrainerOptions o = tiny_options(steps);
     o.decay_steps = total;
-    Trainer t(tiny_config(), *ds_, o);
+    Trainer t(models::llama(tiny_config()), *ds_, o);
     std::vector<double> losses;
     while (!t.done()) losses.push_back(t.step().loss);
     save_checkpoint(dir, t.checkpoint());
@@ -63,7 +64,7 @@ TEST(Crc32, MatchesTheStandardCheckValue) {
 TEST_F(CheckpointTest, ResumeReproducesTheUninterruptedRunExactly) {
   // Uninterrupted: 12 steps. Interrupted: 5 steps on the same 12-step schedule, then resumed.
   TrainerOptions full = tiny_options(12);
-  Trainer a(tiny_config(), *ds_, full);
+  Trainer a(models::llama(tiny_config()), *ds_, full);
   std::vector<double> expected;
   while (!a.done()) expected.push_back(a.step().loss);
 
@@ -71,7 +72,7 @@ TEST_F(CheckpointTest, ResumeReproducesTheUninterruptedRunExactly) {
   Checkpoint c = load_checkpoint(path("ckpt"), tiny_config());
   EXPECT_EQ(c.state.step, 5);
   EXPECT_EQ(c.state.loader.steps, 5u);
-  Trainer b(tiny_config(), *ds_, full);
+  Trainer b(models::llama(tiny_config()), *ds_, full);
   b.restore(c);
   EXPECT_EQ(b.step_count(), 5);
   while (!b.done()) got.push_back(b.step().loss);
@@ -135,7 +136,7 @@ TEST_F(CheckpointTest, CheckpointOfAnotherModelIsRefused) {
 TEST_F(CheckpointTest, MissingOrMisShapedTensorsAreNamed) {
   // A checkpoint whose model file lacks one tensor and has another mis-shaped: rewrite the model
   // file and its recorded digest, so the checks after the checksum are exercised.
-  Trainer t(tiny_config(), *ds_, tiny_options(1));
+  Trainer t(models::llama(tiny_config()), *ds_, tiny_options(1));
   Checkpoint c = t.checkpoint();
   save_checkpoint(path("ckpt"), c);
   const std::string model = path("ckpt") + "/" + kModelFile;
@@ -163,7 +164,7 @@ TEST_F(CheckpointTest, HuggingFaceWeightsOnlyContinueTraining) {
   // Train a few steps, export the weights the way Hugging Face stores them (BF16, plus rotary
   // buffers), load them into a fresh run: its first loss is that of the trained weights.
   TrainerOptions o = tiny_options(20);
-  Trainer trained(tiny_config(), *ds_, o);
+  Trainer trained(models::llama(tiny_config()), *ds_, o);
   for (int i = 0; i < 20; ++i) trained.step();
   std::vector<std::pair<std::string, Tensor>> hf;
   for (const auto& [name, w] : trained.parameters()) {
@@ -180,8 +181,8 @@ TEST_F(CheckpointTest, HuggingFaceWeightsOnlyContinueTraining) {
 
   TrainerOptions cont = tiny_options(10);
   cont.seed = 11;  // another data order: the loss then measures the weights, not memorization
-  Trainer fresh(tiny_config(), *ds_, cont);
-  Trainer from_hf(tiny_config(), *ds_, cont);
+  Trainer fresh(models::llama(tiny_config()), *ds_, cont);
+  Trainer from_hf(models::llama(tiny_config()), *ds_, cont);
   from_hf.load_weights(weights);
   EXPECT_EQ(from_hf.checkpoint().exp_avg.at("lm_head.weight").to_vector<float>(),
             std::vector<float>(260 * 32, 0.0f));  // fresh optimizer state

@@ -11,6 +11,7 @@
 #include "hspmd/comm/thread_ranks.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/kernels/slice.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "runtime/runtime_testlib.h"
 
@@ -47,7 +48,7 @@ const Reference& reference(int64_t steps, bool tied, const std::string& dataset,
   data::TokenDataset ds = data::TokenDataset::open(dataset_or_corpus(dataset));
   TrainerOptions o = dist_options(steps);
   o.precision = precision;
-  Trainer t(dist_config(tied), ds, o);
+  Trainer t(models::llama(dist_config(tied)), ds, o);
   Reference r;
   while (!t.done()) {
     const StepMetrics m = t.step();
@@ -81,7 +82,7 @@ DistRun run_phases(const std::vector<Phase>& phases, const TrainerOptions& o, co
     options.schedule = ro.schedule;
     options.plan_name = phases[0].strategy.name;
     if (ro.configure) ro.configure(rank, options);
-    DistTrainer t(dist_config(ro.tied), ds, plans[0], options, rank, world, groups);
+    DistTrainer t(models::llama(dist_config(ro.tied)), ds, plans[0], options, rank, world, groups);
     if (ro.before) ro.before(t);
     size_t next = 1;
     while (!t.done()) {

@@ -9,6 +9,8 @@
 #include <cmath>
 
 #include "hspmd/data/token_dataset.h"
+#include "hspmd/models/llama.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/comm/thread_ranks.h"
 #include "runtime/dist_run_testlib.h"
@@ -140,7 +142,7 @@ TEST(DistTrain, FusedHeadLossEqualsOneProcessWithTheHeadApart) {
 // the weights do not move (training afterwards still follows the one-process run).
 TEST(DistTrain, EvaluationUnderAStrategyEqualsOneProcess) {
   data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
-  Trainer one(config(), ds, options(2));
+  Trainer one(models::llama(config()), ds, options(2));
   while (!one.done()) one.step();
   const double expected = one.evaluate(ds, 2048);
   sharding::Strategy st = strategy(R"({"name": "uneven", "pipelines": [
@@ -208,7 +210,7 @@ TEST(DistTrain, CommunicatorsAreConnectedBeforeTheFirstStep) {
   comm::run_thread_ranks(6, [&](int rank, comm::GroupCache& groups) {
     DistOptions o;
     o.train = options(2);
-    DistTrainer t(config(), ds, plan, o, rank, 6, groups);
+    DistTrainer t(models::llama(config()), ds, plan, o, rank, 6, groups);
     before[rank] = groups.cached();
     while (!t.done()) t.step();
     after[rank] = groups.cached();
@@ -229,7 +231,7 @@ TEST(DistTrain, PlanBeyondEmulatedMemoryIsRefusedBeforeTraining) {
     DistOptions o;
     o.train = options(1);
     o.device = {.rank = 0, .name = "tiny", .speed = 1.0, .memory_bytes = 64 << 10};
-    message = testing::error_of([&] { DistTrainer t(config(), ds, plan, o, rank, 1, groups); });
+    message = testing::error_of([&] { DistTrainer t(models::llama(config()), ds, plan, o, rank, 1, groups); });
   });
   EXPECT_THAT(message, AllOf(HasSubstr("rank 0"), HasSubstr("tiny"), HasSubstr("parameters"), HasSubstr("65536")));
 }
@@ -246,7 +248,7 @@ TEST(DistTrain, EmulatedSpeedStretchesEachStepsCompute) {
     o.train = options(2);
     o.train.threads = 1;
     o.device = {.rank = 0, .name = "half", .speed = 0.5, .memory_bytes = 0};
-    DistTrainer t(config(), ds, plan, o, rank, 1, groups);
+    DistTrainer t(models::llama(config()), ds, plan, o, rank, 1, groups);
     for (int s = 0; s < 2; ++s) {
       const double before = t.compute_time().cpu;
       const double seconds = t.step().step_seconds;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hspmd/data/token_dataset.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/hf_weights.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
@@ -29,7 +30,7 @@ class HfExportTest : public testing::TempDirTest {
   // A checkpoint after two steps, so the weights are not the initial ones.
   graph::TensorMap trained(const std::string& dir) {
     data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
-    Trainer t(testing::tiny_config(), ds, testing::tiny_options(2));
+    Trainer t(models::llama(testing::tiny_config()), ds, testing::tiny_options(2));
     while (!t.done()) t.step();
     t.save(dir);
     graph::TensorMap copy;

@@ -15,6 +15,7 @@
 
 #include "hspmd/comm/thread_ranks.h"
 #include "hspmd/data/token_dataset.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/runtime/dist_trainer.h"
 #include "runtime/dist_run_testlib.h"
@@ -63,7 +64,7 @@ const Training& single_process(Rope rope) {
   if (cache.count(rope)) return cache.at(rope);
   return cache[rope] = [&] {
     data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
-    Trainer t(config(rope), ds, options());
+    Trainer t(models::llama(config(rope)), ds, options());
     Training r;
     r.losses.resize(1);
     r.grad_norms.resize(1);
@@ -89,7 +90,7 @@ Training distributed(const std::string& strategy_json, Rope rope) {
   comm::run_thread_ranks(world, [&](int rank, comm::GroupCache& groups) {
     DistOptions o;
     o.train = options();
-    DistTrainer t(config(rope), ds, plan, o, rank, world, groups);
+    DistTrainer t(models::llama(config(rope)), ds, plan, o, rank, world, groups);
     while (!t.done()) {
       const StepMetrics m = t.step();
       out.losses[rank].push_back(m.loss);

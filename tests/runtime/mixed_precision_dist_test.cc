@@ -9,6 +9,7 @@
 #include <cmath>
 #include <iostream>
 
+#include "hspmd/models/llama_model.h"
 #include "hspmd/runtime/dist_trainer.h"
 #include "runtime/dist_run_testlib.h"
 #include "runtime/runtime_testlib.h"
@@ -78,8 +79,8 @@ TEST(MixedPrecisionDist, Bf16DiffersFromFloat32BeyondTheBounds) {
   // The oracle must be able to tell: the bf16 and float32 single-process runs part by more than
   // the bounds a bf16 distributed run is held to (1e-4 on losses, 1e-2 on weights).
   data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
-  Trainer fp32(testing::dist_config(), ds, testing::dist_options(kSteps));
-  Trainer bf16(testing::dist_config(), ds, bf16_options(kSteps));
+  Trainer fp32(models::llama(testing::dist_config()), ds, testing::dist_options(kSteps));
+  Trainer bf16(models::llama(testing::dist_config()), ds, bf16_options(kSteps));
   double worst_loss = 0;
   for (int64_t s = 0; s < kSteps; ++s) {
     const double b = bf16.step().loss, f = fp32.step().loss;

@@ -239,7 +239,7 @@ TEST_F(ShardedCheckpointTest, OpensASingleProcessCheckpoint) {
   }
   saved.state.step = 3;
   saved.state.seed = 1;
-  saved.state.config = config;
+  saved.state.config = nlohmann::json::parse(config.to_json_text());
   saved.state.options = nlohmann::json::object();
   save_checkpoint(path("single"), saved);
 

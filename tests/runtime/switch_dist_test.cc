@@ -12,6 +12,8 @@
 
 #include "hspmd/comm/thread_ranks.h"
 #include "hspmd/data/token_dataset.h"
+#include "hspmd/models/llama.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/runtime/dist_trainer.h"
 #include "runtime/dist_run_testlib.h"
@@ -183,7 +185,7 @@ TEST(Switch, RefusedSwitchLeavesTrainingOnTheOldPlan) {
     o.train = dist_options(kSteps);
     o.plan_name = "tp2";
     o.device = {.rank = rank, .name = "small", .speed = 1.0, .memory_bytes = capacity};
-    DistTrainer t(config, ds, tp2, o, rank, 2, groups);
+    DistTrainer t(models::llama(config), ds, tp2, o, rank, 2, groups);
     while (!t.done()) {
       if (t.step_count() == 1) {
         refusals[2 * rank] = testing::error_of([&] { t.switch_to(alone, "alone"); });

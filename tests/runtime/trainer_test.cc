@@ -16,6 +16,7 @@
 #include "hspmd/graph/executor.h"
 #include "hspmd/graph/optimizer.h"
 #include "hspmd/models/llama.h"
+#include "hspmd/models/llama_model.h"
 #include "runtime/runtime_testlib.h"
 
 namespace hspmd::runtime {
@@ -28,7 +29,7 @@ using testing::tiny_options;
 
 std::vector<double> train_losses(const TrainerOptions& options) {
   data::TokenDataset ds = data::TokenDataset::open(corpus_dataset());
-  Trainer t(tiny_config(), ds, options);
+  Trainer t(models::llama(tiny_config()), ds, options);
   std::vector<double> losses;
   while (!t.done()) losses.push_back(t.step().loss);
   return losses;
@@ -42,7 +43,7 @@ void expect_one_rank_equals_executor(DType precision) {
   data::TokenDataset ds = data::TokenDataset::open(corpus_dataset());
   TrainerOptions o = tiny_options(4);
   o.precision = precision;
-  Trainer trainer(tiny_config(), ds, o);
+  Trainer trainer(models::llama(tiny_config()), ds, o);
 
   const models::LlamaModel m = models::build_llama(tiny_config(), {.precision = precision});
   graph::TensorMap params = graph::init_parameters(m.graph, o.seed);
@@ -51,7 +52,7 @@ void expect_one_rank_equals_executor(DType precision) {
   data::Loader loader(ds, {.seq_len = o.seq_len, .global_batch_tokens = o.global_batch_tokens, .seed = o.seed});
   for (int step = 1; step <= 4; ++step) {
     const data::Batch batch = data::pack(loader.next(), {.seq_len = o.seq_len});
-    const std::vector<Tensor> out = executor.run(llama_feeds(batch, batch.num_label_tokens()), params);
+    const std::vector<Tensor> out = executor.run(models::llama_feeds(batch, batch.num_label_tokens()), params);
     graph::TensorMap grads;
     for (size_t i = 0; i < m.param_names.size(); ++i) grads.emplace(m.param_names[i], out[i + 1]);
     const graph::AdamW::StepInfo info = adamw.step(params, grads);
@@ -113,7 +114,7 @@ TEST(Trainer, Bf16LossCurveStaysWithinOnePercentOfFloat32) {
 TEST(Trainer, StepsReportLrTokensAndTimes) {
   data::TokenDataset ds = data::TokenDataset::open(corpus_dataset());
   TrainerOptions o = tiny_options(8);
-  Trainer t(tiny_config(), ds, o);
+  Trainer t(models::llama(tiny_config()), ds, o);
   for (int64_t i = 1; i <= 8; ++i) {
     StepMetrics m = t.step();
     EXPECT_EQ(m.step, i);
@@ -153,7 +154,7 @@ TEST(Trainer, FeedsNormalizeByTheGlobalLabelCount) {
   data::Segment a{0, 0, {1, 2, 3}}, b{1, 0, {4, 5}};
   std::vector<data::Segment> segs{a, b};
   data::Batch batch = data::pack(segs, {.seq_len = 8});
-  graph::TensorMap feeds = llama_feeds(batch, /*label_tokens=*/40);
+  graph::TensorMap feeds = models::llama_feeds(batch, /*label_tokens=*/40);
   EXPECT_EQ(feeds.at("input_ids").to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3, 4, 5}));
   EXPECT_EQ(feeds.at("targets").to_vector<int64_t>(), (std::vector<int64_t>{2, 3, -100, 5, -100}));
   EXPECT_EQ(feeds.at("positions").to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 0, 1}));
@@ -165,13 +166,15 @@ TEST(Trainer, RefusesBadOptionsAndMismatchedData) {
   data::TokenDataset ds = data::TokenDataset::open(corpus_dataset());
   TrainerOptions o = tiny_options(1);
   o.seq_len = 4096;
-  EXPECT_NE(error_of([&] { Trainer t(tiny_config(), ds, o); }).find("max_position_embeddings"), std::string::npos);
+  EXPECT_NE(error_of([&] { Trainer t(models::llama(tiny_config()), ds, o); }).find("max_position_embeddings"),
+            std::string::npos);
   o = tiny_options(1);
   o.global_batch_tokens = 10;
-  EXPECT_NE(error_of([&] { Trainer t(tiny_config(), ds, o); }).find("global_batch_tokens"), std::string::npos);
+  EXPECT_NE(error_of([&] { Trainer t(models::llama(tiny_config()), ds, o); }).find("global_batch_tokens"),
+            std::string::npos);
   models::LlamaConfig small = tiny_config();
   small.vocab_size = 100;
-  std::string e = error_of([&] { Trainer t(small, ds, tiny_options(1)); });
+  std::string e = error_of([&] { Trainer t(models::llama(small), ds, tiny_options(1)); });
   EXPECT_NE(e.find("is outside the model's vocabulary [0, 100)"), std::string::npos) << e;
   EXPECT_NE(e.find("prepared for vocab_size 260"), std::string::npos) << e;
   EXPECT_NE(e.find("document 0, position"), std::string::npos) << e;
@@ -196,10 +199,10 @@ TEST(Trainer, DatasetOfALargerVocabularyTrainsWhenItsIdsFit) {
     w.finish();
   }
   data::TokenDataset fits = data::TokenDataset::open(dir + "/fits");
-  Trainer t(tiny_config(), fits, tiny_options(1));
+  Trainer t(models::llama(tiny_config()), fits, tiny_options(1));
   EXPECT_TRUE(std::isfinite(t.step().loss));
   data::TokenDataset outside = data::TokenDataset::open(dir + "/outside");
-  const std::string e = error_of([&] { Trainer bad(tiny_config(), outside, tiny_options(1)); });
+  const std::string e = error_of([&] { Trainer bad(models::llama(tiny_config()), outside, tiny_options(1)); });
   EXPECT_NE(e.find("token id 31999 (document 0, position 123) is outside the model's vocabulary [0, 260)"),
             std::string::npos)
       << e;
@@ -221,7 +224,8 @@ TEST(Trainer, OptionsRoundTripThroughJson) {
             std::string::npos);
   TrainerOptions f64 = tiny_options(2);
   f64.precision = DType::kFloat64;
-  EXPECT_NE(error_of([&] { validate_options(f64, tiny_config()); }).find("precision must be float32 (fp32) or bfloat16"),
+  EXPECT_NE(error_of([&] { validate_options(f64, models::Llama(tiny_config())); })
+                .find("precision must be float32 (fp32) or bfloat16"),
             std::string::npos);
   EXPECT_NE(error_of([] { TrainerOptions::from_json({{"lr", "fast"}}); }).find("\"lr\""), std::string::npos);
 }

@@ -19,6 +19,7 @@
 #include "hspmd/core/error.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/kernels/threading.h"
+#include "hspmd/models/model_factory.h"
 #include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
 #include "hspmd/runtime/evaluate.h"
@@ -37,7 +38,7 @@ struct EvalArgs {
 void run_eval(const EvalArgs& args) {
   models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
   data::TokenDataset dataset = data::TokenDataset::open(args.data);
-  runtime::check_dataset_fits(dataset, config);
+  runtime::check_dataset_fits(dataset, *models::load_model(args.model));
   const std::string weights_path = args.weights.empty() ? args.model : args.weights;
   HSPMD_CHECK(!args.weights.empty() || runtime::is_hf_weights(args.model))
       << "--weights is needed: --model " << args.model << " is not a save_pretrained directory with weights";

@@ -33,6 +33,7 @@
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/kernels/gemm_backend.h"
 #include "hspmd/kernels/simd.h"
+#include "hspmd/models/model_factory.h"
 #include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
 #include "hspmd/runtime/trainer.h"
@@ -129,7 +130,7 @@ runtime::TrainerOptions resumed_options(const TrainArgs& args, const CLI::App& s
   const nlohmann::json state = runtime::read_checkpoint_state(args.resume);
   HSPMD_CHECK(state.contains("config") && state.contains("options"))
       << "checkpoint " << args.resume << " records no model config or training options";
-  runtime::check_same_config(state.at("config"), models::LlamaConfig::from_file(args.model), args.resume);
+  runtime::check_same_config(state.at("config"), *models::load_model(args.model), args.resume);
   runtime::TrainerOptions options = runtime::TrainerOptions::from_json(state.at("options"));
   for (const OptionFlag& f : option_flags()) {
     if (sub.count(f.flag) > 0) f.copy(options, args.options);
@@ -156,7 +157,7 @@ void run_train(TrainArgs args, const CLI::App& sub) {
   const runtime::TrainerOptions& options = args.options;
   std::optional<data::TokenDataset> validation;
   if (args.eval_every > 0) validation = data::TokenDataset::open_validation(args.data);
-  runtime::Trainer trainer(config, dataset, options);
+  runtime::Trainer trainer(models::load_model(args.model), dataset, options);
   if (!args.dump_init_weights.empty()) {
     const graph::TensorMap params = trainer.parameters();
     std::vector<std::pair<std::string, Tensor>> tensors(params.begin(), params.end());

@@ -32,6 +32,7 @@
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/elastic/elastic_run.h"
 #include "hspmd/models/llama_plan.h"
+#include "hspmd/models/model_factory.h"
 #include "hspmd/planner/planner.h"
 #include "hspmd/runtime/fault_injection.h"
 #include "hspmd/runtime/dist_trainer.h"
@@ -62,10 +63,10 @@ std::string rank_path(const std::string& path, int rank) {
 }
 
 // Retrains the same steps in one process and compares each loss with the distributed run's.
-void check_single_process(const models::LlamaConfig& config, const data::TokenDataset& dataset,
+void check_single_process(const std::shared_ptr<const models::Model>& model, const data::TokenDataset& dataset,
                           const runtime::TrainerOptions& options, const std::vector<double>& losses) {
   std::cout << "== single-process check: retraining " << losses.size() << " steps in one process" << std::endl;
-  runtime::Trainer single(config, dataset, options);
+  runtime::Trainer single(model, dataset, options);
   double worst = 0;
   for (size_t i = 0; i < losses.size(); ++i) {
     const double expected = single.step().loss;
@@ -134,7 +135,7 @@ struct ElasticParts {
       : topology(resolve::Topology::from_file(args.cluster)),
         profile(planner::Profile::from_file(args.profile)),
         planner(config, topology, profile, planner_options(args)),
-        run(std::move(store), rank, world, groups, planner, config,
+        run(std::move(store), rank, world, groups, planner,
             {.heartbeat_timeout = comm::Millis(static_cast<int64_t>(args.heartbeat_timeout * 1000)),
              .checkpoint_dir = args.save},
             admission) {}
@@ -211,8 +212,8 @@ void run_worker(const TrainArgs& args) {
   }
   if (by_length) by_length->training->install(options);
   const sharding::Strategy& initial = admission ? admission->strategy : plans[in_force].strategy;
-  runtime::DistTrainer trainer(config, dataset,
-                               admission ? models::compile_llama_plan(config, initial) : plans[in_force].plan, options,
+  const std::shared_ptr<const models::Model> model = models::load_model(args.model);
+  runtime::DistTrainer trainer(model, dataset, admission ? model->compile_plan(initial) : plans[in_force].plan, options,
                                env.rank, world, groups);
   std::unique_ptr<ElasticParts> elastic;
   if (args.elastic) {
@@ -344,7 +345,7 @@ void run_worker(const TrainArgs& args) {
   }
   if (is_lead() && args.check_single) {
     HSPMD_CHECK(args.resume.empty()) << "--check-single compares a run from step 0; it cannot follow --resume";
-    check_single_process(config, dataset, args.options, losses);
+    check_single_process(model, dataset, args.options, losses);
   }
 }
 
@@ -359,9 +360,10 @@ void run_dist_train(const TrainArgs& args) {
   const int world = by_length ? by_length->world() : world_of(scheduled_plans(args, config));
   if (!args.init_weights.empty()) const runtime::HfWeights checked(args.init_weights, config);
   if (!args.devices.empty()) const runtime::EmulatedDevices checked = runtime::EmulatedDevices::from_file(args.devices, world);
-  runtime::validate_options(args.options, config);
+  const std::shared_ptr<const models::Model> model = models::load_model(args.model);
+  runtime::validate_options(args.options, *model);
   const data::TokenDataset checked_data = data::TokenDataset::open(args.data);
-  runtime::check_dataset_fits(checked_data, config);
+  runtime::check_dataset_fits(checked_data, *model);
   if (args.eval_every > 0) const data::TokenDataset checked_validation = data::TokenDataset::open_validation(args.data);
   if (args.elastic) {
     HSPMD_CHECK(!by_length) << "--elastic does not combine with --dispatch or --strategy-for-max-len yet";

@@ -110,8 +110,7 @@ std::vector<std::vector<size_t>> partition_by_tokens(std::span<const int64_t> le
   return parts;
 }
 
-std::vector<std::vector<std::vector<Segment>>> split_global_batch(std::span<const Segment> global,
-                                                                  std::span<const PartSpec> parts) {
+BatchSplit split_global_batch(std::span<const Segment> global, std::span<const PartSpec> parts) {
   std::vector<int64_t> lengths;
   for (const Segment& s : global) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
   std::vector<double> weights;
@@ -120,7 +119,7 @@ std::vector<std::vector<std::vector<Segment>>> split_global_batch(std::span<cons
                                              << parts[p].micro_batches << " micro-batches; needs at least 1";
     weights.push_back(parts[p].weight);
   }
-  std::vector<std::vector<std::vector<Segment>>> result(parts.size());
+  BatchSplit result(parts.size());
   auto by_part = partition_by_tokens(lengths, weights);
   for (size_t p = 0; p < parts.size(); ++p) {
     std::vector<int64_t> part_lengths;

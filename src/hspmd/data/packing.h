@@ -76,9 +76,13 @@ struct PartSpec {
   int64_t micro_batches = 1;
 };
 
-// result[p][m]: the segments of micro-batch m of part p. Every segment of `global` lands in exactly
-// one micro-batch; a part with fewer segments than micro-batches gets empty micro-batches.
-std::vector<std::vector<std::vector<Segment>>> split_global_batch(std::span<const Segment> global,
-                                                                  std::span<const PartSpec> parts);
+// The segments of one micro-batch.
+using MicroBatchSegments = std::vector<Segment>;
+// A global batch split over parts (pipelines): split[p][m] = the segments of micro-batch m of part p.
+using BatchSplit = std::vector<std::vector<MicroBatchSegments>>;
+
+// Every segment of `global` lands in exactly one micro-batch; a part with fewer segments than
+// micro-batches gets empty micro-batches.
+BatchSplit split_global_batch(std::span<const Segment> global, std::span<const PartSpec> parts);
 
 }  // namespace hspmd::data

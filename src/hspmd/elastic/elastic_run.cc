@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "hspmd/core/error.h"
-#include "hspmd/models/llama_plan.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
 
 namespace hspmd::elastic {
@@ -52,14 +51,13 @@ bool complete_checkpoint(const std::string& dir) {
 }  // namespace
 
 ElasticRun::ElasticRun(std::shared_ptr<comm::Store> store, int rank, int world, comm::GroupCache& groups,
-                       const planner::Planner& planner, const models::LlamaConfig& config, ElasticOptions options,
+                       const planner::Planner& planner, ElasticOptions options,
                        const Admission* admitted)
     : store_(std::move(store)),
       rank_(rank),
       world_(world),
       groups_(groups),
       planner_(planner),
-      config_(config),
       options_(std::move(options)),
       membership_(store_, rank, admitted ? admitted->members : all_ranks(world), admitted ? admitted->generation : 0) {
   if (admitted) strategy_ = admitted->strategy;
@@ -234,7 +232,7 @@ void ElasticRun::commit_switch(int64_t step) {
 
 runtime::SwitchReport ElasticRun::switch_to(runtime::DistTrainer& trainer, const sharding::Strategy& strategy) {
   pending_strategy_ = strategy;
-  return trainer.switch_to(models::compile_llama_plan(config_, strategy), strategy.name);
+  return trainer.switch_to(trainer.model().compile_plan(strategy), strategy.name);
 }
 
 RecoveryReport ElasticRun::recover(runtime::DistTrainer& trainer, const std::string& cause) {
@@ -300,9 +298,9 @@ void ElasticRun::move_state(runtime::DistTrainer& trainer, const planner::Plan& 
   report.plan = plan.strategy.name;
   report.predicted_step_seconds = plan.prediction.step_seconds;
   pending_strategy_ = plan.strategy;
-  const sharding::AnnotationPlan annotations = models::compile_llama_plan(config_, plan.strategy);
+  const sharding::AnnotationPlan annotations = trainer.model().compile_plan(plan.strategy);
   try {
-    report.switched = trainer.switch_to(annotations, plan.strategy.name, /*fused=*/true, report.dead);
+    report.switched = trainer.switch_to(annotations, plan.strategy.name, report.dead);
   } catch (const runtime::StateLost& e) {
     if (!complete_checkpoint(options_.checkpoint_dir)) {
       throw Unrecoverable(std::string(e.what()) + "; and there is no complete checkpoint to fall back to (give --save DIR "

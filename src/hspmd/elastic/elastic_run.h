@@ -86,7 +86,7 @@ class ElasticRun {
   // this object). Every rank 0..world-1 is a member at first, or those of `admitted` for a
   // restarted worker.
   ElasticRun(std::shared_ptr<comm::Store> store, int rank, int world, comm::GroupCache& groups,
-             const planner::Planner& planner, const models::LlamaConfig& config, ElasticOptions options,
+             const planner::Planner& planner, ElasticOptions options,
              const Admission* admitted = nullptr);
 
   // A restarted worker (HSPMD_RESTART_COUNT > 0), before it builds anything: waits until the
@@ -132,7 +132,6 @@ class ElasticRun {
   int rank_, world_;
   comm::GroupCache& groups_;
   const planner::Planner& planner_;
-  models::LlamaConfig config_;
   ElasticOptions options_;
   comm::Membership membership_;
   std::unique_ptr<comm::Heartbeat> heartbeat_;

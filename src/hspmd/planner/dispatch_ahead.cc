@@ -6,8 +6,7 @@
 
 namespace hspmd::planner {
 
-std::vector<std::vector<std::vector<data::Segment>>> DispatchDecision::split(
-    const std::vector<data::Segment>& global) const {
+data::BatchSplit DispatchDecision::split(const std::vector<data::Segment>& global) const {
   HSPMD_CHECK(global.size() == segments.size())
       << "dispatch of step " << step << " was made for a batch of " << segments.size() << " segments, the trainer read "
       << global.size() << "; the look-ahead's data stream diverged from the trainer's";
@@ -16,7 +15,7 @@ std::vector<std::vector<std::vector<data::Segment>>> DispatchDecision::split(
         << "dispatch of step " << step << ": segment " << i << " is document " << global[i].document << " at "
         << global[i].begin << ", the look-ahead read document " << segments[i].first << " at " << segments[i].second;
   }
-  std::vector<std::vector<std::vector<data::Segment>>> out;
+  data::BatchSplit out;
   for (const auto& pipeline : choice.dispatch.micro_batches) {
     auto& p = out.emplace_back();
     for (const auto& mb : pipeline) {

@@ -36,7 +36,7 @@ struct DispatchDecision {
 
   // The batch split as dispatched. Error when `global` is not the batch this decision was made for
   // (the trainer's data stream and the look-ahead's diverged).
-  std::vector<std::vector<std::vector<data::Segment>>> split(const std::vector<data::Segment>& global) const;
+  data::BatchSplit split(const std::vector<data::Segment>& global) const;
   // "dispatch step 5: strategy short (predicted 0.12 s; long 0.15 s + switch 0.02 s) | pipeline 0: ..."
   std::string to_string(const LengthStrategies& set) const;
 };

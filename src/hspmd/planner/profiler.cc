@@ -17,6 +17,7 @@
 #include "hspmd/core/error.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/models/llama.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/planner/cost_model.h"
 #include "hspmd/runtime/dist_trainer.h"
@@ -144,7 +145,7 @@ StepTimes time_steps(const models::LlamaConfig& config, const data::TokenDataset
     o.device.rank = rank;
     o.device.speed = speed;
     o.trace = true;
-    runtime::DistTrainer t(config, ds, plan, o, rank, tp, groups);
+    runtime::DistTrainer t(models::llama(config), ds, plan, o, rank, tp, groups);
     for (int s = 0; s <= repeats; ++s) {
       t.tracer().clear();
       const runtime::ComputeClock start = runtime::ComputeClock::now();

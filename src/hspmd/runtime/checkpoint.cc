@@ -19,6 +19,7 @@
 #include "hspmd/core/atomic_file.h"
 #include "hspmd/core/error.h"
 #include "hspmd/core/safetensors.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/runtime/hf_weights.h"
 
 namespace hspmd::runtime {
@@ -209,7 +210,7 @@ nlohmann::json read_trainer_state(const std::string& dir) {
 
 void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   HSPMD_CHECK(!dir.empty()) << "checkpoint directory is empty";
-  const LlamaConfig& config = c.state.config;
+  const LlamaConfig config = LlamaConfig::from_json_text(c.state.config.dump(), "the checkpoint's model config");
   auto model = ordered(c.model, model_tensors(config), "model");
   // m and v live in one file, under "<param>.exp_avg" / "<param>.exp_avg_sq".
   graph::TensorMap opt;
@@ -246,11 +247,11 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   }
 }
 
-void check_same_config(const nlohmann::json& recorded, const LlamaConfig& config, const std::string& source) {
+void check_same_config(const nlohmann::json& recorded, const models::Model& model, const std::string& source) {
   HSPMD_CHECK(recorded.is_object()) << source << ": the checkpoint records no model config";
   // Both sides in today's spelling, so a checkpoint written with older key names still compares.
-  const nlohmann::json saved = nlohmann::json::parse(LlamaConfig::from_json_text(recorded.dump(), source).to_json_text());
-  const nlohmann::json run = nlohmann::json::parse(config.to_json_text());
+  const nlohmann::json saved = model.canonical_config(recorded, source);
+  const nlohmann::json run = model.config_json();
   for (const auto& [key, value] : run.items()) {
     HSPMD_CHECK(saved.contains(key) && saved.at(key) == value)
         << "cannot resume from " << source << ": its model config has \"" << key
@@ -271,12 +272,12 @@ Checkpoint load_checkpoint(const std::string& dir, const LlamaConfig& config) {
     c.state.step = j.at("step").get<int64_t>();
     c.state.seed = j.at("seed").get<uint64_t>();
     c.state.loader = data::LoaderState::from_json(j.at("loader").dump());
-    c.state.config = LlamaConfig::from_json_text(j.at("config").dump(), state_path);
+    c.state.config = models::Llama(LlamaConfig::from_json_text(j.at("config").dump(), state_path)).config_json();
     c.state.options = j.at("options");
   } catch (const nlohmann::json::exception& e) {
     HSPMD_THROW() << state_path << ": malformed trainer state (truncated or corrupted?): " << e.what();
   }
-  check_same_config(j.at("config"), config, dir);
+  check_same_config(j.at("config"), models::Llama(config), dir);
 
   c.model = read_exact(dir + "/" + kModelFile, model_tensors(config));
   graph::TensorMap opt = read_exact(dir + "/" + kOptimizerFile, optimizer_tensors(config));

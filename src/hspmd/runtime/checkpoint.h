@@ -30,6 +30,7 @@
 #include "hspmd/data/loader.h"
 #include "hspmd/graph/graph.h"
 #include "hspmd/models/llama_config.h"
+#include "hspmd/models/model.h"
 
 namespace hspmd::runtime {
 
@@ -42,7 +43,7 @@ struct TrainerState {
   int64_t step = 0;                // optimizer steps completed
   uint64_t seed = 0;               // parameter-init and data-order seed (the run's only RNG input)
   data::LoaderState loader;        // where the data loader stands
-  models::LlamaConfig config;
+  nlohmann::json config;           // the model's config (models::Model::config_json())
   nlohmann::json options;          // the trainer options of the run (informative, and checked on resume)
 };
 
@@ -64,9 +65,9 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c);
 Checkpoint load_checkpoint(const std::string& dir, const models::LlamaConfig& config);
 
 // Error naming the first key whose value differs between a checkpoint's model config (its JSON)
-// and the run's: "cannot resume from runs/ckpt: its model config has \"hidden_size\": 128, the
-// run's has 256". `source` names the checkpoint.
-void check_same_config(const nlohmann::json& saved, const models::LlamaConfig& config, const std::string& source);
+// and the run's model: "cannot resume from runs/ckpt: its model config has \"hidden_size\": 128,
+// the run's has 256". `source` names the checkpoint.
+void check_same_config(const nlohmann::json& saved, const models::Model& model, const std::string& source);
 
 // Weights only, whole, from Hugging Face Llama safetensors (runtime/hf_weights.h: a file, a
 // sharded set's index.json or a directory holding either; F32, BF16, F16 or F64, as float32).

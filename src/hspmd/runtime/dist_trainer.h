@@ -1,14 +1,23 @@
-// Distributed training of the built-in Llama under any annotation plan (a compiled strategy file):
-// one DistTrainer per rank, each running its own executable graph (specialize/exec_graph.h) as a
+// Distributed training of any model (models/model.h) under any annotation plan (a compiled strategy
+// file): one DistTrainer per rank, each running its own executable graph (specialize/exec_graph.h) as a
 // stage of a (possibly heterogeneous) pipeline. The single-process Trainer (runtime/trainer.h) is
 // the one-rank case of this class; with the same options and data, every step's loss and the
 // final weights of any strategy agree with it up to float rounding.
 //
 //   comm::GroupCache groups(store, rank, comm::gloo_backend());
-//   DistTrainer t(config, dataset, compile_llama_plan(config, strategy),
+//   std::shared_ptr<const models::Model> model = models::load_model("configs/llama-tiny.json");
+//   DistTrainer t(model, dataset, model->compile_plan(strategy),
 //                 {.train = {.steps = 20, .seq_len = 64, .global_batch_tokens = 512}}, rank, world, groups);
 //   while (!t.done()) StepMetrics m = t.step();   // collective: every rank calls it; m is global
 //   t.save("runs/ckpt");                          // collective; loadable under any other strategy
+//
+// The trainer sequences a few parts, each in its own file:
+//   runtime/plan_cache.h       specialized plans (executable graph, schedule, memory, communicators)
+//   runtime/training_state.h   this rank's slices of every parameter and its AdamW moments
+//   runtime/step_runner.cc     one global batch through this rank's schedule (F, B, each op)
+//   dist_trainer.cc            construction, step (run, Post, AdamW), evaluation
+//   dist_trainer_checkpoint.cc save, restore, weight loading
+//   dist_trainer_switch.cc     graph switching and what elastic recovery adds to it
 //
 // One step on a rank:
 //   data   every rank reads the same global batch (same Loader, same seed) and splits it over the
@@ -55,7 +64,7 @@
 #include "hspmd/comm/group_cache.h"
 #include "hspmd/data/loader.h"
 #include "hspmd/data/token_dataset.h"
-#include "hspmd/models/llama.h"
+#include "hspmd/models/model.h"
 #include "hspmd/resolve/resolver.h"
 #include "hspmd/resolve/topology.h"
 #include "hspmd/runtime/compute_pacer.h"
@@ -65,7 +74,9 @@
 #include "hspmd/runtime/sharded_checkpoint.h"
 #include "hspmd/runtime/trace.h"
 #include "hspmd/runtime/checkpoint.h"
+#include "hspmd/runtime/plan_cache.h"
 #include "hspmd/runtime/train_options.h"
+#include "hspmd/runtime/training_state.h"
 #include "hspmd/specialize/exec_graph.h"
 #include "hspmd/specialize/memory_estimate.h"
 #include "hspmd/specialize/pipeline_layout.h"
@@ -87,12 +98,11 @@ struct DistOptions {
   // over the current plan's pipelines by this instead of by token weight: result[p][m] = the segments
   // of micro-batch m of pipeline p, any count per pipeline (the schedule follows it). Every rank
   // must get the same split. Loss and gradients stay normalized by the global batch.
-  std::function<std::vector<std::vector<std::vector<data::Segment>>>(const std::vector<data::Segment>& global)>
-      split_batch{};
+  std::function<data::BatchSplit(const std::vector<data::Segment>& global)> split_batch{};
   // How micro-batches are laid out (data/packing.h); kPackedFixed pads every row to seq_len.
   data::BatchLayout layout = data::BatchLayout::kPacked;
-  // The lm head and its loss fused or apart (models::LlamaBuildOptions::fused_head_loss); unset: the
-  // model's default for its vocabulary. Every rank of a run must choose alike.
+  // The output head and its loss fused or apart (models::ModelBuildOptions::fused_head_loss); unset:
+  // the model's default. Every rank of a run must choose alike.
   std::optional<bool> fused_head_loss{};
 };
 
@@ -139,7 +149,7 @@ class DistTrainer {
  public:
   // The dataset and groups must outlive the trainer. Errors: as Trainer, plus a plan that does not
   // fit the model or this rank's memory (naming the rank and the figures).
-  DistTrainer(const models::LlamaConfig& config, const data::TokenDataset& dataset,
+  DistTrainer(std::shared_ptr<const models::Model> model, const data::TokenDataset& dataset,
               const sharding::AnnotationPlan& plan, DistOptions options, int rank, int world_size,
               comm::GroupCache& groups);
   ~DistTrainer();
@@ -170,13 +180,12 @@ class DistTrainer {
   // Collective over every process of the run: moves the training state to `plan` (see above).
   // Throws SwitchRefused, on every rank alike, when the plan is invalid or exceeds a rank's memory;
   // then nothing has moved and training goes on under the current plan.
-  // `fused` = false runs the paper's unfused baseline instead, for comparison (bench/switch_bench):
-  // one BSR per tensor, one after the other, the lowest-rank owner sending what is not already there.
   // `dead`: ranks that failed (elastic recovery): they send nothing, every slice comes from a
   // surviving holder, and parameter values are taken from the optimizer-state layout (the slices
   // an interrupted ZeRO-1 gather may have left stale are not used). Throws StateLost when a slice
   // has no surviving holder, on every rank alike, before anything moved.
-  SwitchReport switch_to(const sharding::AnnotationPlan& plan, const std::string& name, bool fused = true,
+  // (The paper's unfused baseline, for comparison only: runtime/unfused_switch.h.)
+  SwitchReport switch_to(const sharding::AnnotationPlan& plan, const std::string& name,
                          const std::vector<int>& dead = {});
 
   // Elastic training (docs/elastic.md) commits each step and each switch through the run's store:
@@ -205,14 +214,14 @@ class DistTrainer {
   void adopt_progress(int64_t step, const data::LoaderState& loader);
   const std::string& plan_name() const;
   // Plans specialized so far by this trainer (a switch back to a known plan adds none).
-  int specializations() const { return static_cast<int>(plans_.size()); }
+  int specializations() const { return plans_.size(); }
   // Whether this rank trains under the current plan (false: a spare).
   bool active() const;
 
   // This rank's parameter shards, each element once over all ranks (see the norm above), float32.
-  std::vector<SavedShard> parameter_shards() const { return shards(false); }
+  std::vector<SavedShard> parameter_shards() const { return state_.shards(rank_, false); }
   // The same plus the AdamW moments ("<param>.exp_avg", "<param>.exp_avg_sq").
-  std::vector<SavedShard> state_shards() const { return shards(true); }
+  std::vector<SavedShard> state_shards() const { return state_.shards(rank_, true); }
   const data::LoaderState& loader_state() const { return loader_->state(); }
 
   int rank() const { return rank_; }
@@ -225,58 +234,66 @@ class DistTrainer {
   Tracer& tracer() { return tracer_; }
   // The compute the emulated device stretches (forward, backward, optimizer), since construction.
   const ComputeTime& compute_time() const { return pacer_.total(); }
-  const models::LlamaModel& model() const { return model_; }
+  const models::Model& model() const { return *model_; }
+  // The model's training graph as this trainer built it (precision, fused head).
+  const models::ModelGraph& model_graph() const { return graph_; }
 
  private:
   struct MicroBatch;
-  struct ParamState;
-  struct PlanRuntime;
+  enum class SwitchMode { kFused, kUnfusedBaseline };
+  friend SwitchReport switch_unfused_baseline(DistTrainer& trainer, const sharding::AnnotationPlan& plan,
+                                              const std::string& name);
 
-  // The plan as run: the command line's recompute added. Its JSON text keys the cache.
-  sharding::AnnotationPlan effective_plan(const sharding::AnnotationPlan& plan) const;
-  PlanRuntime* find_plan(const sharding::AnnotationPlan& effective);  // nullptr: not specialized yet
-  // Specializes an effective plan for this rank, with no communication; Error when it is invalid
-  // or exceeds this rank's memory.
-  std::unique_ptr<PlanRuntime> specialize_plan(const sharding::AnnotationPlan& effective,
-                                               const std::string& name) const;
-  PlanRuntime& keep_plan(std::unique_ptr<PlanRuntime> p);  // collective: connects it, then caches it
-  void connect(const PlanRuntime& p);  // collective: every communicator its steps use
-  // This rank's state under `p`: regions and annotations, no tensors allocated.
-  std::vector<ParamState> param_states(const PlanRuntime& p) const;
+  // ---- graph switching (dist_trainer_switch.cc) ----
+  // This rank's shards of every tensor of a switch plan, before and after: sources[i] and
+  // destinations[i] for the plan's tensor i.
+  struct StateTransfer {
+    std::vector<LocalShard> sources, destinations;
+  };
+  SwitchReport switch_state(const sharding::AnnotationPlan& plan, const std::string& name, SwitchMode mode,
+                            const std::vector<int>& dead);
+  // The specialized target plan (collective: every rank agrees it could specialize it, else
+  // SwitchRefused everywhere); `specialized`: it was built now.
+  SpecializedPlan& switch_target(const sharding::AnnotationPlan& plan, const std::string& name,
+                                 comm::Communicator& world, bool& specialized);
+  switching::SwitchPlan plan_state_move(const SpecializedPlan& next, const std::string& name, SwitchMode mode,
+                                        const std::vector<int>& dead) const;
+  // Allocates `moved` (a shard kept in place is the old tensor, not a copy).
+  StateTransfer state_transfer(const switching::SwitchPlan& sp, ShardedState& moved, bool after_failure);
+  // ---- the step runner (step_runner.cc) ----
+  // This rank's part of one global batch, in its schedule's order: forward passes (and the backward
+  // ones when `train`); returns the sum of the losses of its micro-batches.
+  double run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train);
   void forward(MicroBatch& mb);
   void backward(MicroBatch& mb);
   void run_op(int id, MicroBatch& mb);
   Tensor run_reshard(int id, const Tensor& src, const SymBinding& binding, const std::string& channel);
+  bool counts_loss() const;  // whether this rank's micro-batch losses enter the global loss
+  Tensor own_part(const sharding::Annotation& a, const Tensor& fed) const;  // this rank's part of a fed tensor
   void pace();                                     // sleeps the emulated slowdown of the compute so far
   std::string where(const std::string& op) const;  // "rank 2, op 'x': " for errors
-  std::vector<SavedShard> shards(bool with_optimizer_state) const;
-  // Restores the state from `read(tensor name, its global shape, region)` after checking that the
-  // saved run (its options and seed) had this run's data stream; `source` names it in errors.
-  void restore_from(const std::function<Tensor(const std::string&, const Shape&, const sharding::Region&)>& read,
-                    const TrainerOptions& saved, uint64_t saved_seed, int64_t step, const data::LoaderState& loader,
-                    const std::string& source);
+
+  // Restores the state from `read` after checking that the saved run (its options and seed) had this
+  // run's data stream; `source` names it in errors.
+  void restore_from(const StateReader& read, const TrainerOptions& saved, uint64_t saved_seed, int64_t step,
+                    const data::LoaderState& loader, const std::string& source);
   double post(double loss_sum);  // returns the global loss; updates weights
   // AdamW on this rank's state with the synced gradients and the global {squares, loss} totals;
   // `gather` = false skips the ZeRO-1 parameter gather (recovery: the old groups are gone).
   void apply_update(std::vector<Tensor>& grads, const std::vector<double>& totals, bool gather);
-  // This rank's part of one global batch, in its schedule's order: forward passes (and the backward
-  // ones when `train`); returns the sum of the losses of its micro-batches.
-  double run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train);
-  bool counts_loss() const;  // whether this rank's micro-batch losses enter the global loss
-  int context_parallel_degree() const;  // of this rank's pipeline (docs/context-parallelism.md); 1 without CP
-  Tensor own_part(const sharding::Annotation& a, const Tensor& fed) const;  // this rank's part of a fed tensor
   std::shared_ptr<comm::Communicator> all_ranks_group();
 
   DistOptions options_;
-  models::LlamaModel model_;
+  std::shared_ptr<const models::Model> model_;
+  models::ModelGraph graph_;
   const data::TokenDataset* dataset_;
   int rank_, world_size_;
-  std::map<std::string, std::unique_ptr<PlanRuntime>> plans_;  // by the plan's JSON text
-  PlanRuntime* current_ = nullptr;
   std::unique_ptr<Allocator> allocator_;
   CommSession session_;
   resolve::ResolveCache cache_;
-  std::vector<ParamState> params_;
+  PlanCache plans_;
+  SpecializedPlan* current_ = nullptr;
+  ShardedState state_;
   std::unique_ptr<data::Loader> loader_;
   graph::LrSchedule lr_schedule_;
   int64_t step_ = 0;

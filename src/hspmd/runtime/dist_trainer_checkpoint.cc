@@ -1,5 +1,4 @@
 #include "hspmd/runtime/dist_trainer.h"
-#include "hspmd/runtime/dist_trainer_parts.h"
 
 #include "hspmd/core/error.h"
 #include "hspmd/runtime/fault_injection.h"
@@ -7,52 +6,36 @@
 // DistTrainer (runtime/dist_trainer.h): checkpoints and weights.
 namespace hspmd::runtime {
 
-using namespace dist_detail;
-
-std::vector<SavedShard> DistTrainer::shards(bool with_optimizer_state) const {
-  std::vector<SavedShard> out;
-  for (const ParamState& s : params_) {
-    if (counts_once(s.annotation, s.shape, rank_)) out.push_back({s.name, s.shape, s.region, s.value});
-    if (with_optimizer_state && counts_once(s.state_annotation, s.shape, rank_)) {
-      out.push_back({s.name + ".exp_avg", s.shape, s.state_region, s.exp_avg});
-      out.push_back({s.name + ".exp_avg_sq", s.shape, s.state_region, s.exp_avg_sq});
-    }
-  }
-  return out;
-}
+using sharding::Region;
+using switching::StatePart;
 
 void DistTrainer::save(const std::string& dir) {
   auto world = all_ranks_group();
   const bool lead = rank_ == members_.front();  // rank 0 may have died (elastic training)
   if (lead) prepare_sharded_save(dir);
   world->barrier().wait();
-  write_rank_shards(dir, rank_, shards(true));
+  write_rank_shards(dir, rank_, state_.shards(rank_, /*with_moments=*/true));
   fault_point(rank_, step_, "save");
   world->barrier().wait();
   if (lead) {
     nlohmann::json state = {{"step", step_},
                             {"seed", options_.train.seed},
                             {"loader", nlohmann::json::parse(loader_->state().to_json())},
-                            {"config", nlohmann::json::parse(model_.config.to_json_text())},
+                            {"config", model_->config_json()},
                             {"options", options_.train.to_json()}};
     finish_sharded_save(dir, world_size_, state);
   }
   world->barrier().wait();
 }
 
-void DistTrainer::restore_from(const std::function<Tensor(const std::string&, const Shape&, const Region&)>& read,
-                               const TrainerOptions& saved, uint64_t saved_seed, int64_t step,
+void DistTrainer::restore_from(const StateReader& read, const TrainerOptions& saved, uint64_t saved_seed, int64_t step,
                                const data::LoaderState& loader, const std::string& source) {
   const TrainerOptions& o = options_.train;
   HSPMD_CHECK(saved.seq_len == o.seq_len && saved.global_batch_tokens == o.global_batch_tokens && saved_seed == o.seed)
       << "cannot resume from " << source << ": its data stream was seq_len " << saved.seq_len
       << ", global_batch_tokens " << saved.global_batch_tokens << ", seed " << saved_seed << "; this run asks for "
       << o.seq_len << ", " << o.global_batch_tokens << ", " << o.seed;
-  for (ParamState& s : params_) {
-    s.value.copy_from(read(s.name, s.shape, s.region));
-    s.exp_avg.copy_from(read(s.name + ".exp_avg", s.shape, s.state_region));
-    s.exp_avg_sq.copy_from(read(s.name + ".exp_avg_sq", s.shape, s.state_region));
-  }
+  state_.read(read);
   step_ = step;
   loader_ = std::make_unique<data::Loader>(*dataset_, loader_->options(), loader);
 }
@@ -60,7 +43,7 @@ void DistTrainer::restore_from(const std::function<Tensor(const std::string&, co
 void DistTrainer::restore(const std::string& dir) {
   const ShardedCheckpoint c = ShardedCheckpoint::open(dir);
   const nlohmann::json& state = c.state();
-  check_same_config(state.at("config"), model_.config, dir);
+  check_same_config(state.at("config"), *model_, dir);
   restore_from([&](const std::string& name, const Shape&, const Region& region) { return c.read(name, region); },
                TrainerOptions::from_json(state.at("options")), state.at("seed").get<uint64_t>(),
                state.at("step").get<int64_t>(), data::LoaderState::from_json(state.at("loader").dump()), dir);
@@ -82,13 +65,16 @@ Tensor region_of(const graph::TensorMap& tensors, const std::string& name, const
 }  // namespace
 
 void DistTrainer::restore(const Checkpoint& c) {
-  check_same_config(nlohmann::json::parse(c.state.config.to_json_text()), model_.config, "the checkpoint");
+  check_same_config(c.state.config, *model_, "the checkpoint");
   auto read = [&](const std::string& name, const Shape& shape, const Region& region) {
-    if (name.ends_with(".exp_avg_sq")) {
-      return region_of(c.exp_avg_sq, name.substr(0, name.size() - 11), shape, region, "the checkpoint's moments");
-    }
-    if (name.ends_with(".exp_avg")) {
-      return region_of(c.exp_avg, name.substr(0, name.size() - 8), shape, region, "the checkpoint's moments");
+    const switching::StateTensorName n = switching::parse_state_tensor_name(name);
+    switch (n.part) {
+      case StatePart::kValue:
+        break;
+      case StatePart::kExpAvg:
+        return region_of(c.exp_avg, n.param, shape, region, "the checkpoint's moments");
+      case StatePart::kExpAvgSq:
+        return region_of(c.exp_avg_sq, n.param, shape, region, "the checkpoint's moments");
     }
     return region_of(c.model, name, shape, region, "the checkpoint");
   };
@@ -97,11 +83,11 @@ void DistTrainer::restore(const Checkpoint& c) {
 }
 
 void DistTrainer::load_weights(const graph::TensorMap& weights) {
-  for (ParamState& s : params_) s.value.copy_from(region_of(weights, s.name, s.shape, s.region, "the weights"));
+  for (TensorState& s : state_.tensors) s.value.copy_from(region_of(weights, s.name, s.shape, s.region, "the weights"));
 }
 
 void DistTrainer::load_weights(const HfWeights& weights) {
-  for (ParamState& s : params_) s.value.copy_from(weights.read(s.name, s.region));
+  for (TensorState& s : state_.tensors) s.value.copy_from(weights.read(s.name, s.region));
 }
 
 }  // namespace hspmd::runtime

@@ -1,13 +1,14 @@
 #include "hspmd/runtime/dist_trainer.h"
-#include "hspmd/runtime/dist_trainer_parts.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <set>
 #include <sstream>
 
 #include "hspmd/core/error.h"
 #include "hspmd/runtime/fault_injection.h"
+#include "hspmd/runtime/unfused_switch.h"
 #include "hspmd/specialize/plan_report.h"  // human_bytes
 #include "hspmd/switching/switch_plan.h"
 
@@ -16,9 +17,13 @@
 // progress).
 namespace hspmd::runtime {
 
-using namespace dist_detail;
+using switching::StatePart;
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Every rank learns whether all of them could take a step: `error` is this rank's reason not to
 // (empty: fine). Returns "" when no rank objected, else the lowest objecting rank's reason,
@@ -53,8 +58,18 @@ double max_over(comm::Communicator& world, double value) {
 
 }  // namespace
 
-SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const std::string& name, bool fused,
+SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const std::string& name,
                                     const std::vector<int>& dead) {
+  return switch_state(plan, name, SwitchMode::kFused, dead);
+}
+
+SwitchReport switch_unfused_baseline(DistTrainer& trainer, const sharding::AnnotationPlan& plan,
+                                     const std::string& name) {
+  return trainer.switch_state(plan, name, DistTrainer::SwitchMode::kUnfusedBaseline, {});
+}
+
+SwitchReport DistTrainer::switch_state(const sharding::AnnotationPlan& plan, const std::string& name, SwitchMode mode,
+                                       const std::vector<int>& dead) {
   const auto start = Clock::now();
   const double trace_start = tracer_.now_us();
   session_.wait_deferred();
@@ -65,93 +80,37 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
   report.step = step_;
 
   // 1. Specialize (or find) the target plan; every rank must succeed before any byte moves.
-  const sharding::AnnotationPlan effective = effective_plan(plan);
-  PlanRuntime* next = find_plan(effective);
-  std::unique_ptr<PlanRuntime> built;
-  std::string error;
-  if (next == nullptr) {
-    try {
-      built = specialize_plan(effective, name);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  const std::string refusal = agree(*world, rank_, error);
-  if (!refusal.empty()) {
-    throw SwitchRefused("switch from plan " + current_->name + " to plan " + name +
-                        " refused before any state moved: " + refusal);
-  }
-  report.specialized = built != nullptr;
-  if (built) {
-    next = &keep_plan(std::move(built));
-  } else {
-    connect(*next);  // after a failure the groups are new (connects nothing otherwise)
-  }
+  SpecializedPlan& next = switch_target(plan, name, *world, report.specialized);
 
   // 2. One fused BSR for every parameter and both moments, planned identically on every rank.
-  switching::SwitchOptions switch_options;
-  switch_options.topology = options_.topology;
-  switch_options.fuse = fused;
-  switch_options.dead = dead;
-  // After a failure a ZeRO-1 gather may have been cut short: a parameter's up-to-date elements are
-  // those of its optimizer-state layout, so only they are sent.
-  std::vector<switching::ParamLayout> from = current_->layouts;
-  if (!dead.empty()) {
-    for (switching::ParamLayout& l : from) l.value = l.state;
-  }
-  switching::SwitchPlan sp;
-  try {
-    sp = switching::plan_switch(from, next->layouts, switch_options);
-  } catch (const Error& e) {
-    if (dead.empty()) throw;
-    throw StateLost("plan " + name + " cannot be assembled from the survivors: " + e.what());
-  }
+  const switching::SwitchPlan sp = plan_state_move(next, name, mode, dead);
   std::set<std::pair<int, int>> pairs;  // connect the BSR's pairs in one sorted order everywhere
   for (const resolve::BsrMessage& m : sp.bsr.messages()) pairs.insert(std::minmax(m.sender, m.receiver));
   for (const auto& [a, b] : pairs) {
     if (a == rank_ || b == rank_) session_.group({a, b}, "switch");
   }
-  std::vector<ParamState> moved = param_states(*next);
-  std::vector<LocalShard> sources(sp.tensors.size()), destinations(sp.tensors.size());
-  for (const ParamState& s : params_) {
-    sources[3 * s.index] = dead.empty() || s.region == s.state_region
-                               ? LocalShard{s.value, s.region}
-                               : LocalShard{copy_out(s.value, s.region, s.state_region, allocator_.get()), s.state_region};
-    sources[3 * s.index + 1] = {s.exp_avg, s.state_region};
-    sources[3 * s.index + 2] = {s.exp_avg_sq, s.state_region};
-  }
-  // A shard this rank keeps unchanged is not copied: the new state is the old tensor (every piece
-  // of it comes from this rank's own source, so the BSR never writes into it).
-  auto kept_or_new = [&](const LocalShard& source, const sharding::Region& region) {
-    if (source.tensor.defined() && source.region == region) return source.tensor;
-    return Tensor::empty(region.shape(), DType::kFloat32, allocator_.get());
-  };
-  for (ParamState& s : moved) {
-    s.value = kept_or_new(sources[3 * s.index], s.region);
-    s.exp_avg = kept_or_new(sources[3 * s.index + 1], s.state_region);
-    s.exp_avg_sq = kept_or_new(sources[3 * s.index + 2], s.state_region);
-    destinations[3 * s.index] = {s.value, s.region};
-    destinations[3 * s.index + 1] = {s.exp_avg, s.state_region};
-    destinations[3 * s.index + 2] = {s.exp_avg_sq, s.state_region};
-  }
+  ShardedState moved = ShardedState::laid_out(next, graph_.params, rank_, optimizer_options(options_.train));
+  const StateTransfer transfer = state_transfer(sp, moved, !dead.empty());
   world->barrier().wait();  // the BSR's time is the transfer, not waiting for the last rank to plan
   fault_point(rank_, step_ + 1, "switch");
   const auto bsr_start = Clock::now();
-  if (fused) {
-    report.rank_sent_bytes = execute_fused_bsr(sp.bsr, rank_, sources, destinations, session_, "switch");
+  if (mode == SwitchMode::kFused) {
+    report.rank_sent_bytes =
+        execute_fused_bsr(sp.bsr, rank_, transfer.sources, transfer.destinations, session_, "switch");
   } else {
     for (size_t i = 0; i < sp.tensors.size(); ++i) {
       const resolve::FusedBsr one = resolve::plan_fused_bsr({sp.tensors[i]}, options_.topology,
                                                             {resolve::BsrPolicy::kLowestOwner, false, {}});
-      report.rank_sent_bytes += execute_fused_bsr(one, rank_, {sources[i]}, {destinations[i]}, session_, "switch");
+      report.rank_sent_bytes +=
+          execute_fused_bsr(one, rank_, {transfer.sources[i]}, {transfer.destinations[i]}, session_, "switch");
     }
   }
   const double bsr_seconds = seconds_since(bsr_start);
   if (commits_.switch_done) commits_.switch_done();
 
   // 3. Hand over: the next step runs the new plan's graphs on the moved state.
-  params_ = std::move(moved);
-  current_ = next;
+  state_ = std::move(moved);
+  current_ = &next;
   report.sent_bytes = sp.bsr.total_bytes();
   report.local_copy_bytes = sp.local_copy_bytes;
   report.sent_by_tier = sp.sent_by_tier;
@@ -163,6 +122,81 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
   return report;
 }
 
+SpecializedPlan& DistTrainer::switch_target(const sharding::AnnotationPlan& plan, const std::string& name,
+                                            comm::Communicator& world, bool& specialized) {
+  const sharding::AnnotationPlan effective = plans_.effective(plan);
+  SpecializedPlan* known = plans_.find(effective);
+  std::unique_ptr<SpecializedPlan> built;
+  std::string error;
+  if (known == nullptr) {
+    try {
+      built = plans_.specialize(effective, name);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  const std::string refusal = agree(world, rank_, error);
+  if (!refusal.empty()) {
+    throw SwitchRefused("switch from plan " + current_->name + " to plan " + name +
+                        " refused before any state moved: " + refusal);
+  }
+  specialized = built != nullptr;
+  if (built) return plans_.keep(std::move(built), members_);
+  plans_.connect(*known, members_);  // after a failure the groups are new (connects nothing otherwise)
+  return *known;
+}
+
+switching::SwitchPlan DistTrainer::plan_state_move(const SpecializedPlan& next, const std::string& name,
+                                                   SwitchMode mode, const std::vector<int>& dead) const {
+  switching::SwitchOptions switch_options;
+  switch_options.topology = options_.topology;
+  switch_options.fuse = mode == SwitchMode::kFused;
+  switch_options.dead = dead;
+  // After a failure a ZeRO-1 gather may have been cut short: a parameter's up-to-date elements are
+  // those of its optimizer-state layout, so only they are sent.
+  std::vector<switching::ParamLayout> from = current_->param_layouts;
+  if (!dead.empty()) {
+    for (switching::ParamLayout& l : from) l.value = l.state;
+  }
+  try {
+    return switching::plan_switch(from, next.param_layouts, switch_options);
+  } catch (const Error& e) {
+    if (dead.empty()) throw;
+    throw StateLost("plan " + name + " cannot be assembled from the survivors: " + e.what());
+  }
+}
+
+DistTrainer::StateTransfer DistTrainer::state_transfer(const switching::SwitchPlan& sp, ShardedState& moved,
+                                                       bool after_failure) {
+  StateTransfer t;
+  t.sources.resize(sp.tensors.size());
+  t.destinations.resize(sp.tensors.size());
+  for (const TensorState& s : state_.tensors) {
+    for (StatePart part : switching::kStateParts) {
+      t.sources[sp.tensor_index(s.param, part)] = {s.part(part), s.region_of(part)};
+    }
+    // After a failure the value's up-to-date elements are its optimizer-state slice (plan_state_move).
+    if (after_failure && s.region != s.state_region) {
+      t.sources[sp.tensor_index(s.param, StatePart::kValue)] = {
+          copy_out(s.value, s.region, s.state_region, allocator_.get()), s.state_region};
+    }
+  }
+  // A shard this rank keeps unchanged is not copied: the new state is the old tensor (every piece
+  // of it comes from this rank's own source, so the BSR never writes into it).
+  auto kept_or_new = [&](const LocalShard& source, const sharding::Region& region) {
+    if (source.tensor.defined() && source.region == region) return source.tensor;
+    return Tensor::empty(region.shape(), DType::kFloat32, allocator_.get());
+  };
+  for (TensorState& s : moved.tensors) {
+    for (StatePart part : switching::kStateParts) {
+      const size_t i = sp.tensor_index(s.param, part);
+      s.part(part) = kept_or_new(t.sources[i], s.region_of(part));
+      t.destinations[i] = {s.part(part), s.region_of(part)};
+    }
+  }
+  return t;
+}
+
 InterruptedStep DistTrainer::finish_interrupted_step(const std::vector<int>& members,
                                                     const std::optional<std::vector<double>>& committed) {
   HSPMD_CHECK(std::binary_search(members.begin(), members.end(), rank_))
@@ -172,7 +206,7 @@ InterruptedStep DistTrainer::finish_interrupted_step(const std::vector<int>& mem
     session_.wait_deferred();  // aborted: they fail at once
   } catch (const Error&) {
   }
-  for (ParamState& s : params_) s.grad = Tensor();
+  for (TensorState& s : state_.tensors) s.grad = Tensor();
   InterruptedStep out;
   out.in_progress = in_step_;
   if (committed) {
@@ -196,28 +230,18 @@ InterruptedStep DistTrainer::finish_interrupted_step(const std::vector<int>& mem
 }
 
 void DistTrainer::adopt_progress(int64_t step, const data::LoaderState& loader) {
-  HSPMD_CHECK(params_.empty()) << "rank " << rank_ << " holds state; only a spare can adopt a run's progress";
+  HSPMD_CHECK(state_.tensors.empty()) << "rank " << rank_ << " holds state; only a spare can adopt a run's progress";
   step_ = step;
   loader_ = std::make_unique<data::Loader>(*dataset_, loader_->options(), loader);
 }
 
 void DistTrainer::restore_under(const sharding::AnnotationPlan& plan, const std::string& name,
                                 const std::string& dir) {
-  const sharding::AnnotationPlan effective = effective_plan(plan);
-  PlanRuntime* next = find_plan(effective);
-  if (next == nullptr) {
-    next = &keep_plan(specialize_plan(effective, name));
-  } else {
-    connect(*next);
-  }
-  params_.clear();  // the old state goes before the new is allocated
-  params_ = param_states(*next);
-  for (ParamState& s : params_) {
-    s.value = Tensor::zeros(s.region.shape(), DType::kFloat32, allocator_.get());
-    s.exp_avg = Tensor::zeros(s.state_region.shape(), DType::kFloat32, allocator_.get());
-    s.exp_avg_sq = Tensor::zeros(s.state_region.shape(), DType::kFloat32, allocator_.get());
-  }
-  current_ = next;
+  SpecializedPlan& next = plans_.find_or_build(plan, name, members_);
+  state_ = {};  // the old state goes before the new is allocated
+  state_ = ShardedState::laid_out(next, graph_.params, rank_, optimizer_options(options_.train));
+  state_.zero(allocator_.get());
+  current_ = &next;
   restore(dir);
 }
 

@@ -7,6 +7,7 @@
 #include "hspmd/data/loader.h"
 #include "hspmd/graph/executor.h"
 #include "hspmd/models/llama.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/runtime/trainer.h"
 
 namespace hspmd::runtime {
@@ -18,7 +19,7 @@ EvalResult evaluate(const models::LlamaConfig& config, const graph::TensorMap& w
       << config.max_position_embeddings << "]";
   HSPMD_CHECK(options.batch_tokens >= options.seq_len)
       << "eval batch_tokens " << options.batch_tokens << " must be >= seq_len " << options.seq_len;
-  check_dataset_fits(dataset, config);
+  check_dataset_fits(dataset, models::Llama(config));
   auto start = std::chrono::steady_clock::now();
   models::LlamaModel model = models::build_llama(config, {.with_backward = false});
   graph::Executor executor(model.graph, {model.loss});
@@ -36,7 +37,7 @@ EvalResult evaluate(const models::LlamaConfig& config, const graph::TensorMap& w
     data::Batch batch = data::pack(segments, {.seq_len = options.seq_len});
     const int64_t labels = batch.num_label_tokens();
     // loss_scale = 1 / labels gives this batch's mean; weighting it by labels sums token losses.
-    Tensor loss = executor.run(llama_feeds(batch, labels), weights)[0];
+    Tensor loss = executor.run(models::llama_feeds(batch, labels), weights)[0];
     loss_sum += loss.element_as_double(0) * static_cast<double>(labels);
     r.tokens += batch.num_tokens();
     r.label_tokens += labels;

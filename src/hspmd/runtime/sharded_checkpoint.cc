@@ -10,6 +10,7 @@
 #include "hspmd/core/error.h"
 #include "hspmd/core/json_file.h"
 #include "hspmd/kernels/slice.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/runtime/checkpoint.h"
 
 namespace hspmd::runtime {
@@ -375,7 +376,7 @@ nlohmann::json read_checkpoint_state(const std::string& dir) {
 
 graph::TensorMap read_checkpoint_weights(const std::string& dir, const models::LlamaConfig& config) {
   const ShardedCheckpoint c = ShardedCheckpoint::open(dir);
-  check_same_config(json_member(c.state(), "config", dir), config, dir);
+  check_same_config(json_member(c.state(), "config", dir), models::Llama(config), dir);
   graph::TensorMap weights;
   for (const models::LlamaParam& p : models::llama_parameters(config)) {
     weights.emplace(p.name, c.read(p.name, Region::full(p.shape)));

@@ -21,11 +21,11 @@ void read_field(const nlohmann::json& j, const char* key, T& field) {
 
 }  // namespace
 
-void validate_options(const TrainerOptions& o, const models::LlamaConfig& config) {
+void validate_options(const TrainerOptions& o, const models::Model& model) {
   HSPMD_CHECK(o.steps >= 1) << "steps must be >= 1, got " << o.steps;
   HSPMD_CHECK(o.seq_len >= 2) << "seq_len must be >= 2, got " << o.seq_len;
-  HSPMD_CHECK(o.seq_len <= config.max_position_embeddings)
-      << "seq_len " << o.seq_len << " exceeds the model's max_position_embeddings " << config.max_position_embeddings;
+  HSPMD_CHECK(o.seq_len <= model.max_sequence_length())
+      << "seq_len " << o.seq_len << " exceeds the model's max_position_embeddings " << model.max_sequence_length();
   HSPMD_CHECK(o.global_batch_tokens >= o.seq_len)
       << "global_batch_tokens " << o.global_batch_tokens << " must be >= seq_len " << o.seq_len;
   HSPMD_CHECK(o.lr > 0 && o.min_lr >= 0 && o.min_lr <= o.lr)
@@ -39,8 +39,8 @@ void validate_options(const TrainerOptions& o, const models::LlamaConfig& config
       << "precision must be float32 (fp32) or bfloat16 (bf16), got " << dtype_name(o.precision);
 }
 
-void check_dataset_fits(const data::TokenDataset& dataset, const models::LlamaConfig& config) {
-  const auto vocab = static_cast<uint32_t>(config.vocab_size);
+void check_dataset_fits(const data::TokenDataset& dataset, const models::Model& model) {
+  const auto vocab = static_cast<uint32_t>(model.vocab_size());
   if (dataset.vocab_size() <= vocab) return;
   const auto bad = dataset.first_token_at_least(vocab);
   HSPMD_CHECK(!bad) << "dataset " << dataset.dir() << ": token id " << bad->id << " (document " << bad->doc
@@ -58,17 +58,6 @@ graph::OptimizerOptions optimizer_options(const TrainerOptions& o) {
       {.peak_lr = o.lr, .min_lr = o.min_lr, .warmup_steps = std::min(o.warmup, total), .total_steps = total});
   return opt;
 }
-
-namespace {
-
-Tensor int64_tensor(const std::vector<int32_t>& values) {
-  Tensor t = Tensor::empty(Shape{static_cast<int64_t>(values.size())}, DType::kInt64);
-  int64_t* p = t.data<int64_t>();
-  for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
-  return t;
-}
-
-}  // namespace
 
 nlohmann::json TrainerOptions::to_json() const {
   return {{"steps", steps},   {"seq_len", seq_len},         {"global_batch_tokens", global_batch_tokens},
@@ -121,30 +110,6 @@ nlohmann::json StepMetrics::to_json() const {
           {"step_seconds", step_seconds},
           {"tokens_per_second", tokens_per_second},
           {"peak_bytes", peak_bytes}};
-}
-
-graph::TensorMap llama_feeds(const data::Batch& batch, int64_t label_tokens) {
-  std::vector<int64_t> order(static_cast<size_t>(batch.num_tokens()));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  return llama_feeds(batch, label_tokens, order);
-}
-
-graph::TensorMap llama_feeds(const data::Batch& batch, int64_t label_tokens, const std::vector<int64_t>& order) {
-  HSPMD_CHECK(label_tokens > 0) << "a batch without labelled tokens has no loss";
-  HSPMD_CHECK(static_cast<int64_t>(order.size()) == batch.num_tokens())
-      << "token order of " << order.size() << " entries for a batch of " << batch.num_tokens() << " tokens";
-  auto in_order = [&](const std::vector<int32_t>& v) {
-    std::vector<int32_t> out(order.size());
-    for (size_t i = 0; i < order.size(); ++i) out[i] = v[static_cast<size_t>(order[i])];
-    return int64_tensor(out);
-  };
-  Tensor cu = Tensor::from_vector(Shape{static_cast<int64_t>(batch.cu_seqlens.size())}, batch.cu_seqlens);
-  return {{"input_ids", in_order(batch.tokens)},
-          {"positions", in_order(batch.positions)},
-          {"cu_seqlens", cu},
-          {"targets", in_order(batch.targets)},
-          {"loss_scale", Tensor::full(Shape{}, DType::kFloat32, 1.0 / static_cast<double>(label_tokens))},
-          {"token_index", Tensor::from_vector(Shape{static_cast<int64_t>(order.size())}, order)}};
 }
 
 }  // namespace hspmd::runtime

@@ -1,6 +1,6 @@
 // The options of a training run and what one step reports, shared by the single-process and the
 // distributed trainer (runtime/trainer.h, runtime/dist_trainer.h), with their JSON forms (checkpoint
-// state, metrics lines) and the optimizer and feeds they derive.
+// state, metrics lines) and the optimizer they derive.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +12,7 @@
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/graph/graph.h"
 #include "hspmd/graph/optimizer.h"
-#include "hspmd/models/llama_config.h"
+#include "hspmd/models/model.h"
 
 namespace hspmd::runtime {
 
@@ -58,19 +58,13 @@ struct StepMetrics {
 };
 
 // Errors naming the option at fault (steps, seq_len beyond the model's context, learning rates ...).
-void validate_options(const TrainerOptions& options, const models::LlamaConfig& config);
+void validate_options(const TrainerOptions& options, const models::Model& model);
 // Error unless every token id of `dataset` is inside the model's vocabulary: when the dataset was
 // prepared for a larger vocabulary, its ids are scanned and the first one outside is named (its
 // document and position); a dataset whose ids all fit trains.
-void check_dataset_fits(const data::TokenDataset& dataset, const models::LlamaConfig& config);
+void check_dataset_fits(const data::TokenDataset& dataset, const models::Model& model);
 
 // AdamW, clipping and the warm-up + cosine schedule of a run (shared with DistTrainer).
 graph::OptimizerOptions optimizer_options(const TrainerOptions& options);
-
-// The feeds of the Llama placeholders for one packed batch; loss_scale = 1 / label_tokens.
-graph::TensorMap llama_feeds(const data::Batch& batch, int64_t label_tokens);
-// The same with the tokens fed in `order` (fed token i is the batch's token order[i]; token_index =
-// order): the load-balanced layout of a context-parallel pipeline (data/context_parallel.h).
-graph::TensorMap llama_feeds(const data::Batch& batch, int64_t label_tokens, const std::vector<int64_t>& order);
 
 }  // namespace hspmd::runtime

@@ -1,9 +1,9 @@
-// Single-process training of the built-in Llama: the one-rank case of the distributed trainer
+// Single-process training of any model (models/model.h): the one-rank case of the distributed trainer
 // (runtime/dist_trainer.h), so one executor, one optimizer with its clipping and schedule, and one
 // parameter init serve both, and every distributed strategy is checked against this run.
 //
 //   TokenDataset ds = TokenDataset::open("runs/kjv");
-//   Trainer t(LlamaConfig::from_file("configs/llama-tiny.json"), ds,
+//   Trainer t(models::load_model("configs/llama-tiny.json"), ds,
 //             {.steps = 200, .seq_len = 256, .global_batch_tokens = 4096, .lr = 3e-3});
 //   while (!t.done()) {
 //     StepMetrics m = t.step();        // m.loss, m.lr, m.grad_norm, m.tokens_per_second, ...
@@ -28,7 +28,7 @@
 
 #include "hspmd/comm/group_cache.h"
 #include "hspmd/data/token_dataset.h"
-#include "hspmd/models/llama.h"
+#include "hspmd/models/model.h"
 #include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/dist_trainer.h"
 #include "hspmd/runtime/train_options.h"
@@ -40,7 +40,7 @@ class Trainer {
  public:
   // The dataset must outlive the trainer. Errors: invalid options, a dataset whose vocabulary
   // does not fit the model (naming both sizes), seq_len beyond max_position_embeddings.
-  Trainer(const models::LlamaConfig& config, const data::TokenDataset& dataset, TrainerOptions options);
+  Trainer(std::shared_ptr<const models::Model> model, const data::TokenDataset& dataset, TrainerOptions options);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -68,7 +68,9 @@ class Trainer {
   // only after clone()).
   graph::TensorMap parameters() const;
   const TrainerOptions& options() const { return options_; }
-  const models::LlamaModel& model() const { return trainer_->model(); }
+  const models::Model& model() const { return trainer_->model(); }
+  // The model's training graph as this trainer built it.
+  const models::ModelGraph& model_graph() const { return trainer_->model_graph(); }
 
  private:
   TrainerOptions options_;
@@ -78,6 +80,6 @@ class Trainer {
 
 // The strategy of a one-rank run: one pipeline of one stage on rank 0 holding every layer, the
 // global batch as one micro-batch.
-sharding::Strategy single_rank_strategy(const models::LlamaConfig& config, const TrainerOptions& options);
+sharding::Strategy single_rank_strategy(const models::Model& model, const TrainerOptions& options);
 
 }  // namespace hspmd::runtime

@@ -28,21 +28,31 @@ std::vector<int> ranks_of(const std::vector<ParamLayout>& layouts) {
   return {ranks.begin(), ranks.end()};
 }
 
+size_t SwitchPlan::tensor_index(size_t param, StatePart part) const {
+  HSPMD_ASSERT(optimizer_states || part == StatePart::kValue) << "switch plan without optimizer states";
+  const size_t parts = optimizer_states ? kStateParts.size() : 1;
+  return param * parts + static_cast<size_t>(part);
+}
+
 SwitchPlan plan_switch(const std::vector<ParamLayout>& from, const std::vector<ParamLayout>& to,
                        const SwitchOptions& options) {
   HSPMD_CHECK(from.size() == to.size()) << "switch: the plans hold " << from.size() << " and " << to.size()
                                         << " parameters";
   SwitchPlan out;
+  out.optimizer_states = options.optimizer_states;
   for (size_t i = 0; i < from.size(); ++i) {
     const ParamLayout& a = from[i];
     const ParamLayout& b = to[i];
     HSPMD_CHECK(a.name == b.name && a.shape == b.shape)
         << "switch: parameter " << i << " is '" << a.name << "' " << a.shape.to_string() << " in one plan and '"
         << b.name << "' " << b.shape.to_string() << " in the other";
-    out.tensors.push_back({a.name, a.shape, a.value, b.value, 4});
-    if (!options.optimizer_states) continue;
-    out.tensors.push_back({a.name + ".exp_avg", a.shape, a.state, b.state, 4});
-    out.tensors.push_back({a.name + ".exp_avg_sq", a.shape, a.state, b.state, 4});
+    for (StatePart part : kStateParts) {
+      if (part != StatePart::kValue && !options.optimizer_states) continue;
+      const bool value = part == StatePart::kValue;
+      out.tensors.push_back(
+          {state_tensor_name(a.name, part), a.shape, value ? a.value : a.state, value ? b.value : b.state, 4});
+      HSPMD_ASSERT(out.tensors.size() == out.tensor_index(i, part) + 1) << "switch: tensor order of '" << a.name << "'";
+    }
   }
   resolve::FusedBsrOptions bsr_options;
   if (!options.fuse) bsr_options = {resolve::BsrPolicy::kLowestOwner, false, {}};

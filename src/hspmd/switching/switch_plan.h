@@ -10,8 +10,9 @@
 //
 // What moves: every parameter with its own annotation, and (optimizer_states) AdamW's two moments
 // with the optimizer-state annotation (the ZeRO-1 shard when the plan shards it). All are float32
-// (master weights and moments). The tensors are listed parameter by parameter — value, exp_avg,
-// exp_avg_sq — which is the index order of SwitchPlan::bsr's pieces.
+// (master weights and moments). The tensors are listed parameter by parameter in the order of
+// switching/state_parts.h (value, exp_avg, exp_avg_sq), which is the index order of SwitchPlan::bsr's
+// pieces; SwitchPlan::tensor_index names that order.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,7 @@
 #include "hspmd/resolve/topology.h"
 #include "hspmd/sharding/annotation.h"
 #include "hspmd/sharding/plan.h"
+#include "hspmd/switching/state_parts.h"
 
 namespace hspmd::switching {
 
@@ -58,6 +60,10 @@ struct SwitchPlan {
   std::map<int, std::map<resolve::LinkTier, int64_t>> sent_by;  // sender -> tier -> bytes
   int64_t local_copy_bytes = 0;                                 // slices the receiver already held
   int64_t busiest_sender_bytes = 0;
+  bool optimizer_states = true;  // the moments are listed too (SwitchOptions::optimizer_states)
+
+  // Where `part` of parameter `param` (its index in the layouts) sits in `tensors`.
+  size_t tensor_index(size_t param, StatePart part) const;
 };
 
 // Error naming the parameter when the two lists differ in names or shapes.

@@ -1,0 +1,91 @@
+#include "hspmd/models/llama_model.h"
+
+#include <numeric>
+#include <utility>
+
+#include "hspmd/core/error.h"
+#include "hspmd/models/llama.h"
+#include "hspmd/models/llama_plan.h"
+
+namespace hspmd::models {
+
+std::vector<int64_t> packed_order(int64_t tokens) {
+  std::vector<int64_t> order(static_cast<size_t>(tokens));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  return order;
+}
+
+Llama::Llama(LlamaConfig config) : config_(std::move(config)) { config_.validate(); }
+
+std::shared_ptr<const Model> llama(const LlamaConfig& config) { return std::make_shared<const Llama>(config); }
+
+nlohmann::json Llama::config_json() const { return nlohmann::json::parse(config_.to_json_text()); }
+
+nlohmann::json Llama::canonical_config(const nlohmann::json& saved, const std::string& source) const {
+  // Through the parser: a checkpoint written with older key names compares in today's spelling.
+  return nlohmann::json::parse(LlamaConfig::from_json_text(saved.dump(), source).to_json_text());
+}
+
+std::vector<ParamSpec> Llama::parameters() const {
+  std::vector<ParamSpec> out;
+  for (const LlamaParam& p : llama_parameters(config_)) out.push_back({p.name, p.shape});
+  return out;
+}
+
+ModelGraph Llama::build(const ModelBuildOptions& options) const {
+  LlamaModel m = build_llama(config_, {.precision = options.precision, .fused_head_loss = options.fused_head_loss});
+  return {.graph = std::move(m.graph),
+          .loss = m.loss,
+          .param_names = std::move(m.param_names),
+          .params = std::move(m.params),
+          .grads = std::move(m.grads)};
+}
+
+sharding::AnnotationPlan Llama::compile_plan(const sharding::Strategy& strategy) const {
+  return compile_llama_plan(config_, strategy);
+}
+
+graph::TensorMap Llama::feeds(const data::Batch& batch, int64_t label_tokens, const std::vector<int64_t>& order) const {
+  return llama_feeds(batch, label_tokens, order);
+}
+
+int Llama::context_parallel_degree(const sharding::AnnotationPlan& plan, int rank) const {
+  const sharding::Annotation& a = plan.at("token_index");
+  const auto where = a.locate(rank);
+  return where ? a.ds(where->first).degree(0) : 1;
+}
+
+namespace {
+
+Tensor int64_tensor(const std::vector<int32_t>& values) {
+  Tensor t = Tensor::empty(Shape{static_cast<int64_t>(values.size())}, DType::kInt64);
+  int64_t* p = t.data<int64_t>();
+  for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  return t;
+}
+
+}  // namespace
+
+graph::TensorMap llama_feeds(const data::Batch& batch, int64_t label_tokens) {
+  return llama_feeds(batch, label_tokens, packed_order(batch.num_tokens()));
+}
+
+graph::TensorMap llama_feeds(const data::Batch& batch, int64_t label_tokens, const std::vector<int64_t>& order) {
+  HSPMD_CHECK(label_tokens > 0) << "a batch without labelled tokens has no loss";
+  HSPMD_CHECK(static_cast<int64_t>(order.size()) == batch.num_tokens())
+      << "token order of " << order.size() << " entries for a batch of " << batch.num_tokens() << " tokens";
+  auto in_order = [&](const std::vector<int32_t>& v) {
+    std::vector<int32_t> out(order.size());
+    for (size_t i = 0; i < order.size(); ++i) out[i] = v[static_cast<size_t>(order[i])];
+    return int64_tensor(out);
+  };
+  Tensor cu = Tensor::from_vector(Shape{static_cast<int64_t>(batch.cu_seqlens.size())}, batch.cu_seqlens);
+  return {{"input_ids", in_order(batch.tokens)},
+          {"positions", in_order(batch.positions)},
+          {"cu_seqlens", cu},
+          {"targets", in_order(batch.targets)},
+          {"loss_scale", Tensor::full(Shape{}, DType::kFloat32, 1.0 / static_cast<double>(label_tokens))},
+          {"token_index", Tensor::from_vector(Shape{static_cast<int64_t>(order.size())}, order)}};
+}
+
+}  // namespace hspmd::models

@@ -1,0 +1,102 @@
+// The model contract: everything the layers above models/ (runtime, elastic, the CLI's training)
+// know about a model. A model family implements it once; the trainer, checkpoints, switching and
+// elastic recovery then work for it unchanged. Llama implements it (models/llama_model.h); a second,
+// deliberately different model in the tests (tests/runtime/mlp_lm_testlib.h) proves nothing above
+// this interface assumes Llama.
+//
+//   std::shared_ptr<const Model> m = load_model("configs/llama-tiny.json");  // by "model_type"
+//   ModelGraph g = m->build({.precision = DType::kBFloat16});    // the defined graph + its roles
+//   AnnotationPlan plan = m->compile_plan(Strategy::from_file("local-hetero-4.json"));
+//   TensorMap feeds = m->feeds(data::pack(segments, {.seq_len = 256}), labels, order);
+//
+// What a model provides:
+//   config       its config.json as canonical JSON (saved in checkpoints, compared on resume);
+//   graph        the single-device training graph: placeholders fed by feeds(), parameters named as
+//                Hugging Face names them, each carrying its initializer (graph/init.h: a function of
+//                seed, name and element index, so every strategy starts from the same weights), one
+//                scalar loss (loss_scale x the sum of token losses) and, with backward, a gradient
+//                per parameter;
+//   plan         the strategy-file -> annotation-plan compiler: every parameter, placeholder and
+//                stage-boundary Reshard annotated for a Strategy (pipelines, stages, TP, CP, ZeRO-1);
+//   feeds        the placeholders' values for one packed batch (data/packing.h), tokens in the order
+//                the trainer gives (a context-parallel pipeline's load-balanced order).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hspmd/core/shape.h"
+#include "hspmd/data/packing.h"
+#include "hspmd/graph/graph.h"
+#include "hspmd/sharding/plan.h"
+#include "hspmd/sharding/strategy.h"
+
+namespace hspmd::models {
+
+// How to build the training graph; every model honours each field.
+struct ModelBuildOptions {
+  // kFloat32, or kBFloat16 for bf16 mixed precision: matmuls (and attention) round their operands to
+  // bfloat16 and accumulate in float32; parameters, gradients and the optimizer stay float32.
+  DType precision = DType::kFloat32;
+  // The output head and its loss as one fused op or apart; unset: the model's default. A model
+  // without the choice ignores it (both forms compute the same loss and gradients).
+  std::optional<bool> fused_head_loss{};
+};
+
+// The defined graph of a model and the roles of its tensors.
+struct ModelGraph {
+  graph::Graph graph;
+  graph::TensorRef loss;                 // [] loss_scale x sum of token losses
+  std::vector<std::string> param_names;  // Hugging Face names, in Model::parameters() order
+  std::vector<graph::TensorRef> params;  // same order
+  std::vector<graph::TensorRef> grads;   // same order; empty without backward
+};
+
+// One parameter: its Hugging Face name and global shape.
+struct ParamSpec {
+  std::string name;
+  Shape shape;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // The config.json "model_type" this model reads ("llama").
+  virtual std::string model_type() const = 0;
+  // The config in canonical JSON: equal configs give equal JSON.
+  virtual nlohmann::json config_json() const = 0;
+  // A config saved by an earlier run (a checkpoint's) in today's canonical JSON, so that it compares
+  // with config_json() key by key; Error naming `source` and the key when it is not this model's.
+  virtual nlohmann::json canonical_config(const nlohmann::json& saved, const std::string& source) const = 0;
+
+  // Every parameter in the graph's order.
+  virtual std::vector<ParamSpec> parameters() const = 0;
+  // Decoder layers (the unit of pipeline stages and of per-layer recomputation).
+  virtual int num_layers() const = 0;
+  // Token ids the model embeds: [0, vocab_size()).
+  virtual int64_t vocab_size() const = 0;
+  // The longest sequence the model may be trained on (its position limit).
+  virtual int64_t max_sequence_length() const = 0;
+
+  virtual ModelGraph build(const ModelBuildOptions& options) const = 0;
+  // Error naming the pipeline or stage at fault when the strategy does not fit the model.
+  virtual sharding::AnnotationPlan compile_plan(const sharding::Strategy& strategy) const = 0;
+  // The feeds of every placeholder for one packed batch; loss_scale = 1 / label_tokens; fed token i
+  // is the batch's token order[i].
+  virtual graph::TensorMap feeds(const data::Batch& batch, int64_t label_tokens,
+                                 const std::vector<int64_t>& order) const = 0;
+  // How many ranks of `rank`'s pipeline split each sequence's tokens under `plan` (context
+  // parallelism, docs/context-parallelism.md); 1 without CP or on a rank the plan does not feed.
+  virtual int context_parallel_degree(const sharding::AnnotationPlan& plan, int rank) const = 0;
+};
+
+// 0, 1, ..., tokens - 1: the order of a batch fed as packed.
+std::vector<int64_t> packed_order(int64_t tokens);
+
+}  // namespace hspmd::models

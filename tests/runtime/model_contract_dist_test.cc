@@ -1,0 +1,114 @@
+// The model contract (models/model.h) with a second, deliberately different model
+// (runtime/mlp_lm_testlib.h): it trains under a heterogeneous strategy (TP 2 next to a 2-stage
+// pipeline, ZeRO-1), switches to TP 2 x PP 2 mid-run and saves a checkpoint, with every step's loss,
+// gradient norm and the final weights those of one process, and the checkpoint read back by the
+// single-process trainer; nothing in the runtime was written for this model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "hspmd/comm/thread_ranks.h"
+#include "hspmd/data/token_dataset.h"
+#include "hspmd/runtime/dist_trainer.h"
+#include "hspmd/runtime/trainer.h"
+#include "runtime/dist_run_testlib.h"
+#include "runtime/mlp_lm_testlib.h"
+#include "runtime/runtime_testlib.h"
+
+namespace hspmd::runtime {
+namespace {
+
+using testing::add_parameter_shards;
+using testing::dist_options;
+using testing::mlp_lm;
+using testing::relative_difference;
+using testing::strategy;
+
+constexpr int64_t kSteps = 4;
+
+// TP 2 next to a 2-stage pipeline, with their own micro-batch sizes and counts, ZeRO-1.
+const char* kHetero = R"({"name": "hetero", "zero1": true, "pipelines": [
+  {"micro_batch_size": 2, "num_micro_batches": 1, "stages": [{"ranks": "0-1", "layers": "0-3"}]},
+  {"micro_batch_size": 1, "num_micro_batches": 2,
+   "stages": [{"ranks": "2", "layers": "0-1"}, {"ranks": "3", "layers": "2-3"}]}]})";
+const char* kTp2Pp2 = R"({"name": "tp2-pp2", "pipelines": [
+  {"micro_batch_size": 1, "num_micro_batches": 4,
+   "stages": [{"ranks": "0-1", "layers": "0-1"}, {"ranks": "2-3", "layers": "2-3"}]}]})";
+
+class ModelContract : public testing::TempDirTest {};
+
+TEST_F(ModelContract, SecondModelTrainsHeterogeneousAndSwitchedAsOneProcess) {
+  const std::shared_ptr<const models::Model> model = mlp_lm();
+  data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
+  const TrainerOptions o = dist_options(kSteps);
+
+  Trainer single(model, ds, o);
+  std::vector<StepMetrics> expected;
+  while (!single.done()) expected.push_back(single.step());
+  const graph::TensorMap expected_weights = single.parameters();
+
+  const sharding::AnnotationPlan hetero = model->compile_plan(strategy(kHetero));
+  const sharding::AnnotationPlan tp2_pp2 = model->compile_plan(strategy(kTp2Pp2));
+  const std::string ckpt = path("ckpt");
+  std::vector<std::vector<StepMetrics>> got(4);
+  std::vector<int64_t> switched_bytes(4);
+  graph::TensorMap weights;
+  std::mutex mutex;
+  comm::run_thread_ranks(4, [&](int rank, comm::GroupCache& groups) {
+    DistOptions options;
+    options.train = o;
+    options.plan_name = "hetero";
+    DistTrainer t(model, ds, hetero, options, rank, 4, groups);
+    while (!t.done()) {
+      if (t.step_count() == 2) switched_bytes[rank] = t.switch_to(tp2_pp2, "tp2-pp2").sent_bytes;
+      got[rank].push_back(t.step());
+    }
+    t.save(ckpt);
+    std::lock_guard<std::mutex> lock(mutex);
+    add_parameter_shards(t, weights);
+  });
+
+  for (int rank = 0; rank < 4; ++rank) {
+    ASSERT_EQ(got[rank].size(), static_cast<size_t>(kSteps)) << "rank " << rank;
+    EXPECT_GT(switched_bytes[rank], 0) << "rank " << rank << ": the switch moved nothing";
+    for (int64_t s = 0; s < kSteps; ++s) {
+      EXPECT_NEAR(got[rank][s].loss, expected[s].loss, 1e-5 * std::abs(expected[s].loss))
+          << "rank " << rank << ", step " << s + 1;
+      EXPECT_NEAR(got[rank][s].grad_norm, expected[s].grad_norm, 1e-5 * std::abs(expected[s].grad_norm))
+          << "rank " << rank << ", step " << s + 1;
+    }
+  }
+  EXPECT_GT(expected.front().loss, expected.back().loss) << "the model does not learn";
+  ASSERT_EQ(weights.size(), expected_weights.size());
+  for (const auto& [name, w] : expected_weights) {
+    ASSERT_TRUE(weights.contains(name)) << name;
+    EXPECT_LT(relative_difference(weights.at(name), w), 1e-5) << name;
+  }
+
+  // The checkpoint, written by four ranks under TP 2 x PP 2, continues in one process: the weights
+  // and step are the distributed run's.
+  TrainerOptions more = o;
+  more.steps = kSteps + 1;
+  Trainer resumed(model, ds, more);
+  resumed.restore(ckpt);
+  EXPECT_EQ(resumed.step_count(), kSteps);
+  const graph::TensorMap restored = resumed.parameters();
+  for (const auto& [name, w] : weights) {
+    EXPECT_EQ(restored.at(name).to_vector<float>(), w.to_vector<float>()) << name;
+  }
+  EXPECT_TRUE(std::isfinite(resumed.step().loss));
+}
+
+TEST(ModelContractPlan, RefusesContextParallelismForTheModelWithoutSequences) {
+  const std::string e = testing::error_of([&] {
+    mlp_lm()->compile_plan(strategy(R"({"name": "cp2", "pipelines": [
+      {"micro_batch_size": 1, "num_micro_batches": 1, "stages": [{"ranks": "0-1", "layers": "0-3", "cp": 2}]}]})"));
+  });
+  EXPECT_NE(e.find("no context parallelism"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace hspmd::runtime
