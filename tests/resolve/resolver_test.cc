@@ -149,6 +149,21 @@ TEST(TopTier, Figure10BottomThenTop) {
   EXPECT_EQ(g.classification(), "bottom[Slice,Identity]+top[SplitAG]");
 }
 
+// A CP 2 x TP 2 stage next to a one-rank pipeline: the embedding gradient is partial over CP and
+// duplicated over TP inside the first subgroup, and partial across the two. Bottom tier first (in
+// the CP x TP subgroup a local slice, then an all-reduce over CP), then the top tier across the
+// union, where the TP replicas of each slice hold it twice and the one-rank pipeline once.
+TEST(TopTier, CpTimesTpSubgroupBesideAOneRankPipeline) {
+  Resolution r = checked(A("partial{[0-3](P:2,D:2);[4]()}"), A("dup{[0-3](D:2,S0:2);[4]()}"), kShape);
+  EXPECT_EQ(r.tier, Tier::kBottomThenTop);
+  EXPECT_EQ(r.classification(), "bottom[Slice,Identity]+bottom[AR,Identity]+top[SplitAR]");
+  // To a ZeRO-1 state split across the two pipelines: the same bottom tier, then SplitRS.
+  Resolution z = checked(A("partial{[0-3](P:2,D:2);[4]()}"), A("split1{[0-3](D:2,S0:2);[4]()}"), kShape);
+  EXPECT_EQ(z.tier, Tier::kBottomThenTop);
+  // And the same with a CP 2 x TP 2 subgroup beside a TP 2 one (CP only on one side).
+  checked(A("partial{[0-3](P:2,D:2);[4-5](D:2)}"), A("dup{[0-3](D:2,S0:2);[4-5](S0:2)}"), kShape);
+}
+
 TEST(Bsr, EverythingElseAndPartialNeverGoesToBsr) {
   // hsize changes: BSR of the whole tensor.
   Resolution b = checked(A("dup{[0-3](S0:4)}"), A("dup{[0-1](S0:2);[2-5](S0:4)}"), kShape);

@@ -123,6 +123,16 @@ TEST(ContextParallel, Cp2PipelineBesideAPlainReplica) {
   expect_matches_single_process(run(st, testing::dist_options(kSteps)), kSteps);
 }
 
+// A DS union whose members differ: a CP 2 x TP 2 stage next to a one-rank pipeline. The embedding
+// gradient, partial{[0-3](P:2,D:2);[4]()} -> dup{[0-3](D:2,S0:2);[4]()}, is reduced inside the
+// CP x TP subgroup first (slice, then all-reduce over CP), then across the two pipelines.
+TEST(ContextParallel, Cp2Tp2BesideAOneRankPipeline) {
+  const sharding::Strategy st = sharding::Strategy::from_file(
+      (testing::source_dir() / "examples/strategies/local-cp2-tp2-beside-one.json").string());
+  expect_matches_single_process(run(st, testing::dist_options(kSteps)), kSteps);
+  expect_matches_single_process(run(st, testing::dist_options(kSteps), {.tied = true}), kSteps, 1, /*tied=*/true);
+}
+
 // Graph switching into and out of CP: weights and Adam moments move like any other layout change.
 TEST(ContextParallel, SwitchesFromTensorParallelToCpAndBack) {
   sharding::Strategy tp = strategy(R"({"name": "tp2", "pipelines": [
