@@ -77,6 +77,23 @@ TEST(BottomTier, PartialGradientsOfContextParallelStages) {
   EXPECT_EQ(ops_text(table, 3), (V{"LocalCopy [4:8, 0:4] bytes=0", "AllReduce group=[1,3] [4:8, 0:4] bytes=64"}));
 }
 
+// A partial value changes devices summand by summand when both sides hold as many summands: the
+// tied head's gradient, partial over the CP ranks of the last stage (vocab-split over TP there),
+// going to the first stage's CP ranks (whole table on each TP rank).
+TEST(BottomTier, PartialMovesSummandBySummand) {
+  // The same sharding on other devices was already a send/receive per device.
+  EXPECT_EQ(checked(A("dup{[2-3](P:2)}"), A("dup{[0-1](P:2)}"), kShape).classification(), "bottom[SR]");
+  Resolution tied = checked(A("dup{[4-7](P:2,S0:2)}"), A("dup{[0-3](P:2,D:2)}"), kShape);
+  EXPECT_EQ(tied.classification(), "bottom[BSR]");
+  // Summand 1 (CP rank 1 of the last stage: devices 6, 7, vocab halves) goes to devices 2 and 3,
+  // each of which holds the whole table.
+  EXPECT_EQ(ops_text(tied, 6), (V{"Send peer=2 [0:4, 0:4] bytes=64", "Send peer=3 [0:4, 0:4] bytes=64"}));
+  // Across two pipelines too (the top tier partial as well), and beside a subgroup without CP.
+  checked(A("partial{[4-7](P:2,S0:2);[8]()}"), A("partial{[0-3](P:2,D:2);[9]()}"), kShape);
+  // Different summand counts stay refused: a device would need a sum it holds no part of.
+  EXPECT_THROW(resolve(A("dup{[2-3](P:2)}"), A("dup{[0-3](P:4)}"), kShape, "T"), Error);
+}
+
 TEST(BottomTier, BsrPerSubgroupWhenNoCollectiveApplies) {
   Resolution b = checked(A("dup{[0-1](S0:2)}"), A("dup{[0-1](S1:2)}"), kShape);
   EXPECT_EQ(b.classification(), "bottom[BSR]");

@@ -133,6 +133,16 @@ TEST(ContextParallel, Cp2Tp2BesideAOneRankPipeline) {
   expect_matches_single_process(run(st, testing::dist_options(kSteps), {.tied = true}), kSteps, 1, /*tied=*/true);
 }
 
+// Tied embeddings with CP over two stages: the head's gradient, partial over the last stage's CP
+// ranks, goes summand by summand to the first stage's CP ranks and adds to the lookup's gradient.
+TEST(ContextParallel, Cp2TiedEmbeddingsOverTwoStages) {
+  sharding::Strategy st = strategy(R"({"name": "cp2-pp2-tied+dp", "pipelines": [
+    {"micro_batch_size": 1, "num_micro_batches": 2,
+     "stages": [{"ranks": "0-1", "layers": "0-1", "cp": 2}, {"ranks": "2-5", "layers": "2-3", "tp": 2, "cp": 2}]},
+    {"micro_batch_size": 2, "num_micro_batches": 1, "stages": [{"ranks": "6", "layers": "0-3"}]}]})");
+  expect_matches_single_process(run(st, testing::dist_options(kSteps), {.tied = true}), kSteps, 1, /*tied=*/true);
+}
+
 // Graph switching into and out of CP: weights and Adam moments move like any other layout change.
 TEST(ContextParallel, SwitchesFromTensorParallelToCpAndBack) {
   sharding::Strategy tp = strategy(R"({"name": "tp2", "pipelines": [

@@ -100,20 +100,31 @@ bool bottom_step(const Annotation& src, const Annotation& dst, const Shape& shap
     }
     if (collectives_only) return false;
     // A partial top tier is fine here: this BSR moves one subgroup's own summand inside the
-    // subgroup. A partial bottom tier is not (several owners would hold summands of one slice).
-    if (r.src_ds.has_partial() || r.dst_ds.has_partial()) {
+    // subgroup. A partial bottom tier is fine when source and destination hold as many summands:
+    // summand c moves on its own (one BSR per summand, among the devices with partial coordinate
+    // c on each side), e.g. a tied head's gradient, partial over the CP ranks of the last stage,
+    // going to the first stage's CP ranks. Otherwise a device would need a sum it has no part of.
+    const int summands = r.src_ds.degree(sharding::kPartial);
+    if (summands != r.dst_ds.degree(sharding::kPartial)) {
       partial_to_bsr(src, dst, tensor,
                      "subgroup " + std::to_string(g) + ": " + r.src_group.to_string() + r.src_ds.to_string() + " -> " +
-                         r.dst_group.to_string() + r.dst_ds.to_string() + " matches no bottom-tier collective");
+                         r.dst_group.to_string() + r.dst_ds.to_string() +
+                         " matches no bottom-tier collective and the summand counts differ");
     }
-    BsrTable table;
-    BsrTable::DeviceRegions from, to;
-    for (int i = 0; i < r.src_group.size(); ++i) from.emplace_back(r.src_group[i], r.src_ds.region(i, r.part));
-    for (int i = 0; i < r.dst_group.size(); ++i) to.emplace_back(r.dst_group[i], r.dst_ds.region(i, r.part));
-    table.add_regions(tensor, from, to, o.element_size);
-    for (auto& [dev, ops] : plan_bsr(table, o.topology, o.bsr_policy).device_ops(table)) {
-      auto& list = step.ops[dev];
-      list.insert(list.end(), ops.begin(), ops.end());
+    for (int c = 0; c < summands; ++c) {
+      BsrTable table;  // one tensor per table: the executor runs one tensor's pieces per Reshard
+      BsrTable::DeviceRegions from, to;
+      for (int i = 0; i < r.src_group.size(); ++i) {
+        if (r.src_ds.coord(i, sharding::kPartial) == c) from.emplace_back(r.src_group[i], r.src_ds.region(i, r.part));
+      }
+      for (int i = 0; i < r.dst_group.size(); ++i) {
+        if (r.dst_ds.coord(i, sharding::kPartial) == c) to.emplace_back(r.dst_group[i], r.dst_ds.region(i, r.part));
+      }
+      table.add_regions(tensor, from, to, o.element_size);
+      for (auto& [dev, ops] : plan_bsr(table, o.topology, o.bsr_policy).device_ops(table)) {
+        auto& list = step.ops[dev];
+        list.insert(list.end(), ops.begin(), ops.end());
+      }
     }
     step.kinds.push_back(ReshardKind::kBSR);
   }
