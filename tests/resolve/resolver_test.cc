@@ -75,6 +75,11 @@ TEST(BottomTier, PartialGradientsOfContextParallelStages) {
   Resolution table = checked(A("dup{[0-3](P:2,D:2)}"), A("dup{[0-3](D:2,S0:2)}"), kShape);
   EXPECT_EQ(table.classification(), "bottom[Slice]+bottom[AR]");
   EXPECT_EQ(ops_text(table, 3), (V{"LocalCopy [4:8, 0:4] bytes=0", "AllReduce group=[1,3] [4:8, 0:4] bytes=64"}));
+  // To a norm weight's ZeRO-1 state split over all four ranks: all-reduce over CP, then slice.
+  // (Found by the strategy generator: ZeRO-1 with a CP 2 x TP 2 stage.)
+  Resolution zero = checked(A("dup{[0-3](P:2,D:2)}"), A("dup{[0-3](S0:4)}"), kShape);
+  EXPECT_EQ(zero.classification(), "bottom[AR]+bottom[Slice]");
+  EXPECT_EQ(ops_text(zero, 2), (V{"AllReduce group=[0,2] [0:8, 0:4] bytes=128", "LocalCopy [4:6, 0:4] bytes=0"}));
 }
 
 // A partial value changes devices summand by summand when both sides hold as many summands: the

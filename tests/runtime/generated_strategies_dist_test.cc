@@ -4,7 +4,7 @@
 // (what `hspmd train` checks before it starts workers) or trains with every step's loss and
 // gradient norm and the final weights equal to one process. Ranks run as threads over Gloo.
 //
-// The CI sample is small (HSPMD_GENERATED_CASES, default 8, from HSPMD_GENERATED_SEED, default 1);
+// The CI sample is small (HSPMD_GENERATED_CASES, default 16, from HSPMD_GENERATED_SEED, default 1);
 // scripts/strategy_sweep.sh runs a longer sweep with a count and a seed. The test prints how many
 // strategies were generated, refused (and why) and trained.
 #include <gtest/gtest.h>
@@ -48,7 +48,7 @@ constexpr int64_t kSeqLen = 64;      // dist_options()
 constexpr double kWeights = 4e-5;
 
 TEST(GeneratedStrategies, TrainLikeOneProcessOrAreRefusedBeforeLaunch) {
-  const int64_t cases = from_environment("HSPMD_GENERATED_CASES", 8);
+  const int64_t cases = from_environment("HSPMD_GENERATED_CASES", 16);
   const int64_t seed = from_environment("HSPMD_GENERATED_SEED", 1);
   std::mt19937 rng(static_cast<uint32_t>(seed));
   int generated = 0, refused = 0, trained_cases = 0;

@@ -50,11 +50,19 @@ sharding::Strategy generate_strategy(std::mt19937& rng, int world, const std::st
     sharding::PipelineSpec p;
     p.micro_batch_size = uniform(rng, 1, 2);
     p.num_micro_batches = uniform(rng, 1, 3);
-    // Stages of 1, 2 or 4 ranks mostly (TP 1 or 2, CP 1 or 2); sometimes 3 ranks in one stage.
-    const int stages = uniform(rng, 1, std::min(kLayers, pipeline_ranks));
-    const std::vector<int> sizes = split_count(rng, pipeline_ranks, stages);
+    // Stages of 1, 2 or 4 ranks mostly (TP 1 or 2, times CP 2 for 4); now and then a stage of 3,
+    // 5 or 6 ranks, whose TP degree the 4 heads and 2 key/value heads refuse.
+    int stages = 0;
+    std::vector<int> sizes;
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      stages = uniform(rng, 1, std::min(kLayers, pipeline_ranks));
+      sizes = split_count(rng, pipeline_ranks, stages);
+      const bool usual = std::all_of(sizes.begin(), sizes.end(), [](int n) { return n == 1 || n == 2 || n == 4; });
+      if (usual || chance(rng, 0.1)) break;
+    }
     const std::vector<int> layer_counts = split_count(rng, kLayers, stages);
-    const int pipeline_cp = chance(rng, 0.3) ? 2 : 1;
+    const bool has_four = std::find(sizes.begin(), sizes.end(), 4) != sizes.end();
+    const int pipeline_cp = chance(rng, has_four ? 0.8 : 0.3) ? 2 : 1;
     int layer = 0;
     for (int s = 0; s < stages; ++s) {
       sharding::StageSpec stage;

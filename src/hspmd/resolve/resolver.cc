@@ -173,21 +173,45 @@ std::optional<Annotation> sliced_first(const Annotation& src, const Annotation& 
   return out;
 }
 
+// src with its partial position reduced everywhere (P:n -> D:n, merged with a duplicate position
+// next to it: (P:2,D:2) -> (D:4)), or nullopt when src has no partial position or the result would
+// name D twice. The last resort of a partial source: all-reduce, then a local slice or another
+// collective, e.g. a CP x TP norm weight's gradient going to its ZeRO-1 state: (P:2,D:2) -> (S0:4).
+std::optional<Annotation> reduced_first(const Annotation& src) {
+  std::vector<DistState> mid;
+  for (int g = 0; g < src.hsize(); ++g) {
+    std::vector<DistState::Entry> entries;
+    for (DistState::Entry e : src.ds(g).entries()) {
+      if (e.dim == sharding::kPartial) e.dim = sharding::kDuplicate;
+      if (e.dim == sharding::kDuplicate && !entries.empty() && entries.back().dim == sharding::kDuplicate) {
+        entries.back().degree *= e.degree;
+        continue;
+      }
+      entries.push_back(e);
+    }
+    int duplicates = 0;
+    for (const DistState::Entry& e : entries) duplicates += e.dim == sharding::kDuplicate ? 1 : 0;
+    if (duplicates > 1) return std::nullopt;
+    mid.push_back(DistState::make(std::move(entries)));
+  }
+  return src.with_ds_union(std::move(mid));
+}
+
 // The bottom tier of src -> dst (same hsize and hdim) by collectives only: one step when each
-// subgroup's change is one collective; two (slice locally, then reduce) when a partial source must
-// also be split; nullopt when neither applies.
+// subgroup's change is one collective; two when a partial source must also be split (slice
+// locally, then reduce; or else reduce, then slice); nullopt when none applies.
 std::optional<std::vector<ResolveStep>> bottom_collectives(const Annotation& src, const Annotation& dst,
                                                            const Shape& shape, const std::string& tensor,
                                                            const ResolveOptions& o) {
   std::vector<ResolveStep> steps(1);
   if (bottom_step(src, dst, shape, tensor, o, true, steps[0])) return steps;
   if (!src.has_partial()) return std::nullopt;
-  const std::optional<Annotation> mid = sliced_first(src, dst, shape);
-  if (!mid) return std::nullopt;
   steps.resize(2);
-  if (bottom_step(src, *mid, shape, tensor, o, true, steps[0]) &&
-      bottom_step(*mid, dst, shape, tensor, o, true, steps[1])) {
-    return steps;
+  for (const std::optional<Annotation>& mid : {sliced_first(src, dst, shape), reduced_first(src)}) {
+    if (mid && bottom_step(src, *mid, shape, tensor, o, true, steps[0]) &&
+        bottom_step(*mid, dst, shape, tensor, o, true, steps[1])) {
+      return steps;
+    }
   }
   return std::nullopt;
 }
