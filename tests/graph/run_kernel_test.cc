@@ -53,6 +53,15 @@ TEST(KernelRegistry, AnUnsupportedCombinationNamesDeviceKindDtypeAndOp) {
             "no cpu kernel for op kind add with dtype float32 (op 'sum')");
 }
 
+TEST(KernelRegistry, ASecondKernelForOneCombinationIsRefused) {
+  KernelRegistry r;
+  const Kernel noop = [](KernelContext&) {};
+  r.add(OpKind::kAdd, DeviceType::kCPU, {DType::kFloat32}, noop);
+  r.add(OpKind::kAdd, DeviceType::kCUDA, {DType::kFloat32}, noop);  // another device: another entry
+  EXPECT_THAT(testing::error_of([&] { r.add(OpKind::kAdd, DeviceType::kCPU, {DType::kFloat64, DType::kFloat32}, noop); }),
+              HasSubstr("a second cpu kernel for op kind add with dtype float32"));
+}
+
 TEST(RunKernel, RunsTheRegisteredKernelAndChecksItsOutputs) {
   AddFixture f;
   KernelContext ctx = f.context();

@@ -5,6 +5,10 @@
 
 namespace hspmd::graph {
 
+// The table has a row for every device type and dtype: growing either enum must grow it.
+static_assert(static_cast<int>(DeviceType::kCUDA) + 1 == KernelRegistry::kDeviceTypes);
+static_assert(static_cast<int>(DType::kInt64) + 1 == KernelRegistry::kDTypes);
+
 namespace {
 const char* device_type_name(DeviceType device) {
   switch (device) {
