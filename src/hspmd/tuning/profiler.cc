@@ -1,4 +1,4 @@
-#include "hspmd/planner/profiler.h"
+#include "hspmd/tuning/profiler.h"
 
 #include <algorithm>
 #include <chrono>
@@ -23,7 +23,16 @@
 #include "hspmd/specialize/exec_graph.h"
 #include "hspmd/specialize/memory_estimate.h"
 
-namespace hspmd::planner {
+namespace hspmd::tuning {
+
+using planner::ActivationFit;
+using planner::DeviceKindProfile;
+using planner::LayerTimeFit;
+using planner::LinearFit;
+using planner::LinkProfile;
+using planner::ModelShape;
+using planner::Profile;
+using planner::TpProfile;
 
 namespace {
 
@@ -502,4 +511,4 @@ Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& o
   return p;
 }
 
-}  // namespace hspmd::planner
+}  // namespace hspmd::tuning
