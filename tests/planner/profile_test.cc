@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "error_of.h"
 #include "hspmd/core/error.h"
 #include "hspmd/planner/derived_profile.h"
 #include "hspmd/planner/profile.h"
@@ -14,6 +15,7 @@ namespace hspmd::planner {
 namespace {
 
 using ::testing::HasSubstr;
+using hspmd::testing::error_of;
 
 TEST(ProfileTest, JsonRoundTrip) {
   Profile p = testing::two_kind_profile();
@@ -28,15 +30,6 @@ TEST(ProfileTest, JsonRoundTrip) {
   EXPECT_DOUBLE_EQ(q.kind("slow").optimizer_seconds_per_parameter, p.kind("slow").optimizer_seconds_per_parameter);
   EXPECT_DOUBLE_EQ(q.link("intra-node")->allreduce_bandwidth, 3e9);
   EXPECT_FALSE(q.link("inter-node").has_value());
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(ProfileTest, ErrorsNameTheKey) {

@@ -20,17 +20,18 @@
 #include <string>
 
 #include "hspmd/core/atomic_file.h"
+#include "hspmd/core/byte_size.h"
 #include "hspmd/core/error.h"
-#include "hspmd/models/llama_config.h"
 #include "hspmd/data/length_histogram.h"
 #include "hspmd/data/token_dataset.h"
+#include "hspmd/models/llama_config.h"
 #include "hspmd/planner/mixed_length_planner.h"
 #include "hspmd/planner/planner.h"
 #include "hspmd/planner/profile.h"
 #include "hspmd/resolve/topology.h"
 #include "hspmd/sharding/device_group.h"
 #include "hspmd/sharding/strategy.h"
-#include "hspmd/specialize/plan_report.h"
+#include "hspmd/specialize/schedule.h"
 
 namespace hspmd::cli {
 
@@ -119,7 +120,7 @@ void run_plan(const PlanOptions& o) {
   std::cout << planner::describe_plan(plan) << planner::to_string(plan.prediction);
   for (const std::string& idle : plan.idle) std::cout << "idle: " << idle << "\n";
   if (!o.previous.empty()) {
-    std::cout << "state to move from " << o.previous << ": " << specialize::human_bytes(plan.moved_bytes) << "\n";
+    std::cout << "state to move from " << o.previous << ": " << format_bytes(plan.moved_bytes) << "\n";
   }
   std::cout << "planning time: " << plan.planning_seconds << " s (" << plan.candidates
             << " pipeline configurations, " << plan.candidates_solved << " solved at level 2, " << plan.milps

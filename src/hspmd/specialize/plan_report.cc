@@ -9,6 +9,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "hspmd/core/byte_size.h"
 #include "hspmd/core/error.h"
 #include "hspmd/graph/deduction.h"
 #include "hspmd/graph/token_loss.h"
@@ -333,22 +334,10 @@ PlanReport make_plan_report(const models::LlamaModel& model, const sharding::Ann
   return Builder(model, plan, options).build();
 }
 
-std::string human_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
-  return buf;
-}
-
 namespace {
 
 std::string bytes_text(int64_t bytes) {
-  return bytes < 1024 ? std::to_string(bytes) + " B" : human_bytes(static_cast<double>(bytes)) + " (" + std::to_string(bytes) + " B)";
+  return bytes < 1024 ? std::to_string(bytes) + " B" : format_bytes(bytes) + " (" + std::to_string(bytes) + " B)";
 }
 
 void print_groups(std::ostream& out, const std::vector<ReshardGroup>& groups, const char* per_run) {

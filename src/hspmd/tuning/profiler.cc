@@ -391,7 +391,7 @@ Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& o
   // over one tensor (tens of tensors, each resharded, its squares summed, its state touched cold).
   const double optimizer = [&] {
     const int t = tps.front();
-    const double params = (3 * shape.layer_parameters + shape.embedding_parameters + shape.head_parameters) / t;
+    const double params = shape.stage_parameters(3, true, true) / t;
     return StepTime(steps.at({t, longest, biggest_b, 3})).post / params;
   }();
   {
@@ -481,7 +481,7 @@ Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& o
     a.ends_transient_per_token = std::max(0.0, (tr1 - (tr2 - tr1)) / T1);
     if (t == tps.front()) {
       // The states of the 1-layer model over its parameters (rank 0's shard).
-      const double n = (shape.layer_parameters + shape.embedding_parameters + shape.head_parameters) / t;
+      const double n = shape.stage_parameters(1, true, true) / t;
       const double plain = estimate(config, t, 1, T1, 1, 1, false).states;
       const double zero = estimate(config, t, 1, T1, 1, 2, true).states;
       host.zero_bytes_per_parameter = 2 * (plain - zero) / n;
