@@ -21,6 +21,7 @@
 
 #include "hspmd/core/atomic_file.h"
 #include "hspmd/core/byte_size.h"
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 #include "hspmd/data/length_histogram.h"
 #include "hspmd/data/token_dataset.h"
@@ -66,7 +67,7 @@ void run_mixed_length_plan(const PlanOptions& o, const models::LlamaConfig& conf
       config, topo, profile, h.segment_lengths,
       {.seq_len = o.seq_len, .global_batch_tokens = o.global_batch_tokens, .name = o.name.empty() ? "mixed" : o.name});
   std::cout << plan.to_string() << "planning time: "
-            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s\n";
+            << seconds_since(start) << " s\n";
   write_strategy(plan.heterogeneous, o.out);
   std::cout << "wrote " << o.out << "\n";
   const std::string stem = o.out.ends_with(".json") ? o.out.substr(0, o.out.size() - 5) : o.out;

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "hspmd/core/atomic_file.h"
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 #include "hspmd/core/json_file.h"
 #include "hspmd/models/llama_config.h"
@@ -79,7 +80,7 @@ void run_profile(const ProfileOptions& o) {
   po.progress = [](const std::string& line) { std::cerr << line << std::flush; };
   const planner::Profile p = tuning::profile_host(config, po);
   write_profile(p, o.out);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double s = seconds_since(start);
   std::cout << "profiled " << o.model << " (" << p.source << ") in " << s << " s; wrote " << o.out << "\n";
 }
 

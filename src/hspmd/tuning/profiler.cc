@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "hspmd/comm/thread_ranks.h"
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/models/llama.h"
@@ -210,11 +211,11 @@ LinkProfile measure_links(const ProfilerOptions& o) {
           comm->send_recv({.recvs = {{0, comm::CommBuffer::of(buf)}}}).wait();
           comm->send_recv({.sends = {{0, comm::CommBuffer::of(buf)}}}).wait();
         }
-        const double ping = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 2;
+        const double ping = seconds_since(t0) / 2;
         comm->barrier().wait();
         t0 = std::chrono::steady_clock::now();
         comm->allreduce({.data = comm::CommBuffer::of(buf)}).wait();
-        const double ar = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double ar = seconds_since(t0);
         if (rank == 0 && round > 0) {
           (count == kSmall ? p2p_small : p2p_large) = std::min(count == kSmall ? p2p_small : p2p_large, ping);
           (count == kSmall ? ar_small : ar_large) = std::min(count == kSmall ? ar_small : ar_large, ar);
