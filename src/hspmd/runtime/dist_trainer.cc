@@ -33,8 +33,6 @@ using namespace dist_detail;
 
 namespace dist_detail {
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
 // Where `inner` (global coordinates) starts inside `outer`.
 std::vector<int64_t> offsets_in(const Region& outer, const Region& inner) {
   std::vector<int64_t> starts(inner.begin.size());
