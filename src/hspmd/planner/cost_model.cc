@@ -4,8 +4,8 @@
 #include <limits>
 #include <sstream>
 
+#include "hspmd/core/byte_size.h"
 #include "hspmd/core/error.h"
-#include "hspmd/specialize/plan_report.h"
 
 namespace hspmd::planner {
 
@@ -35,6 +35,13 @@ ModelShape ModelShape::of(const models::LlamaConfig& c) {
     }
   }
   return s;
+}
+
+double ModelShape::stage_parameters(int layers, bool first, bool last) const {
+  double params = layers * layer_parameters;
+  if (first) params += embedding_parameters;
+  if (last) params += head_parameters;
+  return params;
 }
 
 bool ModelShape::tp_divides(int t) const {
@@ -154,10 +161,7 @@ MemoryBreakdown CostModel::stage_memory(const std::string& kind, int tp, int lay
                                         bool zero1) const {
   const DeviceKindProfile& k = profile_.kind(kind);
   const ActivationFit& a = profile_.at(kind, tp).activations;
-  double params = layers * shape_.layer_parameters;
-  if (first) params += shape_.embedding_parameters;
-  if (last) params += shape_.head_parameters;
-  params /= tp;
+  const double params = shape_.stage_parameters(layers, first, last) / tp;
   const double tokens = static_cast<double>(micro_batch_size) * options_.seq_len;
   MemoryBreakdown m;
   m.parameters = params * k.bytes_per_parameter;
@@ -200,10 +204,7 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
         const int sq = st.stage_of_layer(static_cast<int>(q), stage.first_layer);
         dp_group.push_back(st.pipelines[q].stages[sq].ranks.front());
       }
-      double params = sp.layers * shape_.layer_parameters;
-      if (j == 0) params += shape_.embedding_parameters;
-      if (last) params += shape_.head_parameters;
-      params /= sp.tp;
+      const double params = shape_.stage_parameters(sp.layers, j == 0, last) / sp.tp;
       sp.sync_seconds = allreduce(dp_group, params * kGradientElementBytes);
       sp.optimizer_seconds =
           profile_.kind(sp.kind).optimizer_seconds_per_parameter * params / (st.zero1 ? std::max(1, D) : 1);
@@ -244,12 +245,12 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
 std::string describe_memory(const RankPrediction& r) {
   std::ostringstream s;
   s << "rank " << r.rank << " (" << r.kind << ", pipeline " << r.pipeline << " stage " << r.stage
-    << "): " << specialize::human_bytes(r.memory.total()) << " = "
-    << specialize::human_bytes(r.memory.parameters) << " parameters and gradients + "
-    << specialize::human_bytes(r.memory.zero_states) << " optimizer states + "
-    << specialize::human_bytes(r.memory.activations) << " activations";
-  if (r.memory.reserved > 0) s << " + " << specialize::human_bytes(r.memory.reserved) << " reserved";
-  if (r.capacity > 0) s << " of " << specialize::human_bytes(r.capacity);
+    << "): " << format_bytes(r.memory.total()) << " = "
+    << format_bytes(r.memory.parameters) << " parameters and gradients + "
+    << format_bytes(r.memory.zero_states) << " optimizer states + "
+    << format_bytes(r.memory.activations) << " activations";
+  if (r.memory.reserved > 0) s << " + " << format_bytes(r.memory.reserved) << " reserved";
+  if (r.capacity > 0) s << " of " << format_bytes(r.capacity);
   return s.str();
 }
 

@@ -42,9 +42,7 @@ std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(const Candidate
     std::vector<int> ring;
     for (const auto& other : c.pipelines) ring.push_back(other[std::min(j, other.size() - 1)].ranks.front());
     auto tail = [&](int x) {
-      double params = x * shape.layer_parameters + (s.first ? shape.embedding_parameters : 0) +
-                      (s.last ? shape.head_parameters : 0);
-      params /= s.tp;
+      const double params = shape.stage_parameters(x, s.first, s.last) / s.tp;
       return cost.allreduce(ring, params * 4) + cost.profile().kind(g.kind).optimizer_seconds_per_parameter *
                                                     params / (zero1 ? D : 1);
     };

@@ -9,10 +9,10 @@
 #include <set>
 #include <sstream>
 
+#include "hspmd/core/byte_size.h"
 #include "hspmd/core/error.h"
 #include "hspmd/planner/layer_programs.h"
 #include "hspmd/planner/pipeline_search.h"
-#include "hspmd/specialize/plan_report.h"
 
 namespace hspmd::planner {
 
@@ -131,7 +131,7 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
   if (best.prediction.step_seconds == kInf) {
     // Refuse with the figures: what the model's states need against what the devices have.
     const ModelShape& m = cost_.shape();
-    const double params = m.layers * m.layer_parameters + m.embedding_parameters + m.head_parameters;
+    const double params = m.stage_parameters(static_cast<int>(m.layers), true, true);
     double total_memory = 0, largest = 0, need = 0;
     for (int r : available) {
       const resolve::DeviceSpec& d = topology_.device(r);
@@ -143,10 +143,10 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
     HSPMD_THROW() << "planner: no plan fits in memory (" << candidates.size() << " pipeline configurations tried). The model has "
                   << params / 1e9 << " billion parameters, one decoder layer " << m.layer_parameters / 1e6
                   << " million; weights, gradients and optimizer states need at least "
-                  << specialize::human_bytes(need) << " even with every state sharded over all " << available.size()
+                  << format_bytes(need) << " even with every state sharded over all " << available.size()
                   << " devices, before activations of " << options_.seq_len << "-token sequences; the devices have "
-                  << specialize::human_bytes(total_memory) << " in all, the largest "
-                  << specialize::human_bytes(largest) << ". Add devices, shorten the sequences or use a smaller model";
+                  << format_bytes(total_memory) << " in all, the largest "
+                  << format_bytes(largest) << ". Add devices, shorten the sequences or use a smaller model";
   }
   if (previous) {
     double least = kInf;
