@@ -21,7 +21,8 @@ LayerPrograms::LayerPrograms(const CostModel& c, const PlannerOptions& o)
     : cost(c), options(o), shape(c.shape()), layers(static_cast<int>(c.shape().layers)) {}
 
 // Stage lines of pipeline p of candidate c.
-std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(const Candidate& c, size_t p) const {
+std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(
+    const Candidate& c, size_t p, const std::vector<std::pair<double, double>>& rings) const {
   const auto& pipe = c.pipelines[p];
   const int D = static_cast<int>(c.pipelines.size());
   const int b = c.micro_batch_sizes[p];
@@ -38,15 +39,12 @@ std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(const Candidate
     s.fixed = (s.last ? cost.stage_compute(g.kind, s.tp, 0, true, b)
                       : cost.p2p(g.ranks.front(), pipe[j + 1].ranks.front(), b)) +
               cost.ends_tp_comm(g.ranks, s.first, s.last, b);
-    // The gradient ring: this stage and the same-index stage (or the nearest) of every other pipeline.
-    std::vector<int> ring;
-    for (const auto& other : c.pipelines) ring.push_back(other[std::min(j, other.size() - 1)].ranks.front());
     auto tail = [&](int x) {
       double params = x * shape.layer_parameters + (s.first ? shape.embedding_parameters : 0) +
                       (s.last ? shape.head_parameters : 0);
       params /= s.tp;
-      return cost.allreduce(ring, params * 4) + cost.profile().kind(g.kind).optimizer_seconds_per_parameter *
-                                                    params / (zero1 ? D : 1);
+      return CostModel::ring_allreduce(D, rings[j], params * 4) +
+             cost.profile().kind(g.kind).optimizer_seconds_per_parameter * params / (zero1 ? D : 1);
     };
     s.tail_per_layer = tail(2) - tail(1);
     s.tail_fixed = tail(1) - s.tail_per_layer;
@@ -208,10 +206,19 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c) {
   // The most micro-batches pipeline p can run: every other pipeline runs at least one.
   std::vector<int> max_n(D);
   for (int p = 0; p < D; ++p) max_n[p] = static_cast<int>((B - (all_sizes - b[p])) / b[p]);
+  // The gradient ring of stage index j: that stage (or the nearest) of every pipeline.
+  size_t most_stages = 0;
+  for (const auto& pipe : c.pipelines) most_stages = std::max(most_stages, pipe.size());
+  std::vector<std::pair<double, double>> rings;
+  for (size_t j = 0; j < most_stages; ++j) {
+    std::vector<int> ring;
+    for (const auto& other : c.pipelines) ring.push_back(other[std::min(j, other.size() - 1)].ranks.front());
+    rings.push_back(D > 1 ? cost.collective_link(ring) : std::pair<double, double>{1, 0});
+  }
   std::vector<PipelineTable> tabs;
   for (int p = 0; p < D; ++p) {
     if (max_n[p] < 1) return std::nullopt;
-    tabs.push_back(table(stage_lines(c, p), max_n[p], b[p], D));
+    tabs.push_back(table(stage_lines(c, p, rings), max_n[p], b[p], D));
     if (tabs.back().pieces.empty()) return std::nullopt;
   }
   std::vector<int> n_of(D, static_cast<int>(B / b[0]));

@@ -78,7 +78,9 @@ class LayerPrograms {
     }
   };
 
-  std::vector<StageLine> stage_lines(const Candidate& c, size_t p) const;
+  // `rings[j]`: the slowest link of the gradient ring of stage index j (the same for every pipeline).
+  std::vector<StageLine> stage_lines(const Candidate& c, size_t p,
+                                     const std::vector<std::pair<double, double>>& rings) const;
   double memory(const StageLine& s, int x, int b, int in_flight, int D) const;
   std::optional<SplitLine> best_split(const std::vector<StageLine>& st, double m, const std::vector<int>& in_flight,
                                       int b, int D);
