@@ -124,6 +124,7 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
     p.candidates = search.generated();
     p.solved = solved;
     p.milps = programs.milps();
+    p.relaxation_pruned = programs.relaxation_pruned();
     p.best_step_seconds = best.prediction.step_seconds;
     p.lowest_bound_seconds = search.lowest_bound();
     return p;
@@ -141,7 +142,7 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
       next_report = elapsed() + options_.progress_interval_seconds;
     }
     ++solved;
-    std::optional<sharding::Strategy> st = programs.solve(*c);
+    std::optional<sharding::Strategy> st = programs.solve(*c, best.prediction.step_seconds * slack);
     if (!st) continue;
     Prediction p = cost_.predict(*st);
     if (!p.fits) continue;
@@ -236,7 +237,8 @@ std::string PlanningProgress::to_string() const {
   s.precision(4);
   s << "planning " << elapsed_seconds << " s: level 1 " << cuts << " cuts into TP groups, " << shapes
     << " (cut, pipelines) shapes expanded, " << candidates << " configurations generated; level 2 " << solved
-    << " solved (" << milps << " integer programs); best ";
+    << " taken (" << relaxation_pruned << " dropped by their relaxation, " << milps
+    << " integer programs); best ";
   if (best_step_seconds < kInf) {
     s << best_step_seconds << " s predicted";
   } else {

@@ -42,7 +42,8 @@ struct PlanningProgress {
   int64_t cuts = 0;                  // level 1: ways to cut the kinds into TP groups
   int64_t shapes = 0;                // level 1: (cut, pipeline count) shapes expanded
   int64_t candidates = 0;            // level 1: pipeline configurations generated
-  int solved = 0;                    // level 2: configurations solved (layers, micro-batches)
+  int solved = 0;                    // level 2: configurations taken (layers, micro-batches)
+  int relaxation_pruned = 0;         // level 2: of them, dropped by a relaxation before any program
   int milps = 0;                     // level 2: integer programs solved by CBC
   double best_step_seconds = 0;      // the best plan's predicted step; infinity: none fits yet
   double lowest_bound_seconds = 0;   // the lowest bound among what is left to search
