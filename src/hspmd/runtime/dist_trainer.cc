@@ -6,6 +6,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 #include "hspmd/data/packing.h"
 #include "hspmd/kernels/adamw.h"
@@ -21,8 +22,6 @@ namespace hspmd::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::vector<int> all_ranks(int world) {
   std::vector<int> r(world);

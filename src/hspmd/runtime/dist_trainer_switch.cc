@@ -6,10 +6,11 @@
 #include <set>
 #include <sstream>
 
+#include "hspmd/core/byte_size.h"
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 #include "hspmd/runtime/fault_injection.h"
 #include "hspmd/runtime/unfused_switch.h"
-#include "hspmd/specialize/plan_report.h"  // human_bytes
 #include "hspmd/switching/switch_plan.h"
 
 // DistTrainer (runtime/dist_trainer.h): graph switching (switch_to) and what elastic recovery
@@ -22,8 +23,6 @@ using switching::StatePart;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Every rank learns whether all of them could take a step: `error` is this rank's reason not to
 // (empty: fine). Returns "" when no rank objected, else the lowest objecting rank's reason,
@@ -262,13 +261,13 @@ std::string SwitchReport::to_string() const {
   std::ostringstream out;
   out << "switch after step " << step << ": plan " << from << " -> " << to << " ("
       << (specialized ? "specialized now" : "cached graphs") << "), one fused BSR: " << messages << " messages, sent "
-      << specialize::human_bytes(static_cast<double>(sent_bytes));
+      << format_bytes(sent_bytes);
   for (const auto& [tier, bytes] : sent_by_tier) {
-    out << " [" << resolve::link_tier_name(tier) << " " << specialize::human_bytes(static_cast<double>(bytes)) << "]";
+    out << " [" << resolve::link_tier_name(tier) << " " << format_bytes(bytes) << "]";
   }
   char times[96];
   std::snprintf(times, sizeof times, ", local copies %s; BSR %.3fs, switch %.3fs",
-                specialize::human_bytes(static_cast<double>(local_copy_bytes)).c_str(), bsr_seconds, total_seconds);
+                format_bytes(local_copy_bytes).c_str(), bsr_seconds, total_seconds);
   out << times;
   return out.str();
 }
