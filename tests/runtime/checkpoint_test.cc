@@ -39,7 +39,7 @@ class CheckpointTest : public testing::TempDirTest {
     Trainer t(models::llama(tiny_config()), *ds_, o);
     std::vector<double> losses;
     while (!t.done()) losses.push_back(t.step().loss);
-    save_checkpoint(dir, t.checkpoint());
+    save_checkpoint(dir, t.checkpoint(), t.model());
     return losses;
   }
   std::unique_ptr<data::TokenDataset> ds_;
@@ -69,7 +69,7 @@ TEST_F(CheckpointTest, ResumeReproducesTheUninterruptedRunExactly) {
   while (!a.done()) expected.push_back(a.step().loss);
 
   std::vector<double> got = train_and_save(5, 12, path("ckpt"));
-  Checkpoint c = load_checkpoint(path("ckpt"), tiny_config());
+  Checkpoint c = load_checkpoint(path("ckpt"), models::Llama(tiny_config()));
   EXPECT_EQ(c.state.step, 5);
   EXPECT_EQ(c.state.loader.steps, 5u);
   Trainer b(models::llama(tiny_config()), *ds_, full);
@@ -87,7 +87,7 @@ TEST_F(CheckpointTest, ResumeReproducesTheUninterruptedRunExactly) {
 TEST_F(CheckpointTest, SavingOverAnOldCheckpointReplacesItAndLeavesNoTempFiles) {
   train_and_save(2, 10, path("ckpt"));
   train_and_save(3, 10, path("ckpt"));
-  EXPECT_EQ(load_checkpoint(path("ckpt"), tiny_config()).state.step, 3);
+  EXPECT_EQ(load_checkpoint(path("ckpt"), models::Llama(tiny_config())).state.step, 3);
   std::vector<std::string> entries;
   for (const auto& e : fs::directory_iterator(dir_)) entries.push_back(e.path().filename().string());
   EXPECT_EQ(entries, std::vector<std::string>{"ckpt"});
@@ -101,7 +101,7 @@ TEST_F(CheckpointTest, TruncatedFileIsRefusedNamingIt) {
   train_and_save(1, 10, path("ckpt"));
   const std::string model = path("ckpt") + "/" + kModelFile;
   fs::resize_file(model, fs::file_size(model) - 100);
-  std::string e = error_of([&] { load_checkpoint(path("ckpt"), tiny_config()); });
+  std::string e = error_of([&] { load_checkpoint(path("ckpt"), models::Llama(tiny_config())); });
   EXPECT_NE(e.find(model), std::string::npos) << e;
   EXPECT_NE(e.find("truncated"), std::string::npos) << e;
 }
@@ -110,7 +110,7 @@ TEST_F(CheckpointTest, CorruptedTensorDataIsRefusedNamingTheFile) {
   train_and_save(1, 10, path("ckpt"));
   const std::string opt = path("ckpt") + "/" + kOptimizerFile;
   flip_byte(opt, 7);  // inside the last tensor's data: the header still parses
-  std::string e = error_of([&] { load_checkpoint(path("ckpt"), tiny_config()); });
+  std::string e = error_of([&] { load_checkpoint(path("ckpt"), models::Llama(tiny_config())); });
   EXPECT_NE(e.find(opt), std::string::npos) << e;
   EXPECT_NE(e.find("corrupted"), std::string::npos) << e;
 }
@@ -119,9 +119,9 @@ TEST_F(CheckpointTest, TruncatedStateFileIsRefusedNamingIt) {
   train_and_save(1, 10, path("ckpt"));
   const std::string state = path("ckpt") + "/" + kTrainerStateFile;
   fs::resize_file(state, fs::file_size(state) / 2);
-  std::string e = error_of([&] { load_checkpoint(path("ckpt"), tiny_config()); });
+  std::string e = error_of([&] { load_checkpoint(path("ckpt"), models::Llama(tiny_config())); });
   EXPECT_NE(e.find(state), std::string::npos) << e;
-  EXPECT_NE(error_of([&] { load_checkpoint(path("nowhere"), tiny_config()); }).find("does not exist"),
+  EXPECT_NE(error_of([&] { load_checkpoint(path("nowhere"), models::Llama(tiny_config())); }).find("does not exist"),
             std::string::npos);
 }
 
@@ -129,7 +129,7 @@ TEST_F(CheckpointTest, CheckpointOfAnotherModelIsRefused) {
   train_and_save(1, 10, path("ckpt"));
   models::LlamaConfig other = tiny_config();
   other.num_hidden_layers = 3;
-  std::string e = error_of([&] { load_checkpoint(path("ckpt"), other); });
+  std::string e = error_of([&] { load_checkpoint(path("ckpt"), models::Llama(other)); });
   EXPECT_NE(e.find("\"num_hidden_layers\": 2, the run's (--model) has 3"), std::string::npos) << e;
 }
 
@@ -138,7 +138,7 @@ TEST_F(CheckpointTest, MissingOrMisShapedTensorsAreNamed) {
   // file and its recorded digest, so the checks after the checksum are exercised.
   Trainer t(models::llama(tiny_config()), *ds_, tiny_options(1));
   Checkpoint c = t.checkpoint();
-  save_checkpoint(path("ckpt"), c);
+  save_checkpoint(path("ckpt"), c, t.model());
   const std::string model = path("ckpt") + "/" + kModelFile;
   auto tensors = safetensors::load_all(model);
   tensors.erase("model.norm.weight");

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "hspmd/models/llama_config.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
 #include "runtime/runtime_testlib.h"
 
@@ -61,8 +62,8 @@ class ElasticTrain : public testing::TempDirTest {
       ASSERT_EQ(r.code, 0) << r.output;
     }
     const models::LlamaConfig config = models::LlamaConfig::from_file(example("configs/llama-tiny.json"));
-    const graph::TensorMap expected = read_checkpoint_weights(reference, config);
-    const graph::TensorMap got = read_checkpoint_weights(dir, config);
+    const graph::TensorMap expected = read_checkpoint_weights(reference, models::Llama(config));
+    const graph::TensorMap got = read_checkpoint_weights(dir, models::Llama(config));
     ASSERT_EQ(got.size(), expected.size());
     for (const auto& [name, e] : expected) {
       // Over the whole tensor, as every distributed test compares weights: Adam turns float

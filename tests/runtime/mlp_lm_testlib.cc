@@ -119,7 +119,7 @@ models::ModelGraph MlpLm::build(const models::ModelBuildOptions& options) const 
   x = ops::rms_norm(g, x, w.at("final_norm.weight"), 1e-5, "final_norm");
   TensorRef logits = ops::reshard(g, linear(x, "head.weight", "head"), "logits");
   m.loss = ops::cross_entropy(g, logits, labels, loss_scale, -100, "loss");
-  m.grads = graph::build_backward(g, m.loss, m.params);
+  if (options.with_backward) m.grads = graph::build_backward(g, m.loss, m.params);
   return m;
 }
 

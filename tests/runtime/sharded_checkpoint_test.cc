@@ -14,6 +14,7 @@
 
 #include "hspmd/core/random.h"
 #include "hspmd/kernels/slice.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/runtime/checkpoint.h"
 #include "runtime/runtime_testlib.h"
 
@@ -241,7 +242,7 @@ TEST_F(ShardedCheckpointTest, OpensASingleProcessCheckpoint) {
   saved.state.seed = 1;
   saved.state.config = nlohmann::json::parse(config.to_json_text());
   saved.state.options = nlohmann::json::object();
-  save_checkpoint(path("single"), saved);
+  save_checkpoint(path("single"), saved, models::Llama(config));
 
   ShardedCheckpoint c = ShardedCheckpoint::open(path("single"));
   EXPECT_EQ(c.state().at("step"), 3);

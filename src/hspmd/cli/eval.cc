@@ -40,7 +40,8 @@ void run_eval(const EvalArgs& args) {
   models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
   data::TokenDataset dataset =
       args.validation ? data::TokenDataset::open_validation(args.data) : data::TokenDataset::open(args.data);
-  runtime::check_dataset_fits(dataset, *models::load_model(args.model));
+  const std::shared_ptr<const models::Model> model = models::load_model(args.model);
+  runtime::check_dataset_fits(dataset, *model);
   const std::string weights_path = args.weights.empty() ? args.model : args.weights;
   HSPMD_CHECK(!args.weights.empty() || runtime::is_hf_weights(args.model))
       << "--weights is needed: --model " << args.model << " is not a save_pretrained directory with weights";
@@ -51,8 +52,8 @@ void run_eval(const EvalArgs& args) {
   if (args.threads > 0) kernels::set_num_threads(args.threads);
   graph::TensorMap weights = runtime::is_hf_weights(weights_path)
                                  ? runtime::load_hf_weights(weights_path, config)
-                                 : runtime::read_checkpoint_weights(weights_path, config);
-  runtime::EvalResult r = runtime::evaluate(config, weights, dataset, args.options);
+                                 : runtime::read_checkpoint_weights(weights_path, *model);
+  runtime::EvalResult r = runtime::evaluate(*model, weights, dataset, args.options);
   std::printf("eval: %lld tokens (%lld labelled) in %.1fs: mean loss %.6f, perplexity %.3f\n",
               static_cast<long long>(r.tokens), static_cast<long long>(r.label_tokens), r.seconds, r.mean_loss,
               r.perplexity);

@@ -33,7 +33,9 @@ std::vector<ParamSpec> Llama::parameters() const {
 }
 
 ModelGraph Llama::build(const ModelBuildOptions& options) const {
-  LlamaModel m = build_llama(config_, {.precision = options.precision, .fused_head_loss = options.fused_head_loss});
+  LlamaModel m = build_llama(config_, {.with_backward = options.with_backward,
+                                       .precision = options.precision,
+                                       .fused_head_loss = options.fused_head_loss});
   return {.graph = std::move(m.graph),
           .loss = m.loss,
           .param_names = std::move(m.param_names),

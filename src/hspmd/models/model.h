@@ -46,6 +46,7 @@ struct ModelBuildOptions {
   // The output head and its loss as one fused op or apart; unset: the model's default. A model
   // without the choice ignores it (both forms compute the same loss and gradients).
   std::optional<bool> fused_head_loss{};
+  bool with_backward = true;  // also build d loss / d every parameter (false: evaluation)
 };
 
 // The defined graph of a model and the roles of its tensors.

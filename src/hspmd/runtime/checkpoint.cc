@@ -19,7 +19,6 @@
 #include "hspmd/core/atomic_file.h"
 #include "hspmd/core/error.h"
 #include "hspmd/core/safetensors.h"
-#include "hspmd/models/llama_model.h"
 #include "hspmd/runtime/hf_weights.h"
 
 namespace hspmd::runtime {
@@ -82,15 +81,15 @@ std::vector<std::pair<std::string, Tensor>> ordered(const graph::TensorMap& tens
   return out;
 }
 
-std::vector<std::pair<std::string, Shape>> model_tensors(const LlamaConfig& config) {
+std::vector<std::pair<std::string, Shape>> model_tensors(const models::Model& model) {
   std::vector<std::pair<std::string, Shape>> out;
-  for (const LlamaParam& p : models::llama_parameters(config)) out.emplace_back(p.name, p.shape);
+  for (const models::ParamSpec& p : model.parameters()) out.emplace_back(p.name, p.shape);
   return out;
 }
 
-std::vector<std::pair<std::string, Shape>> optimizer_tensors(const LlamaConfig& config) {
+std::vector<std::pair<std::string, Shape>> optimizer_tensors(const models::Model& model) {
   std::vector<std::pair<std::string, Shape>> out;
-  for (const LlamaParam& p : models::llama_parameters(config)) {
+  for (const models::ParamSpec& p : model.parameters()) {
     out.emplace_back(p.name + ".exp_avg", p.shape);
     out.emplace_back(p.name + ".exp_avg_sq", p.shape);
   }
@@ -211,15 +210,16 @@ nlohmann::json read_trainer_state(const std::string& dir) {
   return j;
 }
 
-void save_checkpoint(const std::string& dir, const Checkpoint& c) {
+void save_checkpoint(const std::string& dir, const Checkpoint& c, const models::Model& m) {
   HSPMD_CHECK(!dir.empty()) << "checkpoint directory is empty";
-  const LlamaConfig config = LlamaConfig::from_json_text(c.state.config.dump(), "the checkpoint's model config");
-  auto model = ordered(c.model, model_tensors(config), "model");
+  check_same_config(c.state.config, m, "the checkpoint to save");
+  const nlohmann::json config = m.config_json();
+  auto model = ordered(c.model, model_tensors(m), "model");
   // m and v live in one file, under "<param>.exp_avg" / "<param>.exp_avg_sq".
   graph::TensorMap opt;
   for (const auto& [name, t] : c.exp_avg) opt.emplace(name + ".exp_avg", t);
   for (const auto& [name, t] : c.exp_avg_sq) opt.emplace(name + ".exp_avg_sq", t);
-  auto optimizer = ordered(opt, optimizer_tensors(config), "optimizer state");
+  auto optimizer = ordered(opt, optimizer_tensors(m), "optimizer state");
 
   const std::string final_dir = checkpoint_dir_path(dir);
   fs::create_directories(fs::path(final_dir).parent_path());
@@ -235,7 +235,7 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
                             {"step", c.state.step},
                             {"seed", c.state.seed},
                             {"loader", nlohmann::json::parse(c.state.loader.to_json())},
-                            {"config", nlohmann::json::parse(config.to_json_text())},
+                            {"config", config},
                             {"options", c.state.options},
                             {"files", files}};
     std::string text = state.dump(2) + "\n";
@@ -267,7 +267,7 @@ void check_same_config(const nlohmann::json& recorded, const models::Model& mode
   }
 }
 
-Checkpoint load_checkpoint(const std::string& dir, const LlamaConfig& config) {
+Checkpoint load_checkpoint(const std::string& dir, const models::Model& model) {
   const nlohmann::json j = read_trainer_state(dir);  // format, sizes and checksums verified
   const std::string state_path = dir + "/" + kTrainerStateFile;
   Checkpoint c;
@@ -275,16 +275,16 @@ Checkpoint load_checkpoint(const std::string& dir, const LlamaConfig& config) {
     c.state.step = j.at("step").get<int64_t>();
     c.state.seed = j.at("seed").get<uint64_t>();
     c.state.loader = data::LoaderState::from_json(j.at("loader").dump());
-    c.state.config = models::Llama(LlamaConfig::from_json_text(j.at("config").dump(), state_path)).config_json();
+    c.state.config = model.canonical_config(j.at("config"), state_path);
     c.state.options = j.at("options");
   } catch (const nlohmann::json::exception& e) {
     HSPMD_THROW() << state_path << ": malformed trainer state (truncated or corrupted?): " << e.what();
   }
-  check_same_config(j.at("config"), models::Llama(config), dir);
+  check_same_config(j.at("config"), model, dir);
 
-  c.model = read_exact(dir + "/" + kModelFile, model_tensors(config));
-  graph::TensorMap opt = read_exact(dir + "/" + kOptimizerFile, optimizer_tensors(config));
-  for (const LlamaParam& p : models::llama_parameters(config)) {
+  c.model = read_exact(dir + "/" + kModelFile, model_tensors(model));
+  graph::TensorMap opt = read_exact(dir + "/" + kOptimizerFile, optimizer_tensors(model));
+  for (const models::ParamSpec& p : model.parameters()) {
     c.exp_avg.emplace(p.name, opt.at(p.name + ".exp_avg"));
     c.exp_avg_sq.emplace(p.name, opt.at(p.name + ".exp_avg_sq"));
   }

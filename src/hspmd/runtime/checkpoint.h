@@ -10,8 +10,8 @@
 //                              "files": {"model.safetensors": {"bytes": 1234, "crc32": "9a0f..."}, ...}}
 //
 //   Checkpoint c{.model = params, .exp_avg = opt.exp_avg(), .exp_avg_sq = opt.exp_avg_sq(), .state = st};
-//   save_checkpoint("runs/ckpt", c);                       // atomic: the old directory or the new one
-//   Checkpoint back = load_checkpoint("runs/ckpt", config);  // names, shapes, checksums verified
+//   save_checkpoint("runs/ckpt", c, model);                // atomic: the old directory or the new one
+//   Checkpoint back = load_checkpoint("runs/ckpt", model);  // names, shapes, checksums verified
 //   TensorMap w = load_hf_weights("llama/model.safetensors", config);   // weights only (HF layout)
 //
 // Atomicity: the directory is written under "<dir>.tmp.<pid>" (every file fsynced), then swapped
@@ -54,15 +54,15 @@ struct Checkpoint {
   TrainerState state;
 };
 
-// Writes `dir` atomically (see above). Every parameter of state.config must be in c.model, with
-// its shape; exp_avg / exp_avg_sq likewise.
-void save_checkpoint(const std::string& dir, const Checkpoint& c);
+// Writes `dir` atomically (see above). Every parameter of `model` (whose config c.state.config is)
+// must be in c.model, with its shape; exp_avg / exp_avg_sq likewise.
+void save_checkpoint(const std::string& dir, const Checkpoint& c, const models::Model& model);
 
 // Reads a checkpoint directory. Error naming the file when one is missing, truncated, corrupted
 // (size or CRC-32 differs from trainer_state.json) or malformed; naming the tensor when one is
-// missing, unexpected, mis-shaped or not float32. `config` is the model the run builds: the
-// checkpoint's config must equal it.
-Checkpoint load_checkpoint(const std::string& dir, const models::LlamaConfig& config);
+// missing, unexpected, mis-shaped or not float32. `model` is the model the run builds: the
+// checkpoint's config must equal its config.
+Checkpoint load_checkpoint(const std::string& dir, const models::Model& model);
 
 // Error naming the first key whose value differs between a checkpoint's model config (its JSON)
 // and the run's model: "cannot resume from runs/ckpt: its model config has \"hidden_size\": 128,

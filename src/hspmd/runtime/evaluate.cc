@@ -7,23 +7,21 @@
 #include "hspmd/core/error.h"
 #include "hspmd/data/loader.h"
 #include "hspmd/graph/executor.h"
-#include "hspmd/models/llama.h"
-#include "hspmd/models/llama_model.h"
 #include "hspmd/runtime/trainer.h"
 
 namespace hspmd::runtime {
 
-EvalResult evaluate(const models::LlamaConfig& config, const graph::TensorMap& weights,
+EvalResult evaluate(const models::Model& model, const graph::TensorMap& weights,
                     const data::TokenDataset& dataset, const EvalOptions& options) {
-  HSPMD_CHECK(options.seq_len >= 2 && options.seq_len <= config.max_position_embeddings)
+  HSPMD_CHECK(options.seq_len >= 2 && options.seq_len <= model.max_sequence_length())
       << "eval seq_len " << options.seq_len << " must be in [2, max_position_embeddings = "
-      << config.max_position_embeddings << "]";
+      << model.max_sequence_length() << "]";
   HSPMD_CHECK(options.batch_tokens >= options.seq_len)
       << "eval batch_tokens " << options.batch_tokens << " must be >= seq_len " << options.seq_len;
-  check_dataset_fits(dataset, models::Llama(config));
+  check_dataset_fits(dataset, model);
   auto start = std::chrono::steady_clock::now();
-  models::LlamaModel model = models::build_llama(config, {.with_backward = false});
-  graph::Executor executor(model.graph, {model.loss});
+  const models::ModelGraph forward = model.build({.with_backward = false});
+  graph::Executor executor(forward.graph, {forward.loss});
   data::Loader loader(dataset, {.seq_len = options.seq_len, .global_batch_tokens = options.batch_tokens,
                                 .shuffle = false});
 
@@ -38,7 +36,8 @@ EvalResult evaluate(const models::LlamaConfig& config, const graph::TensorMap& w
     data::Batch batch = data::pack(segments, {.seq_len = options.seq_len});
     const int64_t labels = batch.num_label_tokens();
     // loss_scale = 1 / labels gives this batch's mean; weighting it by labels sums token losses.
-    Tensor loss = executor.run(models::llama_feeds(batch, labels), weights)[0];
+    const graph::TensorMap feeds = model.feeds(batch, labels, models::packed_order(batch.num_tokens()));
+    Tensor loss = executor.run(feeds, weights)[0];
     loss_sum += loss.element_as_double(0) * static_cast<double>(labels);
     r.tokens += batch.num_tokens();
     r.label_tokens += labels;

@@ -1,7 +1,8 @@
 // Held-out evaluation: the mean token cross-entropy of a model over a dataset, and its perplexity.
 //
 //   TensorMap w = load_checkpoint("runs/ckpt", config).model;     // or load_hf_weights(...)
-//   EvalResult r = evaluate(config, w, TokenDataset::open("runs/kjv"), {.seq_len = 256});
+//   EvalResult r = evaluate(*load_model("configs/llama-tiny.json"), w, TokenDataset::open("runs/kjv"),
+//                           {.seq_len = 256});
 //   r.mean_loss;  r.perplexity == exp(r.mean_loss);  r.label_tokens;
 //
 // The dataset is read once in order (no shuffle), cut into segments of seq_len like the trainer
@@ -13,7 +14,7 @@
 
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/graph/graph.h"
-#include "hspmd/models/llama_config.h"
+#include "hspmd/models/model.h"
 
 namespace hspmd::runtime {
 
@@ -31,7 +32,7 @@ struct EvalResult {
   double seconds = 0.0;
 };
 
-EvalResult evaluate(const models::LlamaConfig& config, const graph::TensorMap& weights,
+EvalResult evaluate(const models::Model& model, const graph::TensorMap& weights,
                     const data::TokenDataset& dataset, const EvalOptions& options);
 
 }  // namespace hspmd::runtime

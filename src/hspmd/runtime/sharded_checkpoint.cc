@@ -10,7 +10,6 @@
 #include "hspmd/core/error.h"
 #include "hspmd/core/json_file.h"
 #include "hspmd/kernels/slice.h"
-#include "hspmd/models/llama_model.h"
 #include "hspmd/runtime/checkpoint.h"
 
 namespace hspmd::runtime {
@@ -377,11 +376,11 @@ nlohmann::json read_checkpoint_state(const std::string& dir) {
   return json_member(index, "state", index_path);
 }
 
-graph::TensorMap read_checkpoint_weights(const std::string& dir, const models::LlamaConfig& config) {
+graph::TensorMap read_checkpoint_weights(const std::string& dir, const models::Model& model) {
   const ShardedCheckpoint c = ShardedCheckpoint::open(dir);
-  check_same_config(json_member(c.state(), "config", dir), models::Llama(config), dir);
+  check_same_config(json_member(c.state(), "config", dir), model, dir);
   graph::TensorMap weights;
-  for (const models::LlamaParam& p : models::llama_parameters(config)) {
+  for (const models::ParamSpec& p : model.parameters()) {
     weights.emplace(p.name, c.read(p.name, Region::full(p.shape)));
   }
   return weights;

@@ -48,7 +48,7 @@
 #include "hspmd/core/safetensors.h"
 #include "hspmd/core/tensor.h"
 #include "hspmd/graph/graph.h"
-#include "hspmd/models/llama_config.h"
+#include "hspmd/models/model.h"
 #include "hspmd/sharding/region.h"
 
 namespace hspmd::runtime {
@@ -96,7 +96,7 @@ class ShardedCheckpoint {
 nlohmann::json read_checkpoint_state(const std::string& dir);
 
 // The whole weights of any checkpoint directory by Hugging Face name, float32, after checking its
-// model config against `config` (hspmd eval, export).
-graph::TensorMap read_checkpoint_weights(const std::string& dir, const models::LlamaConfig& config);
+// model config against `model`'s (hspmd eval, export).
+graph::TensorMap read_checkpoint_weights(const std::string& dir, const models::Model& model);
 
 }  // namespace hspmd::runtime
