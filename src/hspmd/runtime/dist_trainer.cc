@@ -12,7 +12,7 @@
 #include "hspmd/data/context_parallel.h"
 #include "hspmd/data/packing.h"
 #include "hspmd/graph/init.h"
-#include "hspmd/graph/op_registry.h"
+#include "hspmd/graph/run_kernel.h"
 #include "hspmd/graph/token_loss.h"
 #include "hspmd/kernels/adamw.h"
 #include "hspmd/kernels/elementwise.h"
@@ -380,13 +380,7 @@ void DistTrainer::run_op(int id, MicroBatch& mb) {
       return all;
     };
   }
-  try {
-    model_.graph.registry().get(op.kind).run(ctx);
-  } catch (const OutOfMemoryError& e) {
-    throw OutOfMemoryError(where(op.name) + e.what());
-  } catch (const Error& e) {
-    throw Error(where(op.name) + e.what());
-  }
+  graph::run_kernel(ctx, {.rank = rank_});
   outs = std::move(ctx.outputs);
   pacer_.end();
 }
