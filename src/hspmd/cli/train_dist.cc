@@ -13,6 +13,8 @@
 // `--switch 20:B.json` moves the run to strategy B before step 20 with one fused BSR of weights and
 // Adam moments (runtime/dist_trainer.h, switch_to), without a restart; the workers are the ranks
 // any of the strategies uses, and a rank the strategy in force does not use waits as a spare.
+// This file sets a worker up; it trains through the one training loop (runtime/training_loop.h)
+// with the hooks its flags ask for: scheduled switches, dispatch by length, elastic recovery.
 #include <algorithm>
 #include <charconv>
 #include <chrono>
