@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
@@ -16,8 +17,6 @@ namespace hspmd::elastic {
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::vector<int> all_ranks(int world) {
   std::vector<int> r(world);
