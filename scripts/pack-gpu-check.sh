@@ -48,7 +48,7 @@ done < <(ldd "$stage"/bin/* | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/
 
 {
   echo "built from $(git rev-parse HEAD 2>/dev/null || echo unknown) on $(uname -n), $(date -u +%FT%TZ)"
-  echo "glibc $(ldd --version | head -1 | awk '{print $NF}'), $(g++ --version | head -1), $("$(grep -m1 "^CMAKE_CUDA_COMPILER:" "$build/CMakeCache.txt" | cut -d= -f2)" --version | tail -1)"
+  echo "glibc $(ldd --version | head -1 | awk '{print $NF}'), $(g++ --version | head -1), $("$(grep -m1 "^CUDAToolkit_NVCC_EXECUTABLE:" "$build/CMakeCache.txt" | cut -d= -f2)" --version | tail -1)"
   (cd "$stage" && find . -type f -printf '%s\t%p\n' | sort -k2)
 } > "$stage/MANIFEST"
 

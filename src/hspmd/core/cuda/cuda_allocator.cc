@@ -25,7 +25,7 @@ void* CudaMemory::allocate(size_t bytes) {
 }
 
 void CudaMemory::free(void* ptr) noexcept {
-  DeviceGuard guard(device_);
+  DeviceGuard guard(device_, DeviceGuard::kQuiet);
   cudaFree(ptr);
 }
 

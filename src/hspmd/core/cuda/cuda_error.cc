@@ -11,7 +11,11 @@ int device_count() {
   return count;
 }
 
-DeviceGuard::DeviceGuard(int device) {
+DeviceGuard::DeviceGuard(int device, Failure on_failure) {
+  if (on_failure == kQuiet) {
+    changed_ = cudaGetDevice(&previous_) == cudaSuccess && previous_ != device && cudaSetDevice(device) == cudaSuccess;
+    return;
+  }
   HSPMD_CUDA_CHECK(cudaGetDevice(&previous_));
   if (previous_ != device) {
     HSPMD_CUDA_CHECK(cudaSetDevice(device));

@@ -24,10 +24,12 @@ namespace hspmd::cuda {
 int device_count();
 
 // Makes `device` current for its scope and restores the previous one: CUDA's current device is a
-// per-thread global, and a rank's calls must not move another component's.
+// per-thread global, and a rank's calls must not move another component's. Destructors and other
+// noexcept code pass kQuiet: a failure then leaves the device as it was instead of throwing.
 class DeviceGuard {
  public:
-  explicit DeviceGuard(int device);
+  enum Failure { kThrow, kQuiet };
+  explicit DeviceGuard(int device, Failure on_failure = kThrow);
   ~DeviceGuard();
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;

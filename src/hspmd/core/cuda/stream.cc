@@ -10,7 +10,7 @@ Stream::Stream(int device) : device_(device) {
 }
 
 Stream::~Stream() {
-  DeviceGuard guard(device_);
+  DeviceGuard guard(device_, DeviceGuard::kQuiet);
   cudaStreamDestroy(stream_);  // returns at once; queued work still completes
 }
 
@@ -25,7 +25,7 @@ Event::Event(int device) : device_(device) {
 }
 
 Event::~Event() {
-  DeviceGuard guard(device_);
+  DeviceGuard guard(device_, DeviceGuard::kQuiet);
   cudaEventDestroy(event_);
 }
 

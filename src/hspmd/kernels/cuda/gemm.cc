@@ -71,7 +71,7 @@ CublasLtGemm::CublasLtGemm(int device, size_t workspace_bytes) : device_(device)
 }
 
 CublasLtGemm::~CublasLtGemm() {
-  hspmd::cuda::DeviceGuard guard(device_);
+  hspmd::cuda::DeviceGuard guard(device_, hspmd::cuda::DeviceGuard::kQuiet);
   cudaFree(workspace_);
   cublasLtDestroy(handle_);
 }
