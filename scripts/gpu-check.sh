@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The GPU check: one command on a machine with a CUDA device. Runs every GPU test (label gpu) from
-# a pack made by scripts/pack-gpu-check.sh and writes a report; no build, no network.
+# a pack made by scripts/pack-gpu-check.sh, then the CUDA kernel benchmark (GEMM rates, kernel
+# bandwidths), and writes a report; no build, no network.
 #
 #   scripts/gpu-check.sh [PACK_DIR] [REPORT_DIR]   # defaults: gpu-pack, then $OUT, else gpu-check-report
 #
-# Report (three files): summary.txt (one line per test program: PASSED / FAILED / SKIPPED /
-# TIMEOUT, seconds, gtest's counts), tests.log (every program's output), device.txt (nvidia-smi,
-# the libraries resolved). Exits 0 when every program passed, 77 when all were skipped (no
+# Report (four files): summary.txt (one line per test program: PASSED / FAILED / SKIPPED /
+# TIMEOUT, seconds, gtest's counts), tests.log (every program's output), bench.txt (the
+# benchmark's table), device.txt (nvidia-smi, the libraries resolved). Exits 0 when every program passed, 77 when all were skipped (no
 # device), 1 otherwise. Each program gets TEST_TIMEOUT seconds (default 120); the whole check
 # stays under 8 minutes on an H200.
 #
@@ -78,6 +79,14 @@ for t in "${tests[@]}"; do
   printf '%-28s %-22s %4d.%d s  %s\n' "$name" "$verdict" $((tenths / 10)) $((tenths % 10)) "$counts" | tee -a "$summary"
 done
 echo "gpu-check: ${#tests[@]} programs: $passed passed, $failed failed, $skipped skipped" | tee -a "$summary"
+
+# Google Benchmark 1.7 (Debian 12's, packed): --benchmark_min_time takes plain seconds.
+bench=$report/bench.txt
+if [[ -x $work/bin/bench_cuda_kernels_bench ]]; then
+  timeout --kill-after=10 120 "${runner[@]}" "$work/bin/bench_cuda_kernels_bench" --benchmark_min_time=0.2 \
+    --benchmark_counters_tabular=true >"$bench" 2>&1
+  echo "gpu-check: benchmark exit $? (bench.txt)" | tee -a "$summary"
+fi
 ((failed > 0)) && exit 1
 ((passed == 0 && skipped > 0)) && exit 77
 exit 0

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the GPU tests (label gpu) and packs them for a machine with a CUDA device but without this
+# Builds the GPU tests (label gpu) and the CUDA kernel benchmark and packs them for a machine with a CUDA device but without this
 # machine's Debian packages (no network there): the stripped test programs, the shared libraries
 # they load that such an image lacks (oneDNN, OpenMP, libstdc++, the CUDA runtime ...), and, for an
 # image whose C library is older than this machine's, this machine's C library and loader. The
@@ -22,14 +22,14 @@ grep -q "HSPMD_CUDA:BOOL=ON" "$build/CMakeCache.txt" || {
   echo "pack-gpu-check: $build was configured without HSPMD_CUDA (the CUDA toolkit was not found)" >&2
   exit 1
 }
-cmake --build --preset "$preset" -j "${JOBS:-2}" --target tests_gpu
+cmake --build --preset "$preset" -j "${JOBS:-2}" --target tests_gpu bench_cuda_kernels_bench
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/glibc"
 tests=("$build"/gpu_*_test)
 [[ -e ${tests[0]} ]] || { echo "pack-gpu-check: no gpu_*_test in $build" >&2; exit 1; }
-for t in "${tests[@]}"; do
+for t in "${tests[@]}" "$build/bench_cuda_kernels_bench"; do
   strip -o "$stage/bin/$(basename "$t")" "$t"
 done
 
@@ -58,7 +58,7 @@ tar -C "$stage" -cf - . | xz -T1 -6 > "$pack/gpu-check.tar.xz"
 cp "$stage/MANIFEST" "$pack/MANIFEST"
 bytes=$(du -cb "$pack" | tail -1 | cut -f1)
 unpacked=$(du -sb "$stage" | cut -f1)
-echo "pack-gpu-check: $pack holds ${#tests[@]} test programs, $((bytes / 1024 / 1024)) MiB ($bytes bytes; $((unpacked / 1024 / 1024)) MiB unpacked)"
+echo "pack-gpu-check: $pack holds ${#tests[@]} test programs and the benchmark, $((bytes / 1024 / 1024)) MiB ($bytes bytes; $((unpacked / 1024 / 1024)) MiB unpacked)"
 if ((bytes > max_bytes)); then
   echo "pack-gpu-check: $pack is over 60 MiB" >&2
   exit 1
