@@ -71,6 +71,8 @@ class Trainer {
   const models::Model& model() const { return trainer_->model(); }
   // The model's training graph as this trainer built it.
   const models::ModelGraph& model_graph() const { return trainer_->model_graph(); }
+  // The one-rank distributed trainer this class wraps (the training loop drives it).
+  DistTrainer& distributed() { return *trainer_; }
 
  private:
   TrainerOptions options_;
