@@ -125,6 +125,7 @@ function(hspmd_gpu_tests)
   file(GLOB tests CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/gpu/*_test.cc)
   file(GLOB support CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/gpu/*_testlib.cc)
   add_custom_target(tests_gpu)
+  add_dependencies(all_tests tests_gpu)
   add_library(gpu_testlib STATIC ${support} ${PROJECT_SOURCE_DIR}/tests/gpu/gpu_main.cc
               ${PROJECT_SOURCE_DIR}/tests/kernels/kernel_testlib.cc)
   target_include_directories(gpu_testlib PUBLIC ${PROJECT_SOURCE_DIR}/tests)
