@@ -381,6 +381,7 @@ void run_dist_train(const TrainArgs& args) {
   launch.elastic = args.elastic;
   HSPMD_CHECK(args.max_restarts == 0 || args.elastic) << "--max-restarts needs --elastic";
   launch.max_restarts = args.max_restarts;
+  launch.heartbeat_timeout = comm::Millis(static_cast<int64_t>(args.heartbeat_timeout * 1000));  // fencing
   launch.command = own_command_line();
   const int code = comm::launch(launch);
   HSPMD_CHECK(code == 0) << "distributed training failed (launcher exit code " << code << ")";
