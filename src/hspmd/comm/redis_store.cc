@@ -69,6 +69,12 @@ redisContext* RedisStore::connection() {
         << "redis store " << describe() << " refused the password of user '"
         << (address_.user.empty() ? "default" : address_.user) << "': " << reply_text(r.reply);
   }
+  // Without a password, a server that wants one answers NOAUTH only now: say so here, once.
+  Reply ping{static_cast<redisReply*>(redisCommand(fresh->c, "PING"))};
+  HSPMD_CHECK(ping.reply != nullptr) << "redis store " << describe() << ": PING failed: " << fresh->c->errstr;
+  HSPMD_CHECK(ping.reply->type != REDIS_REPLY_ERROR)
+      << "redis store " << describe() << " refused access: " << reply_text(ping.reply)
+      << (address_.password.empty() ? " (give its password in HSPMD_STORE_PASSWORD or --store-password-file)" : "");
   context_ = std::move(fresh);
   return context_->c;
 }
