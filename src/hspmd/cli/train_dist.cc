@@ -200,11 +200,20 @@ void run_worker(const TrainArgs& args) {
   }
   comm::GroupCache groups(store, env.rank, comm::gloo_backend({.timeout = timeout, .host = env.host}),
                           admission ? admission->generation : 0);
+  // The cluster's link tiers (--cluster): switches and elastic re-plans weigh links by them
+  // (heuristic (ii) of the BSR); without --cluster every link counts as equal.
+  std::optional<resolve::Topology> cluster;
+  if (!args.cluster.empty()) {
+    cluster = resolve::Topology::from_file(args.cluster);
+    HSPMD_CHECK(cluster->num_devices() >= world)
+        << "--cluster " << args.cluster << " has " << cluster->num_devices() << " devices, the run " << world << " ranks";
+  }
   runtime::DistOptions options{.train = args.options,
                                .schedule = specialize::parse_schedule_kind(args.schedule),
                                .device = devices.of(env.rank),
                                .trace = !args.trace.empty(),
                                .plan_name = plans[in_force].strategy.name};
+  if (cluster) options.topology = &*cluster;
   if (admission) {
     options.members = admission->members;
     options.plan_name = admission->strategy.name;

@@ -153,6 +153,7 @@ class Supervisor {
   Clock::time_point next_watch_{};
   Clock::time_point store_reached_{};  // the last time every read of a watch succeeded
   bool cut_off_ = false;
+  std::string store_error_;        // why the last watch could not read the store ("" when it could)
   int fenced_exits_ = 0, failed_exits_ = 0;
 };
 
@@ -292,7 +293,9 @@ void Supervisor::watch_run() {
       }
     }
     store_reached_ = now;
+    store_error_.clear();
   } catch (const Error& e) {
+    store_error_ = e.what();
     const auto silent = std::chrono::duration_cast<Millis>(now - store_reached_);
     if (silent <= options_.heartbeat_timeout) return;  // a hiccup; the workers tolerate it too
     cut_off_ = true;
@@ -412,7 +415,12 @@ int Supervisor::run() {
   ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   if (options_.elastic && !stopping_) {
     exit_code_ = any_success_ ? 0 : first_failure_;
-    if (!any_success_ && fenced_exits_ > 0 && failed_exits_ == 0) {
+    if (!any_success_ && !store_error_.empty()) {
+      // The workers stopped by themselves, cut off like the launcher (they fence themselves too).
+      say("the store " + run_store_->describe() + " is unreachable (" + store_error_ +
+          "): this host is cut off from the run; exit code " + std::to_string(kExitCutOff));
+      exit_code_ = kExitCutOff;
+    } else if (!any_success_ && fenced_exits_ > 0 && failed_exits_ == 0) {
       say("every local worker was fenced: the run declared them dead; exit code " + std::to_string(kExitFenced));
       exit_code_ = kExitFenced;
     }
