@@ -2,11 +2,40 @@
 
 add_library(hspmd_all INTERFACE)
 
-# hspmd_layer(NAME DEPS targets... [INCLUDES dirs...])
+# hspmd_layer(NAME DEPS targets... [NEVER layers...] [INCLUDES dirs...])
 # Builds src/hspmd/NAME/**/*.cc into the static library hspmd_NAME (an interface
 # library while the layer has no sources yet).
+# The layers form a stack: a layer may name in DEPS only layers declared before it, so the order of
+# the hspmd_layer calls is the order of the layers and no two layers can need each other. NEVER
+# names layers this one must not reach, directly or through its DEPS: configuring fails when it
+# does, so a design rule (the planner prices strategies without the runtime) cannot be lost by
+# adding a dependency. What each layer reaches is also what its sources and tests may include,
+# which the test `layers_include_check` enforces (hspmd_layer_check below).
 function(hspmd_layer name)
-  cmake_parse_arguments(L "" "" "DEPS;INCLUDES" ${ARGN})
+  cmake_parse_arguments(L "" "" "DEPS;NEVER;INCLUDES" ${ARGN})
+  set(reaches "")
+  foreach(dep ${L_DEPS})
+    if(dep MATCHES "^hspmd_(.+)$")
+      set(layer ${CMAKE_MATCH_1})
+      get_property(declared GLOBAL PROPERTY HSPMD_LAYERS)
+      if(NOT layer IN_LIST declared)
+        message(FATAL_ERROR "hspmd_layer(${name}): DEPS names ${dep}, which is not a layer declared before "
+                            "${name}; a layer depends only on the layers below it (architecture §2)")
+      endif()
+      get_property(below GLOBAL PROPERTY HSPMD_LAYER_${layer}_REACHES)
+      list(APPEND reaches ${layer} ${below})
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES reaches)
+  foreach(forbidden ${L_NEVER})
+    if(forbidden IN_LIST reaches)
+      message(FATAL_ERROR "hspmd_layer(${name}): reaches the layer ${forbidden} through its DEPS (${L_DEPS}), "
+                          "but is declared NEVER ${forbidden} (architecture §2)")
+    endif()
+  endforeach()
+  set_property(GLOBAL APPEND PROPERTY HSPMD_LAYERS ${name})
+  set_property(GLOBAL PROPERTY HSPMD_LAYER_${name}_REACHES ${reaches})
+
   file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/hspmd/${name}/*.cc)
   if(sources)
     add_library(hspmd_${name} STATIC ${sources})
@@ -18,6 +47,32 @@ function(hspmd_layer name)
     target_link_libraries(hspmd_${name} INTERFACE ${L_DEPS})
   endif()
   target_link_libraries(hspmd_all INTERFACE hspmd_${name})
+endfunction()
+
+# Writes what each layer reaches (build/.../layer_rules.cmake) and adds two tests: every
+# `#include "hspmd/LAYER/..."` under src/hspmd/NAME/ and tests/NAME/ names NAME or a layer NAME
+# reaches (cmake/check_layer_includes.cmake); and the check itself refuses a planner file that
+# includes the runtime (tests/layering/, a tree made to break the rule).
+function(hspmd_layer_check)
+  get_property(layers GLOBAL PROPERTY HSPMD_LAYERS)
+  set(rules "set(HSPMD_LAYERS ${layers})\n")
+  foreach(layer ${layers})
+    get_property(reaches GLOBAL PROPERTY HSPMD_LAYER_${layer}_REACHES)
+    string(APPEND rules "set(HSPMD_LAYER_${layer}_REACHES ${reaches})\n")
+  endforeach()
+  file(WRITE ${PROJECT_BINARY_DIR}/layer_rules.cmake "${rules}")
+  add_test(NAME layers_include_check
+           COMMAND ${CMAKE_COMMAND} -DRULES=${PROJECT_BINARY_DIR}/layer_rules.cmake
+                   -DROOT=${PROJECT_SOURCE_DIR} -P ${PROJECT_SOURCE_DIR}/cmake/check_layer_includes.cmake)
+  add_test(NAME layers_include_check_refuses
+           COMMAND ${CMAKE_COMMAND} -DRULES=${PROJECT_BINARY_DIR}/layer_rules.cmake
+                   -DROOT=${PROJECT_SOURCE_DIR}/tests/layering -P ${PROJECT_SOURCE_DIR}/cmake/check_layer_includes.cmake)
+  set_tests_properties(layers_include_check layers_include_check_refuses PROPERTIES LABELS layers)
+  # Passes only when the check names the planted include of the runtime, and not the planner's
+  # allowed include of specialize beside it.
+  set_tests_properties(layers_include_check_refuses PROPERTIES
+    PASS_REGULAR_EXPRESSION "src/hspmd/planner/prices_by_running.h includes hspmd/runtime/trainer.h"
+    FAIL_REGULAR_EXPRESSION "includes hspmd/specialize/")
 endfunction()
 
 # Every tests/LAYER/NAME_test.cc is one test executable linked to hspmd_LAYER, labelled LAYER.

@@ -76,6 +76,106 @@ TEST(CostModelTest, MemoryFollowsMicroBatchesInFlight) {
   EXPECT_THAT(c.overflows.front(), HasSubstr("of 3.81 MiB"));
 }
 
+// A stage's parameters: its layers, the embedding on the first stage, the head on the last; any
+// split of the layers into stages counts every parameter of the model once.
+TEST(CostModelTest, StageParametersCoverTheModelOnce) {
+  const models::LlamaConfig config = testing::tiny_config();  // 4 layers
+  const ModelShape m = ModelShape::of(config);
+  const double total = static_cast<double>(config.num_parameters());
+  EXPECT_EQ(m.stage_parameters(4, true, true), total);
+  const double split = m.stage_parameters(1, true, false) + m.stage_parameters(2, false, false) +
+                      m.stage_parameters(1, false, true);
+  EXPECT_EQ(split, total);
+  EXPECT_EQ(m.stage_parameters(2, false, false), 2 * m.layer_parameters);
+  EXPECT_GT(m.stage_parameters(0, true, false), 0);  // a stage of the embedding alone
+}
+
+// A CP stage: its TP and CP degrees priced apart. Ranks 0-3 of the fast node as TP 2 x CP 2 (CP
+// outer: TP groups {0,1} and {2,3}, CP groups {0,2} and {1,3}), all 4 layers, 2 micro-batches of 1.
+TEST(CostModelTest, ContextParallelStageIsPricedByItsTpAndCpDegrees) {
+  const models::LlamaConfig config = testing::tiny_config();  // hidden 128, 4 heads, 2 KV heads
+  const resolve::Topology topo = testing::two_kind_cluster(4, 2, 1e9);
+  const Profile profile = testing::two_kind_profile(3.0);
+  const auto strategy = [](int cp, const char* ranks) {
+    return sharding::Strategy::from_json_text(
+        std::string(R"({"name": "cp", "zero1": true, "pipelines": [{"micro_batch_size": 1, "num_micro_batches": 2,
+          "stages": [{"ranks": ")") + ranks + R"(", "layers": "0-3", "cp": )" + std::to_string(cp) + "}]}]}",
+        "cp.json");
+  };
+  // 62 tokens: the zigzag layout pads them to 64, a multiple of 2 x CP = 4.
+  const CostModel cm(config, topo, profile, {.seq_len = 62});
+  const Prediction cp2 = cm.predict(strategy(2, "0-3"));
+  const Prediction tp2 = cm.predict(strategy(1, "0-1"));
+  const StagePrediction& st = cp2.pipelines[0].stages[0];
+  EXPECT_EQ(st.tp, 2);
+  EXPECT_EQ(st.cp, 2);
+  const TpProfile& f2 = profile.at("fast", 2);
+  // Each CP rank: half of the padded sequence's attention and per-token work, the whole fixed cost.
+  const double s = 64, b = 1;
+  const double layer = b * (f2.layer.a * s * s + f2.layer.c1 * s) / 2 + f2.layer.c0;
+  EXPECT_NEAR(st.compute_seconds, 4 * layer + f2.ends.seconds(s / 2), 1e-12);
+  // TP: the all-reduces of the rank's 32 tokens over the TP pair (intra-node 1e10 B/s), 4 per layer,
+  // the embedding's, the head's and the loss's gather.
+  const double ar = 2.0 * 1 / 2 * (32 * 128 * 4) / 1e10;
+  const double loss_gather = 2.0 * 1 / 2 * (32 * 3 * 8) / 1e10;
+  EXPECT_NEAR(st.tp_comm_seconds, (4 * 4 + 2) * ar + loss_gather, 1e-15);
+  // CP: per layer all-gather K and V (64 tokens x 1 KV head of this TP rank x 32 floats) and
+  // reduce-scatter their gradients: each moves (n - 1) / n of them.
+  const double kv = 64 * (2 / 2) * 32 * 4;
+  EXPECT_NEAR(st.cp_comm_seconds, 4 * 4 * (1.0 / 2 * kv / 1e10), 1e-15);
+  // Without CP the TP pair does the whole sequence (62 tokens, no padding).
+  const StagePrediction& plain = tp2.pipelines[0].stages[0];
+  EXPECT_EQ(plain.cp_comm_seconds, 0);
+  EXPECT_NEAR(plain.compute_seconds, 4 * f2.layer.seconds(1, 62) + f2.ends.seconds(62), 1e-12);
+  EXPECT_LT(st.compute_seconds, plain.compute_seconds);
+  // Memory: a CP rank keeps the activations of its own 32 tokens (one micro-batch in flight on a
+  // single stage), and ZeRO-1 shards the optimizer
+  // states over its 2 CP replicas of the weights; it holds the gathered K and V of one layer.
+  const ActivationFit& act = f2.activations;
+  const double kv_gathered = 2 * 64 * 32 * 4;
+  EXPECT_NEAR(cp2.ranks[0].memory.activations,
+              (4 * act.keep_per_token * 32 + act.ends_keep_per_token * 32) + 4 * act.transient_per_token * 32 +
+                  act.ends_transient_per_token * 32 + kv_gathered,
+              1e-6);
+  EXPECT_NEAR(cp2.ranks[0].memory.zero_states, tp2.ranks[0].memory.zero_states / 2, 1e-6);
+  // The gradient sync runs over the CP replicas too: all-reduce of the TP shard over ranks {0, 2}.
+  EXPECT_GT(st.sync_seconds, 0);
+  EXPECT_EQ(plain.sync_seconds, 0);
+  EXPECT_THAT(to_string(cp2), HasSubstr("CP2"));
+}
+
+// Rings over many ranks read their links through representatives: the same slowest link as every
+// pair of the group, on a two-kind spec whose node links differ per kind.
+TEST(CostModelTest, LargeGroupsFindTheSlowestLinkOfEveryPair) {
+  std::string j = R"({"name": "big", "intra_node_bandwidth": {"fast": 4e11, "slow": 9e11},
+    "inter_node_bandwidth": 5e10, "devices": [)";
+  for (int r = 0; r < 64; ++r) {
+    j += (r ? "," : "") + std::string(R"({"id": )") + std::to_string(r) + R"(, "node": )" + std::to_string(r / 8) +
+         R"(, "type": ")" + (r < 24 ? "fast" : "slow") + R"("})";
+  }
+  const resolve::Topology topo = resolve::Topology::from_json_text(j + "]}", "big.json");
+  const models::LlamaConfig config = testing::tiny_config();
+  const Profile profile = testing::two_kind_profile();
+  const CostModel cm(config, topo, profile, {.seq_len = 64});
+  auto brute = [&](const std::vector<int>& g) {
+    double bus = 1e300;
+    for (int a : g) {
+      for (int b : g) {
+        if (a != b) bus = std::min(bus, topo.bandwidth(a, b));
+      }
+    }
+    return bus;
+  };
+  std::vector<std::vector<int>> groups{{}, {}, {}};
+  for (int r = 24; r < 64; ++r) groups[0].push_back(r);    // slow, 5 nodes: inter-node
+  for (int r = 0; r < 24; ++r) groups[1].push_back(r);     // fast, 3 nodes
+  for (int r = 0; r < 64; r += 3) groups[2].push_back(r);  // both kinds, every node
+  for (const auto& g : groups) {
+    EXPECT_DOUBLE_EQ(cm.collective_link(g).first, brute(g)) << g.size() << " ranks";
+    EXPECT_NEAR(cm.allreduce(g, 1e6), 2.0 * (g.size() - 1) / g.size() * 1e6 / brute(g), 1e-12);
+  }
+}
+
 TEST(CostModelTest, UnknownKindOrRankIsAnError) {
   const models::LlamaConfig config = testing::tiny_config();
   const resolve::Topology topo = testing::two_kind_cluster(2, 2, 1e9);

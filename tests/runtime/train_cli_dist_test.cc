@@ -75,10 +75,13 @@ TEST_F(TrainCli, SaveUnderOneStrategyResumeUnderAnother) {
   ASSERT_EQ(a.code, 0) << a.output;
   testing::CommandResult b =
       run_hspmd(common(4) + " --nproc 4 --strategy " + example("examples/strategies/local-tp2-pp2.json") +
-                " --resume " + ckpt + " --recompute --metrics " + metrics);
+                " --resume " + ckpt + " --recompute --metrics " + metrics + " --check-single");
   ASSERT_EQ(b.code, 0) << b.output;
   EXPECT_THAT(b.output, AllOf(HasSubstr("resumed from"), HasSubstr("at step 2"), HasSubstr("step     4/4"),
                               HasSubstr("recomputing each layer in B")));
+  // --check-single retrains from the same checkpoint: steps 3 and 4, with its options.
+  EXPECT_THAT(b.output, AllOf(HasSubstr("retraining 2 steps in one process"), HasSubstr("step   3  distributed"),
+                              HasSubstr("PASS")));
   testing::CommandResult r = run_hspmd(common(4) + " --lr 5e-3 --decay-steps 4 --metrics " + reference);
   ASSERT_EQ(r.code, 0) << r.output;
   expect_close(metric(metrics), metric(reference));
@@ -135,9 +138,10 @@ TEST_F(TrainCli, DistributedRunStartsFromShardedHuggingFaceWeights) {
   ASSERT_EQ(one.code, 0) << one.output;
   testing::CommandResult dist = run_hspmd(common(2) + " --nproc 4 --strategy " +
                                           example("examples/strategies/local-hetero-4.json") + " --init-weights " +
-                                          path("hf") + " --metrics " + path("dist.jsonl"));
+                                          path("hf") + " --metrics " + path("dist.jsonl") + " --check-single");
   ASSERT_EQ(dist.code, 0) << dist.output;
-  EXPECT_THAT(dist.output, HasSubstr("loaded weights from"));
+  // --check-single starts its one process from the same weights, not from the seed's.
+  EXPECT_THAT(dist.output, AllOf(HasSubstr("loaded weights from"), HasSubstr("PASS")));
   expect_close(metric(path("dist.jsonl")), metric(path("one.jsonl")));
   // The weights differ from the run's own initialization (seed 1): otherwise this proves nothing.
   testing::CommandResult plain = run_hspmd(common(2) + " --metrics " + path("plain.jsonl"));

@@ -15,6 +15,7 @@ void add_explain_command(CLI::App& app);
 void add_model_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
+void add_cluster_command(CLI::App& app);
 void add_checkpoint_command(CLI::App& app);
 
 inline void register_commands(CLI::App& app) {
@@ -27,6 +28,7 @@ inline void register_commands(CLI::App& app) {
   add_model_command(app);
   add_profile_command(app);
   add_plan_command(app);
+  add_cluster_command(app);
   add_checkpoint_command(app);
 }
 

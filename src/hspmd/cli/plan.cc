@@ -20,17 +20,19 @@
 #include <string>
 
 #include "hspmd/core/atomic_file.h"
+#include "hspmd/core/byte_size.h"
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
-#include "hspmd/models/llama_config.h"
 #include "hspmd/data/length_histogram.h"
 #include "hspmd/data/token_dataset.h"
+#include "hspmd/models/llama_config.h"
 #include "hspmd/planner/mixed_length_planner.h"
 #include "hspmd/planner/planner.h"
 #include "hspmd/planner/profile.h"
 #include "hspmd/resolve/topology.h"
 #include "hspmd/sharding/device_group.h"
 #include "hspmd/sharding/strategy.h"
-#include "hspmd/specialize/plan_report.h"
+#include "hspmd/specialize/schedule.h"
 
 namespace hspmd::cli {
 
@@ -39,6 +41,7 @@ namespace {
 struct PlanOptions {
   std::string model, cluster, profile, out, previous, ranks, schedule = "1f1b", name, data;
   int64_t global_batch = 0, seq_len = 0, global_batch_tokens = 0;
+  double time_limit = 0, progress_interval = 5;
   bool no_zero1 = false;
   std::vector<int> micro_batch_sizes;
 };
@@ -65,7 +68,7 @@ void run_mixed_length_plan(const PlanOptions& o, const models::LlamaConfig& conf
       config, topo, profile, h.segment_lengths,
       {.seq_len = o.seq_len, .global_batch_tokens = o.global_batch_tokens, .name = o.name.empty() ? "mixed" : o.name});
   std::cout << plan.to_string() << "planning time: "
-            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s\n";
+            << seconds_since(start) << " s\n";
   write_strategy(plan.heterogeneous, o.out);
   std::cout << "wrote " << o.out << "\n";
   const std::string stem = o.out.ends_with(".json") ? o.out.substr(0, o.out.size() - 5) : o.out;
@@ -92,6 +95,9 @@ void run_plan(const PlanOptions& o) {
   po.zero1 = !o.no_zero1;
   po.schedule = specialize::parse_schedule_kind(o.schedule);
   po.micro_batch_sizes = o.micro_batch_sizes;
+  po.time_limit_seconds = o.time_limit;
+  po.progress_interval_seconds = o.progress_interval;
+  po.progress = [](const planner::PlanningProgress& p) { std::cerr << p.to_string() << std::endl; };
   po.name = o.name.empty() ? "planned-" + std::to_string(o.global_batch) + "x" + std::to_string(o.seq_len) : o.name;
   std::vector<int> ranks;
   if (!o.ranks.empty()) {
@@ -119,7 +125,11 @@ void run_plan(const PlanOptions& o) {
   std::cout << planner::describe_plan(plan) << planner::to_string(plan.prediction);
   for (const std::string& idle : plan.idle) std::cout << "idle: " << idle << "\n";
   if (!o.previous.empty()) {
-    std::cout << "state to move from " << o.previous << ": " << specialize::human_bytes(plan.moved_bytes) << "\n";
+    std::cout << "state to move from " << o.previous << ": " << format_bytes(plan.moved_bytes) << "\n";
+  }
+  if (!plan.complete) {
+    std::cout << "time limit of " << o.time_limit << " s reached: this is the best plan found, the search was not "
+              << "complete (unsearched configurations have lower bounds from " << plan.lowest_bound_left << " s)\n";
   }
   std::cout << "planning time: " << plan.planning_seconds << " s (" << plan.candidates
             << " pipeline configurations, " << plan.candidates_solved << " solved at level 2, " << plan.milps
@@ -157,6 +167,14 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--previous", opts->previous,
                   "re-plan from this strategy (with --ranks: the surviving and added ranks), moving little state");
   cmd->add_option("--name", opts->name, "the strategy's name (default planned-<batch>x<seq>)");
+  cmd->add_option("--time-limit", opts->time_limit,
+                  "stop searching after this many seconds and write the best plan found so far, marked as such "
+                  "(default 0: search to the end)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--progress-interval", opts->progress_interval,
+                  "seconds between progress lines on stderr while the search runs")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->callback([opts] { run_plan(*opts); });
 }
 

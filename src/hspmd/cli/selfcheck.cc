@@ -266,8 +266,7 @@ Check check_cross_entropy_bwd() {
 // Seconds per call of fn after one warm-up call: the best of 5 windows of at least min_seconds
 // each. A disturbance that passes (a shared host's neighbours; OpenBLAS's threads, which spin for
 // about 0.1 s after they start, when a linked library loaded it at startup) spoils a window, not
-// the figure: the quick 256^3 matmul read 4.3 instead of 220-310 GFLOP/s in 2 of 4 runs with one
-// window.
+// the figure (docs/cpu-kernels.md, "GEMM").
 double seconds_per_call(const std::function<void()>& fn, double min_seconds) {
   fn();
   using Clock = std::chrono::steady_clock;

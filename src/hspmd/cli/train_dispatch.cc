@@ -60,7 +60,7 @@ std::unique_ptr<LengthDispatchRun> make_length_dispatch(const TrainArgs& args, c
   }
   run->strategies = std::make_unique<planner::LengthStrategies>(config, *run->cost_model, std::move(set),
                                                                 planner::PipelineModelOptions{.seq_len = args.options.seq_len});
-  run->training = std::make_unique<planner::DispatchedTraining>(*run->strategies, args.dispatch_ahead);
+  run->training = std::make_unique<tuning::DispatchedTraining>(*run->strategies, args.dispatch_ahead);
   return run;
 }
 

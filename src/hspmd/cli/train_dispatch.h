@@ -13,8 +13,8 @@
 #include "hspmd/cli/train_args.h"
 #include "hspmd/models/llama_config.h"
 #include "hspmd/planner/cost_model.h"
-#include "hspmd/planner/dispatched_training.h"
 #include "hspmd/planner/length_strategies.h"
+#include "hspmd/tuning/dispatched_training.h"
 
 namespace hspmd::cli {
 
@@ -23,7 +23,7 @@ struct LengthDispatchRun {
   planner::Profile profile;
   std::unique_ptr<planner::CostModel> cost_model;
   std::unique_ptr<planner::LengthStrategies> strategies;
-  std::unique_ptr<planner::DispatchedTraining> training;
+  std::unique_ptr<tuning::DispatchedTraining> training;
   size_t first = 0;  // the strategy the trainer is built under
 
   int world() const;  // every rank some strategy uses

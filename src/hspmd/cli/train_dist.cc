@@ -26,6 +26,7 @@
 
 #include "hspmd/cli/train_args.h"
 #include "hspmd/cli/train_dispatch.h"
+#include "hspmd/cli/train_prelaunch.h"
 #include "hspmd/comm/env.h"
 #include "hspmd/comm/launcher.h"
 #include "hspmd/core/error.h"
@@ -34,6 +35,7 @@
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/planner/planner.h"
 #include "hspmd/runtime/fault_injection.h"
+#include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/dist_trainer.h"
 #include "hspmd/specialize/pipeline_layout.h"
 
@@ -61,17 +63,24 @@ std::string rank_path(const std::string& path, int rank) {
   return path + tag + suffix;
 }
 
-// Retrains the same steps in one process and compares each loss with the distributed run's.
-void check_single_process(const models::LlamaConfig& config, const data::TokenDataset& dataset,
-                          const runtime::TrainerOptions& options, const std::vector<double>& losses) {
+// Retrains the same steps in one process and compares each loss with the distributed run's. The
+// single process starts where the run started: the same --init-weights, or the same --resume
+// checkpoint (options, weights, Adam moments and data position), and trains with the same options
+// (precision included) on the same data.
+void check_single_process(const TrainArgs& args, const models::LlamaConfig& config, const data::TokenDataset& dataset,
+                          const std::vector<double>& losses) {
   std::cout << "== single-process check: retraining " << losses.size() << " steps in one process" << std::endl;
-  runtime::Trainer single(config, dataset, options);
+  runtime::Trainer single(config, dataset, args.options);
+  if (!args.resume.empty()) single.restore(args.resume);
+  if (!args.init_weights.empty()) single.load_weights(runtime::load_hf_weights(args.init_weights, config));
+  const int64_t first = single.step_count();  // steps the checkpoint had taken
   double worst = 0;
   for (size_t i = 0; i < losses.size(); ++i) {
     const double expected = single.step().loss;
     worst = std::max(worst, std::abs(losses[i] - expected) / std::abs(expected));
     if (i < 3 || i + 1 == losses.size()) {
-      std::printf("step %3zu  distributed %.6f  single-process %.6f\n", i + 1, losses[i], expected);
+      std::printf("step %3lld  distributed %.6f  single-process %.6f\n", static_cast<long long>(first + i + 1),
+                  losses[i], expected);
     }
   }
   constexpr double kTolerance = 1e-5;
@@ -351,10 +360,7 @@ void run_worker(const TrainArgs& args) {
                 rank_path(args.trace, env.rank).c_str(), 100 * (s.share("compute") - s.share("comm")),
                 100 * s.share("comm"), 100 * s.share("optimizer"), s.window_seconds);
   }
-  if (is_lead() && args.check_single) {
-    HSPMD_CHECK(args.resume.empty()) << "--check-single compares a run from step 0; it cannot follow --resume";
-    check_single_process(config, dataset, args.options, losses);
-  }
+  if (is_lead() && args.check_single) check_single_process(args, config, dataset, losses);
 }
 
 }  // namespace
@@ -366,6 +372,7 @@ void run_dist_train(const TrainArgs& args) {
   const models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
   const std::unique_ptr<LengthDispatchRun> by_length = make_length_dispatch(args, config);
   const int world = by_length ? by_length->world() : world_of(scheduled_plans(args, config));
+  resolve_before_launch(args, config, by_length.get());
   if (!args.init_weights.empty()) const runtime::HfWeights checked(args.init_weights, config);
   if (!args.devices.empty()) const runtime::EmulatedDevices checked = runtime::EmulatedDevices::from_file(args.devices, world);
   runtime::validate_options(args.options, config);

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "hspmd/comm/store_values.h"
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 #include "hspmd/elastic/store_records.h"
 #include "hspmd/models/llama_plan.h"
@@ -18,8 +19,6 @@ namespace hspmd::elastic {
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::vector<int> all_ranks(int world) {
   std::vector<int> r(world);

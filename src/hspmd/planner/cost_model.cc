@@ -1,11 +1,13 @@
 #include "hspmd/planner/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <limits>
 #include <sstream>
 
+#include "hspmd/core/byte_size.h"
 #include "hspmd/core/error.h"
-#include "hspmd/specialize/plan_report.h"
 
 namespace hspmd::planner {
 
@@ -15,6 +17,8 @@ namespace {
 constexpr double kGradientElementBytes = 4;
 
 std::string tier_name(resolve::LinkTier tier) { return std::string(resolve::link_tier_name(tier)); }
+
+const LinkProfile* link_of(const std::optional<LinkProfile>& l) { return l ? &*l : nullptr; }
 
 }  // namespace
 
@@ -37,6 +41,13 @@ ModelShape ModelShape::of(const models::LlamaConfig& c) {
   return s;
 }
 
+double ModelShape::stage_parameters(int layers, bool first, bool last) const {
+  double params = layers * layer_parameters;
+  if (first) params += embedding_parameters;
+  if (last) params += head_parameters;
+  return params;
+}
+
 bool ModelShape::tp_divides(int t) const {
   if (t < 1) return false;
   for (int64_t size : {heads, kv_heads, hidden, ffn, vocab}) {
@@ -47,7 +58,12 @@ bool ModelShape::tp_divides(int t) const {
 
 CostModel::CostModel(const models::LlamaConfig& config, const resolve::Topology& topology, const Profile& profile,
                      CostOptions options)
-    : shape_(ModelShape::of(config)), topology_(topology), profile_(profile), options_(options) {
+    : shape_(ModelShape::of(config)),
+      topology_(topology),
+      profile_(profile),
+      options_(options),
+      intra_link_(profile.link(tier_name(resolve::LinkTier::kIntraNode))),
+      inter_link_(profile.link(tier_name(resolve::LinkTier::kInterNode))) {
   HSPMD_CHECK(options_.seq_len > 0) << "cost model: the sequence length must be positive, got " << options_.seq_len;
 }
 
@@ -58,34 +74,68 @@ CostModel CostModel::at_seq_len(int64_t seq_len) const {
   return copy;
 }
 
-double CostModel::stage_compute(const std::string& kind, int tp, int layers, bool last, int micro_batch_size) const {
-  const TpProfile& p = profile_.at(kind, tp);
+double CostModel::padded_seq_len(int cp) const {
   const double s = static_cast<double>(options_.seq_len);
-  double t = layers * p.layer.seconds(micro_batch_size, s);
-  if (last) t += p.ends.seconds(micro_batch_size * s);
+  if (cp <= 1) return s;
+  return std::ceil(s / (2.0 * cp)) * 2.0 * cp;
+}
+
+double CostModel::stage_compute(const std::string& kind, int tp, int layers, bool last, int micro_batch_size,
+                                int cp) const {
+  const TpProfile& p = profile_.at(kind, tp);
+  if (cp <= 1) {
+    const double s = static_cast<double>(options_.seq_len);
+    double t = layers * p.layer.seconds(micro_batch_size, s);
+    if (last) t += p.ends.seconds(micro_batch_size * s);
+    return t;
+  }
+  // Zigzag: each CP rank holds s'/c tokens and exactly 1/c of the causal attention (the header).
+  const double s = padded_seq_len(cp);
+  const double per_layer = micro_batch_size * (p.layer.a * s * s + p.layer.c1 * s) / cp + p.layer.c0;
+  double t = layers * per_layer;
+  if (last) t += p.ends.seconds(micro_batch_size * s / cp);
   return t;
 }
 
 double CostModel::link_p2p_bandwidth(int a, int b) const {
-  if (auto l = profile_.link(tier_name(topology_.tier(a, b)))) return l->p2p_bandwidth;
+  const resolve::LinkTier t = topology_.tier(a, b);
+  if (t != resolve::LinkTier::kLocal) {
+    if (const LinkProfile* l = link_of(t == resolve::LinkTier::kIntraNode ? intra_link_ : inter_link_)) {
+      return l->p2p_bandwidth;
+    }
+  }
   return topology_.bandwidth(a, b);
 }
 
 double CostModel::link_latency(int a, int b) const {
-  if (auto l = profile_.link(tier_name(topology_.tier(a, b)))) return l->latency;
-  return 0;
+  const resolve::LinkTier t = topology_.tier(a, b);
+  if (t == resolve::LinkTier::kLocal) return 0;
+  const LinkProfile* l = link_of(t == resolve::LinkTier::kIntraNode ? intra_link_ : inter_link_);
+  return l ? l->latency : 0;
 }
 
-double CostModel::allreduce(const std::vector<int>& group, double bytes) const {
-  const int n = static_cast<int>(group.size());
-  if (n <= 1 || bytes <= 0) return 0;
-  // A ring runs at its slowest link; its latency is paid 2 (n - 1) times.
+std::pair<double, double> CostModel::collective_link(const std::vector<int>& group) const {
+  // Representatives: the first two ranks of each (node, kind) in the group.
+  std::vector<int> reps;
+  if (group.size() <= 16) {
+    reps = group;
+  } else {
+    std::map<std::pair<int, std::string>, int> seen;
+    for (int r : group) {
+      const resolve::DeviceSpec& d = topology_.device(r);
+      if (++seen[{d.node, d.type}] <= 2) reps.push_back(r);
+    }
+  }
+  const int n = static_cast<int>(reps.size());
   double bus = std::numeric_limits<double>::infinity(), latency = 0;
   for (int i = 0; i < n; ++i) {
     for (int j = 0; j < n; ++j) {
       if (i == j) continue;
-      const int a = group[i], b = group[j];
-      if (auto l = profile_.link(tier_name(topology_.tier(a, b)))) {
+      const int a = reps[i], b = reps[j];
+      const resolve::LinkTier t = topology_.tier(a, b);
+      const LinkProfile* l =
+          t == resolve::LinkTier::kLocal ? nullptr : link_of(t == resolve::LinkTier::kIntraNode ? intra_link_ : inter_link_);
+      if (l) {
         bus = std::min(bus, l->allreduce_bandwidth);
         latency = std::max(latency, l->latency);
       } else {
@@ -93,41 +143,94 @@ double CostModel::allreduce(const std::vector<int>& group, double bytes) const {
       }
     }
   }
+  return {bus, latency};
+}
+
+double CostModel::ring_allreduce(int n, std::pair<double, double> link, double bytes) {
+  if (n <= 1 || bytes <= 0) return 0;
+  // A ring runs at its slowest link; its latency is paid 2 (n - 1) times.
+  const auto [bus, latency] = link;
   return 2.0 * (n - 1) / n * bytes / bus + 2.0 * (n - 1) * latency;
 }
 
-double CostModel::stage_tp_comm(const std::vector<int>& ranks, int layers, int micro_batch_size) const {
-  if (profile_.layer_includes_tp_comm || ranks.size() <= 1) return 0;
-  const DeviceKindProfile& k = profile_.kind(stage_kind(ranks));
-  const double bytes = static_cast<double>(micro_batch_size) * options_.seq_len * shape_.hidden * k.activation_element_bytes;
-  // Megatron TP: one all-reduce after attention and one after the MLP, each in forward and backward.
-  return 4.0 * layers * allreduce(ranks, bytes);
+double CostModel::allreduce(const std::vector<int>& group, double bytes) const {
+  if (group.size() <= 1 || bytes <= 0) return 0;
+  return ring_allreduce(static_cast<int>(group.size()), collective_link(group), bytes);
 }
 
-double CostModel::ends_tp_comm(const std::vector<int>& ranks, bool first, bool last, int micro_batch_size) const {
-  if (profile_.layer_includes_tp_comm || ranks.size() <= 1 || !(first || last)) return 0;
-  const DeviceKindProfile& k = profile_.kind(stage_kind(ranks));
-  const double tokens = static_cast<double>(micro_batch_size) * options_.seq_len;
+double CostModel::allgather(const std::vector<int>& group, double bytes) const {
+  const int n = static_cast<int>(group.size());
+  if (n <= 1 || bytes <= 0) return 0;
+  // Half an all-reduce's ring: (n - 1) steps of bytes / n each.
+  const auto [bus, latency] = collective_link(group);
+  return 1.0 * (n - 1) / n * bytes / bus + (n - 1) * latency;
+}
+
+namespace {
+
+// The TP group of a CP-outer, TP-inner stage: its first tp ranks.
+std::vector<int> tp_group(const std::vector<int>& ranks, int cp) {
+  const size_t tp = ranks.size() / std::max(1, cp);
+  return std::vector<int>(ranks.begin(), ranks.begin() + static_cast<std::ptrdiff_t>(tp));
+}
+
+// The CP group of TP coordinate 0: every tp-th rank.
+std::vector<int> cp_group(const std::vector<int>& ranks, int cp) {
+  const size_t tp = ranks.size() / std::max(1, cp);
+  std::vector<int> out;
+  for (size_t i = 0; i < ranks.size(); i += tp) out.push_back(ranks[i]);
+  return out;
+}
+
+}  // namespace
+
+double CostModel::stage_tp_comm(const std::vector<int>& ranks, int layers, int micro_batch_size, int cp) const {
+  const std::vector<int> group = tp_group(ranks, cp);
+  if (profile_.layer_includes_tp_comm || group.size() <= 1) return 0;
+  const DeviceKindProfile& k = profile_.kind(stage_kind(ranks, static_cast<int>(group.size())));
+  const double bytes = micro_batch_size * padded_seq_len(cp) / std::max(1, cp) * shape_.hidden * k.activation_element_bytes;
+  // Megatron TP: one all-reduce after attention and one after the MLP, each in forward and backward.
+  return 4.0 * layers * allreduce(group, bytes);
+}
+
+double CostModel::stage_cp_comm(const std::vector<int>& ranks, int layers, int micro_batch_size, int cp) const {
+  if (cp <= 1) return 0;
+  const int tp = static_cast<int>(ranks.size()) / cp;
+  const DeviceKindProfile& k = profile_.kind(stage_kind(ranks, tp));
+  // K (and V) of the whole sequence, this TP rank's KV heads: kv_heads / tp of head_dim each.
+  const double kv_width = static_cast<double>(shape_.kv_heads) * (shape_.hidden / shape_.heads) / tp;
+  const double bytes = micro_batch_size * padded_seq_len(cp) * kv_width * k.activation_element_bytes;
+  // Forward: all-gather K and V; backward: reduce-scatter dK and dV (the same ring traffic).
+  return 4.0 * layers * allgather(cp_group(ranks, cp), bytes);
+}
+
+double CostModel::ends_tp_comm(const std::vector<int>& ranks, bool first, bool last, int micro_batch_size,
+                               int cp) const {
+  const std::vector<int> group = tp_group(ranks, cp);
+  if (profile_.layer_includes_tp_comm || group.size() <= 1 || !(first || last)) return 0;
+  const DeviceKindProfile& k = profile_.kind(stage_kind(ranks, static_cast<int>(group.size())));
+  const double tokens = micro_batch_size * padded_seq_len(cp) / std::max(1, cp);
   const double bytes = tokens * shape_.hidden * k.activation_element_bytes;
   double t = 0;
   // The vocabulary-parallel embedding's output is all-reduced in the forward pass.
-  if (first) t += allreduce(ranks, bytes);
+  if (first) t += allreduce(group, bytes);
   // The vocabulary-parallel head: its input gradient is all-reduced in the backward pass, and the
   // loss gathers each shard's row statistics (3 float64 per token), latency more than bytes.
-  if (last) t += allreduce(ranks, bytes) + allreduce(ranks, 3.0 * 8 * tokens);
+  if (last) t += allreduce(group, bytes) + allreduce(group, 3.0 * 8 * tokens);
   return t;
 }
 
-double CostModel::p2p(int from, int to, int micro_batch_size) const {
+double CostModel::p2p(int from, int to, int micro_batch_size, int cp) const {
   const DeviceKindProfile& k = profile_.kind(topology_.device(from).type);
-  const double bytes = static_cast<double>(micro_batch_size) * options_.seq_len * shape_.hidden * k.activation_element_bytes;
+  // With CP every CP rank sends its own tokens to its peer in the next stage, in parallel.
+  const double bytes = micro_batch_size * padded_seq_len(cp) / std::max(1, cp) * shape_.hidden * k.activation_element_bytes;
   // The forward activation goes out, its gradient comes back: two messages per micro-batch.
   return 2.0 * (bytes / link_p2p_bandwidth(from, to) + link_latency(from, to));
 }
 
-std::string CostModel::stage_kind(const std::vector<int>& ranks) const {
+std::string CostModel::stage_kind(const std::vector<int>& ranks, int tp) const {
   HSPMD_CHECK(!ranks.empty()) << "cost model: a stage without ranks";
-  const int tp = static_cast<int>(ranks.size());
+  if (tp <= 0) tp = static_cast<int>(ranks.size());
   std::string slowest;
   double worst = -1;
   for (int r : ranks) {
@@ -151,19 +254,23 @@ int CostModel::in_flight(int num_stages, int stage, int num_micro_batches) const
 
 MemoryBreakdown CostModel::stage_memory(const std::string& kind, int tp, int layers, bool first, bool last,
                                         int micro_batch_size, int in_flight_count, int data_parallel,
-                                        bool zero1) const {
+                                        bool zero1, int cp) const {
   const DeviceKindProfile& k = profile_.kind(kind);
   const ActivationFit& a = profile_.at(kind, tp).activations;
-  double params = layers * shape_.layer_parameters;
-  if (first) params += shape_.embedding_parameters;
-  if (last) params += shape_.head_parameters;
-  params /= tp;
-  const double tokens = static_cast<double>(micro_batch_size) * options_.seq_len;
+  const double params = shape_.stage_parameters(layers, first, last) / tp;
+  cp = std::max(1, cp);
+  // A CP rank keeps its own tokens; its attention's quadratic term is its queries by every key.
+  const double tokens = micro_batch_size * padded_seq_len(cp) / cp;
   MemoryBreakdown m;
   m.parameters = params * k.bytes_per_parameter;
-  m.zero_states = params * k.zero_bytes_per_parameter / (zero1 ? std::max(1, data_parallel) : 1);
-  double keep = layers * (a.keep_per_token * tokens + a.keep_per_token2 * tokens * tokens);
+  m.zero_states = params * k.zero_bytes_per_parameter / (zero1 ? std::max(1, data_parallel) * cp : 1);
+  double keep = layers * (a.keep_per_token * tokens + a.keep_per_token2 * tokens * tokens * cp);
   double transient = layers * a.transient_per_token * tokens;
+  if (cp > 1) {
+    // One layer at a time holds the gathered K and V of the whole sequence (its TP share).
+    const double kv_width = static_cast<double>(shape_.kv_heads) * (shape_.hidden / shape_.heads) / tp;
+    transient += 2.0 * micro_batch_size * padded_seq_len(cp) * kv_width * k.activation_element_bytes;
+  }
   if (last) {
     keep += a.ends_keep_per_token * tokens;
     transient += a.ends_transient_per_token * tokens;
@@ -177,6 +284,15 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
   st.validate(static_cast<int>(shape_.layers));
   Prediction out;
   const int D = static_cast<int>(st.pipelines.size());
+  // Per pipeline, the stage holding each layer: one pass over the stages instead of a search per
+  // (stage, pipeline) pair, which grew as D^2 S.
+  std::vector<std::vector<int>> stages_of_layer(st.pipelines.size(), std::vector<int>(shape_.layers, 0));
+  for (size_t q = 0; q < st.pipelines.size(); ++q) {
+    const auto& stages = st.pipelines[q].stages;
+    for (size_t j = 0; j < stages.size(); ++j) {
+      for (int l = stages[j].first_layer; l <= stages[j].last_layer; ++l) stages_of_layer[q][l] = static_cast<int>(j);
+    }
+  }
   for (size_t p = 0; p < st.pipelines.size(); ++p) {
     const sharding::PipelineSpec& pipe = st.pipelines[p];
     const int S = static_cast<int>(pipe.stages.size());
@@ -185,35 +301,37 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
     for (int j = 0; j < S; ++j) {
       const sharding::StageSpec& stage = pipe.stages[j];
       StagePrediction sp;
-      sp.kind = stage_kind(stage.ranks);
       sp.tp = stage.tp();
+      sp.cp = stage.cp;
+      sp.kind = stage_kind(stage.ranks, sp.tp);
       sp.layers = stage.last_layer - stage.first_layer + 1;
       const bool last = j == S - 1;
-      sp.compute_seconds = stage_compute(sp.kind, sp.tp, sp.layers, last, pipe.micro_batch_size);
-      sp.tp_comm_seconds = stage_tp_comm(stage.ranks, sp.layers, pipe.micro_batch_size) +
-                           ends_tp_comm(stage.ranks, j == 0, last, pipe.micro_batch_size);
-      if (!last) sp.p2p_seconds = p2p(stage.ranks.front(), pipe.stages[j + 1].ranks.front(), pipe.micro_batch_size);
-      // The stage's gradient shard is all-reduced with the stages holding the same first layer in
-      // the other pipelines (their first TP ranks stand for the ring's links).
+      const int b = pipe.micro_batch_size;
+      sp.compute_seconds = stage_compute(sp.kind, sp.tp, sp.layers, last, b, sp.cp);
+      sp.tp_comm_seconds = stage_tp_comm(stage.ranks, sp.layers, b, sp.cp) +
+                           ends_tp_comm(stage.ranks, j == 0, last, b, sp.cp);
+      sp.cp_comm_seconds = stage_cp_comm(stage.ranks, sp.layers, b, sp.cp);
+      if (!last) sp.p2p_seconds = p2p(stage.ranks.front(), pipe.stages[j + 1].ranks.front(), b, sp.cp);
+      // The stage's gradient shard is all-reduced with its replicas: its CP ranks and the stages
+      // holding the same first layer in the other pipelines (the first rank of each TP group stands
+      // for the ring's links).
       std::vector<int> dp_group;
       for (size_t q = 0; q < st.pipelines.size(); ++q) {
-        const int sq = st.stage_of_layer(static_cast<int>(q), stage.first_layer);
-        dp_group.push_back(st.pipelines[q].stages[sq].ranks.front());
+        const int sq = stages_of_layer[q][stage.first_layer];
+        const sharding::StageSpec& other = st.pipelines[q].stages[sq];
+        for (size_t i = 0; i < other.ranks.size(); i += other.tp()) dp_group.push_back(other.ranks[i]);
       }
-      double params = sp.layers * shape_.layer_parameters;
-      if (j == 0) params += shape_.embedding_parameters;
-      if (last) params += shape_.head_parameters;
-      params /= sp.tp;
+      const double params = shape_.stage_parameters(sp.layers, j == 0, last) / sp.tp;
       sp.sync_seconds = allreduce(dp_group, params * kGradientElementBytes);
-      sp.optimizer_seconds =
-          profile_.kind(sp.kind).optimizer_seconds_per_parameter * params / (st.zero1 ? std::max(1, D) : 1);
+      sp.optimizer_seconds = profile_.kind(sp.kind).optimizer_seconds_per_parameter * params /
+                             (st.zero1 ? std::max(1, D) * sp.cp : 1);
       sum += sp.per_micro_batch();
       slowest = std::max(slowest, sp.per_micro_batch());
       tail = std::max(tail, sp.sync_seconds + sp.optimizer_seconds);
 
       const int inflight = in_flight(S, j, pipe.num_micro_batches);
       const MemoryBreakdown mem =
-          stage_memory(sp.kind, sp.tp, sp.layers, j == 0, last, pipe.micro_batch_size, inflight, D, st.zero1);
+          stage_memory(sp.kind, sp.tp, sp.layers, j == 0, last, b, inflight, D, st.zero1, sp.cp);
       for (int r : stage.ranks) {
         RankPrediction rp;
         rp.rank = r;
@@ -244,12 +362,12 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
 std::string describe_memory(const RankPrediction& r) {
   std::ostringstream s;
   s << "rank " << r.rank << " (" << r.kind << ", pipeline " << r.pipeline << " stage " << r.stage
-    << "): " << specialize::human_bytes(r.memory.total()) << " = "
-    << specialize::human_bytes(r.memory.parameters) << " parameters and gradients + "
-    << specialize::human_bytes(r.memory.zero_states) << " optimizer states + "
-    << specialize::human_bytes(r.memory.activations) << " activations";
-  if (r.memory.reserved > 0) s << " + " << specialize::human_bytes(r.memory.reserved) << " reserved";
-  if (r.capacity > 0) s << " of " << specialize::human_bytes(r.capacity);
+    << "): " << format_bytes(r.memory.total()) << " = "
+    << format_bytes(r.memory.parameters) << " parameters and gradients + "
+    << format_bytes(r.memory.zero_states) << " optimizer states + "
+    << format_bytes(r.memory.activations) << " activations";
+  if (r.memory.reserved > 0) s << " + " << format_bytes(r.memory.reserved) << " reserved";
+  if (r.capacity > 0) s << " of " << format_bytes(r.capacity);
   return s.str();
 }
 
@@ -262,7 +380,20 @@ std::string to_string(const Prediction& p) {
     double tail = pp.end_seconds - pp.pipeline_seconds;
     s << (i ? ", " : "") << "pipeline " << i << ": " << pp.pipeline_seconds << " s + " << tail << " s sync/optimizer";
   }
-  s << ")\npredicted memory per rank" << (p.fits ? "" : " (DOES NOT FIT)") << ":\n";
+  s << ")\n";
+  for (size_t i = 0; i < p.pipelines.size(); ++i) {
+    for (size_t j = 0; j < p.pipelines[i].stages.size(); ++j) {
+      const StagePrediction& st = p.pipelines[i].stages[j];
+      s << "  pipeline " << i << " stage " << j << " (" << st.kind << " TP" << st.tp;
+      if (st.cp > 1) s << " CP" << st.cp;
+      s << ", " << st.layers << " layers): per micro-batch " << st.compute_seconds << " s compute + "
+        << st.tp_comm_seconds << " s TP";
+      if (st.cp > 1) s << " + " << st.cp_comm_seconds << " s CP (K/V gathers)";
+      s << " + " << st.p2p_seconds << " s p2p; per step " << st.sync_seconds << " s sync + " << st.optimizer_seconds
+        << " s optimizer\n";
+    }
+  }
+  s << "predicted memory per rank" << (p.fits ? "" : " (DOES NOT FIT)") << ":\n";
   for (const RankPrediction& r : p.ranks) s << "  " << describe_memory(r) << "\n";
   return s.str();
 }

@@ -8,19 +8,26 @@
 //   p.fits                       // every rank within its device's memory
 //
 // Per stage j of a pipeline running n micro-batches of b sequences of s tokens (kind = the stage's
-// slowest device kind, t = its TP degree):
-//   f_j = layers_j * layer(t, b, s)                       profiled fwd+bwd of one decoder layer
-//       + [last stage] ends(t, b * s)                     embedding, head and loss
+// slowest device kind, t = its TP degree, c = its CP degree; the stage has t x c ranks):
+//   f_j = layers_j * layer_c(t, b, s)                     profiled fwd+bwd of one decoder layer
+//       + [last stage] ends(t, b * s' / c)                embedding, head and loss
 //       + [unless the profile measured them inside the layer] 4 all-reduces per layer of
-//         b*s*hidden activations over the stage's TP group (ring, on the group's slowest link),
+//         b*s'/c*hidden activations over the stage's TP group (ring, on the group's slowest link),
 //         one more on the first stage (embedding) and on the last (head) with the loss's gather
+//       + [c > 1] per layer, the all-gathers of K and V over the CP group (forward) and the
+//         reduce-scatters of their gradients (backward): 4 collectives of b*s'*kv_dim/t elements
 //       + [not last] activation send + gradient receive to the next stage (p2p on that link)
+// Context parallelism (docs/context-parallelism.md): the zigzag layout pads every sequence to s'
+// (a multiple of 2c) and gives each CP rank two chunks whose causal attention work is exactly
+// 1/c of the sequence's, so layer_c(t, b, s) = b (a s'^2 + c1 s') / c + c0: the profiled layer
+// with both its attention and its per-token work divided by c (the padding is the imbalance).
 //   pipeline time = sum_j f_j + (n - 1) * max_j f_j       (1F1B and GPipe have the same bubble,
 //                                                          (S - 1) * max f, differing in memory)
 // Gradient sync: each stage all-reduces (reduce-scatter + all-gather with ZeRO-1: same bytes) its
-// float32 gradient shard across the D pipelines, ring over the slowest link between the stage and
-// the stages holding its first layer in the other pipelines. Optimizer: the profile's seconds per
-// parameter times the parameters whose states the rank updates.
+// float32 gradient shard across its replicas: the D pipelines and, within each, the stage's CP
+// ranks (weights are duplicated over CP, their gradients partial). The ring runs over the slowest
+// link among those replicas. Optimizer: the profile's seconds per parameter times the parameters
+// whose states the rank updates (ZeRO-1 shards them over every replica, D x c).
 //   step = max over pipelines p of (time_p + max over its stages of (sync + optimizer))
 // Memory of a rank on stage j: its parameter shard * bytes_per_parameter, + zero_bytes_per_parameter
 // (divided by D under ZeRO-1), + activations of the micro-batches in flight (1F1B: min(S - j, n);
@@ -28,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,13 +63,15 @@ struct MemoryBreakdown {
 struct StagePrediction {
   std::string kind;  // the slowest device kind of the stage
   int tp = 1;
+  int cp = 1;
   int layers = 0;
   double compute_seconds = 0;  // layers and ends, per micro-batch
   double tp_comm_seconds = 0;  // TP all-reduces per micro-batch (0 when inside the profiled layer)
+  double cp_comm_seconds = 0;  // K/V all-gathers and their gradients' reduce-scatters, per micro-batch
   double p2p_seconds = 0;      // to the next stage, per micro-batch
   double sync_seconds = 0;     // gradient sync, per step
   double optimizer_seconds = 0;
-  double per_micro_batch() const { return compute_seconds + tp_comm_seconds + p2p_seconds; }
+  double per_micro_batch() const { return compute_seconds + tp_comm_seconds + cp_comm_seconds + p2p_seconds; }
 };
 
 struct PipelinePrediction {
@@ -94,6 +104,10 @@ struct ModelShape {
   double embedding_parameters = 0;
   double head_parameters = 0;  // final norm + lm_head
   static ModelShape of(const models::LlamaConfig& config);
+  // The parameters a pipeline stage of `layers` decoder layers holds: the embedding on the first
+  // stage, the final norm and lm_head on the last (both for the whole model in one stage). Every
+  // price of a stage's memory, gradient sync and optimizer step starts from this one count.
+  double stage_parameters(int layers, bool first, bool last) const;
   // Whether TP degree t splits the heads, KV heads, hidden size, FFN and vocabulary evenly (the
   // degrees the runtime's Llama plans accept, so the ones worth profiling and planning).
   bool tp_divides(int t) const;
@@ -111,18 +125,41 @@ class CostModel {
   // The same model priced at another sequence length (the dispatcher prices single sequences).
   CostModel at_seq_len(int64_t seq_len) const;
 
-  // Building blocks, shared with the planner so both price a stage the same way.
+  // Building blocks, shared with the planner so both price a stage the same way. A stage's `ranks`
+  // are CP-outer, TP-inner (sharding/strategy.h): its TP group is the first `tp` of them (all of
+  // them when cp = 1), its CP group every tp-th.
   // Seconds of one micro-batch on a stage of `ranks` holding `layers` layers (ends on the last stage).
-  double stage_compute(const std::string& kind, int tp, int layers, bool last, int micro_batch_size) const;
-  double stage_tp_comm(const std::vector<int>& ranks, int layers, int micro_batch_size) const;
+  double stage_compute(const std::string& kind, int tp, int layers, bool last, int micro_batch_size,
+                       int cp = 1) const;
+  double stage_tp_comm(const std::vector<int>& ranks, int layers, int micro_batch_size, int cp = 1) const;
+  // The K/V all-gathers and gradient reduce-scatters of `layers` layers over the stage's CP group.
+  double stage_cp_comm(const std::vector<int>& ranks, int layers, int micro_batch_size, int cp) const;
   // The TP collectives of the embedding (first stage) and of the head and loss (last stage).
-  double ends_tp_comm(const std::vector<int>& ranks, bool first, bool last, int micro_batch_size) const;
-  double p2p(int from, int to, int micro_batch_size) const;
+  double ends_tp_comm(const std::vector<int>& ranks, bool first, bool last, int micro_batch_size, int cp = 1) const;
+  double p2p(int from, int to, int micro_batch_size, int cp = 1) const;
+  // Ring all-reduce of `bytes` over `group`, at the group's slowest link. Linear in the group's size
+  // (see collective_link).
   double allreduce(const std::vector<int>& group, double bytes) const;
+  // The bus bandwidth and per-message latency of a collective over `group`: the slowest link between
+  // any two of its members. Up to 16 members every pair is read; above, pairs of representatives, at most two ranks per (node,
+  // device kind): a spec's links depend only on those (intra-node bandwidth per kind, one
+  // inter-node figure), so this is exact for them and keeps a ring over thousands of ranks linear
+  // instead of quadratic. A spec with an explicit bandwidth_matrix is read through the same
+  // representatives.
+  std::pair<double, double> collective_link(const std::vector<int>& group) const;
+  // A ring all-reduce of `bytes` over n ranks whose slowest link is collective_link's pair.
+  static double ring_allreduce(int n, std::pair<double, double> link, double bytes);
+  // Ring all-gather (or reduce-scatter) whose gathered result has `bytes`: (n - 1) / n of them per rank.
+  double allgather(const std::vector<int>& group, double bytes) const;
   MemoryBreakdown stage_memory(const std::string& kind, int tp, int layers, bool first, bool last,
-                               int micro_batch_size, int in_flight, int data_parallel, bool zero1) const;
-  // The slowest device kind among `ranks` (by profiled layer time at their TP degree).
-  std::string stage_kind(const std::vector<int>& ranks) const;
+                               int micro_batch_size, int in_flight, int data_parallel, bool zero1,
+                               int cp = 1) const;
+  // The slowest device kind among `ranks` (by profiled layer time at TP degree `tp`; by default the
+  // rank count, a stage without CP).
+  std::string stage_kind(const std::vector<int>& ranks, int tp = 0) const;
+  // Tokens of one sequence as a CP rank of degree cp lays them out: padded to a multiple of 2 cp
+  // (the zigzag chunks), the sequence length itself without CP.
+  double padded_seq_len(int cp) const;
   int in_flight(int num_stages, int stage, int num_micro_batches) const;
 
   const ModelShape& shape() const { return shape_; }
@@ -138,6 +175,7 @@ class CostModel {
   const resolve::Topology& topology_;
   const Profile& profile_;
   CostOptions options_;
+  std::optional<LinkProfile> intra_link_, inter_link_;  // the profile's link tiers, looked up once
 };
 
 // What `hspmd explain --profile` and `hspmd plan` print:

@@ -21,7 +21,8 @@ LayerPrograms::LayerPrograms(const CostModel& c, const PlannerOptions& o)
     : cost(c), options(o), shape(c.shape()), layers(static_cast<int>(c.shape().layers)) {}
 
 // Stage lines of pipeline p of candidate c.
-std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(const Candidate& c, size_t p) const {
+std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(
+    const Candidate& c, size_t p, const std::vector<std::pair<double, double>>& rings) const {
   const auto& pipe = c.pipelines[p];
   const int D = static_cast<int>(c.pipelines.size());
   const int b = c.micro_batch_sizes[p];
@@ -38,15 +39,10 @@ std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(const Candidate
     s.fixed = (s.last ? cost.stage_compute(g.kind, s.tp, 0, true, b)
                       : cost.p2p(g.ranks.front(), pipe[j + 1].ranks.front(), b)) +
               cost.ends_tp_comm(g.ranks, s.first, s.last, b);
-    // The gradient ring: this stage and the same-index stage (or the nearest) of every other pipeline.
-    std::vector<int> ring;
-    for (const auto& other : c.pipelines) ring.push_back(other[std::min(j, other.size() - 1)].ranks.front());
     auto tail = [&](int x) {
-      double params = x * shape.layer_parameters + (s.first ? shape.embedding_parameters : 0) +
-                      (s.last ? shape.head_parameters : 0);
-      params /= s.tp;
-      return cost.allreduce(ring, params * 4) + cost.profile().kind(g.kind).optimizer_seconds_per_parameter *
-                                                    params / (zero1 ? D : 1);
+      const double params = shape.stage_parameters(x, s.first, s.last) / s.tp;
+      return CostModel::ring_allreduce(D, rings[j], params * 4) +
+             cost.profile().kind(g.kind).optimizer_seconds_per_parameter * params / (zero1 ? D : 1);
     };
     s.tail_per_layer = tail(2) - tail(1);
     s.tail_fixed = tail(1) - s.tail_per_layer;
@@ -199,7 +195,87 @@ std::optional<std::vector<int>> LayerPrograms::program(const std::vector<std::ve
 }
 
 // Level 2 for one candidate: the strategy, or none when nothing fits.
-std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c) {
+namespace {
+
+// The least Z with sum_j floor((Z - fixed_j) / per_j) >= total and every term >= 1: the smallest
+// bottleneck max_j (per_j x_j + fixed_j) of integer x_j >= 1 summing to `total` (no upper limits).
+// Starts at the real-valued optimum and steps through the breakpoints per_j x + fixed_j; the
+// shortfall there is under one unit a stage, so the steps are at most the stages.
+double least_integer_bottleneck(const std::vector<std::pair<double, double>>& lines, double total) {
+  double inv = 0, weighted = 0, one = 0;
+  for (const auto& [per, fixed] : lines) {
+    inv += 1 / per;
+    weighted += fixed / per;
+    one = std::max(one, per + fixed);
+  }
+  double Z = std::max(one, (total + weighted) / inv);
+  for (size_t step = 0; step <= 4 * lines.size() + 4; ++step) {
+    double count = 0, next = kInf;
+    for (const auto& [per, fixed] : lines) {
+      // The small tolerance keeps a breakpoint reached by arithmetic on its own side.
+      const double x = std::floor((Z - fixed) / per * (1 + 1e-12) + 1e-12);
+      count += x;
+      next = std::min(next, per * (x + 1) + fixed);
+    }
+    if (count >= total) return Z;
+    Z = next;
+  }
+  return Z;  // not reached: a safe (lower) value if it were
+}
+
+}  // namespace
+
+double LayerPrograms::relaxed_bound(const std::vector<std::vector<StageLine>>& lines,
+                                    const std::vector<int>& b) const {
+  const int D = static_cast<int>(lines.size());
+  const double B = static_cast<double>(options.global_batch), L = layers;
+  std::vector<double> K(D), Z(D);
+  for (int p = 0; p < D; ++p) {
+    const std::vector<StageLine>& st = lines[p];
+    const double S = static_cast<double>(st.size());
+    double least = kInf, sum = 0, w_one = 0;
+    bool tail_grows = true;
+    std::vector<std::pair<double, double>> f, tail;
+    for (const StageLine& s : st) {
+      least = std::min(least, s.per_layer);
+      sum += s.per_layer + s.fixed;  // every stage holds a layer
+      w_one = std::max(w_one, s.tail_per_layer + s.tail_fixed);
+      f.push_back({s.per_layer, s.fixed});
+      tail.push_back({s.tail_per_layer, s.tail_fixed});
+      tail_grows = tail_grows && s.tail_per_layer > 0;
+    }
+    // Sum of the stages: the layers beyond one a stage on the fastest. Bottleneck and slowest sync:
+    // each at its own least over integer splits.
+    sum += (L - S) * least;
+    Z[p] = least_integer_bottleneck(f, L);
+    const double W = tail_grows ? least_integer_bottleneck(tail, L) : w_one;
+    K[p] = sum + W;  // g_p(n) = K_p + (n - 1) Z_p bounds pipeline p's time from below
+  }
+  if (D == 1) return K[0] + (B / b[0] - 1) * Z[0];
+  // The least T at which the pipelines can take B sequences: pipeline p runs at most
+  // n_p(T) = floor((T - K_p) / Z_p) + 1 micro-batches within T. From the real-valued T, step
+  // through the breakpoints K_p + (n - 1) Z_p.
+  double slope = 0, offset = 0, T = 0;
+  for (int p = 0; p < D; ++p) {
+    slope += b[p] / Z[p];
+    offset += b[p] * (K[p] / Z[p] - 1);
+    T = std::max(T, K[p]);  // every pipeline runs a micro-batch
+  }
+  T = std::max(T, (B + offset) / slope);
+  for (int step = 0; step <= 4 * D + 4; ++step) {
+    double taken = 0, next = kInf;
+    for (int p = 0; p < D; ++p) {
+      const double n = std::floor((T - K[p]) / Z[p] * (1 + 1e-12) + 1e-12) + 1;
+      taken += b[p] * n;
+      next = std::min(next, K[p] + n * Z[p]);
+    }
+    if (taken >= B) return T;
+    T = next;
+  }
+  return T;
+}
+
+std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, double prune_at) {
   const int D = static_cast<int>(c.pipelines.size());
   const std::vector<int>& b = c.micro_batch_sizes;
   const int64_t B = options.global_batch;  // sequences, sum_p n_p b_p
@@ -208,10 +284,27 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c) {
   // The most micro-batches pipeline p can run: every other pipeline runs at least one.
   std::vector<int> max_n(D);
   for (int p = 0; p < D; ++p) max_n[p] = static_cast<int>((B - (all_sizes - b[p])) / b[p]);
-  std::vector<PipelineTable> tabs;
+  // The gradient ring of stage index j: that stage (or the nearest) of every pipeline.
+  size_t most_stages = 0;
+  for (const auto& pipe : c.pipelines) most_stages = std::max(most_stages, pipe.size());
+  std::vector<std::pair<double, double>> rings;
+  for (size_t j = 0; j < most_stages; ++j) {
+    std::vector<int> ring;
+    for (const auto& other : c.pipelines) ring.push_back(other[std::min(j, other.size() - 1)].ranks.front());
+    rings.push_back(D > 1 ? cost.collective_link(ring) : std::pair<double, double>{1, 0});
+  }
+  std::vector<std::vector<StageLine>> lines;
   for (int p = 0; p < D; ++p) {
     if (max_n[p] < 1) return std::nullopt;
-    tabs.push_back(table(stage_lines(c, p), max_n[p], b[p], D));
+    lines.push_back(stage_lines(c, p, rings));
+  }
+  if (prune_at < kInf && relaxed_bound(lines, b) >= prune_at) {
+    ++relaxation_pruned_;
+    return std::nullopt;
+  }
+  std::vector<PipelineTable> tabs;
+  for (int p = 0; p < D; ++p) {
+    tabs.push_back(table(lines[p], max_n[p], b[p], D));
     if (tabs.back().pieces.empty()) return std::nullopt;
   }
   std::vector<int> n_of(D, static_cast<int>(B / b[0]));

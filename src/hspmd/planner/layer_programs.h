@@ -16,6 +16,7 @@
 // the same way CostModel::predict prices it.
 #pragma once
 
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -35,10 +36,13 @@ class LayerPrograms {
   LayerPrograms(const CostModel& cost, const PlannerOptions& options);
 
   // The candidate's strategy (layers per stage, micro-batches per pipeline), or none when nothing
-  // fits in memory.
-  std::optional<sharding::Strategy> solve(const Candidate& c);
+  // fits in memory or when a relaxation shows its step would be at least `prune_at` (before any
+  // integer program: the planner passes the best step found so far).
+  std::optional<sharding::Strategy> solve(const Candidate& c,
+                                          double prune_at = std::numeric_limits<double>::infinity());
 
   int milps() const { return milps_; }  // integer programs solved so far
+  int relaxation_pruned() const { return relaxation_pruned_; }  // candidates solve() dropped unsolved
 
  private:
   // What a stage costs as a function of its layer count x (all affine in x).
@@ -78,7 +82,14 @@ class LayerPrograms {
     }
   };
 
-  std::vector<StageLine> stage_lines(const Candidate& c, size_t p) const;
+  // `rings[j]`: the slowest link of the gradient ring of stage index j (the same for every pipeline).
+  // A lower bound on the step of any solution of a candidate whose pipelines have these stage lines
+  // and micro-batch sizes: layers and micro-batches relaxed to real numbers, and the three terms of
+  // a pipeline's time (sum of its stages, the bottleneck times n - 1, the slowest sync) each at its
+  // own minimum. Memory is ignored (it only removes solutions).
+  double relaxed_bound(const std::vector<std::vector<StageLine>>& lines, const std::vector<int>& b) const;
+  std::vector<StageLine> stage_lines(const Candidate& c, size_t p,
+                                     const std::vector<std::pair<double, double>>& rings) const;
   double memory(const StageLine& s, int x, int b, int in_flight, int D) const;
   std::optional<SplitLine> best_split(const std::vector<StageLine>& st, double m, const std::vector<int>& in_flight,
                                       int b, int D);
@@ -91,6 +102,7 @@ class LayerPrograms {
   const ModelShape& shape;
   int layers = 0;
   int milps_ = 0;
+  int relaxation_pruned_ = 0;
   std::map<std::string, PipelineTable> tables;  // by pipeline signature
 };
 

@@ -1,6 +1,7 @@
 #include "hspmd/planner/pipeline_search.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 
@@ -164,7 +165,18 @@ std::vector<std::vector<Group>> PipelineSearch::mixes_of(const std::string& kind
             mix.push_back({kind, node, std::vector<int>(ranks.begin() + at, ranks.begin() + at + t_small)});
           }
         }
-        if (small || whole_nodes) out.push_back(std::move(mix));
+        if (!small && !whole_nodes) continue;
+        // Large kinds: every stride-th count of nodes of t_big only (about 16 mixes per pair).
+        const int nodes = static_cast<int>(devices.at(kind).size());
+        if (num_devices > 64 && nodes > 16) {
+          const int stride = (nodes + 15) / 16;
+          std::set<int> big_nodes;
+          for (const Group& g : mix) {
+            if (static_cast<int>(g.ranks.size()) == t_big) big_nodes.insert(g.node);
+          }
+          if (static_cast<int>(big_nodes.size()) % stride != 0) continue;
+        }
+        out.push_back(std::move(mix));
       }
     }
   }
@@ -192,23 +204,29 @@ bool kinds_contiguous(const std::vector<std::string>& order, const std::map<std:
 
 }  // namespace
 
-std::vector<Candidate> PipelineSearch::candidates() const {
-  const bool small = num_devices <= 8;  // the search is complete up to 8 devices
+double PipelineSearch::layer_time(const Group& g, int b) const {
+  const auto key = std::make_tuple(g.ranks.front(), static_cast<int>(g.ranks.size()), b);
+  auto it = layer_memo_.find(key);
+  if (it != layer_memo_.end()) return it->second;
+  const double t = layer_seconds(cost, g, b);
+  layer_memo_.emplace(key, t);
+  return t;
+}
+
+// The cuts: a mix (or idle) per kind, at most one kind mixing degrees above 8 devices.
+void PipelineSearch::build() {
+  built_ = true;
+  const bool small = num_devices <= 8;
+  sizes_ = !keep_micro_batch_sizes.empty()     ? keep_micro_batch_sizes
+           : options.micro_batch_sizes.empty() ? powers_of_two_dividing(options.global_batch, 8)
+                                               : options.micro_batch_sizes;
   std::vector<std::string> kinds;
   std::vector<std::vector<std::vector<Group>>> mixes;  // per kind: its mixes (idle not listed)
   for (const auto& [kind, _] : devices) {
     kinds.push_back(kind);
     mixes.push_back(mixes_of(kind));
   }
-  const std::vector<int> sizes = !keep_micro_batch_sizes.empty() ? keep_micro_batch_sizes
-                                 : options.micro_batch_sizes.empty()
-                                     ? powers_of_two_dividing(options.global_batch, 8)
-                                     : options.micro_batch_sizes;
-  std::vector<Candidate> out;
   std::vector<int> pick(kinds.size(), -1);  // per kind: its mix, or -1 = idle
-  std::function<void(const std::vector<std::string>&, std::map<std::string, std::vector<Group>>&,
-                     const std::map<std::string, std::vector<int>>&, int)>
-      add;
   std::function<void(size_t)> recurse = [&](size_t k) {
     if (k < kinds.size()) {
       for (int m = -1; m < static_cast<int>(mixes[k].size()); ++m) {
@@ -218,38 +236,114 @@ std::vector<Candidate> PipelineSearch::candidates() const {
       return;
     }
     // Classes: the groups of one kind and one TP degree ("H800/TP4"), each spread evenly.
-    std::vector<std::string> used;
-    std::map<std::string, std::vector<Group>> groups;
-    int total = 0;
+    Combo c;
     for (size_t i = 0; i < kinds.size(); ++i) {
       if (pick[i] < 0) continue;
       for (const Group& g : mixes[i][pick[i]]) {
-        groups[kinds[i] + "/TP" + std::to_string(g.ranks.size())].push_back(g);
-        ++total;
+        c.groups[kinds[i] + "/TP" + std::to_string(g.ranks.size())].push_back(g);
+        ++c.total;
       }
     }
-    for (const auto& [cls, _] : groups) used.push_back(cls);
-    if (used.empty()) return;
+    for (const auto& [cls, _] : c.groups) c.used.push_back(cls);
+    if (c.used.empty()) return;
+    const size_t used_kinds = kinds_of(c.groups).size();
+    c.mixed = c.used.size() > used_kinds;
     // Above 8 devices, at most one kind mixes TP degrees.
-    if (!small && used.size() > kinds_of(groups).size() + 1) return;
-    for (int D = 1; D <= total; ++D) {
-      for (const auto& count : spreads(used, groups, D)) {
-        bool ok = true;
-        for (int p = 0; p < D && ok; ++p) {
-          int stages = 0;
-          for (const std::string& kind : used) stages += count.at(kind)[p];
-          ok = stages >= 1 && stages <= layers;
+    if (!small && c.used.size() > used_kinds + 1) return;
+    for (const std::string& cls : c.used) {
+      double cap = std::numeric_limits<double>::infinity();
+      for (const Group& g : c.groups.at(cls)) {
+        for (int r : g.ranks) {
+          const double m = cost.topology().device(r).memory;
+          if (m > 0) cap = std::min(cap, m);
         }
-        if (ok) add(used, groups, count, D);
+        double best = 0;
+        for (int b : sizes_) best = std::max(best, b / layer_time(g, b));
+        c.rate_max += best;
+      }
+      c.capacity.push_back(cap);
+    }
+    combos_.push_back(std::move(c));
+  };
+  recurse(0);
+  for (int i = 0; i < static_cast<int>(combos_.size()); ++i) push_shape(i, combos_[i].total + 1);
+}
+
+// Every candidate of shape (c, D) takes at least this long: its pipelines' micro-batch sizes b_p
+// give sum_p b_p R_p <= sum over groups of max_b b / layer time (rate_max) and bubbles
+// sum_p b_p (S_p - 1) >= b_min (G - D).
+double PipelineSearch::shape_bound(const Combo& c, int D) const {
+  const double b_min = *std::min_element(sizes_.begin(), sizes_.end());
+  return (static_cast<double>(options.global_batch) + b_min * (c.total - D)) * layers / c.rate_max;
+}
+
+// Whether some candidate of shape (c, D) may fit in memory. A stage of class k holds at most
+// most_k layers (its memory with one micro-batch of the smallest size in flight, not holding the
+// embedding or head: less than any stage of that class needs). When the classes' extra groups
+// (G_k mod D) cannot cover every pipeline, some pipeline has only G_k / D groups of each class and
+// must hold all layers with them; otherwise the largest pipeline (ceil) must.
+bool PipelineSearch::shape_fits(const Combo& c, int D) const {
+  const int b_min = *std::min_element(sizes_.begin(), sizes_.end());
+  if (static_cast<int64_t>(D) * b_min > options.global_batch) return false;  // a micro-batch each
+  int64_t extras = 0, floor_room = 0, ceil_room = 0, floor_stages = 0;
+  for (size_t k = 0; k < c.used.size(); ++k) {
+    const std::vector<Group>& g = c.groups.at(c.used[k]);
+    const int G = static_cast<int>(g.size());
+    const std::string& kind = g.front().kind;
+    const int t = static_cast<int>(g.front().ranks.size());
+    int most = layers;
+    if (c.capacity[k] < std::numeric_limits<double>::infinity()) {
+      const double m1 = cost.stage_memory(kind, t, 1, false, false, b_min, 1, D, options.zero1).total();
+      const double m2 = cost.stage_memory(kind, t, 2, false, false, b_min, 1, D, options.zero1).total();
+      if (m1 > c.capacity[k]) {
+        most = 0;
+      } else if (m2 > m1) {
+        most = static_cast<int>(std::min<double>(layers, 1 + std::floor((c.capacity[k] - m1) / (m2 - m1))));
       }
     }
-  };
-  // Every order of the classes along the pipelines, every micro-batch size.
-  add = [&](const std::vector<std::string>& used, std::map<std::string, std::vector<Group>>& groups,
-            const std::map<std::string, std::vector<int>>& count, int D) {
+    extras += G % D;
+    floor_stages += G / D;
+    floor_room += static_cast<int64_t>(G / D) * most;
+    ceil_room += static_cast<int64_t>((G + D - 1) / D) * most;
+  }
+  if (extras < D) return floor_stages >= 1 && floor_room >= layers;
+  return ceil_room >= layers;
+}
+
+int PipelineSearch::next_shape_D(const Combo& c, int below) const {
+  for (int D = std::min(below - 1, c.total); D >= 1; --D) {
+    if (shape_fits(c, D)) return D;
+  }
+  return 0;
+}
+
+void PipelineSearch::push_shape(int combo, int below) {
+  const int D = next_shape_D(combos_[combo], below);
+  if (D < 1) return;
+  queue_.push({shape_bound(combos_[combo], D), seq_++, combo, D, -1});
+}
+
+double PipelineSearch::lowest_bound() const {
+  return queue_.empty() ? std::numeric_limits<double>::infinity() : queue_.top().bound;
+}
+
+// The candidates of shape (combo, D): every spread, order of the classes and micro-batch sizes.
+void PipelineSearch::expand(int combo, int D, double threshold) {
+  const bool small = num_devices <= 8;  // the search is complete up to 8 devices
+  Combo& cb = combos_[combo];
+  const std::vector<std::string>& used = cb.used;
+  std::map<std::string, std::vector<Group>>& groups = cb.groups;
+  for (const auto& count : spreads(used, groups, D)) {
+    bool ok = true;
+    for (int p = 0; p < D && ok; ++p) {
+      int stages = 0;
+      for (const std::string& kind : used) stages += count.at(kind)[p];
+      ok = stages >= 1 && stages <= layers;
+    }
+    if (!ok) continue;
+    // Every order of the classes along the pipelines, every micro-batch size.
     std::vector<std::string> order = used;
     std::sort(order.begin(), order.end());
-    const bool mixed = used.size() > kinds_of(groups).size();
     do {
       // Above 8 devices, the classes of one kind stay together along the pipelines.
       if (!small && !kinds_contiguous(order, groups)) continue;
@@ -260,10 +354,7 @@ std::vector<Candidate> PipelineSearch::candidates() const {
           for (int i = 0; i < count.at(kind)[p]; ++i) pipes[p].push_back(groups[kind][next[kind]++]);
         }
       }
-      for (const std::vector<int>& bs : size_assignments(pipes, sizes, mixed)) {
-        Candidate c;
-        c.micro_batch_sizes = bs;
-        c.pipelines = pipes;
+      for (const std::vector<int>& bs : size_assignments(pipes, sizes_, cb.mixed)) {
         // Pipeline p needs at least (n_p + S_p - 1) * L / R_p, R_p = sum over its stages of
         // 1 / (seconds per layer at b_p): its slowest stage holds at least L / R_p of layer work per
         // micro-batch. Within a step time T it takes n_p <= T R_p / L - (S_p - 1) micro-batches, and
@@ -272,18 +363,41 @@ std::vector<Candidate> PipelineSearch::candidates() const {
         double rate = 0, bubbles = 0;
         for (size_t p = 0; p < pipes.size(); ++p) {
           double r = 0;
-          for (const Group& g : pipes[p]) r += 1.0 / layer_seconds(cost, g, bs[p]);
+          for (const Group& g : pipes[p]) r += 1.0 / layer_time(g, bs[p]);
           rate += bs[p] * r;
           bubbles += bs[p] * (static_cast<double>(pipes[p].size()) - 1);
         }
-        c.bound = (static_cast<double>(options.global_batch) + bubbles) * layers / rate;
-        out.push_back(std::move(c));
+        const double bound = (static_cast<double>(options.global_batch) + bubbles) * layers / rate;
+        ++generated_;
+        if (bound >= threshold) continue;  // never visited: the threshold only falls
+        Candidate c;
+        c.micro_batch_sizes = bs;
+        c.pipelines = pipes;
+        c.bound = bound;
+        const int64_t id = seq_++;
+        queue_.push({bound, id, combo, D, id});
+        pending_.emplace(id, std::move(c));
       }
     } while (std::next_permutation(order.begin(), order.end()));
-  };
-  recurse(0);
-  std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.bound < b.bound; });
-  return out;
+  }
+}
+
+std::optional<Candidate> PipelineSearch::next(double threshold) {
+  if (!built_) build();
+  while (!queue_.empty() && queue_.top().bound < threshold) {
+    const Entry e = queue_.top();
+    queue_.pop();
+    if (e.candidate >= 0) {
+      auto it = pending_.find(e.candidate);
+      Candidate c = std::move(it->second);
+      pending_.erase(it);
+      return c;
+    }
+    ++shapes_;
+    push_shape(e.combo, e.D);
+    expand(e.combo, e.D, threshold);
+  }
+  return std::nullopt;
 }
 
 }  // namespace hspmd::planner

@@ -16,12 +16,27 @@
 //   - a micro-batch size b_p per pipeline (powers of two dividing the global batch): every
 //     assignment on clusters of up to 8 devices; above, pipelines of the same kinds and TP degrees
 //     share one size (they are interchangeable, and the sizes stay few).
-// Candidates come sorted by a lower bound on their step time (all layer work spread over every
+//   Above 64 devices, a kind with more than 16 nodes mixes degrees only on every k-th node count
+//   (k = nodes / 16, rounded up): the mixes stay about 16 per pair of degrees.
+// Candidates come by ascending lower bound on their step time (all layer work spread over every
 // group's speed, with the bubbles), so that the caller can stop once the bound reaches the best
-// plan it found. Level 2 (planner/layer_programs.h) turns a candidate into a strategy.
+// plan it found. They are generated lazily, best first: a *shape* (a cut per kind and a pipeline
+// count D) has a bound below every candidate it expands to (the fastest micro-batch size for every
+// group, the smallest size's bubbles), and a memory check (the pipeline with the fewest groups
+// must hold every layer, each stage at most the layers its devices hold with one micro-batch in
+// flight) drops shapes no candidate of which fits. Both bounds fall as D grows, so each cut's
+// shapes are visited from its largest feasible D down, and a shape is expanded only when its
+// bound is the lowest left. A cluster of thousands of devices thus costs its shapes' bounds
+// (linear in the cuts and the D tried), not the product of every cut, D, spread, order and size.
+// Level 2 (planner/layer_programs.h) turns a candidate into a strategy.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
+#include <queue>
+#include <tuple>
 #include <set>
 #include <string>
 #include <vector>
@@ -51,8 +66,16 @@ class PipelineSearch {
   // `available`: the ranks the plan may use. Keeps references to the cost model and the options.
   PipelineSearch(const CostModel& cost, const PlannerOptions& options, const std::vector<int>& available);
 
-  // Every candidate of the search space, by ascending lower bound.
-  std::vector<Candidate> candidates() const;
+  // The candidate with the lowest bound not yet returned, or none when every remaining candidate's
+  // bound is at least `threshold` (or none remains). The first call builds the cuts, so keep_tp and
+  // keep_micro_batch_sizes must be set before it.
+  std::optional<Candidate> next(double threshold);
+
+  int64_t generated() const { return generated_; }  // candidates generated so far
+  int64_t shapes() const { return shapes_; }        // (cut, D) shapes expanded so far
+  int64_t cuts() const { return static_cast<int64_t>(combos_.size()); }
+  // The lowest bound among what remains (infinity when nothing does).
+  double lowest_bound() const;
 
   // Pruning for re-planning (and PlannerOptions::tp_per_kind): a kind listed here keeps these TP
   // degrees (one: that degree alone; several: mixes of them) or stays idle; non-empty
@@ -61,6 +84,31 @@ class PipelineSearch {
   std::vector<int> keep_micro_batch_sizes;
 
  private:
+  // One cut of the cluster: a mix (or idle) per kind; its groups by class ("H800/TP4").
+  struct Combo {
+    std::map<std::string, std::vector<Group>> groups;
+    std::vector<std::string> used;  // the classes, sorted
+    int total = 0;                  // groups
+    bool mixed = false;             // a kind mixes TP degrees
+    double rate_max = 0;            // sum over groups of max_b b / layer seconds(g, b)
+    std::vector<double> capacity;   // per class (`used` order): its smallest device memory (inf: unknown)
+  };
+  struct Entry {
+    double bound = 0;
+    int64_t seq = 0;
+    int combo = 0, D = 0;
+    int64_t candidate = -1;  // >= 0: a generated candidate (in pending_), else the shape (combo, D)
+    bool operator>(const Entry& o) const { return bound != o.bound ? bound > o.bound : seq > o.seq; }
+  };
+
+  void build();
+  double shape_bound(const Combo& c, int D) const;
+  bool shape_fits(const Combo& c, int D) const;
+  int next_shape_D(const Combo& c, int below) const;  // the largest D < below worth a shape, or 0
+  void push_shape(int combo, int below);
+  void expand(int combo, int D, double threshold);
+  double layer_time(const Group& g, int b) const;  // layer_seconds, memoized per group and size
+
   std::vector<std::map<std::string, std::vector<int>>> spreads(
       const std::vector<std::string>& used, const std::map<std::string, std::vector<Group>>& groups, int D) const;
   std::vector<std::vector<int>> size_assignments(const std::vector<std::vector<Group>>& pipes,
@@ -75,6 +123,13 @@ class PipelineSearch {
   int layers = 0;
   int num_devices = 0;
   std::map<std::string, std::map<int, std::vector<int>>> devices;  // kind -> node -> ranks
+  std::vector<int> sizes_;                                         // micro-batch sizes tried
+  bool built_ = false;
+  std::vector<Combo> combos_;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_;
+  std::map<int64_t, Candidate> pending_;
+  int64_t seq_ = 0, generated_ = 0, shapes_ = 0;
+  mutable std::map<std::tuple<int, int, int>, double> layer_memo_;
 };
 
 // Seconds of one decoder layer of one micro-batch of b sequences on group g, its TP collectives

@@ -9,10 +9,10 @@
 #include <set>
 #include <sstream>
 
+#include "hspmd/core/byte_size.h"
 #include "hspmd/core/error.h"
 #include "hspmd/planner/layer_programs.h"
 #include "hspmd/planner/pipeline_search.h"
-#include "hspmd/specialize/plan_report.h"
 
 namespace hspmd::planner {
 
@@ -105,7 +105,6 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
     sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
     std::erase_if(sizes, [&](int b) { return options_.global_batch % b != 0; });
   }
-  const std::vector<Candidate> candidates = search.candidates();
   Plan best;
   best.prediction.step_seconds = kInf;
   struct Found {
@@ -115,10 +114,35 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
   std::vector<Found> found;
   const double slack = previous ? 1 + options_.replan_tolerance : 1;
   int solved = 0;
-  for (const Candidate& c : candidates) {
-    if (c.bound >= best.prediction.step_seconds * slack) break;
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  auto progress = [&] {
+    PlanningProgress p;
+    p.elapsed_seconds = elapsed();
+    p.time_limit_seconds = options_.time_limit_seconds;
+    p.cuts = search.cuts();
+    p.shapes = search.shapes();
+    p.candidates = search.generated();
+    p.solved = solved;
+    p.milps = programs.milps();
+    p.relaxation_pruned = programs.relaxation_pruned();
+    p.best_step_seconds = best.prediction.step_seconds;
+    p.lowest_bound_seconds = search.lowest_bound();
+    return p;
+  };
+  double next_report = options_.progress_interval_seconds;
+  while (std::optional<Candidate> c = search.next(best.prediction.step_seconds * slack)) {
+    if (options_.time_limit_seconds > 0 && best.prediction.step_seconds < kInf &&
+        elapsed() >= options_.time_limit_seconds) {
+      best.complete = false;
+      best.lowest_bound_left = c->bound;
+      break;
+    }
+    if (options_.progress && elapsed() >= next_report) {
+      options_.progress(progress());
+      next_report = elapsed() + options_.progress_interval_seconds;
+    }
     ++solved;
-    std::optional<sharding::Strategy> st = programs.solve(c);
+    std::optional<sharding::Strategy> st = programs.solve(*c, best.prediction.step_seconds * slack);
     if (!st) continue;
     Prediction p = cost_.predict(*st);
     if (!p.fits) continue;
@@ -131,7 +155,7 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
   if (best.prediction.step_seconds == kInf) {
     // Refuse with the figures: what the model's states need against what the devices have.
     const ModelShape& m = cost_.shape();
-    const double params = m.layers * m.layer_parameters + m.embedding_parameters + m.head_parameters;
+    const double params = m.stage_parameters(static_cast<int>(m.layers), true, true);
     double total_memory = 0, largest = 0, need = 0;
     for (int r : available) {
       const resolve::DeviceSpec& d = topology_.device(r);
@@ -140,13 +164,14 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
       const DeviceKindProfile& k = profile_.kind(d.type);
       need = std::max(need, params * (k.bytes_per_parameter + k.zero_bytes_per_parameter / available.size()));
     }
-    HSPMD_THROW() << "planner: no plan fits in memory (" << candidates.size() << " pipeline configurations tried). The model has "
+    HSPMD_THROW() << "planner: no plan fits in memory (" << search.generated()
+                  << " pipeline configurations tried). The model has "
                   << params / 1e9 << " billion parameters, one decoder layer " << m.layer_parameters / 1e6
                   << " million; weights, gradients and optimizer states need at least "
-                  << specialize::human_bytes(need) << " even with every state sharded over all " << available.size()
+                  << format_bytes(need) << " even with every state sharded over all " << available.size()
                   << " devices, before activations of " << options_.seq_len << "-token sequences; the devices have "
-                  << specialize::human_bytes(total_memory) << " in all, the largest "
-                  << specialize::human_bytes(largest) << ". Add devices, shorten the sequences or use a smaller model";
+                  << format_bytes(total_memory) << " in all, the largest "
+                  << format_bytes(largest) << ". Add devices, shorten the sequences or use a smaller model";
   }
   if (previous) {
     double least = kInf;
@@ -179,7 +204,7 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
     }
     best.idle.push_back(why.str());
   }
-  best.candidates = static_cast<int>(candidates.size());
+  best.candidates = static_cast<int>(search.generated());
   best.candidates_solved = solved;
   best.milps = programs.milps();
   best.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -207,10 +232,40 @@ Plan Planner::replan(const sharding::Strategy& previous, const std::vector<int>&
   return run(devices, &previous);
 }
 
+std::string PlanningProgress::to_string() const {
+  std::ostringstream s;
+  s.precision(4);
+  s << "planning " << elapsed_seconds << " s: level 1 " << cuts << " cuts into TP groups, " << shapes
+    << " (cut, pipelines) shapes expanded, " << candidates << " configurations generated; level 2 " << solved
+    << " taken (" << relaxation_pruned << " dropped by their relaxation, " << milps
+    << " integer programs); best ";
+  if (best_step_seconds < kInf) {
+    s << best_step_seconds << " s predicted";
+  } else {
+    s << "none fits yet";
+  }
+  s << ", lowest bound left ";
+  if (lowest_bound_seconds < kInf) {
+    s << lowest_bound_seconds << " s";
+  } else {
+    s << "none";
+  }
+  if (time_limit_seconds > 0) {
+    s << "; " << std::max(0.0, time_limit_seconds - elapsed_seconds) << " s left of the " << time_limit_seconds
+      << " s limit";
+  }
+  return s.str();
+}
+
 std::string describe_plan(const Plan& plan) {
   std::ostringstream s;
   s.precision(4);
   const sharding::Strategy& st = plan.strategy;
+  if (!plan.complete) {
+    s << "BEST FOUND WITHIN THE TIME LIMIT, search incomplete: configurations left unsearched have lower "
+         "bounds from "
+      << plan.lowest_bound_left << " s\n";
+  }
   s << st.ranks().size() << " ranks in " << st.pipelines.size() << " pipeline" << (st.pipelines.size() == 1 ? "" : "s")
     << ", ZeRO-1 " << (st.zero1 ? "on" : "off") << "\n";
   for (size_t p = 0; p < st.pipelines.size(); ++p) {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -34,6 +35,21 @@
 
 namespace hspmd::planner {
 
+// What a long search is doing, handed to PlannerOptions::progress every progress_interval_seconds.
+struct PlanningProgress {
+  double elapsed_seconds = 0;
+  double time_limit_seconds = 0;     // 0: none
+  int64_t cuts = 0;                  // level 1: ways to cut the kinds into TP groups
+  int64_t shapes = 0;                // level 1: (cut, pipeline count) shapes expanded
+  int64_t candidates = 0;            // level 1: pipeline configurations generated
+  int solved = 0;                    // level 2: configurations taken (layers, micro-batches)
+  int relaxation_pruned = 0;         // level 2: of them, dropped by a relaxation before any program
+  int milps = 0;                     // level 2: integer programs solved by CBC
+  double best_step_seconds = 0;      // the best plan's predicted step; infinity: none fits yet
+  double lowest_bound_seconds = 0;   // the lowest bound among what is left to search
+  std::string to_string() const;     // one line
+};
+
 struct PlannerOptions {
   int64_t global_batch = 64;  // sequences per step
   int64_t seq_len = 4096;
@@ -44,6 +60,12 @@ struct PlannerOptions {
   std::map<std::string, int> tp_per_kind;  // fixes a kind's TP degree (or idle); absent kinds: searched
   double replan_tolerance = 0.05;      // replan(): plans this much slower than the fastest may win on movement
   std::string name = "planned";        // the strategy's name
+  // Stop searching after this many seconds (0: no limit) and return the best plan found so far,
+  // marked incomplete (Plan::complete); without any plan by then, the search goes on to the first.
+  double time_limit_seconds = 0;
+  // Called every progress_interval_seconds of a search still running (none: silent).
+  std::function<void(const PlanningProgress&)> progress;
+  double progress_interval_seconds = 5;
 };
 
 struct Plan {
@@ -55,6 +77,10 @@ struct Plan {
   int milps = 0;                  // integer programs solved by CBC
   double moved_bytes = 0;         // replan(): state the ranks fetch (0 for plan())
   double planning_seconds = 0;
+  // False when the time limit stopped the search: a configuration left unsearched had a lower bound
+  // than this plan's step (lowest_bound_left), so a faster plan may exist.
+  bool complete = true;
+  double lowest_bound_left = 0;
 };
 
 class Planner {
