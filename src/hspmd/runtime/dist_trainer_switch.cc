@@ -91,7 +91,8 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
   // 2. One fused BSR for every parameter and both moments, planned identically on every rank.
   switching::SwitchOptions switch_options;
   switch_options.topology = options_.topology;
-  switch_options.fuse = fused;
+  switch_options.algorithm =
+      fused ? resolve::BsrAlgorithm::kFusedHeuristic : resolve::BsrAlgorithm::kPerTensorLowestOwner;
   switch_options.dead = dead;
   // After a failure a ZeRO-1 gather may have been cut short: a parameter's up-to-date elements are
   // those of its optimizer-state layout, so only they are sent.
