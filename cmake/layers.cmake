@@ -77,7 +77,9 @@ endfunction()
 
 # Every tests/LAYER/NAME_test.cc is one test executable linked to hspmd_LAYER, labelled LAYER.
 # Files named *_dist_test.cc run real processes and are labelled `dist` as well.
+# all_tests builds every test program (`make test`; the programs the tests run are added to it).
 function(hspmd_tests)
+  add_custom_target(all_tests)
   file(GLOB layer_dirs LIST_DIRECTORIES true ${PROJECT_SOURCE_DIR}/tests/*)
   foreach(dir ${layer_dirs})
     if(NOT IS_DIRECTORY ${dir})
@@ -91,6 +93,7 @@ function(hspmd_tests)
     file(GLOB support CONFIGURE_DEPENDS ${dir}/*_testlib.cc)
     # tests_LAYER builds every test of one layer (the sanitizer build builds only some layers).
     add_custom_target(tests_${layer})
+    add_dependencies(all_tests tests_${layer})
     # The layer's shared test helpers are compiled once, not once per test.
     add_library(${layer}_testlib STATIC ${support} ${PROJECT_SOURCE_DIR}/cmake/empty.cc)
     target_include_directories(${layer}_testlib PUBLIC ${PROJECT_SOURCE_DIR}/tests)
@@ -112,13 +115,16 @@ function(hspmd_tests)
   endforeach()
 endfunction()
 
-# Every bench/NAME_bench.cc is one Google Benchmark program bench_NAME.
+# Every bench/NAME_bench.cc is one Google Benchmark program bench_NAME; all_benchmarks builds them
+# (`make bench`).
 function(hspmd_benchmarks)
+  add_custom_target(all_benchmarks)
   file(GLOB benches CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/bench/*_bench.cc)
   foreach(src ${benches})
     get_filename_component(name ${src} NAME_WE)
     add_executable(bench_${name} ${src})
     target_link_libraries(bench_${name} PRIVATE hspmd_all benchmark::benchmark)
     target_include_directories(bench_${name} PRIVATE ${OpenBLAS_INCLUDE_DIRS})
+    add_dependencies(all_benchmarks bench_${name})
   endforeach()
 endfunction()

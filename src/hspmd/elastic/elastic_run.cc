@@ -242,9 +242,10 @@ void ElasticRun::commit_switch(int64_t step) {
   strategy_ = pending_strategy_;
 }
 
-runtime::SwitchReport ElasticRun::switch_to(runtime::DistTrainer& trainer, const sharding::Strategy& strategy) {
+runtime::SwitchReport ElasticRun::switch_to(runtime::DistTrainer& trainer, const sharding::Strategy& strategy,
+                                            const sharding::AnnotationPlan& plan) {
   pending_strategy_ = strategy;
-  return trainer.switch_to(models::compile_llama_plan(config_, strategy), strategy.name);
+  return trainer.switch_to(plan, strategy.name);
 }
 
 RecoveryReport ElasticRun::recover(runtime::DistTrainer& trainer, const std::string& cause) {
