@@ -274,6 +274,7 @@ void run_worker(const TrainArgs& args) {
     loop.add_hook(*by_length);
   }
   runtime::ScheduledSwitches switches(std::move(plans), in_force);
+  switches.set_bsr_algorithm(resolve::parse_bsr_algorithm(args.switch_bsr));
   loop.add_hook(switches);
   if (elastic) {
     switches.set_route(&elastic->hook);

@@ -314,7 +314,8 @@ void ElasticRun::move_state(runtime::DistTrainer& trainer, const planner::Plan& 
   pending_strategy_ = plan.strategy;
   const sharding::AnnotationPlan annotations = models::compile_llama_plan(config_, plan.strategy);
   try {
-    report.switched = trainer.switch_to(annotations, plan.strategy.name, /*fused=*/true, report.dead);
+    report.switched = trainer.switch_to(annotations, plan.strategy.name, resolve::BsrAlgorithm::kFusedHeuristic,
+                                         report.dead);
   } catch (const runtime::StateLost& e) {
     if (!complete_checkpoint(options_.checkpoint_dir)) {
       throw Unrecoverable(std::string(e.what()) + "; and there is no complete checkpoint to fall back to (give --save DIR "
