@@ -6,6 +6,7 @@
 #
 #   cross     a heterogeneous strategy whose pipelines cross the hosts, and a switch whose BSR
 #             moves state across them: every step's loss equals one process's (--check-single)
+#   per-tensor the same switch with --switch-bsr per-tensor (one BSR per tensor, heuristics)
 #   killed    every process of host B is killed (kill -9): A goes on from its replica
 #   partition host B's link goes down: A (with the store) goes on; B's launcher finds the store
 #             unreachable, fences its workers and exits 76 by itself; B never writes to the run again
@@ -18,7 +19,7 @@
 # the first step the survivors finish after their recovery) as "measured: ..." lines.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-cases=("${@:-cross killed partition}")
+cases=("${@:-cross per-tensor killed partition}")
 cases=(${cases[*]})
 
 label=multihost
@@ -45,6 +46,20 @@ run_cross() {
   grep -E "switch (before step 4|after step 3)" "$work/cross-a.log" | grep -q "inter-node" ||
     fail "cross: no switch across the hosts: $(grep -E 'switch' "$work/cross-a.log" | tail -3)"
   echo "multihost: cross: pipelines across hosts and a switch across hosts equal one process"
+}
+
+# The per-tensor BSR with heuristics (the algorithm between fused and the lowest-owner baseline)
+# moves the state across the hosts as correctly as the fused one.
+run_per_tensor() {
+  local flags="--steps 3 --strategy $work/cross.json --switch 2:$work/dp2-pp2.json --switch-bsr per-tensor"
+  start_host a per-tensor -- $train $flags --check-single
+  start_host b per-tensor -- $train $flags
+  wait "$launcher_a"; local code_a=$?
+  wait "$launcher_b"; local code_b=$?
+  [ $code_a = 0 ] && [ $code_b = 0 ] || fail "per-tensor: exit codes $code_a/$code_b: $(tail -20 "$work/per-tensor-a.log")"
+  grep -q "PASS" "$work/per-tensor-a.log" || fail "per-tensor: losses differ from one process"
+  grep -q "BSR per-tensor: .*inter-node" "$work/per-tensor-a.log" || fail "per-tensor: $(grep switch "$work/per-tensor-a.log")"
+  echo "multihost: per-tensor: a per-tensor BSR with heuristics across hosts equals one process"
 }
 
 run_killed() {
@@ -91,9 +106,10 @@ run_partition() {
 for c in "${cases[@]}"; do
   case "$c" in
     cross) run_cross ;;
+    per-tensor) run_per_tensor ;;
     killed) run_killed ;;
     partition) run_partition ;;
-    *) fail "unknown case '$c' (cross, killed, partition)" ;;
+    *) fail "unknown case '$c' (cross, per-tensor, killed, partition)" ;;
   esac
 done
 echo "multihost: all cases passed"
