@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "hspmd/comm/thread_ranks.h"
+#include "hspmd/core/elapsed.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/planner/cost_model.h"
@@ -242,7 +243,7 @@ void emulated(int steps, int rounds) {
     const auto t0 = std::chrono::steady_clock::now();
     const planner::Profile profile = tuning::profile_host(config, po);
     std::printf("round %d: profiled the host in %.1f s, load average %.1f\n", round,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), load_average());
+                seconds_since(t0), load_average());
     for (const auto& [t, tp] : profile.kind("fast").tp) {
       std::printf("  fast TP %d: layer fit largest error %.1f%% over %d points\n", t, 100 * tp.fit_error, tp.samples);
     }

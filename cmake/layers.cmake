@@ -37,6 +37,8 @@ function(hspmd_layer name)
   set_property(GLOBAL PROPERTY HSPMD_LAYER_${name}_REACHES ${reaches})
 
   file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/hspmd/${name}/*.cc)
+  # A layer's cuda/ folder is the CUDA backend's (the library hspmd_cuda, built with HSPMD_CUDA).
+  list(FILTER sources EXCLUDE REGEX "/src/hspmd/${name}/cuda/")
   if(sources)
     add_library(hspmd_${name} STATIC ${sources})
     target_include_directories(hspmd_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${L_INCLUDES})
@@ -112,6 +114,30 @@ function(hspmd_tests)
       set_tests_properties(${target} PROPERTIES LABELS "${labels}" TIMEOUT 300
         ENVIRONMENT "HSPMD_BINARY_DIR=${PROJECT_BINARY_DIR}")
     endforeach()
+  endforeach()
+endfunction()
+
+# Every tests/gpu/NAME_test.cc is one test executable linked to hspmd_cuda and labelled gpu. Their
+# main (tests/gpu/gpu_main.cc) exits with 77 when no CUDA device is visible, which ctest reports as
+# skipped (SKIP_RETURN_CODE), never as passed. The kernel tests' helpers (random inputs, all_close)
+# are compiled in, without gtest_main.
+function(hspmd_gpu_tests)
+  file(GLOB tests CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/gpu/*_test.cc)
+  file(GLOB support CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/gpu/*_testlib.cc)
+  add_custom_target(tests_gpu)
+  add_dependencies(all_tests tests_gpu)
+  add_library(gpu_testlib STATIC ${support} ${PROJECT_SOURCE_DIR}/tests/gpu/gpu_main.cc
+              ${PROJECT_SOURCE_DIR}/tests/kernels/kernel_testlib.cc)
+  target_include_directories(gpu_testlib PUBLIC ${PROJECT_SOURCE_DIR}/tests)
+  target_link_libraries(gpu_testlib PUBLIC hspmd_cuda GTest::gtest GTest::gmock)
+  foreach(src ${tests})
+    get_filename_component(name ${src} NAME_WE)
+    set(target gpu_${name})
+    add_executable(${target} ${src})
+    target_link_libraries(${target} PRIVATE gpu_testlib)
+    add_dependencies(tests_gpu ${target})
+    add_test(NAME ${target} COMMAND ${target})
+    set_tests_properties(${target} PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77)
   endforeach()
 endfunction()
 

@@ -50,11 +50,15 @@ constexpr double kWeights = 4e-5;
 TEST(GeneratedStrategies, TrainLikeOneProcessOrAreRefusedBeforeLaunch) {
   const int64_t cases = from_environment("HSPMD_GENERATED_CASES", 16);
   const int64_t seed = from_environment("HSPMD_GENERATED_SEED", 1);
+  // Cases before this index are generated (the random stream stays the same) but not run: how a
+  // sweep's failing case is rerun alone.
+  const int64_t first = from_environment("HSPMD_GENERATED_FIRST", 0);
   std::mt19937 rng(static_cast<uint32_t>(seed));
   int generated = 0, refused = 0, trained_cases = 0;
   std::map<std::string, int> refusals;
   for (int64_t k = 0; k < cases; ++k) {
     const GeneratedCase c = testing::generate_case(rng);
+    if (k < first) continue;
     SCOPED_TRACE("case " + std::to_string(k) + " (seed " + std::to_string(seed) + "): " + c.describe());
     generated += 2;
     bool runnable = true;
@@ -67,13 +71,13 @@ TEST(GeneratedStrategies, TrainLikeOneProcessOrAreRefusedBeforeLaunch) {
       std::cout << "case " << k << " strategy " << st->name << " refused before launch: " << why << "\n";
     }
     if (!runnable) continue;
+    std::cout << "case " << k << " training: " << c.describe() << std::endl;  // named if it throws
     TrainerOptions o = testing::dist_options(kSteps);
     o.precision = c.precision;
     const testing::DistRun r = testing::run_phases({{1, c.a}, {kSwitchStep, c.b}}, o,
                                                    {.schedule = c.schedule, .tied = c.tied});
     testing::expect_matches_single_process(r, kSteps, 1, c.tied, "", kWeights, c.precision);
     ++trained_cases;
-    std::cout << "case " << k << " trained: " << c.describe() << "\n";
   }
   std::cout << "generated " << generated << " strategies in " << cases << " cases (seed " << seed << "): " << refused
             << " refused before launch, " << trained_cases << " cases (" << 2 * trained_cases

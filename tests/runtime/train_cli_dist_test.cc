@@ -48,6 +48,14 @@ TEST_F(TrainCli, HeterogeneousStrategyOnEmulatedDevicesMatchesOneProcess) {
   }
 }
 
+// --check-single retrains at the run's precision: a bf16 run is compared with a bf16 process.
+TEST_F(TrainCli, CheckSingleRetrainsAtTheRunsPrecision) {
+  testing::CommandResult r = run_hspmd(common(2) + " --precision bf16 --nproc 2 --strategy " +
+                                       example("examples/strategies/local-dp2.json") + " --check-single");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("precision bf16"), HasSubstr("tolerance 1e-04): PASS")));
+}
+
 // Every "loss" (or another field) of a metrics file's step lines, in order.
 std::vector<double> metric(const std::string& path, const std::string& field = "loss") {
   std::ifstream in(path);
@@ -208,6 +216,33 @@ TEST_F(TrainCli, PlanBeyondEmulatedMemoryIsRefusedUpFront) {
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.output, AllOf(HasSubstr("rank 0 (tiny)"), HasSubstr("needs about"),
                               HasSubstr("capacity of 1048576 bytes")));
+}
+
+// A strategy that cannot run, given as the start or as a --switch, is refused by the launching
+// process in one line before any worker starts (no "[rank N]" output), naming what is at fault.
+TEST_F(TrainCli, UnrunnableStrategiesAreRefusedOnceBeforeLaunch) {
+  auto refused_once = [](const testing::CommandResult& r) {
+    EXPECT_NE(r.code, 0);
+    EXPECT_THAT(r.output, Not(HasSubstr("[rank ")));
+    size_t errors = 0;
+    for (size_t at = r.output.find("hspmd: error:"); at != std::string::npos; at = r.output.find("hspmd: error:", at + 1)) {
+      ++errors;
+    }
+    EXPECT_EQ(errors, 1u) << r.output;
+  };
+  const std::string mixed_cp = path("mixed-cp.json");
+  std::ofstream(mixed_cp) << R"({"name": "mixed-cp", "pipelines": [{"micro_batch_size": 2, "num_micro_batches": 2,
+      "stages": [{"ranks": "0-1", "layers": "0-1", "cp": 2}, {"ranks": "2", "layers": "2-3"}]}]})";
+  testing::CommandResult r = run_hspmd(common(2) + " --nproc 3 --strategy " + mixed_cp);
+  refused_once(r);
+  EXPECT_THAT(r.output, HasSubstr("every stage of a pipeline must have the same context-parallel degree"));
+  const std::string typo = path("typo.json");
+  std::ofstream(typo) << R"({"name": "typo", "pipelines": [{"micro_batch_size": 2, "num_micro_batches": 2,
+      "stages": [{"ranks": "0-1", "layers": "0-3", "tpp": 2}]}]})";
+  r = run_hspmd(common(3) + " --nproc 2 --strategy " + example("examples/strategies/local-dp2.json") + " --switch 2:" +
+                typo);
+  refused_once(r);
+  EXPECT_THAT(r.output, HasSubstr(typo + ": pipelines[0].stages[0]: unknown key \"tpp\" (did you mean \"tp\"?)"));
 }
 
 // --switch: TP 2 x PP 2, then 2-way data parallelism (ranks 2-3 wait as spares), then back, each

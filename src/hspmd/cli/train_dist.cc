@@ -89,7 +89,10 @@ void check_single_process(const TrainArgs& args, const models::LlamaConfig& conf
                   losses[i], expected);
     }
   }
-  constexpr double kTolerance = 1e-5;
+  // bf16 rounds every matmul and attention operand: a float32 reassociation (a TP all-reduce)
+  // that moves a value across a bf16 rounding boundary moves its operand by a bf16 ulp, so bf16
+  // runs are held to the bound the runtime's tests use for them (tests/runtime/dist_run_testlib.h).
+  const double kTolerance = args.options.precision == DType::kBFloat16 ? 1e-4 : 1e-5;
   std::printf("losses match the single-process run: max relative difference %.2e over %zu steps (tolerance %.0e): %s\n",
               worst, losses.size(), kTolerance, worst <= kTolerance ? "PASS" : "FAIL");
   std::fflush(stdout);

@@ -115,32 +115,43 @@ double CostModel::link_latency(int a, int b) const {
 }
 
 std::pair<double, double> CostModel::collective_link(const std::vector<int>& group) const {
-  // Representatives: the first two ranks of each (node, kind) in the group.
-  std::vector<int> reps;
+  // The links to read: every pair of a small group; above 16 ranks, a ring through each node's
+  // members and a ring through one member of each node. On a spec's tiers (intra-node bandwidth per
+  // kind, the slower kind's between two kinds, one inter-node figure) the slowest of those is the
+  // slowest of every pair: each member's kind meets another member of its node, and two nodes meet.
+  std::vector<std::pair<int, int>> links;
   if (group.size() <= 16) {
-    reps = group;
-  } else {
-    std::map<std::pair<int, std::string>, int> seen;
-    for (int r : group) {
-      const resolve::DeviceSpec& d = topology_.device(r);
-      if (++seen[{d.node, d.type}] <= 2) reps.push_back(r);
-    }
-  }
-  const int n = static_cast<int>(reps.size());
-  double bus = std::numeric_limits<double>::infinity(), latency = 0;
-  for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < n; ++j) {
-      if (i == j) continue;
-      const int a = reps[i], b = reps[j];
-      const resolve::LinkTier t = topology_.tier(a, b);
-      const LinkProfile* l =
-          t == resolve::LinkTier::kLocal ? nullptr : link_of(t == resolve::LinkTier::kIntraNode ? intra_link_ : inter_link_);
-      if (l) {
-        bus = std::min(bus, l->allreduce_bandwidth);
-        latency = std::max(latency, l->latency);
-      } else {
-        bus = std::min(bus, topology_.bandwidth(a, b));
+    for (int a : group) {
+      for (int b : group) {
+        if (a != b) links.push_back({a, b});
       }
+    }
+  } else {
+    std::vector<std::pair<int, int>> by_node;  // (node, rank)
+    for (int r : group) by_node.push_back({topology_.device(r).node, r});
+    std::sort(by_node.begin(), by_node.end());
+    std::vector<int> heads;
+    for (size_t i = 0; i < by_node.size();) {
+      size_t end = i;
+      while (end < by_node.size() && by_node[end].first == by_node[i].first) ++end;
+      heads.push_back(by_node[i].second);
+      for (size_t k = i; end - i > 1 && k < end; ++k) {
+        links.push_back({by_node[k].second, by_node[k + 1 < end ? k + 1 : i].second});
+      }
+      i = end;
+    }
+    for (size_t k = 0; heads.size() > 1 && k < heads.size(); ++k) links.push_back({heads[k], heads[(k + 1) % heads.size()]});
+  }
+  double bus = std::numeric_limits<double>::infinity(), latency = 0;
+  for (const auto& [a, b] : links) {
+    const resolve::LinkTier t = topology_.tier(a, b);
+    const LinkProfile* l =
+        t == resolve::LinkTier::kLocal ? nullptr : link_of(t == resolve::LinkTier::kIntraNode ? intra_link_ : inter_link_);
+    if (l) {
+      bus = std::min(bus, l->allreduce_bandwidth);
+      latency = std::max(latency, l->latency);
+    } else {
+      bus = std::min({bus, topology_.bandwidth(a, b), topology_.bandwidth(b, a)});
     }
   }
   return {bus, latency};

@@ -141,11 +141,10 @@ class CostModel {
   // (see collective_link).
   double allreduce(const std::vector<int>& group, double bytes) const;
   // The bus bandwidth and per-message latency of a collective over `group`: the slowest link between
-  // any two of its members. Up to 16 members every pair is read; above, pairs of representatives, at most two ranks per (node,
-  // device kind): a spec's links depend only on those (intra-node bandwidth per kind, one
-  // inter-node figure), so this is exact for them and keeps a ring over thousands of ranks linear
-  // instead of quadratic. A spec with an explicit bandwidth_matrix is read through the same
-  // representatives.
+  // any two of its members. Up to 16 members every pair is read; above, a ring through each node's
+  // members and one through the nodes (linear in the group, not quadratic): exact on a spec's link
+  // tiers (intra-node bandwidth per kind, one inter-node figure); a spec's bandwidth_matrix is read
+  // on those rings only.
   std::pair<double, double> collective_link(const std::vector<int>& group) const;
   // A ring all-reduce of `bytes` over n ranks whose slowest link is collective_link's pair.
   static double ring_allreduce(int n, std::pair<double, double> link, double bytes);

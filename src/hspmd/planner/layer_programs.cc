@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <queue>
 #include <limits>
 #include <sstream>
 
@@ -76,6 +77,57 @@ std::optional<LayerPrograms::SplitLine> LayerPrograms::best_split(const std::vec
     room += most[j];
   }
   if (room < layers) return std::nullopt;  // no split fits: no need to ask the solver
+  // Up to three stages, every split is priced directly (at most L^2 / 2 of them, cheaper than a
+  // program); the first of the least objective wins.
+  if (S <= 3) {
+    std::vector<int> best_x;
+    double best_objective = kInf;
+    std::vector<int> xs(S);
+    auto price = [&] {
+      double sum = 0, most_f = 0, tail = 0;
+      for (int j = 0; j < S; ++j) {
+        const double f = st[j].per_layer * xs[j] + st[j].fixed;
+        sum += f;
+        most_f = std::max(most_f, f);
+        tail = std::max(tail, st[j].tail_per_layer * xs[j] + st[j].tail_fixed);
+      }
+      const double objective = sum + m * most_f + tail;
+      if (objective < best_objective) {
+        best_objective = objective;
+        best_x = xs;
+      }
+    };
+    if (S == 1) {
+      xs[0] = layers;
+      if (layers <= most[0]) price();
+    } else {
+      for (int a = 1; a <= most[0] && a < layers; ++a) {
+        xs[0] = a;
+        if (S == 2) {
+          xs[1] = layers - a;
+          if (xs[1] <= most[1]) price();
+          continue;
+        }
+        for (int c = 1; c <= most[1] && a + c < layers; ++c) {
+          xs[1] = c;
+          xs[2] = layers - a - c;
+          if (xs[2] <= most[2]) price();
+        }
+      }
+    }
+    if (best_x.empty()) return std::nullopt;
+    SplitLine line;
+    double tail = 0;
+    for (int j = 0; j < S; ++j) {
+      line.layers.push_back(best_x[j]);
+      const double f = st[j].per_layer * best_x[j] + st[j].fixed;
+      line.A += f;
+      line.B = std::max(line.B, f);
+      tail = std::max(tail, st[j].tail_per_layer * best_x[j] + st[j].tail_fixed);
+    }
+    line.A += tail;
+    return line;
+  }
   const int z = ilp.add_var(0, kInfinity, m, false);
   const int w = ilp.add_var(0, kInfinity, 1, false);
   std::vector<std::pair<int, double>> sum;
@@ -345,7 +397,28 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
     std::vector<int> hi(D);
     int64_t hi_sum = 0;
     for (int p = 0; p < D; ++p) hi_sum += static_cast<int64_t>(hi[p] = most_within(p, *it)) * b[p];
-    auto counts = program(g, b, hi, hi_sum);
+    // One micro-batch size: the counts within T* add up to at least B / b, and any of them can give
+    // up micro-batches (a pipeline's time only falls) down to one each, so taking the surplus off
+    // the slowest pipelines first reaches the optimum T* without a program.
+    const bool one_size = std::all_of(b.begin(), b.end(), [&](int x) { return x == b[0]; });
+    std::optional<std::vector<int>> counts;
+    if (one_size && B % b[0] == 0) {
+      std::vector<int> n(hi);
+      int64_t surplus = hi_sum / b[0] - B / b[0];
+      std::priority_queue<std::pair<double, int>> slowest;  // (g_p(n_p), -p): ties to the lower pipeline
+      for (int p = 0; p < D; ++p) {
+        if (n[p] > 1) slowest.push({g[p][n[p]], -p});
+      }
+      while (surplus > 0 && !slowest.empty()) {
+        const int p = -slowest.top().second;
+        slowest.pop();
+        --n[p];
+        --surplus;
+        if (n[p] > 1) slowest.push({g[p][n[p]], -p});
+      }
+      if (surplus == 0) counts = n;
+    }
+    if (!counts) counts = program(g, b, hi, hi_sum);
     if (!counts) {
       for (int p = 0; p < D; ++p) hi[p] = max_n[p];
       counts = program(g, b, hi, std::numeric_limits<int64_t>::max() / 2);

@@ -266,6 +266,27 @@ void PipelineSearch::build() {
     combos_.push_back(std::move(c));
   };
   recurse(0);
+  // The fastest links a ring may run at (bounds, not estimates): over representatives, the first two
+  // devices of each (node, kind), as CostModel::collective_link reads a spec's tiers.
+  std::vector<int> reps;
+  for (const auto& [kind, nodes] : devices) {
+    for (const auto& [node, ranks] : nodes) {
+      for (size_t i = 0; i < ranks.size() && i < 2; ++i) reps.push_back(ranks[i]);
+    }
+  }
+  bus_fastest_ = bus_between_nodes_ = 0;
+  for (int a : reps) {
+    for (int b : reps) {
+      if (a == b) continue;
+      const double bus = cost.collective_link({a, b}).first;
+      bus_fastest_ = std::max(bus_fastest_, bus);
+      if (cost.topology().device(a).node != cost.topology().device(b).node) {
+        bus_between_nodes_ = std::max(bus_between_nodes_, bus);
+      }
+    }
+  }
+  if (bus_fastest_ == 0) bus_fastest_ = std::numeric_limits<double>::infinity();
+  if (bus_between_nodes_ == 0) bus_between_nodes_ = bus_fastest_;
   for (int i = 0; i < static_cast<int>(combos_.size()); ++i) push_shape(i, combos_[i].total + 1);
 }
 
@@ -277,37 +298,74 @@ double PipelineSearch::shape_bound(const Combo& c, int D) const {
   return (static_cast<double>(options.global_batch) + b_min * (c.total - D)) * layers / c.rate_max;
 }
 
+// Every plan of shape (c, D) ends its step with a gradient sync and optimizer step of at least
+// this long: each pipeline has at most S = sum_k ceil(G_k / D) stages, so one of its stages holds
+// at least L / S layers, at least layer_parameters / t_max of them a rank (t_max: the largest TP
+// degree of the cut); its ring over the D pipelines runs no faster than the fastest link it can
+// use (between nodes once D groups do not fit in one node), and the optimizer no faster than the
+// fastest kind's.
+double PipelineSearch::tail_bound(const Combo& c, int D) const {
+  int64_t stages = 0;
+  int t_max = 1, widest = 1;
+  double optimizer = std::numeric_limits<double>::infinity();
+  for (const std::string& cls : c.used) {
+    const std::vector<Group>& g = c.groups.at(cls);
+    stages += (static_cast<int64_t>(g.size()) + D - 1) / D;
+    t_max = std::max(t_max, static_cast<int>(g.front().ranks.size()));
+    optimizer = std::min(optimizer, cost.profile().kind(g.front().kind).optimizer_seconds_per_parameter);
+  }
+  for (const auto& [kind, nodes] : devices) {
+    for (const auto& [node, ranks] : nodes) widest = std::max(widest, static_cast<int>(ranks.size()));
+  }
+  const double params = static_cast<double>(layers) / static_cast<double>(stages) * shape.layer_parameters / t_max;
+  // D groups of at least one device each: between nodes once they outnumber a node's devices.
+  const double bus = D > widest ? bus_between_nodes_ : bus_fastest_;
+  const double sync = D > 1 ? CostModel::ring_allreduce(D, {bus, 0}, params * 4) : 0;
+  return sync + optimizer * params / (options.zero1 ? D : 1);
+}
+
 // Whether some candidate of shape (c, D) may fit in memory. A stage of class k holds at most
 // most_k layers (its memory with one micro-batch of the smallest size in flight, not holding the
-// embedding or head: less than any stage of that class needs). When the classes' extra groups
-// (G_k mod D) cannot cover every pipeline, some pipeline has only G_k / D groups of each class and
-// must hold all layers with them; otherwise the largest pipeline (ceil) must.
+// embedding or head: less than any stage of that class needs). Every pipeline has G_k / D groups
+// of class k and some of the E = sum_k (G_k mod D) extra groups, so some pipeline has at most
+// E / D extras (pigeonhole) and must hold all layers with them.
+std::vector<std::pair<int, int>> PipelineSearch::most_layers(const Combo& c, int D) const {
+  const int b_min = *std::min_element(sizes_.begin(), sizes_.end());
+  std::vector<std::pair<int, int>> out;
+  for (size_t k = 0; k < c.used.size(); ++k) {
+    const std::vector<Group>& g = c.groups.at(c.used[k]);
+    const std::string& kind = g.front().kind;
+    const int t = static_cast<int>(g.front().ranks.size());
+    auto most = [&](bool ends) {
+      if (c.capacity[k] == std::numeric_limits<double>::infinity()) return layers;
+      const double m1 = cost.stage_memory(kind, t, 1, ends, ends, b_min, 1, D, options.zero1).total();
+      const double m2 = cost.stage_memory(kind, t, 2, ends, ends, b_min, 1, D, options.zero1).total();
+      if (m1 > c.capacity[k]) return 0;
+      if (m2 <= m1) return layers;
+      return static_cast<int>(std::min<double>(layers, 1 + std::floor((c.capacity[k] - m1) / (m2 - m1))));
+    };
+    out.push_back({most(false), most(true)});
+  }
+  return out;
+}
+
 bool PipelineSearch::shape_fits(const Combo& c, int D) const {
   const int b_min = *std::min_element(sizes_.begin(), sizes_.end());
   if (static_cast<int64_t>(D) * b_min > options.global_batch) return false;  // a micro-batch each
-  int64_t extras = 0, floor_room = 0, ceil_room = 0, floor_stages = 0;
+  const std::vector<std::pair<int, int>> most = most_layers(c, D);
+  int64_t extras = 0, floor_room = 0, floor_stages = 0, most_of_all = 0, most_alone = 0;
   for (size_t k = 0; k < c.used.size(); ++k) {
-    const std::vector<Group>& g = c.groups.at(c.used[k]);
-    const int G = static_cast<int>(g.size());
-    const std::string& kind = g.front().kind;
-    const int t = static_cast<int>(g.front().ranks.size());
-    int most = layers;
-    if (c.capacity[k] < std::numeric_limits<double>::infinity()) {
-      const double m1 = cost.stage_memory(kind, t, 1, false, false, b_min, 1, D, options.zero1).total();
-      const double m2 = cost.stage_memory(kind, t, 2, false, false, b_min, 1, D, options.zero1).total();
-      if (m1 > c.capacity[k]) {
-        most = 0;
-      } else if (m2 > m1) {
-        most = static_cast<int>(std::min<double>(layers, 1 + std::floor((c.capacity[k] - m1) / (m2 - m1))));
-      }
-    }
+    const int G = static_cast<int>(c.groups.at(c.used[k]).size());
     extras += G % D;
     floor_stages += G / D;
-    floor_room += static_cast<int64_t>(G / D) * most;
-    ceil_room += static_cast<int64_t>((G + D - 1) / D) * most;
+    floor_room += static_cast<int64_t>(G / D) * most[k].first;
+    most_of_all = std::max<int64_t>(most_of_all, most[k].first);
+    most_alone = std::max<int64_t>(most_alone, most[k].second);
   }
-  if (extras < D) return floor_stages >= 1 && floor_room >= layers;
-  return ceil_room >= layers;
+  const int64_t fewest_extras = extras / D;
+  // A pipeline of one stage holds the embedding and the head too.
+  if (floor_stages + fewest_extras == 1) return most_alone >= layers;
+  return floor_stages + fewest_extras >= 1 && floor_room + fewest_extras * most_of_all >= layers;
 }
 
 int PipelineSearch::next_shape_D(const Combo& c, int below) const {
@@ -317,10 +375,14 @@ int PipelineSearch::next_shape_D(const Combo& c, int below) const {
   return 0;
 }
 
+// A cut's shapes come as a stream, from its largest feasible D down: the stream's entry (kind -2)
+// holds the pipeline part of the bound, which only grows as D falls, so it stays below every
+// shape still to come; popping it queues the shape (kind -1) with its full bound, the gradient
+// sync's included (which may fall as D falls), and the stream's next D.
 void PipelineSearch::push_shape(int combo, int below) {
   const int D = next_shape_D(combos_[combo], below);
   if (D < 1) return;
-  queue_.push({shape_bound(combos_[combo], D), seq_++, combo, D, -1});
+  queue_.push({shape_bound(combos_[combo], D), seq_++, combo, D, -2});
 }
 
 double PipelineSearch::lowest_bound() const {
@@ -333,12 +395,22 @@ void PipelineSearch::expand(int combo, int D, double threshold) {
   Combo& cb = combos_[combo];
   const std::vector<std::string>& used = cb.used;
   std::map<std::string, std::vector<Group>>& groups = cb.groups;
+  const std::vector<std::pair<int, int>> most = most_layers(cb, D);
+  const double tail = tail_bound(cb, D);
   for (const auto& count : spreads(used, groups, D)) {
+    // Every pipeline needs a stage, at most a layer a stage, and room for every layer.
     bool ok = true;
     for (int p = 0; p < D && ok; ++p) {
-      int stages = 0;
-      for (const std::string& kind : used) stages += count.at(kind)[p];
-      ok = stages >= 1 && stages <= layers;
+      int stages = 0, room = 0;
+      for (size_t k = 0; k < used.size(); ++k) {
+        const int n = count.at(used[k])[p];
+        stages += n;
+        room += n * most[k].first;
+      }
+      if (stages == 1) {
+        for (size_t k = 0; k < used.size(); ++k) room = count.at(used[k])[p] ? most[k].second : room;
+      }
+      ok = stages >= 1 && stages <= layers && room >= layers;
     }
     if (!ok) continue;
     // Every order of the classes along the pipelines, every micro-batch size.
@@ -359,7 +431,7 @@ void PipelineSearch::expand(int combo, int D, double threshold) {
         // 1 / (seconds per layer at b_p): its slowest stage holds at least L / R_p of layer work per
         // micro-batch. Within a step time T it takes n_p <= T R_p / L - (S_p - 1) micro-batches, and
         // sum_p n_p b_p = B (the global batch), so T >= L (B + sum_p b_p (S_p - 1)) / sum_p b_p R_p,
-        // a lower bound on the step.
+        // a lower bound on the step (with the shape's least gradient sync and optimizer after it).
         double rate = 0, bubbles = 0;
         for (size_t p = 0; p < pipes.size(); ++p) {
           double r = 0;
@@ -367,7 +439,7 @@ void PipelineSearch::expand(int combo, int D, double threshold) {
           rate += bs[p] * r;
           bubbles += bs[p] * (static_cast<double>(pipes[p].size()) - 1);
         }
-        const double bound = (static_cast<double>(options.global_batch) + bubbles) * layers / rate;
+        const double bound = (static_cast<double>(options.global_batch) + bubbles) * layers / rate + tail;
         ++generated_;
         if (bound >= threshold) continue;  // never visited: the threshold only falls
         Candidate c;
@@ -393,8 +465,13 @@ std::optional<Candidate> PipelineSearch::next(double threshold) {
       pending_.erase(it);
       return c;
     }
+    if (e.candidate == -2) {
+      push_shape(e.combo, e.D);
+      const int D = e.D;
+      queue_.push({shape_bound(combos_[e.combo], D) + tail_bound(combos_[e.combo], D), seq_++, e.combo, D, -1});
+      continue;
+    }
     ++shapes_;
-    push_shape(e.combo, e.D);
     expand(e.combo, e.D, threshold);
   }
   return std::nullopt;

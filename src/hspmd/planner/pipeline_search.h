@@ -97,13 +97,17 @@ class PipelineSearch {
     double bound = 0;
     int64_t seq = 0;
     int combo = 0, D = 0;
-    int64_t candidate = -1;  // >= 0: a generated candidate (in pending_), else the shape (combo, D)
+    int64_t candidate = -1;  // >= 0: a generated candidate (in pending_); -1: shape (combo, D); -2: its stream
     bool operator>(const Entry& o) const { return bound != o.bound ? bound > o.bound : seq > o.seq; }
   };
 
   void build();
   double shape_bound(const Combo& c, int D) const;
   bool shape_fits(const Combo& c, int D) const;
+  double tail_bound(const Combo& c, int D) const;
+  // Per class: the most layers one of its stages holds in the middle of a pipeline and alone in one
+  // (with the embedding and head), with one micro-batch of the smallest size in flight, D pipelines.
+  std::vector<std::pair<int, int>> most_layers(const Combo& c, int D) const;
   int next_shape_D(const Combo& c, int below) const;  // the largest D < below worth a shape, or 0
   void push_shape(int combo, int below);
   void expand(int combo, int D, double threshold);
@@ -125,6 +129,7 @@ class PipelineSearch {
   std::map<std::string, std::map<int, std::vector<int>>> devices;  // kind -> node -> ranks
   std::vector<int> sizes_;                                         // micro-batch sizes tried
   bool built_ = false;
+  double bus_fastest_ = 0, bus_between_nodes_ = 0;  // the fastest ring links, for tail_bound
   std::vector<Combo> combos_;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_;
   std::map<int64_t, Candidate> pending_;

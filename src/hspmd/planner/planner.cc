@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "hspmd/core/byte_size.h"
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 #include "hspmd/planner/layer_programs.h"
 #include "hspmd/planner/pipeline_search.h"
@@ -114,10 +115,9 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
   std::vector<Found> found;
   const double slack = previous ? 1 + options_.replan_tolerance : 1;
   int solved = 0;
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   auto progress = [&] {
     PlanningProgress p;
-    p.elapsed_seconds = elapsed();
+    p.elapsed_seconds = seconds_since(start);
     p.time_limit_seconds = options_.time_limit_seconds;
     p.cuts = search.cuts();
     p.shapes = search.shapes();
@@ -132,14 +132,14 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
   double next_report = options_.progress_interval_seconds;
   while (std::optional<Candidate> c = search.next(best.prediction.step_seconds * slack)) {
     if (options_.time_limit_seconds > 0 && best.prediction.step_seconds < kInf &&
-        elapsed() >= options_.time_limit_seconds) {
+        seconds_since(start) >= options_.time_limit_seconds) {
       best.complete = false;
       best.lowest_bound_left = c->bound;
       break;
     }
-    if (options_.progress && elapsed() >= next_report) {
+    if (options_.progress && seconds_since(start) >= next_report) {
       options_.progress(progress());
-      next_report = elapsed() + options_.progress_interval_seconds;
+      next_report = seconds_since(start) + options_.progress_interval_seconds;
     }
     ++solved;
     std::optional<sharding::Strategy> st = programs.solve(*c, best.prediction.step_seconds * slack);
@@ -207,7 +207,7 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
   best.candidates = static_cast<int>(search.generated());
   best.candidates_solved = solved;
   best.milps = programs.milps();
-  best.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  best.planning_seconds = seconds_since(start);
   return best;
 }
 

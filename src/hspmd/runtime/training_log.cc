@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 
 namespace hspmd::runtime {
@@ -70,7 +71,7 @@ void TrainingLog::begin(int64_t steps_done) {
 void TrainingLog::step(const StepMetrics& m, const std::string& suffix) {
   if (!reporting_()) return;
   if (options_.terminal) {
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double elapsed = seconds_since(start_);
     out_ << kClearLine << step_line(m, options_.total_steps) << suffix << "\n"
          << progress_bar(m.step, steps_done_, options_.total_steps, elapsed) << std::flush;
   } else {

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "hspmd/core/elapsed.h"
+
 namespace hspmd::runtime {
 
 TrainingLoop::TrainingLoop(DistTrainer& trainer, TrainingLog& log, TrainingLoopOptions options)
@@ -29,7 +31,7 @@ void TrainingLoop::run() {
     }
   }
   log_.finish();
-  seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  seconds_ = seconds_since(start);
 }
 
 void TrainingLoop::iteration() {
