@@ -379,11 +379,9 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
     // most micro-batches pipeline p finishes within T* is optimal when one exists (always with one
     // micro-batch size; with several, the sizes may not add up to B there, and then every count is
     // open to the program).
-    std::sort(values.begin(), values.end());
+    // g_p is non-decreasing in n (inf past what fits), so the count within T is a binary search.
     auto most_within = [&](int p, double T) {
-      int most = 0;
-      for (int n = 1; n <= max_n[p] && g[p][n] <= T; ++n) most = n;
-      return most;
+      return static_cast<int>(std::upper_bound(g[p].begin() + 1, g[p].end(), T) - (g[p].begin() + 1));
     };
     auto enough = [&](double T) {
       int64_t sum = 0;
@@ -394,8 +392,21 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
       }
       return sum >= B;
     };
-    auto it = std::partition_point(values.begin(), values.end(), [&](double T) { return !enough(T); });
-    if (it == values.end()) return std::nullopt;
+    // T*: the least value at which the pipelines take B, by selection (nth_element halves the pool
+    // each round; `enough` is monotone) instead of sorting every value.
+    double least_enough = kInf;
+    for (auto lo = values.begin(), hi = values.end(); lo != hi;) {
+      const auto mid = lo + (hi - lo) / 2;
+      std::nth_element(lo, mid, hi);
+      if (enough(*mid)) {
+        least_enough = *mid;
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    if (least_enough == kInf) return std::nullopt;
+    const auto it = &least_enough;
     std::vector<int> hi(D);
     int64_t hi_sum = 0;
     for (int p = 0; p < D; ++p) hi_sum += static_cast<int64_t>(hi[p] = most_within(p, *it)) * b[p];
