@@ -13,7 +13,7 @@
 //               on the fast ranks next to a 2-stage pipeline on the slow ones; <= 512:
 //               mixed-long.json, four single-rank pipelines), the one with the
 //               lowest predicted time per batch (switch included), sequences dispatched over its
-//               pipelines by the cost model (planner/dispatched_training.h); the cost model's
+//               pipelines by the cost model (tuning/dispatched_training.h); the cost model's
 //               profile is measured first on this host with the emulated devices (as `hspmd
 //               profile --devices` does)
 //   homogeneous the best of DP4, DP2 x TP2 and TP2 x PP2, each batch split by token weight
@@ -42,9 +42,9 @@
 #include "hspmd/data/long_tailed.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/models/llama_plan.h"
-#include "hspmd/planner/dispatched_training.h"
-#include "hspmd/planner/profiler.h"
 #include "hspmd/runtime/dist_trainer.h"
+#include "hspmd/tuning/dispatched_training.h"
+#include "hspmd/tuning/profiler.h"
 
 namespace hspmd {
 namespace {
@@ -123,11 +123,11 @@ Measured measure(const models::LlamaConfig& config, const data::TokenDataset& ds
     options.device = devices.of(rank);
     options.trace = true;
     options.layout = layout;
-    std::unique_ptr<planner::DispatchedTraining> run;
+    std::unique_ptr<tuning::DispatchedTraining> run;
     size_t first = 0;
     sharding::AnnotationPlan plan;
     if (by_length) {
-      run = std::make_unique<planner::DispatchedTraining>(*by_length, 2);
+      run = std::make_unique<tuning::DispatchedTraining>(*by_length, 2);
       first = run->first_strategy(ds, o, {});
       run->install(options);
       plan = by_length->plan(first);
@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
 
   // The cost model's profile: measured on this host with the emulated devices.
   const auto profile_start = Clock::now();
-  const planner::Profile profile = planner::profile_host(
+  const planner::Profile profile = tuning::profile_host(
       config, {.model = "configs/llama-tiny.json", .tp_degrees = {1, 2}, .seq_lens = {64, 256, 512},
                .micro_batch_sizes = {1}, .repeats = 2, .devices = &devices, .progress = {}});
   std::printf("profiled the emulated devices in %.1f s\n",

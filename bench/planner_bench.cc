@@ -5,7 +5,7 @@
 //    for Llama 32B and 70B and each of the Table 9 device sets, the planner's planning time and the
 //    predicted step time of its plan vs the Table 9 strategy's, under the same cost model.
 // 2. error: cost-model error on emulated heterogeneous devices (CPU emulation, not GPUs; four ranks
-//    as threads, one kernel thread each). Each round profiles the host (planner/profiler.h) with the
+//    as threads, one kernel thread each). Each round profiles the host (tuning/profiler.h) with the
 //    devices of examples/devices/local-hetero-4-dilated.json: time dilated 8x (fast ranks at 1/8 of
 //    the host, slow at 1/24), so that the ranks' compute (1/8 + 1/8 + 1/24 + 1/24 = 1/3 of a core)
 //    fits the 2 cores with room to spare and a rank rarely waits for a core held by another rank.
@@ -39,15 +39,16 @@
 #include <unistd.h>
 
 #include "hspmd/comm/thread_ranks.h"
+#include "hspmd/core/elapsed.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/planner/cost_model.h"
 #include "hspmd/planner/derived_profile.h"
 #include "hspmd/planner/planner.h"
-#include "hspmd/planner/profiler.h"
-#include "hspmd/runtime/dist_trainer.h"
 #include "hspmd/runtime/compute_pacer.h"
+#include "hspmd/runtime/dist_trainer.h"
 #include "hspmd/runtime/emulation.h"
+#include "hspmd/tuning/profiler.h"
 
 namespace hspmd {
 namespace {
@@ -233,16 +234,16 @@ void emulated(int steps, int rounds) {
   // the host again and predicts its own measurements: a strategy's prediction and measure are taken
   // minutes, not a round's length, apart. (One profile ahead of all rounds put the drift of the
   // whole run between the two; the errors then changed sign from run to run.)
-  planner::ProfilerOptions po;
+  tuning::ProfilerOptions po;
   po.model = "configs/llama-tiny.json";
   po.devices = &devices;
   po.repeats = std::max(9, 18 / rounds);
   po.progress = [](const std::string& line) { std::fputs(line.c_str(), stderr); };
   auto profile_now = [&](int round) {
     const auto t0 = std::chrono::steady_clock::now();
-    const planner::Profile profile = planner::profile_host(config, po);
+    const planner::Profile profile = tuning::profile_host(config, po);
     std::printf("round %d: profiled the host in %.1f s, load average %.1f\n", round,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), load_average());
+                seconds_since(t0), load_average());
     for (const auto& [t, tp] : profile.kind("fast").tp) {
       std::printf("  fast TP %d: layer fit largest error %.1f%% over %d points\n", t, 100 * tp.fit_error, tp.samples);
     }

@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 #include <sys/resource.h>
 
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 #include "hspmd/core/random.h"
 #include "hspmd/core/safetensors.h"
@@ -78,7 +79,7 @@ double sgemm_gflops() {
   for (int i = 0; i < 5; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     kernels::matmul(a, b, c);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best, seconds_since(t0));
   }
   return 2.0 * n * n * n / best / 1e9;
 }
@@ -155,7 +156,7 @@ void run(const Args& args) {
     graph::TensorMap grads;
     for (size_t i = 0; i < model.param_names.size(); ++i) grads.emplace(model.param_names[i], out[i + 1]);
     adamw.step(params, grads);
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double seconds = seconds_since(t0);
     result["losses"].push_back(out[0].element_as_double(0));
     result["step_seconds"].push_back(seconds);
     result["step_minor_faults"].push_back(minor_faults() - faults_before);

@@ -21,6 +21,7 @@
 
 #include "bench_data.h"
 #include "hspmd/comm/thread_ranks.h"
+#include "hspmd/core/byte_size.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/runtime/dist_trainer.h"
@@ -68,10 +69,10 @@ void paper_scale_bytes() {
   const int64_t vocab_loss = step_bytes_of(vocab, "loss (vocab-parallel row statistics)");
   std::printf("1. Llama 32B, table9-32b-16h800-32h20, seq_len 4096: bytes on the wire per training step\n");
   std::printf("   %-22s %18s %18s\n", "", "loss path", "whole step");
-  std::printf("   %-22s %18s %18s\n", "logits gathered", specialize::human_bytes(gathered_loss).c_str(),
-              specialize::human_bytes(total_step_bytes(gathered)).c_str());
-  std::printf("   %-22s %18s %18s\n", "vocab-parallel", specialize::human_bytes(vocab_loss).c_str(),
-              specialize::human_bytes(total_step_bytes(vocab)).c_str());
+  std::printf("   %-22s %18s %18s\n", "logits gathered", format_bytes(gathered_loss).c_str(),
+              format_bytes(total_step_bytes(gathered)).c_str());
+  std::printf("   %-22s %18s %18s\n", "vocab-parallel", format_bytes(vocab_loss).c_str(),
+              format_bytes(total_step_bytes(vocab)).c_str());
   std::printf("   gathered / vocab-parallel: loss path %.0fx, whole step %.2fx\n\n",
               static_cast<double>(gathered_loss) / std::max<int64_t>(vocab_loss, 1),
               static_cast<double>(total_step_bytes(gathered)) / total_step_bytes(vocab));
@@ -137,8 +138,8 @@ void measured_tp2(int steps) {
   for (const auto& [label, m] : {std::pair{"logits gathered", &gathered}, std::pair{"vocab-parallel", &vocab},
                                  std::pair{"vocab-parallel fused", &fused}}) {
     std::printf("   %-22s %12.3f %16s %16s\n", label, m->step_seconds,
-                specialize::human_bytes(static_cast<double>(m->peak_bytes[0])).c_str(),
-                specialize::human_bytes(static_cast<double>(m->peak_bytes[1])).c_str());
+                format_bytes(static_cast<double>(m->peak_bytes[0])).c_str(),
+                format_bytes(static_cast<double>(m->peak_bytes[1])).c_str());
   }
   std::printf("   gathered / vocab-parallel: step time %.2fx, peak memory %.2fx\n",
               gathered.step_seconds / vocab.step_seconds,

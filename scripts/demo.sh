@@ -2,9 +2,10 @@
 # The README's main command (`make demo`, after `make build`): train the bundled tiny Llama on the
 # bundled corpus and watch the loss drop, then evaluate the checkpoint; finally the quick kernel
 # self-check. Needs nothing from outside the repository.
-#   1. prepare the corpus as a byte-level token dataset under runs/ (once)
+#   1. prepare the corpus as a byte-level token dataset under runs/ (once), 2% of its documents
+#      held out as a validation split that training never reads
 #   2. hspmd train on configs/llama-tiny.json (about a minute on 2 cores), checkpoint in runs/
-#   3. hspmd eval of that checkpoint (mean token loss and perplexity)
+#   3. hspmd eval of that checkpoint on the held-out split (mean token loss and perplexity)
 #   4. distributed: the same model under a heterogeneous 4-process strategy (TP 2 next to a 2-stage
 #      pipeline, ZeRO-1) on emulated heterogeneous devices (two ranks at a third of the host speed),
 #      then the same steps in one process: the losses must match (hspmd train --check-single)
@@ -24,7 +25,7 @@ bin="${HSPMD_BIN:-build/release/hspmd}"
 steps="${DEMO_STEPS:-100}"
 dist_steps="${DEMO_DIST_STEPS:-10}"
 threads="${DEMO_THREADS:-$(nproc)}"
-data=runs/kjv
+data=runs/kjv-heldout
 ckpt=runs/demo-ckpt
 
 if [ ! -x "$bin" ]; then
@@ -34,7 +35,7 @@ fi
 
 if [ ! -f "$data/index.bin" ]; then
   echo "== preparing the bundled corpus into $data"
-  "$bin" data prepare --input data/corpus/kjv-genesis-2kings.txt --output "$data" --append-eos
+  "$bin" data prepare --input data/corpus/kjv-genesis-2kings.txt --output "$data" --append-eos --val-fraction 0.02
 fi
 
 # A 25-step warm-up: with 10, float32 runs spike right after the peak rate is reached (gradient
@@ -44,8 +45,8 @@ echo "== training configs/llama-tiny.json for $steps steps on $threads threads"
   --seq-len 256 --global-batch-tokens 2048 --lr 3e-3 --min-lr 3e-4 --warmup 25 \
   --threads "$threads" --save "$ckpt" --save-every 50 --metrics runs/demo-metrics.jsonl
 
-echo "== evaluating $ckpt (on the first 64k tokens of the training corpus)"
-"$bin" eval --model configs/llama-tiny.json --weights "$ckpt" --data "$data" \
+echo "== evaluating $ckpt on the held-out validation split (documents training never read)"
+"$bin" eval --model configs/llama-tiny.json --weights "$ckpt" --data "$data" --validation \
   --max-tokens 65536 --seq-len 256 --threads "$threads"
 
 echo "== distributed: examples/strategies/local-hetero-4.json on 4 processes, emulated devices (CPU, not GPUs)"

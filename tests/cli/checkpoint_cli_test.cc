@@ -129,5 +129,19 @@ TEST_F(CheckpointCli, ADirectoryThatIsNotACheckpointIsNamed) {
   EXPECT_THAT(r.out, HasSubstr("CRC-32"));
 }
 
+// A file given where a checkpoint or weights belong is called what it is, not "does not exist".
+TEST_F(CheckpointCli, AFileThatIsNotACheckpointIsNamed) {
+  const std::string file = write_file("notes.txt", "not weights\n");
+  testing::RunResult r = run("eval --model " + testing::source_file("configs/llama-tiny.json") + " --weights " + file +
+                             " --data " + path("kjv") + " --max-tokens 256 --seq-len 64");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "hspmd: error: --weights " + file +
+                       " is neither a checkpoint directory (hspmd train --save) nor Hugging Face weights (a "
+                       ".safetensors file, or a directory with model.safetensors or its index)\n");
+  r = run("checkpoint info " + file);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr(file + " is a file, not a checkpoint"));
+}
+
 }  // namespace
 }  // namespace hspmd::cli

@@ -70,6 +70,18 @@ TEST_F(ErrorsCli, UnwritablePathIsOneLineAndExitOne) {
   EXPECT_THAT(r.err, Not(HasSubstr("terminate")));
 }
 
+// What a new user types first: the version, and hspmd alone, which lists the commands.
+TEST_F(ErrorsCli, VersionAndTheCommandList) {
+  const testing::RunResult v = run("--version");
+  EXPECT_EQ(v.code, 0);
+  EXPECT_THAT(v.out, StartsWith("hspmd 0."));
+  const testing::RunResult bare = run("");
+  EXPECT_EQ(bare.code, 1);
+  for (const char* command : {"train", "explain", "plan", "eval", "data", "launch", "checkpoint"}) {
+    EXPECT_THAT(bare.out, HasSubstr(std::string("\n  ") + command)) << bare.out;
+  }
+}
+
 TEST_F(ErrorsCli, MissingDatasetNamesTheFile) {
   const testing::RunResult r = run("data info " + path("absent"));
   EXPECT_EQ(r.code, 1);

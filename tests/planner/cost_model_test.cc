@@ -76,6 +76,20 @@ TEST(CostModelTest, MemoryFollowsMicroBatchesInFlight) {
   EXPECT_THAT(c.overflows.front(), HasSubstr("of 3.81 MiB"));
 }
 
+// A stage's parameters: its layers, the embedding on the first stage, the head on the last; any
+// split of the layers into stages counts every parameter of the model once.
+TEST(CostModelTest, StageParametersCoverTheModelOnce) {
+  const models::LlamaConfig config = testing::tiny_config();  // 4 layers
+  const ModelShape m = ModelShape::of(config);
+  const double total = static_cast<double>(config.num_parameters());
+  EXPECT_EQ(m.stage_parameters(4, true, true), total);
+  const double split = m.stage_parameters(1, true, false) + m.stage_parameters(2, false, false) +
+                      m.stage_parameters(1, false, true);
+  EXPECT_EQ(split, total);
+  EXPECT_EQ(m.stage_parameters(2, false, false), 2 * m.layer_parameters);
+  EXPECT_GT(m.stage_parameters(0, true, false), 0);  // a stage of the embedding alone
+}
+
 // A CP stage: its TP and CP degrees priced apart. Ranks 0-3 of the fast node as TP 2 x CP 2 (CP
 // outer: TP groups {0,1} and {2,3}, CP groups {0,2} and {1,3}), all 4 layers, 2 micro-batches of 1.
 TEST(CostModelTest, ContextParallelStageIsPricedByItsTpAndCpDegrees) {

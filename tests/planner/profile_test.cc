@@ -1,20 +1,21 @@
-// Profile files (round trip, errors naming the key) and the regression fits of the profiler.
+// Profile files (round trip, errors naming the key) and profiles derived from datasheets. The
+// profiler, which measures the runtime, is tested in tests/tuning/profiler_test.cc.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
+#include "error_of.h"
 #include "hspmd/core/error.h"
 #include "hspmd/planner/derived_profile.h"
 #include "hspmd/planner/profile.h"
-#include "hspmd/planner/profiler.h"
-#include "hspmd/runtime/emulation.h"
 #include "planner/planner_testlib.h"
 
 namespace hspmd::planner {
 namespace {
 
 using ::testing::HasSubstr;
+using hspmd::testing::error_of;
 
 TEST(ProfileTest, JsonRoundTrip) {
   Profile p = testing::two_kind_profile();
@@ -31,15 +32,6 @@ TEST(ProfileTest, JsonRoundTrip) {
   EXPECT_FALSE(q.link("inter-node").has_value());
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(ProfileTest, ErrorsNameTheKey) {
   const std::string good = testing::two_kind_profile().to_json_text();
   std::string bad = good;
@@ -51,29 +43,6 @@ TEST(ProfileTest, ErrorsNameTheKey) {
   const Profile p = testing::two_kind_profile();
   EXPECT_THAT(error_of([&] { p.at("fast", 4); }), HasSubstr("was not profiled at TP 4; profiled degrees: 1, 2"));
   EXPECT_THAT(error_of([&] { p.kind("H100"); }), HasSubstr("no device kind \"H100\"; it has: fast, slow"));
-}
-
-TEST(ProfilerFitTest, RecoversQuadraticLayerTime) {
-  const LayerTimeFit truth{3e-9, 2e-6, 4e-4};
-  std::vector<TimeSample> samples;
-  for (double s : {64.0, 128.0, 256.0}) {
-    for (int b : {1, 2}) samples.push_back({s, b, truth.seconds(b, s)});
-  }
-  const LayerTimeFit fit = fit_layer_time(samples);
-  EXPECT_NEAR(fit.a, truth.a, 1e-15);
-  EXPECT_NEAR(fit.c1, truth.c1, 1e-12);
-  EXPECT_NEAR(fit.c0, truth.c0, 1e-10);
-}
-
-TEST(ProfilerFitTest, NegativeQuadraticTermIsDropped) {
-  // Concave samples (noise) would fit a < 0: refitted as a line.
-  std::vector<TimeSample> samples{{64, 1, 1.0}, {128, 1, 1.9}, {256, 1, 3.0}};
-  const LayerTimeFit fit = fit_layer_time(samples);
-  EXPECT_EQ(fit.a, 0);
-  EXPECT_GT(fit.c1, 0);
-  const LinearFit line = fit_linear({{100, 1.0}, {200, 2.0}});
-  EXPECT_NEAR(line.per_token, 0.01, 1e-12);
-  EXPECT_NEAR(line.constant, 0, 1e-12);
 }
 
 TEST(DerivedProfileTest, ComputeFromFlopsOverPeak) {
@@ -111,45 +80,6 @@ TEST(DerivedProfileTest, ShippedPaperProfilesAreCurrent) {
       EXPECT_DOUBLE_EQ(shipped.kind(kind).zero_bytes_per_parameter, k.zero_bytes_per_parameter);
     }
   }
-}
-
-// The measured profile end to end, on emulated devices of two speeds: every kind gets its fits
-// from the same measurements, AdamW apart from the layers, the memory coefficients and the link.
-TEST(ProfileTest, MeasuresTheHostAsEmulatedKinds) {
-  const runtime::EmulatedDevices devices = runtime::EmulatedDevices::from_json_text(
-      R"({"devices": [{"rank": 0, "name": "fast", "speed": 1.0}, {"rank": 1, "name": "slow", "speed": 0.5}]})",
-      "d.json", 2);
-  ProfilerOptions o;
-  o.model = "tiny";
-  o.tp_degrees = {1};
-  o.seq_lens = {32, 64};
-  o.micro_batch_sizes = {1, 2};
-  o.repeats = 2;
-  o.devices = &devices;
-  std::vector<std::string> lines;
-  o.progress = [&](const std::string& line) { lines.push_back(line); };
-  const Profile p = profile_host(testing::tiny_config(), o);
-  EXPECT_EQ(p.model, "tiny");
-  EXPECT_THAT(p.source, HasSubstr("emulated device kinds"));
-  ASSERT_EQ(p.devices.size(), 2u);
-  for (const char* kind : {"fast", "slow"}) {
-    const DeviceKindProfile& k = p.kind(kind);
-    EXPECT_GT(k.optimizer_seconds_per_parameter, 0) << kind;
-    EXPECT_GT(k.bytes_per_parameter, 0) << kind;
-    EXPECT_GT(k.zero_bytes_per_parameter, 0) << kind;
-    const TpProfile& t = p.at(kind, 1);
-    EXPECT_EQ(t.samples, 4) << kind;
-    EXPECT_GT(t.layer.seconds(1, 64), 0) << kind;
-    EXPECT_GT(t.activations.keep_per_token, 0) << kind;
-    EXPECT_FALSE(p.has(kind, 2)) << kind;
-  }
-  ASSERT_TRUE(p.link("intra-node").has_value());
-  EXPECT_GT(p.link("intra-node")->p2p_bandwidth, 0);
-  // The slow kind's factor for compute between sleeps was measured (and said); the fast one runs at
-  // the host's speed and needs none.
-  int factors = 0;
-  for (const std::string& line : lines) factors += line.find("compute between sleeps") != std::string::npos;
-  EXPECT_EQ(factors, 1);
 }
 
 }  // namespace

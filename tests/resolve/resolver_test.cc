@@ -75,6 +75,28 @@ TEST(BottomTier, PartialGradientsOfContextParallelStages) {
   Resolution table = checked(A("dup{[0-3](P:2,D:2)}"), A("dup{[0-3](D:2,S0:2)}"), kShape);
   EXPECT_EQ(table.classification(), "bottom[Slice]+bottom[AR]");
   EXPECT_EQ(ops_text(table, 3), (V{"LocalCopy [4:8, 0:4] bytes=0", "AllReduce group=[1,3] [4:8, 0:4] bytes=64"}));
+  // To a norm weight's ZeRO-1 state split over all four ranks: all-reduce over CP, then slice.
+  // (Found by the strategy generator: ZeRO-1 with a CP 2 x TP 2 stage.)
+  Resolution zero = checked(A("dup{[0-3](P:2,D:2)}"), A("dup{[0-3](S0:4)}"), kShape);
+  EXPECT_EQ(zero.classification(), "bottom[AR]+bottom[Slice]");
+  EXPECT_EQ(ops_text(zero, 2), (V{"AllReduce group=[0,2] [0:8, 0:4] bytes=128", "LocalCopy [4:6, 0:4] bytes=0"}));
+}
+
+// A partial value changes devices summand by summand when both sides hold as many summands: the
+// tied head's gradient, partial over the CP ranks of the last stage (vocab-split over TP there),
+// going to the first stage's CP ranks (whole table on each TP rank).
+TEST(BottomTier, PartialMovesSummandBySummand) {
+  // The same sharding on other devices was already a send/receive per device.
+  EXPECT_EQ(checked(A("dup{[2-3](P:2)}"), A("dup{[0-1](P:2)}"), kShape).classification(), "bottom[SR]");
+  Resolution tied = checked(A("dup{[4-7](P:2,S0:2)}"), A("dup{[0-3](P:2,D:2)}"), kShape);
+  EXPECT_EQ(tied.classification(), "bottom[BSR]");
+  // Summand 1 (CP rank 1 of the last stage: devices 6, 7, vocab halves) goes to devices 2 and 3,
+  // each of which holds the whole table.
+  EXPECT_EQ(ops_text(tied, 6), (V{"Send peer=2 [0:4, 0:4] bytes=64", "Send peer=3 [0:4, 0:4] bytes=64"}));
+  // Across two pipelines too (the top tier partial as well), and beside a subgroup without CP.
+  checked(A("partial{[4-7](P:2,S0:2);[8]()}"), A("partial{[0-3](P:2,D:2);[9]()}"), kShape);
+  // Different summand counts stay refused: a device would need a sum it holds no part of.
+  EXPECT_THROW(resolve(A("dup{[2-3](P:2)}"), A("dup{[0-3](P:4)}"), kShape, "T"), Error);
 }
 
 TEST(BottomTier, BsrPerSubgroupWhenNoCollectiveApplies) {
@@ -147,6 +169,21 @@ TEST(TopTier, Figure10BottomThenTop) {
                                "ReduceScatter group=[0,2] dim=0 [0:8, 0:2] bytes=32"}));
   Resolution g = checked(A("split0{[0-1](D:2);[2-3](S1:2)}"), A("dup{[0-1](S1:2);[2-3](S1:2)}"), kShape);
   EXPECT_EQ(g.classification(), "bottom[Slice,Identity]+top[SplitAG]");
+}
+
+// A CP 2 x TP 2 stage next to a one-rank pipeline: the embedding gradient is partial over CP and
+// duplicated over TP inside the first subgroup, and partial across the two. Bottom tier first (in
+// the CP x TP subgroup a local slice, then an all-reduce over CP), then the top tier across the
+// union, where the TP replicas of each slice hold it twice and the one-rank pipeline once.
+TEST(TopTier, CpTimesTpSubgroupBesideAOneRankPipeline) {
+  Resolution r = checked(A("partial{[0-3](P:2,D:2);[4]()}"), A("dup{[0-3](D:2,S0:2);[4]()}"), kShape);
+  EXPECT_EQ(r.tier, Tier::kBottomThenTop);
+  EXPECT_EQ(r.classification(), "bottom[Slice,Identity]+bottom[AR,Identity]+top[SplitAR]");
+  // To a ZeRO-1 state split across the two pipelines: the same bottom tier, then SplitRS.
+  Resolution z = checked(A("partial{[0-3](P:2,D:2);[4]()}"), A("split1{[0-3](D:2,S0:2);[4]()}"), kShape);
+  EXPECT_EQ(z.tier, Tier::kBottomThenTop);
+  // And the same with a CP 2 x TP 2 subgroup beside a TP 2 one (CP only on one side).
+  checked(A("partial{[0-3](P:2,D:2);[4-5](D:2)}"), A("dup{[0-3](D:2,S0:2);[4-5](S0:2)}"), kShape);
 }
 
 TEST(Bsr, EverythingElseAndPartialNeverGoesToBsr) {

@@ -123,6 +123,26 @@ TEST(ContextParallel, Cp2PipelineBesideAPlainReplica) {
   expect_matches_single_process(run(st, testing::dist_options(kSteps)), kSteps);
 }
 
+// A DS union whose members differ: a CP 2 x TP 2 stage next to a one-rank pipeline. The embedding
+// gradient, partial{[0-3](P:2,D:2);[4]()} -> dup{[0-3](D:2,S0:2);[4]()}, is reduced inside the
+// CP x TP subgroup first (slice, then all-reduce over CP), then across the two pipelines.
+TEST(ContextParallel, Cp2Tp2BesideAOneRankPipeline) {
+  const sharding::Strategy st = sharding::Strategy::from_file(
+      (testing::source_dir() / "examples/strategies/local-cp2-tp2-beside-one.json").string());
+  expect_matches_single_process(run(st, testing::dist_options(kSteps)), kSteps);
+  expect_matches_single_process(run(st, testing::dist_options(kSteps), {.tied = true}), kSteps, 1, /*tied=*/true);
+}
+
+// Tied embeddings with CP over two stages: the head's gradient, partial over the last stage's CP
+// ranks, goes summand by summand to the first stage's CP ranks and adds to the lookup's gradient.
+TEST(ContextParallel, Cp2TiedEmbeddingsOverTwoStages) {
+  sharding::Strategy st = strategy(R"({"name": "cp2-pp2-tied+dp", "pipelines": [
+    {"micro_batch_size": 1, "num_micro_batches": 2,
+     "stages": [{"ranks": "0-1", "layers": "0-1", "cp": 2}, {"ranks": "2-5", "layers": "2-3", "tp": 2, "cp": 2}]},
+    {"micro_batch_size": 2, "num_micro_batches": 1, "stages": [{"ranks": "6", "layers": "0-3"}]}]})");
+  expect_matches_single_process(run(st, testing::dist_options(kSteps), {.tied = true}), kSteps, 1, /*tied=*/true);
+}
+
 // Graph switching into and out of CP: weights and Adam moments move like any other layout change.
 TEST(ContextParallel, SwitchesFromTensorParallelToCpAndBack) {
   sharding::Strategy tp = strategy(R"({"name": "tp2", "pipelines": [

@@ -60,8 +60,8 @@ TEST(EmulatedDevicesTest, ShippedHeteroExample) {
   }
   for (int r = 0; r < 4; ++r) EXPECT_EQ(devs.of(r).memory_bytes, 256 * kMiB);
   EXPECT_EQ(devs.describe(),
-            "emulated devices: rank 0 fast speed 1.00 memory 256.0 MiB; rank 1 fast speed 1.00 memory 256.0 MiB; "
-            "rank 2 slow speed 0.33 memory 256.0 MiB; rank 3 slow speed 0.33 memory 256.0 MiB");
+            "emulated devices: rank 0 fast speed 1.00 memory 256.00 MiB; rank 1 fast speed 1.00 memory 256.00 MiB; "
+            "rank 2 slow speed 0.33 memory 256.00 MiB; rank 3 slow speed 0.33 memory 256.00 MiB");
 }
 
 TEST(EmulatedDevicesTest, TinyMemoryExampleCapsTheAllocator) {
@@ -86,8 +86,8 @@ TEST(EmulatedDevicesTest, MemoryUnitsAndDefaults) {
   EXPECT_EQ(devs.of(2).memory_bytes, 3 * 1024);
   EXPECT_EQ(devs.of(3).memory_bytes, 100);
   EXPECT_EQ(devs.describe(),
-            "emulated devices: rank 0 rank0 speed 1.00 memory 4.0 KiB; rank 1 rank1 speed 1.00 memory 1.5 GiB; "
-            "rank 2 rank2 speed 1.00 memory 3.0 KiB; rank 3 rank3 speed 0.50 memory 100 B");
+            "emulated devices: rank 0 rank0 speed 1.00 memory 4.00 KiB; rank 1 rank1 speed 1.00 memory 1.50 GiB; "
+            "rank 2 rank2 speed 1.00 memory 3.00 KiB; rank 3 rank3 speed 0.50 memory 100 B");
   EXPECT_THAT(EmulatedDevices(1).describe(), HasSubstr("rank 0 rank0 speed 1.00 memory unlimited"));
 }
 

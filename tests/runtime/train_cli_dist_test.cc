@@ -48,6 +48,14 @@ TEST_F(TrainCli, HeterogeneousStrategyOnEmulatedDevicesMatchesOneProcess) {
   }
 }
 
+// --check-single retrains at the run's precision: a bf16 run is compared with a bf16 process.
+TEST_F(TrainCli, CheckSingleRetrainsAtTheRunsPrecision) {
+  testing::CommandResult r = run_hspmd(common(2) + " --precision bf16 --nproc 2 --strategy " +
+                                       example("examples/strategies/local-dp2.json") + " --check-single");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("precision bf16"), HasSubstr("tolerance 1e-04): PASS")));
+}
+
 // Every "loss" (or another field) of a metrics file's step lines, in order.
 std::vector<double> metric(const std::string& path, const std::string& field = "loss") {
   std::ifstream in(path);
@@ -75,10 +83,13 @@ TEST_F(TrainCli, SaveUnderOneStrategyResumeUnderAnother) {
   ASSERT_EQ(a.code, 0) << a.output;
   testing::CommandResult b =
       run_hspmd(common(4) + " --nproc 4 --strategy " + example("examples/strategies/local-tp2-pp2.json") +
-                " --resume " + ckpt + " --recompute --metrics " + metrics);
+                " --resume " + ckpt + " --recompute --metrics " + metrics + " --check-single");
   ASSERT_EQ(b.code, 0) << b.output;
   EXPECT_THAT(b.output, AllOf(HasSubstr("resumed from"), HasSubstr("at step 2"), HasSubstr("step     4/4"),
                               HasSubstr("recomputing each layer in B")));
+  // --check-single retrains from the same checkpoint: steps 3 and 4, with its options.
+  EXPECT_THAT(b.output, AllOf(HasSubstr("retraining 2 steps in one process"), HasSubstr("step   3  distributed"),
+                              HasSubstr("PASS")));
   testing::CommandResult r = run_hspmd(common(4) + " --lr 5e-3 --decay-steps 4 --metrics " + reference);
   ASSERT_EQ(r.code, 0) << r.output;
   expect_close(metric(metrics), metric(reference));
@@ -135,9 +146,10 @@ TEST_F(TrainCli, DistributedRunStartsFromShardedHuggingFaceWeights) {
   ASSERT_EQ(one.code, 0) << one.output;
   testing::CommandResult dist = run_hspmd(common(2) + " --nproc 4 --strategy " +
                                           example("examples/strategies/local-hetero-4.json") + " --init-weights " +
-                                          path("hf") + " --metrics " + path("dist.jsonl"));
+                                          path("hf") + " --metrics " + path("dist.jsonl") + " --check-single");
   ASSERT_EQ(dist.code, 0) << dist.output;
-  EXPECT_THAT(dist.output, HasSubstr("loaded weights from"));
+  // --check-single starts its one process from the same weights, not from the seed's.
+  EXPECT_THAT(dist.output, AllOf(HasSubstr("loaded weights from"), HasSubstr("PASS")));
   expect_close(metric(path("dist.jsonl")), metric(path("one.jsonl")));
   // The weights differ from the run's own initialization (seed 1): otherwise this proves nothing.
   testing::CommandResult plain = run_hspmd(common(2) + " --metrics " + path("plain.jsonl"));
@@ -204,6 +216,33 @@ TEST_F(TrainCli, PlanBeyondEmulatedMemoryIsRefusedUpFront) {
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.output, AllOf(HasSubstr("rank 0 (tiny)"), HasSubstr("needs about"),
                               HasSubstr("capacity of 1048576 bytes")));
+}
+
+// A strategy that cannot run, given as the start or as a --switch, is refused by the launching
+// process in one line before any worker starts (no "[rank N]" output), naming what is at fault.
+TEST_F(TrainCli, UnrunnableStrategiesAreRefusedOnceBeforeLaunch) {
+  auto refused_once = [](const testing::CommandResult& r) {
+    EXPECT_NE(r.code, 0);
+    EXPECT_THAT(r.output, Not(HasSubstr("[rank ")));
+    size_t errors = 0;
+    for (size_t at = r.output.find("hspmd: error:"); at != std::string::npos; at = r.output.find("hspmd: error:", at + 1)) {
+      ++errors;
+    }
+    EXPECT_EQ(errors, 1u) << r.output;
+  };
+  const std::string mixed_cp = path("mixed-cp.json");
+  std::ofstream(mixed_cp) << R"({"name": "mixed-cp", "pipelines": [{"micro_batch_size": 2, "num_micro_batches": 2,
+      "stages": [{"ranks": "0-1", "layers": "0-1", "cp": 2}, {"ranks": "2", "layers": "2-3"}]}]})";
+  testing::CommandResult r = run_hspmd(common(2) + " --nproc 3 --strategy " + mixed_cp);
+  refused_once(r);
+  EXPECT_THAT(r.output, HasSubstr("every stage of a pipeline must have the same context-parallel degree"));
+  const std::string typo = path("typo.json");
+  std::ofstream(typo) << R"({"name": "typo", "pipelines": [{"micro_batch_size": 2, "num_micro_batches": 2,
+      "stages": [{"ranks": "0-1", "layers": "0-3", "tpp": 2}]}]})";
+  r = run_hspmd(common(3) + " --nproc 2 --strategy " + example("examples/strategies/local-dp2.json") + " --switch 2:" +
+                typo);
+  refused_once(r);
+  EXPECT_THAT(r.output, HasSubstr(typo + ": pipelines[0].stages[0]: unknown key \"tpp\" (did you mean \"tp\"?)"));
 }
 
 // --switch: TP 2 x PP 2, then 2-way data parallelism (ranks 2-3 wait as spares), then back, each

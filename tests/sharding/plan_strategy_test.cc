@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "error_of.h"
@@ -134,6 +135,53 @@ TEST(Strategy, BadContextParallelDegreesAreRefused) {
                 .find("pipelines[0].stages[1]: cp 1 differs from stages[0]'s cp 2; every stage of a pipeline must "
                       "have the same context-parallel degree"),
             std::string::npos);
+}
+
+// Strict reading: a key hspmd does not read is refused where it is, with the nearest known key,
+// instead of training another strategy than the one written.
+TEST(Strategy, UnknownKeysAreRefusedWithTheNearestKnownKey) {
+  const std::string top = error_of([] {
+    Strategy::from_json_text(R"({"zer01": true, "pipelines": [{"micro_batch_size": 1, "num_micro_batches": 1,
+      "stages": [{"ranks": "0", "layers": "0-3"}]}]})", "s.json");
+  });
+  EXPECT_NE(top.find("s.json: unknown key \"zer01\" (did you mean \"zero1\"?)"), std::string::npos) << top;
+  const std::string stage = error_of([] {
+    Strategy::from_json_text(R"({"pipelines": [{"micro_batch_size": 1, "num_micro_batches": 1,
+      "stages": [{"ranks": "0", "layers": "0-1"}, {"ranks": "1-2", "layers": "2-3", "tpp": 2}]}]})", "s.json");
+  });
+  EXPECT_NE(stage.find("s.json: pipelines[0].stages[1]: unknown key \"tpp\" (did you mean \"tp\"?); the keys here "
+                       "are ranks, layers, tp, cp, comment"),
+            std::string::npos)
+      << stage;
+  const std::string pipe = error_of([] {
+    Strategy::from_json_text(R"({"pipelines": [{"micro_batch_size": 1, "num_micro_batches": 1, "schedule": "1f1b",
+      "stages": [{"ranks": "0", "layers": "0-3"}]}]})", "s.json");
+  });
+  // Nothing close to "schedule": the key and its place are named, no guess.
+  EXPECT_NE(pipe.find("s.json: pipelines[0]: unknown key \"schedule\"; the keys here are micro_batch_size"),
+            std::string::npos)
+      << pipe;
+  EXPECT_NE(error_of([] { Strategy::from_json_text(R"({"pipelines": [3]})", "s.json"); })
+                .find("s.json: pipelines[0]: expected a JSON object, got 3"),
+            std::string::npos);
+  // "comment" is allowed at every level.
+  EXPECT_NO_THROW(Strategy::from_json_text(R"({"comment": "c", "pipelines": [{"micro_batch_size": 1,
+      "num_micro_batches": 1, "comment": "p", "stages": [{"ranks": "0", "layers": "0-3", "comment": "s"}]}]})",
+                                           "s.json"));
+}
+
+// Every strategy file shipped in examples/ still reads under the strict rules.
+TEST(Strategy, EveryExampleStrategyFileParses) {
+  // This file is tests/sharding/plan_strategy_test.cc; CMake compiles it by absolute path.
+  const std::filesystem::path dir =
+      std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "examples" / "strategies";
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    EXPECT_NO_THROW(Strategy::from_file(entry.path().string())) << entry.path();
+    ++files;
+  }
+  EXPECT_GE(files, 24) << dir;
 }
 
 }  // namespace

@@ -149,7 +149,10 @@ void print_sharded(const std::string& dir) {
 }
 
 void run_info(const std::string& dir) {
-  HSPMD_CHECK(fs::is_directory(dir)) << "checkpoint " << dir << " does not exist or is not a directory";
+  HSPMD_CHECK(fs::is_directory(dir)) << "checkpoint " << dir
+                                     << (fs::exists(dir) ? " is a file, not a checkpoint (a directory written by "
+                                                           "`hspmd train --save`)"
+                                                         : " does not exist");
   print_row("checkpoint", dir);
   const bool sharded = fs::exists(fs::path(dir) / kShardedIndexFile);
   const bool single = fs::exists(fs::path(dir) / runtime::kTrainerStateFile);

@@ -30,18 +30,23 @@ namespace {
 
 struct EvalArgs {
   std::string model, weights, data;
+  bool validation = false;  // the dataset's held-out split instead of its training split
   int threads = 0;
   runtime::EvalOptions options;
 };
 
 void run_eval(const EvalArgs& args) {
   models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
-  data::TokenDataset dataset = data::TokenDataset::open(args.data);
+  data::TokenDataset dataset =
+      args.validation ? data::TokenDataset::open_validation(args.data) : data::TokenDataset::open(args.data);
   runtime::check_dataset_fits(dataset, config);
   const std::string weights_path = args.weights.empty() ? args.model : args.weights;
   HSPMD_CHECK(!args.weights.empty() || runtime::is_hf_weights(args.model))
       << "--weights is needed: --model " << args.model << " is not a save_pretrained directory with weights";
   HSPMD_CHECK(std::filesystem::exists(weights_path)) << "weights " << weights_path << " do not exist";
+  HSPMD_CHECK(runtime::is_hf_weights(weights_path) || std::filesystem::is_directory(weights_path))
+      << "--weights " << weights_path << " is neither a checkpoint directory (hspmd train --save) nor Hugging Face "
+      << "weights (a .safetensors file, or a directory with model.safetensors or its index)";
   if (args.threads > 0) kernels::set_num_threads(args.threads);
   graph::TensorMap weights = runtime::is_hf_weights(weights_path)
                                  ? runtime::load_hf_weights(weights_path, config)
@@ -63,6 +68,8 @@ void add_eval_command(CLI::App& app) {
                   "checkpoint directory (hspmd train --save), Hugging Face safetensors file or save_pretrained "
                   "directory (default: --model, when it is a save_pretrained directory)");
   sub->add_option("--data", args->data, "token dataset directory (made by `hspmd data prepare`)")->required();
+  sub->add_flag("--validation", args->validation,
+                "evaluate on the dataset's held-out validation split (`hspmd data prepare --val-fraction`)");
   sub->add_option("--max-tokens", args->options.max_tokens, "stop after this many tokens (0: whole dataset)")
       ->capture_default_str();
   sub->add_option("--seq-len", args->options.seq_len, "context length")->capture_default_str();

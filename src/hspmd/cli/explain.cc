@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "hspmd/core/byte_size.h"
 #include "hspmd/core/error.h"
 #include "hspmd/models/llama.h"
 #include "hspmd/models/llama_config.h"
@@ -62,8 +63,6 @@ struct ExplainOptions {
   std::vector<int> dead;  // failed ranks: they hold data in A but cannot send
   std::string profile;    // --profile P.json: add the cost model's predicted step time and memory
 };
-
-std::string human(double bytes) { return specialize::human_bytes(bytes); }
 
 void run_strategy(const ExplainOptions& o) {
   const auto start = std::chrono::steady_clock::now();
@@ -127,21 +126,21 @@ void run_switch(const ExplainOptions& o) {
                                 : "fused BSR, heuristics: owned -> local copy; fastest link; least bytes sent")
             << "\n"
             << "table entries " << bsr.table.entries().size() << ", messages " << bsr.messages().size()
-            << ", sent " << human(static_cast<double>(bsr.total_bytes())) << " (" << bsr.total_bytes()
-            << " bytes), local copies " << human(static_cast<double>(plan.local_copy_bytes)) << "\n";
+            << ", sent " << format_bytes(bsr.total_bytes()) << " (" << bsr.total_bytes()
+            << " bytes), local copies " << format_bytes(plan.local_copy_bytes) << "\n";
   for (resolve::LinkTier t : {resolve::LinkTier::kIntraNode, resolve::LinkTier::kInterNode}) {
     const int64_t bytes = plan.sent_by_tier.count(t) ? plan.sent_by_tier.at(t) : 0;
-    std::cout << "  " << resolve::link_tier_name(t) << ": " << human(static_cast<double>(bytes)) << "\n";
+    std::cout << "  " << resolve::link_tier_name(t) << ": " << format_bytes(bytes) << "\n";
   }
-  std::cout << "busiest sender " << human(static_cast<double>(plan.busiest_sender_bytes)) << "; planned in " << ms
+  std::cout << "busiest sender " << format_bytes(plan.busiest_sender_bytes) << "; planned in " << ms
             << " ms\n\n";
   std::cout << "per sender        intra-node      inter-node           total\n";
   for (const auto& [dev, tiers] : plan.sent_by) {
     const int64_t intra = tiers.count(resolve::LinkTier::kIntraNode) ? tiers.at(resolve::LinkTier::kIntraNode) : 0;
     const int64_t inter = tiers.count(resolve::LinkTier::kInterNode) ? tiers.at(resolve::LinkTier::kInterNode) : 0;
     char line[160];
-    std::snprintf(line, sizeof line, "  rank %-4d %15s %15s %15s  (%s)\n", dev, human(static_cast<double>(intra)).c_str(),
-                  human(static_cast<double>(inter)).c_str(), human(static_cast<double>(intra + inter)).c_str(),
+    std::snprintf(line, sizeof line, "  rank %-4d %15s %15s %15s  (%s)\n", dev, format_bytes(intra).c_str(),
+                  format_bytes(inter).c_str(), format_bytes(intra + inter).c_str(),
                   topo.device(dev).type.c_str());
     std::cout << line;
   }
@@ -153,7 +152,7 @@ void run_switch(const ExplainOptions& o) {
   }
   std::cout << "\nper pair (sender -> receiver: bytes, messages, link)\n";
   for (const auto& [pair, v] : pairs) {
-    std::cout << "  " << pair.first << " -> " << pair.second << ": " << human(static_cast<double>(v.first)) << " ("
+    std::cout << "  " << pair.first << " -> " << pair.second << ": " << format_bytes(v.first) << " ("
               << v.first << " bytes), " << v.second << (v.second == 1 ? " message, " : " messages, ")
               << resolve::link_tier_name(topo.tier(pair.first, pair.second)) << "\n";
   }

@@ -2,8 +2,12 @@
 // in commands.h; main only dispatches and turns every exception into one line + exit code 1.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
 #include <iostream>
+#include <string>
 #include <string_view>
 
 #include "hspmd/cli/commands.h"
@@ -18,11 +22,27 @@ bool verbose_from_environment() {
   return v != nullptr && std::string_view(v) != "" && std::string_view(v) != "0";
 }
 
+// Writes "hspmd: error: <what>" (and the origin line) in one write. std::cerr is unbuffered, so
+// `cerr << "hspmd: error: " << what` is several writes, and a worker stopped by the launcher's
+// SIGTERM between them (another rank failed first) left a bare "hspmd: error:" line behind.
+void report(const std::string& what, const std::string& origin = {}) {
+  std::string text = "hspmd: error: " + (what.empty() ? std::string("(an error without a message)") : what) + "\n";
+  if (!origin.empty()) text += "hspmd: raised at " + origin + "\n";
+  std::cerr.flush();
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(2, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // nowhere left to report to
+    done += static_cast<size_t>(n);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"hspmd: hierarchical and heterogeneous SPMD training"};
+  CLI::App app{"hspmd: hierarchical and heterogeneous SPMD training", "hspmd"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "hspmd " HSPMD_VERSION, "print hspmd's version and exit");
   bool verbose = false;
   app.add_flag("--verbose", verbose,
                "on errors, also print where in hspmd's source the error was raised (or set HSPMD_VERBOSE=1)");
@@ -31,22 +51,23 @@ int main(int argc, char** argv) {
     if (verbose) ::setenv("HSPMD_VERBOSE", "1", 1);
   });
   hspmd::cli::register_commands(app);
+  if (argc == 1) {  // no command: say which there are, rather than only that one is missing
+    std::cout << app.help();
+    return 1;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const hspmd::Error& e) {
-    std::cerr << "hspmd: error: " << e.what() << "\n";
-    if ((verbose || verbose_from_environment()) && !e.origin().empty()) {
-      std::cerr << "hspmd: raised at " << e.origin() << "\n";
-    }
+    report(e.what(), verbose || verbose_from_environment() ? e.origin() : std::string());
     return 1;
   } catch (const std::exception& e) {
     // Not raised by hspmd's checks: a filesystem error, an allocation failure, a library error.
-    std::cerr << "hspmd: error: " << e.what() << "\n";
+    report(e.what());
     return 1;
   } catch (...) {
-    std::cerr << "hspmd: error: unknown exception\n";
+    report("unknown exception");
     return 1;
   }
   return 0;

@@ -20,17 +20,19 @@
 #include <string>
 
 #include "hspmd/core/atomic_file.h"
+#include "hspmd/core/byte_size.h"
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
-#include "hspmd/models/llama_config.h"
 #include "hspmd/data/length_histogram.h"
 #include "hspmd/data/token_dataset.h"
+#include "hspmd/models/llama_config.h"
 #include "hspmd/planner/mixed_length_planner.h"
 #include "hspmd/planner/planner.h"
 #include "hspmd/planner/profile.h"
 #include "hspmd/resolve/topology.h"
 #include "hspmd/sharding/device_group.h"
 #include "hspmd/sharding/strategy.h"
-#include "hspmd/specialize/plan_report.h"
+#include "hspmd/specialize/schedule.h"
 
 namespace hspmd::cli {
 
@@ -66,7 +68,7 @@ void run_mixed_length_plan(const PlanOptions& o, const models::LlamaConfig& conf
       config, topo, profile, h.segment_lengths,
       {.seq_len = o.seq_len, .global_batch_tokens = o.global_batch_tokens, .name = o.name.empty() ? "mixed" : o.name});
   std::cout << plan.to_string() << "planning time: "
-            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s\n";
+            << seconds_since(start) << " s\n";
   write_strategy(plan.heterogeneous, o.out);
   std::cout << "wrote " << o.out << "\n";
   const std::string stem = o.out.ends_with(".json") ? o.out.substr(0, o.out.size() - 5) : o.out;
@@ -123,7 +125,7 @@ void run_plan(const PlanOptions& o) {
   std::cout << planner::describe_plan(plan) << planner::to_string(plan.prediction);
   for (const std::string& idle : plan.idle) std::cout << "idle: " << idle << "\n";
   if (!o.previous.empty()) {
-    std::cout << "state to move from " << o.previous << ": " << specialize::human_bytes(plan.moved_bytes) << "\n";
+    std::cout << "state to move from " << o.previous << ": " << format_bytes(plan.moved_bytes) << "\n";
   }
   if (!plan.complete) {
     std::cout << "time limit of " << o.time_limit << " s reached: this is the best plan found, the search was not "

@@ -17,13 +17,14 @@
 #include <string>
 
 #include "hspmd/core/atomic_file.h"
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 #include "hspmd/core/json_file.h"
 #include "hspmd/models/llama_config.h"
 #include "hspmd/planner/derived_profile.h"
-#include "hspmd/planner/profiler.h"
 #include "hspmd/resolve/topology.h"
 #include "hspmd/runtime/emulation.h"
+#include "hspmd/tuning/profiler.h"
 
 namespace hspmd::cli {
 
@@ -68,7 +69,7 @@ void run_profile(const ProfileOptions& o) {
     }
     devices = runtime::EmulatedDevices::from_file(o.devices, world);
   }
-  planner::ProfilerOptions po;
+  tuning::ProfilerOptions po;
   po.model = o.model;
   po.tp_degrees = o.tp_degrees;
   po.seq_lens = o.seq_lens;
@@ -77,9 +78,9 @@ void run_profile(const ProfileOptions& o) {
   po.kind = o.kind;
   po.devices = devices ? &*devices : nullptr;
   po.progress = [](const std::string& line) { std::cerr << line << std::flush; };
-  const planner::Profile p = planner::profile_host(config, po);
+  const planner::Profile p = tuning::profile_host(config, po);
   write_profile(p, o.out);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double s = seconds_since(start);
   std::cout << "profiled " << o.model << " (" << p.source << ") in " << s << " s; wrote " << o.out << "\n";
 }
 

@@ -1,6 +1,7 @@
 // `hspmd selfcheck`: checks every CPU kernel family against a small reference on random inputs
 // (forward against a plain loop in double, backward against central finite differences in
-// float64), prints PASS/FAIL per kernel, then a short micro-benchmark table. Exits non-zero when a
+// float64), prints PASS/FAIL per kernel, with a GPU the CUDA kernels against the CPU ones
+// (kernels/cuda/selfcheck.h), then a short micro-benchmark table. Exits non-zero when a
 // check fails. The interim demo until training lands; it runs in a few seconds.
 //
 //   hspmd selfcheck                 # all cores
@@ -26,6 +27,10 @@
 #include "hspmd/kernels/simd.h"
 #include "hspmd/kernels/softmax.h"
 #include "hspmd/kernels/threading.h"
+#if defined(HSPMD_CUDA)
+#include "hspmd/core/cuda/cuda_error.h"
+#include "hspmd/kernels/cuda/selfcheck.h"
+#endif
 
 namespace hspmd::cli {
 namespace {
@@ -266,8 +271,7 @@ Check check_cross_entropy_bwd() {
 // Seconds per call of fn after one warm-up call: the best of 5 windows of at least min_seconds
 // each. A disturbance that passes (a shared host's neighbours; OpenBLAS's threads, which spin for
 // about 0.1 s after they start, when a linked library loaded it at startup) spoils a window, not
-// the figure: the quick 256^3 matmul read 4.3 instead of 220-310 GFLOP/s in 2 of 4 runs with one
-// window.
+// the figure (docs/cpu-kernels.md, "GEMM").
 double seconds_per_call(const std::function<void()>& fn, double min_seconds) {
   fn();
   using Clock = std::chrono::steady_clock;
@@ -313,6 +317,28 @@ void micro_benchmark(bool quick) {
               attention_rate, attention_rate / matmul_rate);
 }
 
+// The CUDA kernels against the CPU ones on device 0, when hspmd has the CUDA backend and sees a
+// GPU; the number that failed.
+int check_cuda_kernels() {
+#if defined(HSPMD_CUDA)
+  if (cuda::device_count() == 0) {
+    std::printf("\nCUDA kernels: not checked (no CUDA device visible)\n");
+    return 0;
+  }
+  std::printf("\nCUDA kernels against the CPU kernels (cuda:0)\n");
+  int failed = 0;
+  for (const kernels::cuda::KernelCheck& c : kernels::cuda::check_against_cpu(0)) {
+    failed += c.pass() ? 0 : 1;
+    std::printf("  %s  %-54s max rel err %.1e (tol %.0e)\n", c.pass() ? "PASS" : "FAIL", c.name.c_str(), c.error,
+                c.tolerance);
+  }
+  return failed;
+#else
+  std::printf("\nCUDA kernels: not checked (hspmd was built without HSPMD_CUDA)\n");
+  return 0;
+#endif
+}
+
 void run_selfcheck(int threads, bool quick) {
   if (threads > 0) kernels::set_num_threads(threads);
   std::printf("hspmd selfcheck: CPU kernels against references (%d threads)\n", kernels::num_threads());
@@ -344,8 +370,10 @@ void run_selfcheck(int threads, bool quick) {
     std::printf("  %s  %-54s max rel err %.1e (tol %.0e)\n", c.pass() ? "PASS" : "FAIL", c.name.c_str(), c.error,
                 c.tolerance);
   }
+  const int cuda_failed = check_cuda_kernels();
   micro_benchmark(quick);
   HSPMD_CHECK(failed == 0) << "selfcheck: " << failed << " of " << checks.size() << " kernel checks failed";
+  HSPMD_CHECK(cuda_failed == 0) << "selfcheck: " << cuda_failed << " CUDA kernel checks failed";
   std::printf("\nall %zu kernel checks passed\n", checks.size());
 }
 

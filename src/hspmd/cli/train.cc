@@ -1,5 +1,7 @@
 // `hspmd train`: single-process training of the built-in Llama on a token dataset
-// (runtime/trainer.h), with checkpoints, resume, Hugging Face weights and per-step metrics.
+// (runtime/trainer.h), with checkpoints, resume, Hugging Face weights and per-step metrics. It
+// trains through the same loop as every distributed mode (runtime/training_loop.h), as its
+// one-rank case; this file sets the run up and reports it.
 //
 //   hspmd train --model configs/llama-tiny.json --data runs/kjv --steps 200 --save runs/ckpt
 //   hspmd train --model configs/llama-tiny.json --data runs/kjv --steps 400 --resume runs/ckpt
@@ -13,11 +15,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <chrono>
-#include <cmath>
 #include <cstdlib>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -36,6 +35,8 @@
 #include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
 #include "hspmd/runtime/trainer.h"
+#include "hspmd/runtime/training_log.h"
+#include "hspmd/runtime/training_loop.h"
 
 namespace hspmd::cli {
 namespace {
@@ -69,33 +70,7 @@ const std::vector<OptionFlag>& option_flags() {
 }
 #undef HSPMD_OPTION_FLAG
 
-std::string format_duration(double seconds) {
-  long s = std::lround(seconds);
-  char buf[32];
-  if (s >= 3600) {
-    std::snprintf(buf, sizeof(buf), "%ldh%02ldm", s / 3600, (s / 60) % 60);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%ldm%02lds", s / 60, s % 60);
-  }
-  return buf;
-}
-
 }  // namespace
-
-std::string step_line(const runtime::StepMetrics& m, int64_t total) {
-  char buf[200];
-  std::snprintf(buf, sizeof(buf), "step %5lld/%lld  loss %.4f  lr %.3e  grad_norm %.3f  tok/s %8.0f  step %.3fs",
-                static_cast<long long>(m.step), static_cast<long long>(total), m.loss, m.lr, m.grad_norm,
-                m.tokens_per_second, m.step_seconds);
-  return buf;
-}
-
-std::string eval_line(int64_t step, double loss) {
-  char buf[120];
-  std::snprintf(buf, sizeof buf, "eval after step %lld: validation loss %.4f, perplexity %.2f",
-                static_cast<long long>(step), loss, std::exp(loss));
-  return buf;
-}
 
 std::string kernels_line(DType precision) {
   return "kernels: GEMM " + kernels::gemm_backend_description() + "; SIMD " +
@@ -105,21 +80,7 @@ std::string kernels_line(DType precision) {
                                         : "fp32");
 }
 
-std::string eval_record(int64_t step, double loss) {
-  return nlohmann::json{{"event", "eval"}, {"step", step}, {"val_loss", loss}}.dump();
-}
-
 namespace {
-
-// "[##########----------]  50/100  ETA 1m23s" for terminals.
-std::string progress_bar(int64_t done, int64_t first, int64_t total, double elapsed) {
-  constexpr int kWidth = 30;
-  int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
-  std::string bar = "[" + std::string(filled, '#') + std::string(kWidth - filled, '-') + "]";
-  double per_step = done > first ? elapsed / static_cast<double>(done - first) : 0.0;
-  return bar + " " + std::to_string(done) + "/" + std::to_string(total) +
-         "  ETA " + format_duration(per_step * static_cast<double>(total - done));
-}
 
 // A resumed run continues with the options its checkpoint records (learning-rate schedule
 // included), whatever the strategy; a flag given on this command line changes its option, so
@@ -171,52 +132,23 @@ void run_train(TrainArgs args, const CLI::App& sub) {
     std::cout << "loaded weights from " << args.init_weights << "\n";
   }
 
-  std::ofstream metrics;
-  if (!args.metrics.empty()) {
-    // A resumed run appends to the metrics of the run it continues.
-    metrics.open(args.metrics, args.resume.empty() ? std::ios::trunc : std::ios::app);
-    HSPMD_CHECK(metrics.good()) << "cannot open metrics file " << args.metrics;
-  }
+  // A resumed run appends to the metrics of the run it continues.
+  runtime::TrainingLog log(std::cout, {.total_steps = options.steps,
+                                       .metrics_path = args.metrics,
+                                       .append = !args.resume.empty(),
+                                       .terminal = ::isatty(STDOUT_FILENO) != 0});
   std::cout << kernels_line(options.precision) << "\n";
   std::cout << "model: " << config.num_parameters() << " parameters, " << config.num_hidden_layers
             << " layers, hidden " << config.hidden_size << "; data: " << dataset.num_tokens() << " tokens in "
             << dataset.num_documents() << " documents; " << options.steps << " steps of <= "
             << options.global_batch_tokens << " tokens, seq_len " << options.seq_len << "\n";
 
-  const bool tty = ::isatty(STDOUT_FILENO) != 0;
-  const int64_t first = trainer.step_count();
-  auto start = std::chrono::steady_clock::now();
-  double first_loss = NAN, last_loss = NAN;
-  while (!trainer.done()) {
-    runtime::StepMetrics m = trainer.step();
-    if (std::isnan(first_loss)) first_loss = m.loss;
-    last_loss = m.loss;
-    HSPMD_CHECK(std::isfinite(m.loss)) << "training diverged at step " << m.step << ": loss " << m.loss
-                                       << " (lower --lr or enable --clip)";
-    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (tty) {
-      std::cout << "\r\033[K" << step_line(m, options.steps) << "\n"
-                << progress_bar(m.step, first, options.steps, elapsed) << std::flush;
-    } else {
-      std::cout << step_line(m, options.steps) << std::endl;
-    }
-    if (metrics.is_open()) metrics << m.to_json().dump() << std::endl;
-    bool last = trainer.done();
-    if (evaluates_after(args, m.step, last)) {
-      const double val = trainer.evaluate(*validation, args.eval_tokens);
-      std::cout << (tty ? "\r\033[K" : "") << eval_line(m.step, val) << std::endl;
-      if (metrics.is_open()) metrics << eval_record(m.step, val) << std::endl;
-    }
-    if (!args.save.empty() && (last || (args.save_every > 0 && m.step % args.save_every == 0))) {
-      trainer.save(args.save);
-      if (!tty) std::cout << "saved checkpoint " << args.save << " at step " << m.step << std::endl;
-    }
-  }
-  if (tty) std::cout << "\r\033[K";
-  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (trainer.step_count() > first) {
-    std::printf("trained steps %lld..%lld in %.1fs: loss %.4f -> %.4f\n", static_cast<long long>(first + 1),
-                static_cast<long long>(trainer.step_count()), elapsed, first_loss, last_loss);
+  runtime::TrainingLoop loop(trainer.distributed(), log, loop_options(args, validation ? &*validation : nullptr));
+  loop.run();
+  if (!loop.losses().empty()) {
+    std::printf("trained steps %lld..%lld in %.1fs: loss %.4f -> %.4f\n", static_cast<long long>(loop.first_step()),
+                static_cast<long long>(trainer.step_count()), loop.seconds(), loop.losses().front(),
+                loop.losses().back());
   } else {
     std::printf("nothing to do: the run is already at step %lld of %lld\n",
                 static_cast<long long>(trainer.step_count()), static_cast<long long>(options.steps));

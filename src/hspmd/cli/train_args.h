@@ -1,4 +1,5 @@
-// The arguments of `hspmd train` and the pieces its single-process and distributed paths share.
+// The arguments of `hspmd train` and the pieces its single-process and distributed set-ups share
+// (both train through runtime/training_loop.h).
 #pragma once
 
 #include <cstdint>
@@ -6,6 +7,7 @@
 #include <vector>
 
 #include "hspmd/runtime/trainer.h"
+#include "hspmd/runtime/training_loop.h"
 
 namespace hspmd::cli {
 
@@ -35,17 +37,16 @@ struct TrainArgs {
   int dispatch_ahead = 2;                           // decisions computed ahead of the trainer
 };
 
-// "step    12/100  loss 3.1234  lr ...  grad_norm ...  tok/s ...  step 0.123s"
-std::string step_line(const runtime::StepMetrics& m, int64_t total);
-
-// Whether the step just taken (1-based) is followed by a validation evaluation.
-inline bool evaluates_after(const TrainArgs& args, int64_t step, bool last) {
-  return args.eval_every > 0 && (last || step % args.eval_every == 0);
+// The loop's evaluation and checkpoint cadence (runtime/training_loop.h); `validation` is the
+// dataset's validation split when --eval-every is given.
+inline runtime::TrainingLoopOptions loop_options(const TrainArgs& args, const data::TokenDataset* validation) {
+  return {.eval_every = args.eval_every,
+          .eval_tokens = args.eval_tokens,
+          .validation = validation,
+          .save_dir = args.save,
+          .save_every = args.save_every};
 }
-// "eval after step 20: validation loss 2.3456, perplexity 10.44", and its metrics line
-// {"event": "eval", "step": 20, "val_loss": 2.3456}.
-std::string eval_line(int64_t step, double loss);
-std::string eval_record(int64_t step, double loss);
+
 // "kernels: GEMM oneDNN ... ; SIMD avx2; precision fp32": what the kernels run on and at which
 // precision, logged when training starts.
 std::string kernels_line(DType precision);

@@ -32,6 +32,12 @@ std::string LengthDispatchRun::describe() const {
   return out.str();
 }
 
+void LengthDispatchRun::before_step(runtime::TrainingLoop& loop) {
+  const std::optional<runtime::SwitchReport> r = training->before_step(loop.trainer());
+  loop.log().line(training->decision().to_string(*strategies));
+  if (r) loop.log().line(r->to_string(), r->to_json());
+}
+
 std::unique_ptr<LengthDispatchRun> make_length_dispatch(const TrainArgs& args, const models::LlamaConfig& config) {
   if (!uses_length_dispatch(args)) return nullptr;
   HSPMD_CHECK(!args.cluster.empty())
@@ -42,8 +48,7 @@ std::unique_ptr<LengthDispatchRun> make_length_dispatch(const TrainArgs& args, c
       << "--dispatch dispatches on the one --strategy; with --strategy-for-max-len, leave out --strategy and --dispatch";
   HSPMD_CHECK(args.dispatch || args.strategy.empty())
       << "--strategy and --strategy-for-max-len exclude each other: give every strategy with its maximum length";
-  auto run = std::make_unique<LengthDispatchRun>(
-      LengthDispatchRun{resolve::Topology::from_file(args.cluster), {}, nullptr, nullptr, nullptr, 0});
+  auto run = std::make_unique<LengthDispatchRun>(resolve::Topology::from_file(args.cluster));
   run->profile = args.profile.empty()
                      ? planner::derive_profile(config, run->topology,
                                                {.model = args.model, .reserved_bytes = 0, .cluster = args.cluster})
@@ -60,7 +65,7 @@ std::unique_ptr<LengthDispatchRun> make_length_dispatch(const TrainArgs& args, c
   }
   run->strategies = std::make_unique<planner::LengthStrategies>(config, *run->cost_model, std::move(set),
                                                                 planner::PipelineModelOptions{.seq_len = args.options.seq_len});
-  run->training = std::make_unique<planner::DispatchedTraining>(*run->strategies, args.dispatch_ahead);
+  run->training = std::make_unique<tuning::DispatchedTraining>(*run->strategies, args.dispatch_ahead);
   return run;
 }
 

@@ -9,26 +9,34 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "hspmd/cli/train_args.h"
 #include "hspmd/models/llama_config.h"
 #include "hspmd/planner/cost_model.h"
-#include "hspmd/planner/dispatched_training.h"
 #include "hspmd/planner/length_strategies.h"
+#include "hspmd/runtime/training_loop.h"
+#include "hspmd/tuning/dispatched_training.h"
 
 namespace hspmd::cli {
 
-struct LengthDispatchRun {
+// The cost model, the strategies and the decisions of a run, and its training-loop hook: before each
+// step, the step's decision (logged) and the switch it asks for.
+struct LengthDispatchRun : runtime::TrainingHook {
+  explicit LengthDispatchRun(resolve::Topology cluster) : topology(std::move(cluster)) {}
+
   resolve::Topology topology;
   planner::Profile profile;
   std::unique_ptr<planner::CostModel> cost_model;
   std::unique_ptr<planner::LengthStrategies> strategies;
-  std::unique_ptr<planner::DispatchedTraining> training;
+  std::unique_ptr<tuning::DispatchedTraining> training;
   size_t first = 0;  // the strategy the trainer is built under
 
   int world() const;  // every rank some strategy uses
   // Lines for the run's header: each strategy, its max length, its pipelines' memory limits.
   std::string describe() const;
+
+  void before_step(runtime::TrainingLoop& loop) override;
 };
 
 // Whether the arguments ask for dispatch by length.

@@ -1,7 +1,6 @@
 #include "hspmd/core/allocator.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
@@ -11,21 +10,16 @@
 #include <unordered_map>
 
 #include "hspmd/core/error.h"
+#include "hspmd/core/size_class.h"
 
 namespace hspmd {
 
 namespace {
 
-constexpr size_t kAlignment = 64;  // a cache line; enough for any SIMD load
+constexpr size_t kAlignment = kSizeClassAlignment;  // a cache line; enough for any SIMD load
 
-// The block a request of `bytes` gets: 64-byte multiples up to 1 KiB, then 8 classes per power of
-// two, so a request reuses a block at most 12.5% larger than it (shapes that differ slightly from
-// step to step, e.g. a batch's token count, still hit) and aligned_alloc gets a multiple of 64.
-size_t block_bytes(size_t bytes) {
-  if (bytes <= 1024) return std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-  const size_t step = std::bit_floor(bytes - 1) / 8;
-  return (bytes + step - 1) / step * step;
-}
+// The block a request of `bytes` gets (core/size_class.h).
+size_t block_bytes(size_t bytes) { return size_class_bytes(bytes); }
 
 OutOfMemoryError capacity_exceeded(const std::string& name, size_t bytes, size_t in_use, size_t capacity) {
   return OutOfMemoryError("out of memory on " + name + ": requested " + std::to_string(bytes) + " bytes with " +

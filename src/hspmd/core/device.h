@@ -1,5 +1,5 @@
-// Where a tensor's storage lives. Only the CPU backend exists today; kCUDA is reserved so the
-// enum and every switch over it already have room for the GPU backend.
+// Where memory lives: the host (kCPU) or a CUDA GPU (kCUDA: core/cuda/ memory, streams and copies,
+// kernels/cuda/ kernels; built with HSPMD_CUDA). Tensor storage is host memory so far.
 #pragma once
 
 #include <string>

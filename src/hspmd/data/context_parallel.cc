@@ -22,7 +22,12 @@ ContextParallelBatch zigzag_for_context_parallel(const Batch& batch, int cp) {
     std::iota(out.order.begin(), out.order.end(), int64_t{0});
     return out;
   }
-  HSPMD_CHECK(batch.num_rows() >= 1) << "a context-parallel micro-batch needs at least one row of tokens";
+  // A micro-batch without rows (a pipeline given fewer rows than it has micro-batches) stays empty:
+  // every rank of the CP group gets the same empty micro-batch and runs it as the others do.
+  if (batch.num_rows() == 0) {
+    out.batch = batch;
+    return out;
+  }
   Batch& b = out.batch;
   b.cu_seqlens = {0};
   b.row_offsets = {0};

@@ -18,6 +18,15 @@ void append_segment(Batch& batch, const Segment& segment) {
   }
 }
 
+// Appends `count` pads, whose targets are ignored, at positions first_position, first_position + 1, ...
+void append_padding(Batch& batch, int64_t first_position, int64_t count, int32_t pad_id) {
+  for (int64_t i = first_position; i < first_position + count; ++i) {
+    batch.tokens.push_back(pad_id);
+    batch.targets.push_back(kIgnoreTarget);
+    batch.positions.push_back(static_cast<int32_t>(i));
+  }
+}
+
 }  // namespace
 
 int64_t Batch::num_label_tokens() const {
@@ -37,11 +46,8 @@ Batch pack(std::span<const Segment> segments, const PackOptions& options) {
   if (options.layout == BatchLayout::kPadded) {
     for (const Segment& s : segments) {
       append_segment(batch, s);
-      for (int64_t i = static_cast<int64_t>(s.tokens.size()); i < options.seq_len; ++i) {
-        batch.tokens.push_back(options.pad_id);
-        batch.targets.push_back(kIgnoreTarget);
-        batch.positions.push_back(static_cast<int32_t>(i));
-      }
+      const int64_t used = static_cast<int64_t>(s.tokens.size());
+      append_padding(batch, used, options.seq_len - used, options.pad_id);  // positions continue the segment's
       // The whole row is one attention sequence: real tokens precede the pads, so causal attention
       // never lets a real token see padding.
       batch.cu_seqlens.push_back(batch.num_tokens());
@@ -70,11 +76,7 @@ Batch pack(std::span<const Segment> segments, const PackOptions& options) {
     }
     const int64_t fill = options.seq_len - (batch.num_tokens() - batch.row_offsets.back());
     if (options.layout == BatchLayout::kPackedFixed && fill > 0) {
-      for (int64_t i = 0; i < fill; ++i) {
-        batch.tokens.push_back(options.pad_id);
-        batch.targets.push_back(kIgnoreTarget);
-        batch.positions.push_back(static_cast<int32_t>(i));
-      }
+      append_padding(batch, 0, fill, options.pad_id);  // a sequence of its own, from position 0
       batch.cu_seqlens.push_back(batch.num_tokens());
     }
     batch.row_offsets.push_back(batch.num_tokens());

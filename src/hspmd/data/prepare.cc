@@ -10,6 +10,7 @@
 #include <optional>
 #include <ostream>
 
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 
 namespace hspmd::data {
@@ -129,7 +130,7 @@ class Preparer {
     }
     writer_.finish();
     if (!val_writer_) remove_stale_validation_split();
-    stats_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    stats_.seconds = seconds_since(start_);
     return stats_;
   }
 

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
@@ -16,8 +17,6 @@ namespace hspmd::elastic {
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::vector<int> all_ranks(int world) {
   std::vector<int> r(world);
@@ -232,9 +231,10 @@ void ElasticRun::commit_switch(int64_t step) {
   strategy_ = pending_strategy_;
 }
 
-runtime::SwitchReport ElasticRun::switch_to(runtime::DistTrainer& trainer, const sharding::Strategy& strategy) {
+runtime::SwitchReport ElasticRun::switch_to(runtime::DistTrainer& trainer, const sharding::Strategy& strategy,
+                                            const sharding::AnnotationPlan& plan) {
   pending_strategy_ = strategy;
-  return trainer.switch_to(models::compile_llama_plan(config_, strategy), strategy.name);
+  return trainer.switch_to(plan, strategy.name);
 }
 
 RecoveryReport ElasticRun::recover(runtime::DistTrainer& trainer, const std::string& cause) {

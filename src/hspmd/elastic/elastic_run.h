@@ -4,12 +4,10 @@
 // the state has no surviving holder (no data parallelism for it), every survivor restores the
 // newest complete checkpoint under the new plan instead and replays the data from there.
 //
-//   ElasticRun elastic(store, rank, world, groups, planner, {.checkpoint_dir = "runs/ckpt"});
+//   ElasticRun elastic(store, rank, world, groups, planner, config, {.checkpoint_dir = "runs/ckpt"});
 //   elastic.attach(trainer, initial_strategy);
-//   while (!trainer.done()) {
-//     try { trainer.step(); ... }
-//     catch (const Error& e) { RecoveryReport r = elastic.recover(trainer, e.what()); }
-//   }
+//   ElasticHook hook(elastic);   // elastic/elastic_hook.h: recover() when an Error escapes a step
+//   loop.add_hook(hook);         // runtime/training_loop.h
 //
 // Detection: a Heartbeat (comm/heartbeat.h) aborts this rank's communication (GroupCache::abort)
 // the moment it declares a peer dead, so a rank blocked on a live peer that itself waits on the
@@ -108,8 +106,10 @@ class ElasticRun {
   // the survivors train under a new plan; throws Unrecoverable (see above) or, when another worker
   // fails meanwhile, Error (then call it again).
   RecoveryReport recover(runtime::DistTrainer& trainer, const std::string& cause);
-  // A strategy switch the run asked for (--switch), committed like a recovery's.
-  runtime::SwitchReport switch_to(runtime::DistTrainer& trainer, const sharding::Strategy& strategy);
+  // A strategy switch the run asked for (--switch), committed like a recovery's; `plan` is
+  // `strategy` compiled for the model.
+  runtime::SwitchReport switch_to(runtime::DistTrainer& trainer, const sharding::Strategy& strategy,
+                                  const sharding::AnnotationPlan& plan);
 
   const std::vector<int>& members() const { return membership_.members(); }
   const sharding::Strategy& strategy() const { return strategy_; }

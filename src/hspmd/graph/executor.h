@@ -7,13 +7,12 @@
 //   std::vector<Tensor> out = ex.run(feeds, params);   // out[0] = loss, out[1] = d loss / d w
 //   ex.stats().peak_bytes;                       // high-water mark of the allocator in this run
 //
-// Memory: the schedule is fixed at construction. A tensor is released right after its last read
-// (a step-by-step liveness scan over the schedule), so intermediates never outlive their use.
-// With recompute, the forward ops of each decoder layer (Op::layer >= 0) run a second time just
-// before the first backward op that reads one of their outputs; in the forward pass those
-// outputs are then dropped after their last forward read, so only layer inputs stay alive
-// between the passes. Kernels are deterministic, so recomputed values (and gradients) are
-// bit-identical to the stored ones.
+// Memory and recomputation follow the step plan (graph/step_plan.h), the same rules every rank of
+// the distributed runtime uses: the schedule is the forward ops the fetches need, then the
+// backward ones (with recompute, each decoder layer's forward ops replayed just before the first
+// backward op that reads one of their values); a value is released right after its last read, so
+// intermediates never outlive their use. Each op runs through run_kernel (graph/run_kernel.h): the
+// kernel registered for its kind, device type and dtype, its outputs checked against the shape rule.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +20,7 @@
 
 #include "hspmd/core/allocator.h"
 #include "hspmd/graph/graph.h"
+#include "hspmd/graph/kernel_registry.h"
 
 namespace hspmd::graph {
 
@@ -31,6 +31,8 @@ struct ExecutorOptions {
   bool recompute = false;
   // false keeps every intermediate until the run ends (a reference for memory measurements).
   bool free_intermediates = true;
+  // Where the ops' kernels come from; nullptr = KernelRegistry::standard() (the CPU kernels).
+  const KernelRegistry* kernels = nullptr;
 };
 
 struct ExecutorStats {
@@ -53,14 +55,11 @@ class Executor {
   const std::vector<int>& schedule() const { return schedule_; }
 
  private:
-  void build_schedule();
-  void build_liveness();
-
   const Graph& graph_;
   std::vector<TensorRef> fetches_;
   ExecutorOptions options_;
   std::vector<int> schedule_;
-  // release_after_[s]: tensors whose last read (before being recomputed, if ever) is step s.
+  // release_after_[s]: values nothing reads after step s (before writing them again, if ever).
   std::vector<std::vector<TensorRef>> release_after_;
   ExecutorStats stats_;
 };

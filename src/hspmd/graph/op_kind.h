@@ -1,7 +1,7 @@
 // Every kind of operator a defined graph may hold. Each kind has exactly one registry entry
-// (graph/op_registry.h) with its shape rule, kernel binding and gradient builder; the registry is
-// built by a switch over this enum, so adding a kind without an entry fails to compile
-// (-Wswitch, part of -Wall, with no default label).
+// (graph/op_registry.h) with its shape rule, gradient builder and deduction rule (its kernels are
+// in graph/kernel_registry.h); the registry is built by a switch over this enum, so adding a kind
+// without an entry fails to compile (-Wswitch, part of -Wall, with no default label).
 //
 // Forward kinds (Llama):        backward kinds they emit:
 //   kEmbedding                    kEmbeddingBwd

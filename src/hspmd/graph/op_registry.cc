@@ -51,10 +51,6 @@ std::string DeduceContext::where() const {
   return "op '" + op.name + "' (" + std::string(op_kind_name(op.kind)) + ")";
 }
 
-Tensor KernelContext::new_output(int i) const {
-  return Tensor::empty(output_shapes.at(i), op.outputs.at(i).dtype, allocator);
-}
-
 std::vector<OpDef> build_standard_registry() {
   std::vector<OpDef> defs;
   for (int k = 0; k < kNumOpKinds; ++k) defs.push_back(def_for(static_cast<OpKind>(k)));
@@ -67,9 +63,7 @@ OpRegistry::OpRegistry(std::vector<OpDef> defs) : defs_(std::move(defs)) {
     const OpDef& d = defs_[k];
     HSPMD_ASSERT(static_cast<int>(d.kind) == k) << "registry entry " << k << " is for " << d.name;
     HSPMD_ASSERT(d.infer) << "op kind " << d.name << " has no shape rule";
-    bool leaf = d.kind == OpKind::kPlaceholder || d.kind == OpKind::kParameter;
     HSPMD_ASSERT(d.deduce) << "op kind " << d.name << " has no deduction rule";
-    HSPMD_ASSERT(leaf || d.run) << "op kind " << d.name << " has no kernel binding";
   }
 }
 

@@ -2,13 +2,14 @@
 //
 //   const OpDef& def = OpRegistry::standard().get(OpKind::kRmsNorm);
 //   def.infer(shape_ctx)  -> output shapes/dtypes from input shapes (symbolic), errors name the op
-//   def.run(kernel_ctx)   -> calls kernels::rms_norm_fwd on concrete tensors
 //   def.grad(grad_ctx)    -> appends kRmsNormBwd to the graph, returns d loss / d inputs
 //   def.deduce(ded_ctx)   -> output Annotations from input Annotations (paper §6.1, Table 2):
 //                            x "(S0:2)" over [0-1], weight "(D:2)" -> y "(S0:2)", rstd "(S0:2)"
 //
 // The registry is built explicitly (build_standard_registry), never by static initializers; the
-// entries live one op family per file under graph/ops/.
+// entries live one op family per file under graph/ops/. The kernels are not here: the same files
+// register them by (kind, device type, dtype) in graph/kernel_registry.h, and run_kernel
+// (graph/run_kernel.h) runs them.
 #pragma once
 
 #include <array>
@@ -16,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "hspmd/core/allocator.h"
 #include "hspmd/core/tensor.h"
 #include "hspmd/graph/graph.h"
 #include "hspmd/sharding/annotation.h"
@@ -28,21 +28,6 @@ struct ShapeContext {
   const std::vector<TensorInfo>& inputs;  // one per op input
   // "op 'model.layers.0.q_proj' (matmul)": the prefix of every shape-rule error.
   std::string where() const;
-};
-
-struct KernelContext {
-  const Op& op;
-  const std::vector<Tensor>& inputs;
-  const std::vector<Shape>& output_shapes;  // resolved from the run's symbol binding
-  Allocator* allocator;
-  std::vector<Tensor> outputs;              // filled by OpDef::run, one per op output
-  // Set by the distributed runtime when this rank holds one shard of the op's vocabulary (a
-  // vocab-parallel cross-entropy): returns `mine` from every shard of the vocabulary stacked as
-  // [k, mine...], this rank's included. Null when the rank holds whole rows.
-  std::function<Tensor(const Tensor& mine)> gather_vocab_shards;
-
-  // A fresh uninitialized tensor for output i (resolved shape, declared dtype).
-  Tensor new_output(int i) const;
 };
 
 struct GradContext {
@@ -75,8 +60,6 @@ struct OpDef {
   int num_inputs = 0;
   int num_outputs = 1;
   std::function<std::vector<TensorInfo>(const ShapeContext&)> infer;
-  // Empty for leaves (placeholder, parameter): the executor binds those from feeds/parameters.
-  std::function<void(KernelContext&)> run;
   // d loss / d input i for each input (invalid ref where none flows, e.g. token ids). Empty for
   // kinds that are never differentiated (backward kinds, leaves).
   std::function<std::vector<TensorRef>(GradContext&)> grad;

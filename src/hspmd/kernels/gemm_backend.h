@@ -24,10 +24,8 @@ void set_float32_gemm(Float32Gemm backend);  // between kernels, not while they 
 const char* float32_gemm_name(Float32Gemm backend);  // "onednn", "openblas"
 
 // A product below this many multiply-adds (~0.1 ms on one core) runs on one thread, where oneDNN's
-// fork/join would cost more than the second thread gives. Measured on llama-tiny 8 x 128 (products
-// of 2^22 to 2^25.5), 2 threads, median step of 11, 4 interleaved rounds: 2^26 (all on one thread)
-// 106-113 ms, 2^22 69-91 ms, 2^20 91-95 ms; with a busy loop on the other core both 2^26 and 2^22
-// took ~250 ms. (2^26 was chosen when every matmul's GEMM also started a thread of its own.)
+// fork/join would cost more than the second thread gives; a higher bound leaves a small model's
+// products to one core (the measurements: docs/cpu-kernels.md, "GEMM").
 inline constexpr int64_t kMinParallelGemmMacs = int64_t{1} << 22;
 
 // Row-major C[M, N] = alpha op(A) op(B) + beta C through oneDNN, as cblas_sgemm takes it.

@@ -24,7 +24,7 @@ class ScopedNumThreads {
 // For a library call that runs its own OpenMP region (a multi-threaded GEMM): an internal error when
 // the caller is inside an inactive region (`omp parallel if (false)`). A region nested there gets a
 // team of its own, for which libgomp started a new thread on every call while the pool's thread
-// spun idle: 3 threads on 2 cores, a 16M training step 1.4x slower.
+// spun idle, so the cores were oversubscribed (docs/cpu-kernels.md, "GEMM").
 void check_not_in_inactive_region(const char* what);
 
 }  // namespace hspmd::kernels

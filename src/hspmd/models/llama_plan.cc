@@ -117,11 +117,6 @@ void validate_llama_strategy(const LlamaConfig& c, const Strategy& st) {
       check_divides(tp, c.hidden_size, "hidden_size", p, s, st);
       check_divides(tp, c.intermediate_size, "intermediate_size", p, s, st);
       if (s == 0 || s + 1 == stages.size()) check_divides(tp, c.vocab_size, "vocab_size", p, s, st);
-      // The tied head's gradient, partial over CP, would cross from the last stage to the first:
-      // a partial value never goes point to point (resolve/resolver.h).
-      HSPMD_CHECK(!(c.tie_word_embeddings && stages[s].cp > 1 && stages.size() > 1))
-          << "strategy " << st.name << ": " << stage_key(p, s) << ": tied word embeddings with context parallelism ("
-          << "cp " << stages[s].cp << ") need the pipeline's embedding and head on one stage; use one stage or untie";
     }
   }
 }

@@ -6,8 +6,8 @@
 #include <limits>
 #include <sstream>
 
+#include "hspmd/core/byte_size.h"
 #include "hspmd/core/error.h"
-#include "hspmd/specialize/plan_report.h"
 
 namespace hspmd::planner {
 
@@ -39,6 +39,13 @@ ModelShape ModelShape::of(const models::LlamaConfig& c) {
     }
   }
   return s;
+}
+
+double ModelShape::stage_parameters(int layers, bool first, bool last) const {
+  double params = layers * layer_parameters;
+  if (first) params += embedding_parameters;
+  if (last) params += head_parameters;
+  return params;
 }
 
 bool ModelShape::tp_divides(int t) const {
@@ -261,10 +268,7 @@ MemoryBreakdown CostModel::stage_memory(const std::string& kind, int tp, int lay
                                         bool zero1, int cp) const {
   const DeviceKindProfile& k = profile_.kind(kind);
   const ActivationFit& a = profile_.at(kind, tp).activations;
-  double params = layers * shape_.layer_parameters;
-  if (first) params += shape_.embedding_parameters;
-  if (last) params += shape_.head_parameters;
-  params /= tp;
+  const double params = shape_.stage_parameters(layers, first, last) / tp;
   cp = std::max(1, cp);
   // A CP rank keeps its own tokens; its attention's quadratic term is its queries by every key.
   const double tokens = micro_batch_size * padded_seq_len(cp) / cp;
@@ -334,10 +338,7 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
         const auto link = dp_group.size() > 1 ? collective_link(dp_group) : std::pair<double, double>{1, 0};
         ring = rings.emplace(stage.first_layer, std::make_pair(static_cast<int>(dp_group.size()), link)).first;
       }
-      double params = sp.layers * shape_.layer_parameters;
-      if (j == 0) params += shape_.embedding_parameters;
-      if (last) params += shape_.head_parameters;
-      params /= sp.tp;
+      const double params = shape_.stage_parameters(sp.layers, j == 0, last) / sp.tp;
       sp.sync_seconds = ring_allreduce(ring->second.first, ring->second.second, params * kGradientElementBytes);
       sp.optimizer_seconds = profile_.kind(sp.kind).optimizer_seconds_per_parameter * params /
                              (st.zero1 ? std::max(1, D) * sp.cp : 1);
@@ -378,12 +379,12 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
 std::string describe_memory(const RankPrediction& r) {
   std::ostringstream s;
   s << "rank " << r.rank << " (" << r.kind << ", pipeline " << r.pipeline << " stage " << r.stage
-    << "): " << specialize::human_bytes(r.memory.total()) << " = "
-    << specialize::human_bytes(r.memory.parameters) << " parameters and gradients + "
-    << specialize::human_bytes(r.memory.zero_states) << " optimizer states + "
-    << specialize::human_bytes(r.memory.activations) << " activations";
-  if (r.memory.reserved > 0) s << " + " << specialize::human_bytes(r.memory.reserved) << " reserved";
-  if (r.capacity > 0) s << " of " << specialize::human_bytes(r.capacity);
+    << "): " << format_bytes(r.memory.total()) << " = "
+    << format_bytes(r.memory.parameters) << " parameters and gradients + "
+    << format_bytes(r.memory.zero_states) << " optimizer states + "
+    << format_bytes(r.memory.activations) << " activations";
+  if (r.memory.reserved > 0) s << " + " << format_bytes(r.memory.reserved) << " reserved";
+  if (r.capacity > 0) s << " of " << format_bytes(r.capacity);
   return s.str();
 }
 

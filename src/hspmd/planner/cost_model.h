@@ -104,6 +104,10 @@ struct ModelShape {
   double embedding_parameters = 0;
   double head_parameters = 0;  // final norm + lm_head
   static ModelShape of(const models::LlamaConfig& config);
+  // The parameters a pipeline stage of `layers` decoder layers holds: the embedding on the first
+  // stage, the final norm and lm_head on the last (both for the whole model in one stage). Every
+  // price of a stage's memory, gradient sync and optimizer step starts from this one count.
+  double stage_parameters(int layers, bool first, bool last) const;
   // Whether TP degree t splits the heads, KV heads, hidden size, FFN and vocabulary evenly (the
   // degrees the runtime's Llama plans accept, so the ones worth profiling and planning).
   bool tp_divides(int t) const;

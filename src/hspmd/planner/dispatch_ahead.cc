@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "hspmd/core/elapsed.h"
+
 namespace hspmd::planner {
 
 std::vector<std::vector<std::vector<data::Segment>>> DispatchDecision::split(
@@ -89,7 +91,7 @@ void DispatchAhead::run() {
       d.choice = strategies_.choose(lengths, current_);
       d.strategy = d.choice.strategy;
       current_ = d.strategy;
-      d.decide_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      d.decide_seconds = seconds_since(start);
       std::lock_guard<std::mutex> lock(mutex_);
       ready_.push_back(std::move(d));
     } catch (...) {

@@ -41,9 +41,7 @@ std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(
                       : cost.p2p(g.ranks.front(), pipe[j + 1].ranks.front(), b)) +
               cost.ends_tp_comm(g.ranks, s.first, s.last, b);
     auto tail = [&](int x) {
-      double params = x * shape.layer_parameters + (s.first ? shape.embedding_parameters : 0) +
-                      (s.last ? shape.head_parameters : 0);
-      params /= s.tp;
+      const double params = shape.stage_parameters(x, s.first, s.last) / s.tp;
       return CostModel::ring_allreduce(D, rings[j], params * 4) +
              cost.profile().kind(g.kind).optimizer_seconds_per_parameter * params / (zero1 ? D : 1);
     };

@@ -9,10 +9,11 @@
 #include <set>
 #include <sstream>
 
+#include "hspmd/core/byte_size.h"
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 #include "hspmd/planner/layer_programs.h"
 #include "hspmd/planner/pipeline_search.h"
-#include "hspmd/specialize/plan_report.h"
 
 namespace hspmd::planner {
 
@@ -68,7 +69,7 @@ double Planner::moved_bytes(const sharding::Strategy& previous, const sharding::
   for (const auto& pipe : next.pipelines) {
     for (size_t j = 0; j < pipe.stages.size(); ++j) {
       const auto& s = pipe.stages[j];
-      const DeviceKindProfile& k = profile_.kind(cost_.stage_kind(s.ranks));
+      const DeviceKindProfile& k = profile_.kind(cost_.stage_kind(s.ranks, s.tp()));
       const double per_param = k.bytes_per_parameter + k.zero_bytes_per_parameter / (next.zero1 ? D : 1);
       std::vector<std::pair<int, double>> parts;
       for (int l = s.first_layer; l <= s.last_layer; ++l) parts.push_back({l, cost_.shape().layer_parameters});
@@ -114,10 +115,9 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
   std::vector<Found> found;
   const double slack = previous ? 1 + options_.replan_tolerance : 1;
   int solved = 0;
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   auto progress = [&] {
     PlanningProgress p;
-    p.elapsed_seconds = elapsed();
+    p.elapsed_seconds = seconds_since(start);
     p.time_limit_seconds = options_.time_limit_seconds;
     p.cuts = search.cuts();
     p.shapes = search.shapes();
@@ -132,14 +132,14 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
   double next_report = options_.progress_interval_seconds;
   while (std::optional<Candidate> c = search.next(best.prediction.step_seconds * slack)) {
     if (options_.time_limit_seconds > 0 && best.prediction.step_seconds < kInf &&
-        elapsed() >= options_.time_limit_seconds) {
+        seconds_since(start) >= options_.time_limit_seconds) {
       best.complete = false;
       best.lowest_bound_left = c->bound;
       break;
     }
-    if (options_.progress && elapsed() >= next_report) {
+    if (options_.progress && seconds_since(start) >= next_report) {
       options_.progress(progress());
-      next_report = elapsed() + options_.progress_interval_seconds;
+      next_report = seconds_since(start) + options_.progress_interval_seconds;
     }
     ++solved;
     std::optional<sharding::Strategy> st = programs.solve(*c, best.prediction.step_seconds * slack);
@@ -155,7 +155,7 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
   if (best.prediction.step_seconds == kInf) {
     // Refuse with the figures: what the model's states need against what the devices have.
     const ModelShape& m = cost_.shape();
-    const double params = m.layers * m.layer_parameters + m.embedding_parameters + m.head_parameters;
+    const double params = m.stage_parameters(static_cast<int>(m.layers), true, true);
     double total_memory = 0, largest = 0, need = 0;
     for (int r : available) {
       const resolve::DeviceSpec& d = topology_.device(r);
@@ -168,10 +168,10 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
                   << " pipeline configurations tried). The model has "
                   << params / 1e9 << " billion parameters, one decoder layer " << m.layer_parameters / 1e6
                   << " million; weights, gradients and optimizer states need at least "
-                  << specialize::human_bytes(need) << " even with every state sharded over all " << available.size()
+                  << format_bytes(need) << " even with every state sharded over all " << available.size()
                   << " devices, before activations of " << options_.seq_len << "-token sequences; the devices have "
-                  << specialize::human_bytes(total_memory) << " in all, the largest "
-                  << specialize::human_bytes(largest) << ". Add devices, shorten the sequences or use a smaller model";
+                  << format_bytes(total_memory) << " in all, the largest "
+                  << format_bytes(largest) << ". Add devices, shorten the sequences or use a smaller model";
   }
   if (previous) {
     double least = kInf;
@@ -207,7 +207,7 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
   best.candidates = static_cast<int>(search.generated());
   best.candidates_solved = solved;
   best.milps = programs.milps();
-  best.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  best.planning_seconds = seconds_since(start);
   return best;
 }
 

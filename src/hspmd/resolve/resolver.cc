@@ -100,32 +100,56 @@ bool bottom_step(const Annotation& src, const Annotation& dst, const Shape& shap
     }
     if (collectives_only) return false;
     // A partial top tier is fine here: this BSR moves one subgroup's own summand inside the
-    // subgroup. A partial bottom tier is not (several owners would hold summands of one slice).
-    if (r.src_ds.has_partial() || r.dst_ds.has_partial()) {
+    // subgroup. A partial bottom tier is fine when source and destination hold as many summands:
+    // summand c moves on its own (one BSR per summand, among the devices with partial coordinate
+    // c on each side), e.g. a tied head's gradient, partial over the CP ranks of the last stage,
+    // going to the first stage's CP ranks. Otherwise a device would need a sum it has no part of.
+    const int summands = r.src_ds.degree(sharding::kPartial);
+    if (summands != r.dst_ds.degree(sharding::kPartial)) {
       partial_to_bsr(src, dst, tensor,
                      "subgroup " + std::to_string(g) + ": " + r.src_group.to_string() + r.src_ds.to_string() + " -> " +
-                         r.dst_group.to_string() + r.dst_ds.to_string() + " matches no bottom-tier collective");
+                         r.dst_group.to_string() + r.dst_ds.to_string() +
+                         " matches no bottom-tier collective and the summand counts differ");
     }
-    BsrTable table;
-    BsrTable::DeviceRegions from, to;
-    for (int i = 0; i < r.src_group.size(); ++i) from.emplace_back(r.src_group[i], r.src_ds.region(i, r.part));
-    for (int i = 0; i < r.dst_group.size(); ++i) to.emplace_back(r.dst_group[i], r.dst_ds.region(i, r.part));
-    table.add_regions(tensor, from, to, o.element_size);
-    for (auto& [dev, ops] : plan_bsr(table, o.topology, o.bsr_policy).device_ops(table)) {
-      auto& list = step.ops[dev];
-      list.insert(list.end(), ops.begin(), ops.end());
+    for (int c = 0; c < summands; ++c) {
+      BsrTable table;  // one tensor per table: the executor runs one tensor's pieces per Reshard
+      BsrTable::DeviceRegions from, to;
+      for (int i = 0; i < r.src_group.size(); ++i) {
+        if (r.src_ds.coord(i, sharding::kPartial) == c) from.emplace_back(r.src_group[i], r.src_ds.region(i, r.part));
+      }
+      for (int i = 0; i < r.dst_group.size(); ++i) {
+        if (r.dst_ds.coord(i, sharding::kPartial) == c) to.emplace_back(r.dst_group[i], r.dst_ds.region(i, r.part));
+      }
+      table.add_regions(tensor, from, to, o.element_size);
+      for (auto& [dev, ops] : plan_bsr(table, o.topology, o.bsr_policy).device_ops(table)) {
+        auto& list = step.ops[dev];
+        list.insert(list.end(), ops.begin(), ops.end());
+      }
     }
     step.kinds.push_back(ReshardKind::kBSR);
   }
   return true;
 }
 
+// Whether `a` shards `shape` evenly: what Annotation::validate_for checks, as a question, for
+// the intermediate layouts the resolver tries (a no is a path not taken, not an error).
+bool fits(const Annotation& a, const Shape& shape) {
+  if (a.hdim() >= 0 && (a.hdim() >= shape.rank() || shape.dim(a.hdim()) % a.hsize() != 0)) return false;
+  for (int g = 0; g < a.hsize(); ++g) {
+    const Region part = a.group_part(g, shape);
+    for (const DistState::Entry& e : a.ds(g).entries()) {
+      if (e.dim >= 0 && (e.dim >= part.rank() || part.extent(e.dim) % e.degree != 0)) return false;
+    }
+  }
+  return true;
+}
+
 // src with every bottom-tier position that goes from D:n to Sd:n in dst already sliced (a local
-// step), or nullopt when there is none or the result is not a valid annotation. A partial source
-// that must also be sliced (a gradient partial over CP ranks and duplicated over TP, going to a
-// TP-split optimizer state: (P:2,D:2) -> (D:2,S0:2)) matches no single collective; slicing first
-// leaves one reduction, over less data.
-std::optional<Annotation> sliced_first(const Annotation& src, const Annotation& dst) {
+// step), or nullopt when there is none or the result would split a dim twice or not fit `shape`.
+// A partial source that must also be sliced (a gradient partial over CP ranks and duplicated over
+// TP, going to a TP-split optimizer state: (P:2,D:2) -> (D:2,S0:2)) matches no single collective;
+// slicing first leaves one reduction, over less data.
+std::optional<Annotation> sliced_first(const Annotation& src, const Annotation& dst, const Shape& shape) {
   std::vector<DistState> mid;
   bool changed = false;
   for (int g = 0; g < src.hsize(); ++g) {
@@ -135,19 +159,61 @@ std::optional<Annotation> sliced_first(const Annotation& src, const Annotation& 
     if (src.group(g) == dst.group(g) && se.size() == de.size()) {
       for (size_t i = 0; i < se.size(); ++i) {
         if (se[i].dim == sharding::kDuplicate && de[i].dim >= 0 && se[i].degree == de[i].degree) {
+          if (src.ds(g).degree(de[i].dim) > 1) return std::nullopt;  // dim already split here
           entries[i].dim = de[i].dim;
           changed = true;
         }
       }
     }
-    try {
-      mid.push_back(DistState::make(std::move(entries)));
-    } catch (const Error&) {
-      return std::nullopt;
-    }
+    mid.push_back(DistState::make(std::move(entries)));
   }
   if (!changed) return std::nullopt;
+  Annotation out = src.with_ds_union(std::move(mid));
+  if (!fits(out, shape)) return std::nullopt;
+  return out;
+}
+
+// src with its partial position reduced everywhere (P:n -> D:n, merged with a duplicate position
+// next to it: (P:2,D:2) -> (D:4)), or nullopt when src has no partial position or the result would
+// name D twice. The last resort of a partial source: all-reduce, then a local slice or another
+// collective, e.g. a CP x TP norm weight's gradient going to its ZeRO-1 state: (P:2,D:2) -> (S0:4).
+std::optional<Annotation> reduced_first(const Annotation& src) {
+  std::vector<DistState> mid;
+  for (int g = 0; g < src.hsize(); ++g) {
+    std::vector<DistState::Entry> entries;
+    for (DistState::Entry e : src.ds(g).entries()) {
+      if (e.dim == sharding::kPartial) e.dim = sharding::kDuplicate;
+      if (e.dim == sharding::kDuplicate && !entries.empty() && entries.back().dim == sharding::kDuplicate) {
+        entries.back().degree *= e.degree;
+        continue;
+      }
+      entries.push_back(e);
+    }
+    int duplicates = 0;
+    for (const DistState::Entry& e : entries) duplicates += e.dim == sharding::kDuplicate ? 1 : 0;
+    if (duplicates > 1) return std::nullopt;
+    mid.push_back(DistState::make(std::move(entries)));
+  }
   return src.with_ds_union(std::move(mid));
+}
+
+// The bottom tier of src -> dst (same hsize and hdim) by collectives only: one step when each
+// subgroup's change is one collective; two when a partial source must also be split (slice
+// locally, then reduce; or else reduce, then slice); nullopt when none applies.
+std::optional<std::vector<ResolveStep>> bottom_collectives(const Annotation& src, const Annotation& dst,
+                                                           const Shape& shape, const std::string& tensor,
+                                                           const ResolveOptions& o) {
+  std::vector<ResolveStep> steps(1);
+  if (bottom_step(src, dst, shape, tensor, o, true, steps[0])) return steps;
+  if (!src.has_partial()) return std::nullopt;
+  steps.resize(2);
+  for (const std::optional<Annotation>& mid : {sliced_first(src, dst, shape), reduced_first(src)}) {
+    if (mid && bottom_step(src, *mid, shape, tensor, o, true, steps[0]) &&
+        bottom_step(*mid, dst, shape, tensor, o, true, steps[1])) {
+      return steps;
+    }
+  }
+  return std::nullopt;
 }
 
 bool top_step(const Annotation& src, const Annotation& dst, const Shape& shape, const ResolveOptions& o,
@@ -169,21 +235,10 @@ Resolution resolve(const Annotation& src, const Annotation& dst, const Shape& sh
   Resolution res;
   if (src.hsize() == dst.hsize() && src.hdim() == dst.hdim()) {
     res.tier = Tier::kBottom;
-    ResolveStep whole;
-    if (src.has_partial() && bottom_step(src, dst, shape, tensor, o, true, whole)) {
-      res.steps.push_back(std::move(whole));
-      return res;
-    }
     if (src.has_partial()) {
-      // Slice locally first, then reduce with one collective per subgroup.
-      if (const std::optional<Annotation> mid = sliced_first(src, dst)) {
-        ResolveStep slice, reduce;
-        if (bottom_step(src, *mid, shape, tensor, o, true, slice) &&
-            bottom_step(*mid, dst, shape, tensor, o, true, reduce)) {
-          res.steps.push_back(std::move(slice));
-          res.steps.push_back(std::move(reduce));
-          return res;
-        }
+      if (auto steps = bottom_collectives(src, dst, shape, tensor, o)) {
+        res.steps = std::move(*steps);
+        return res;
       }
     }
     res.steps.emplace_back();
@@ -199,20 +254,17 @@ Resolution resolve(const Annotation& src, const Annotation& dst, const Shape& sh
         return res;
       }
     } else {
-      // §5.2 II: align the DS union inside each subgroup first, then the hdim across subgroups.
+      // §5.2 II: align the DS union inside each subgroup first (the bottom tier: a collective per
+      // subgroup, or a local slice then one, e.g. a CP x TP subgroup's (P:2,D:2) -> (D:2,S0:2)
+      // beside a one-rank replica), then the hdim across subgroups (the top tier).
       const Annotation mid = src.with_ds_union(dst.ds_union());
-      bool fits = true;
-      try {
-        mid.validate_for(shape, tensor);
-      } catch (const Error&) {
-        fits = false;
-      }
-      ResolveStep bottom;
-      if (fits && bottom_step(src, mid, shape, tensor, o, true, bottom) && top_step(mid, dst, shape, o, top)) {
-        res.tier = Tier::kBottomThenTop;
-        res.steps.push_back(std::move(bottom));
-        res.steps.push_back(std::move(top));
-        return res;
+      if (fits(mid, shape)) {
+        if (auto bottom = bottom_collectives(src, mid, shape, tensor, o); bottom && top_step(mid, dst, shape, o, top)) {
+          res.tier = Tier::kBottomThenTop;
+          res.steps = std::move(*bottom);
+          res.steps.push_back(std::move(top));
+          return res;
+        }
       }
     }
   }

@@ -8,9 +8,13 @@
 //     ds_union differs             -> bottom tier to dst's ds_union, then top tier (§5.2 II)
 //   otherwise, or when no rule of the chosen tier applies
 //                                  -> one BSR of the whole tensor (bsr_table.h, bsr_scheme.h)
-// Partial never goes to BSR: a Reshard that would need it is an error naming the tensor. (A bottom-
-// tier BSR inside each subgroup of a partial top tier is allowed: it moves each subgroup's own
-// summand, e.g. a tied embedding's gradient going back to its pipeline's first stage.)
+// Partial never goes to one BSR of the whole tensor: a Reshard that would need it is an error naming
+// the tensor. A bottom-tier BSR moves summands as they are: each subgroup's own under a partial top
+// tier (a tied embedding's gradient going back to its pipeline's first stage), and each summand on
+// its own when a subgroup's source and destination hold as many (the same gradient under CP,
+// partial over the CP ranks of both stages). A partial source whose subgroup must also be sliced
+// is sliced locally first, then reduced ((P:2,D:2) -> (D:2,S0:2): Slice, then AR); a DS union whose
+// members differ is aligned that way inside each subgroup before the top tier runs.
 //
 //   Resolution r = resolve(src, dst, Shape{8, 4}, "W", {});
 //   r.classification()  // "bottom[RS,BSR]", "top[SplitAG]", "bottom[RS]+top[SplitAG]" or "BSR"
@@ -45,7 +49,8 @@ struct ResolveStep {
 
 struct Resolution {
   Tier tier = Tier::kBottom;
-  std::vector<ResolveStep> steps;  // one; two for kBottomThenTop, or for a partial kBottom that slices first
+  std::vector<ResolveStep> steps;  // one; two for kBottomThenTop or a partial kBottom that slices first; three
+                                   // for kBottomThenTop whose bottom tier slices first
 
   std::string classification() const;
   std::vector<CommOp> ops_of(int device) const;

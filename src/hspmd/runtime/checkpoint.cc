@@ -184,7 +184,10 @@ void swap_in_directory(const std::string& staged, const std::string& dir) {
 }
 
 nlohmann::json read_trainer_state(const std::string& dir) {
-  HSPMD_CHECK(fs::is_directory(dir)) << "checkpoint directory " << dir << " does not exist";
+  HSPMD_CHECK(fs::is_directory(dir)) << "checkpoint directory " << dir
+                                     << (fs::exists(dir) ? " is a file, not a checkpoint (a directory written by "
+                                                           "`hspmd train --save`)"
+                                                         : " does not exist");
   const std::string state_path = dir + "/" + kTrainerStateFile;
   std::ifstream in(state_path);
   HSPMD_CHECK(in.good()) << "checkpoint file " << state_path << " is missing or unreadable";

@@ -12,7 +12,7 @@
 #include "hspmd/data/context_parallel.h"
 #include "hspmd/data/packing.h"
 #include "hspmd/graph/init.h"
-#include "hspmd/graph/op_registry.h"
+#include "hspmd/graph/run_kernel.h"
 #include "hspmd/graph/token_loss.h"
 #include "hspmd/kernels/adamw.h"
 #include "hspmd/kernels/elementwise.h"
@@ -32,8 +32,6 @@ using sharding::Region;
 using namespace dist_detail;
 
 namespace dist_detail {
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Where `inner` (global coordinates) starts inside `outer`.
 std::vector<int64_t> offsets_in(const Region& outer, const Region& inner) {
@@ -382,13 +380,7 @@ void DistTrainer::run_op(int id, MicroBatch& mb) {
       return all;
     };
   }
-  try {
-    model_.graph.registry().get(op.kind).run(ctx);
-  } catch (const OutOfMemoryError& e) {
-    throw OutOfMemoryError(where(op.name) + e.what());
-  } catch (const Error& e) {
-    throw Error(where(op.name) + e.what());
-  }
+  graph::run_kernel(ctx, {.rank = rank_});
   outs = std::move(ctx.outputs);
   pacer_.end();
 }

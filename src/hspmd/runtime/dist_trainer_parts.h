@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "hspmd/core/elapsed.h"
 #include "hspmd/runtime/dist_trainer.h"
 #include "hspmd/switching/switch_plan.h"
 
@@ -58,7 +59,6 @@ namespace dist_detail {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t);
 // Where `inner` (global coordinates) starts inside `outer`.
 std::vector<int64_t> offsets_in(const Region& outer, const Region& inner);
 // Copies `inner` (global coordinates, inside `outer`) out of `t`, which holds `outer`.

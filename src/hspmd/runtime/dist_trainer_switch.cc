@@ -6,9 +6,9 @@
 #include <set>
 #include <sstream>
 
+#include "hspmd/core/byte_size.h"
 #include "hspmd/core/error.h"
 #include "hspmd/runtime/fault_injection.h"
-#include "hspmd/specialize/plan_report.h"  // human_bytes
 #include "hspmd/switching/switch_plan.h"
 
 // DistTrainer (runtime/dist_trainer.h): graph switching (switch_to) and what elastic recovery
@@ -238,13 +238,13 @@ std::string SwitchReport::to_string() const {
   std::ostringstream out;
   out << "switch after step " << step << ": plan " << from << " -> " << to << " ("
       << (specialized ? "specialized now" : "cached graphs") << "), one fused BSR: " << messages << " messages, sent "
-      << specialize::human_bytes(static_cast<double>(sent_bytes));
+      << format_bytes(sent_bytes);
   for (const auto& [tier, bytes] : sent_by_tier) {
-    out << " [" << resolve::link_tier_name(tier) << " " << specialize::human_bytes(static_cast<double>(bytes)) << "]";
+    out << " [" << resolve::link_tier_name(tier) << " " << format_bytes(bytes) << "]";
   }
   char times[96];
   std::snprintf(times, sizeof times, ", local copies %s; BSR %.3fs, switch %.3fs",
-                specialize::human_bytes(static_cast<double>(local_copy_bytes)).c_str(), bsr_seconds, total_seconds);
+                format_bytes(local_copy_bytes).c_str(), bsr_seconds, total_seconds);
   out << times;
   return out.str();
 }

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "hspmd/core/byte_size.h"
 #include "hspmd/core/error.h"
 #include "hspmd/core/json_file.h"
 
@@ -15,33 +16,8 @@ namespace hspmd::runtime {
 
 namespace {
 
-// "64MiB", "1.5 GiB", "4096B" -> bytes. `where` names the key in errors.
-int64_t parse_memory_string(const std::string& text, const std::string& where) {
-  size_t pos = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    HSPMD_THROW() << where << ": expected bytes or a size like \"64MiB\", got \"" << text << "\"";
-  }
-  while (pos < text.size() && text[pos] == ' ') ++pos;
-  const std::string unit = text.substr(pos);
-  double scale = 0;
-  if (unit == "B") scale = 1;
-  else if (unit == "KiB") scale = 1024.0;
-  else if (unit == "MiB") scale = 1024.0 * 1024;
-  else if (unit == "GiB") scale = 1024.0 * 1024 * 1024;
-  HSPMD_CHECK(scale > 0) << where << ": unknown unit \"" << unit << "\" in \"" << text
-                         << "\" (use B, KiB, MiB or GiB)";
-  const double bytes = value * scale;
-  // stod accepts "nan", "inf" and negatives; none of them is a capacity.
-  HSPMD_CHECK(std::isfinite(bytes) && bytes >= 1 && bytes < 9.0e18)
-      << where << ": must be a positive size, got \"" << text << "\"";
-  return static_cast<int64_t>(std::llround(bytes));
-}
-
 int64_t parse_memory(const nlohmann::json& v, const std::string& where) {
-  if (v.is_string()) return parse_memory_string(v.get<std::string>(), where);
+  if (v.is_string()) return parse_bytes(v.get<std::string>(), where);
   // An explicit 0 is refused: "unlimited" is spelled by leaving the key out, so a typo cannot
   // silently lift the cap.
   HSPMD_CHECK(v.is_number_integer() && v.get<long long>() > 0)
@@ -49,20 +25,7 @@ int64_t parse_memory(const nlohmann::json& v, const std::string& where) {
   return v.get<int64_t>();
 }
 
-std::string format_bytes(int64_t bytes) {
-  if (bytes == 0) return "unlimited";
-  const char* units[] = {"B", "KiB", "MiB", "GiB"};
-  double value = static_cast<double>(bytes);
-  int u = 0;
-  while (u < 3 && value >= 1024.0) {
-    value /= 1024.0;
-    ++u;
-  }
-  char buf[64];
-  if (u == 0) std::snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(bytes));
-  else std::snprintf(buf, sizeof(buf), "%.1f %s", value, units[u]);
-  return buf;
-}
+std::string capacity_text(int64_t bytes) { return bytes == 0 ? "unlimited" : format_bytes(bytes); }
 
 EmulatedDevice default_device(int rank) {
   EmulatedDevice d;
@@ -139,7 +102,7 @@ std::string EmulatedDevices::describe() const {
     char speed[32];
     std::snprintf(speed, sizeof(speed), "%.2f", d.speed);
     out << (i == 0 ? " " : "; ") << "rank " << d.rank << " " << d.name << " speed " << speed << " memory "
-        << format_bytes(d.memory_bytes);
+        << capacity_text(d.memory_bytes);
   }
   return out.str();
 }

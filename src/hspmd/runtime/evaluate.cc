@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 #include "hspmd/data/loader.h"
 #include "hspmd/graph/executor.h"
@@ -44,7 +45,7 @@ EvalResult evaluate(const models::LlamaConfig& config, const graph::TensorMap& w
   HSPMD_CHECK(r.label_tokens > 0) << "dataset " << dataset.dir() << " has no labelled tokens to evaluate";
   r.mean_loss = loss_sum / static_cast<double>(r.label_tokens);
   r.perplexity = std::exp(r.mean_loss);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.seconds = seconds_since(start);
   return r;
 }
 

@@ -271,7 +271,10 @@ void finish_sharded_save(const std::string& dir, int world_size, const nlohmann:
 }
 
 ShardedCheckpoint ShardedCheckpoint::open(const std::string& dir) {
-  HSPMD_CHECK(fs::is_directory(dir)) << "checkpoint directory " << dir << " does not exist";
+  HSPMD_CHECK(fs::is_directory(dir)) << "checkpoint directory " << dir
+                                     << (fs::exists(dir) ? " is a file, not a checkpoint (a directory written by "
+                                                           "`hspmd train --save`)"
+                                                         : " does not exist");
   ShardedCheckpoint c;
   c.dir_ = dir;
   std::map<std::string, TensorIndex> tensors;

@@ -69,6 +69,8 @@ class Trainer {
   graph::TensorMap parameters() const;
   const TrainerOptions& options() const { return options_; }
   const models::LlamaModel& model() const { return trainer_->model(); }
+  // The one-rank distributed trainer this class wraps (the training loop drives it).
+  DistTrainer& distributed() { return *trainer_; }
 
  private:
   TrainerOptions options_;

@@ -1,10 +1,10 @@
 #include "hspmd/sharding/device_group.h"
 
 #include <algorithm>
-#include <sstream>
 #include <unordered_set>
 
 #include "hspmd/core/error.h"
+#include "hspmd/sharding/int_runs.h"
 #include "hspmd/sharding/text_cursor.h"
 
 namespace hspmd::sharding {
@@ -29,19 +29,7 @@ int DeviceGroup::index_of(int device) const {
   return it == devices_.end() ? -1 : static_cast<int>(it - devices_.begin());
 }
 
-std::string DeviceGroup::to_string() const {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < devices_.size();) {
-    size_t j = i;
-    while (j + 1 < devices_.size() && devices_[j + 1] == devices_[j] + 1) ++j;
-    out << (i ? "," : "") << devices_[i];
-    if (j > i) out << "-" << devices_[j];
-    i = j + 1;
-  }
-  out << "]";
-  return out.str();
-}
+std::string DeviceGroup::to_string() const { return "[" + runs_text(devices_) + "]"; }
 
 DeviceGroup DeviceGroup::parse(detail::TextCursor& c) {
   c.expect('[');

@@ -6,6 +6,7 @@
 
 #include "hspmd/core/error.h"
 #include "hspmd/core/json_file.h"
+#include "hspmd/core/nearest_name.h"
 #include "hspmd/sharding/device_group.h"
 
 namespace hspmd::sharding {
@@ -16,6 +17,33 @@ using Json = nlohmann::json;
 
 std::string stage_key(size_t p, size_t s) {
   return "pipelines[" + std::to_string(p) + "].stages[" + std::to_string(s) + "]";
+}
+
+// The keys each level of a strategy file may have. Anything else is refused rather than ignored: a
+// misspelled "zero1" or "tp" would otherwise train another strategy than the one written.
+const std::vector<std::string>& strategy_keys() {
+  static const std::vector<std::string> keys = {"name", "comment", "zero1", "recompute", "pipelines"};
+  return keys;
+}
+const std::vector<std::string>& pipeline_keys() {
+  static const std::vector<std::string> keys = {"micro_batch_size", "num_micro_batches", "stages", "comment"};
+  return keys;
+}
+const std::vector<std::string>& stage_keys() {
+  static const std::vector<std::string> keys = {"ranks", "layers", "tp", "cp", "comment"};
+  return keys;
+}
+
+void check_known_keys(const Json& j, const std::vector<std::string>& known, const std::string& where) {
+  HSPMD_CHECK(j.is_object()) << where << ": expected a JSON object, got " << j.dump();
+  for (const auto& [key, value] : j.items()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    const std::string near = nearest_name(key, known);
+    std::string list;
+    for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+    HSPMD_THROW() << where << ": unknown key \"" << key << "\""
+                  << (near.empty() ? "" : " (did you mean \"" + near + "\"?)") << "; the keys here are " << list;
+  }
 }
 
 bool optional_bool(const Json& j, const std::string& key, const std::string& where) {
@@ -163,6 +191,7 @@ std::string Strategy::to_json_text() const {
 
 Strategy Strategy::from_json_text(const std::string& text, const std::string& source) {
   Json j = parse_json_object(text, source);
+  check_known_keys(j, strategy_keys(), source);
   Strategy st;
   if (j.contains("name")) {
     HSPMD_CHECK(j["name"].is_string()) << source << ": \"name\" must be a string";
@@ -177,6 +206,7 @@ Strategy Strategy::from_json_text(const std::string& text, const std::string& so
   std::map<int, std::string> placed;  // rank -> where it was first seen
   for (size_t p = 0; p < pipes.size(); ++p) {
     const std::string pw = source + ": pipelines[" + std::to_string(p) + "]";
+    check_known_keys(pipes[p], pipeline_keys(), pw);
     PipelineSpec pipe;
     pipe.micro_batch_size = json_positive_int(pipes[p], "micro_batch_size", pw);
     pipe.num_micro_batches = json_positive_int(pipes[p], "num_micro_batches", pw);
@@ -184,6 +214,7 @@ Strategy Strategy::from_json_text(const std::string& text, const std::string& so
     HSPMD_CHECK(stages.is_array() && !stages.empty()) << pw << ".stages: must be a non-empty array";
     for (size_t s = 0; s < stages.size(); ++s) {
       const std::string sw = source + ": " + stage_key(p, s);
+      check_known_keys(stages[s], stage_keys(), sw);
       StageSpec stage;
       stage.ranks = parse_ranks(json_member(stages[s], "ranks", sw), sw + ".ranks");
       HSPMD_CHECK(!stage.ranks.empty()) << sw << ".ranks: a stage needs at least one rank";

@@ -25,6 +25,10 @@
 // CP rank holds 1/C of every sequence's tokens (zigzag chunks), each TP group splits the heads.
 // Every stage of a pipeline must have the same cp (the pipeline's tokens are laid out once).
 //
+// Every object may also carry a "comment". Any other key is refused, naming it, where it is and
+// the nearest known key ("s.json: pipelines[0].stages[1]: unknown key "tpp" (did you mean "tp"?)
+// ..."), because an ignored misspelling would train another strategy than the one written.
+//
 // Loading checks the structure (a rank in two places, malformed ranges, stages out of layer
 // order); validate(num_layers) checks that every pipeline covers each layer exactly once. Errors
 // name the key at fault: "s.json: pipelines[1].stages[2].layers: layer 40 is also in stages[1]".

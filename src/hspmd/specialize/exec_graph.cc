@@ -1,7 +1,6 @@
 #include "hspmd/specialize/exec_graph.h"
 
 #include <algorithm>
-#include <set>
 
 #include "hspmd/core/error.h"
 #include "hspmd/graph/token_loss.h"
@@ -79,23 +78,12 @@ const std::vector<int>& ExecGraph::vocab_shard_ranks(int id) const {
   return it == vocab_shard_ranks_.end() ? kNone : it->second;
 }
 
-bool ExecGraph::saved_for_backward(TensorRef t) const { return saved_.at(t.op).at(t.index); }
-
 std::vector<std::vector<TensorRef>> ExecGraph::forward_releases(TensorRef keep) const {
-  std::map<TensorRef, size_t> last_read;  // forward outputs -> position of their last reader in F
-  for (size_t k = 0; k < forward_.size(); ++k) {
-    const Op& op = graph_.op(forward_[k]);
-    for (int i = 0; i < static_cast<int>(op.outputs.size()); ++i) last_read[{forward_[k], i}] = k;
-    for (TensorRef in : op.inputs) {
-      auto it = last_read.find(in);
-      if (it != last_read.end()) it->second = k;
-    }
-  }
-  std::vector<std::vector<TensorRef>> out(forward_.size());
-  for (const auto& [t, k] : last_read) {
-    if (t != keep && !saved_for_backward(t)) out[k].push_back(t);
-  }
-  return out;
+  return steps_->releases({keep}, [this](TensorRef t) { return holds(t); }).forward;
+}
+
+std::vector<std::vector<TensorRef>> ExecGraph::backward_releases(const std::vector<TensorRef>& keep) const {
+  return steps_->releases(keep, [this](TensorRef t) { return holds(t); }).backward;
 }
 
 // A token loss over logits split on the vocabulary inside this rank's subgroup: the rank's column
@@ -117,11 +105,9 @@ void ExecGraph::set_vocab_shard(int id, const graph::LossLogits& logits) {
 void ExecGraph::build() {
   const int n = graph_.num_ops();
   local_ops_.reserve(n);
-  saved_.resize(n);
   for (int id = 0; id < n; ++id) {
     const Op& op = graph_.op(id);
     local_ops_.push_back(op);
-    saved_[id].assign(op.outputs.size(), false);
     const TensorRef out{id, 0};
     bool mine = holds(out);
     if (op.kind == OpKind::kReshard) mine = mine || holds(op.inputs[0]);
@@ -159,64 +145,7 @@ void ExecGraph::build() {
       if (where) data_group_ = where->first;
     }
   }
-  build_backward_steps();
-}
-
-void ExecGraph::build_backward_steps() {
-  const int n = graph_.num_ops();
-  replayed_.assign(n, false);
-  std::map<int, std::vector<int>> layer_ops;  // layer -> its replayable forward ops, in F order
-  if (plan_.recompute) {
-    std::vector<bool> boundary(n, false);
-    for (int id = 0; id < n; ++id) {
-      const Op& op = graph_.op(id);
-      if (op.backward) continue;
-      for (TensorRef in : op.inputs) {
-        if (graph_.op(in.op).layer != op.layer) boundary[in.op] = true;
-      }
-    }
-    for (int id : forward_) {
-      const int layer = graph_.op(id).layer;
-      if (layer < 0 || boundary[id]) continue;
-      replayed_[id] = true;
-      layer_ops[layer].push_back(id);
-    }
-  }
-  std::set<int> replayed_layers;
-  for (int id : backward_) {
-    for (TensorRef in : graph_.op(id).inputs) {
-      if (!replayed_[in.op]) continue;
-      const int layer = graph_.op(in.op).layer;
-      if (!replayed_layers.insert(layer).second) continue;
-      for (int r : layer_ops[layer]) backward_steps_.push_back({r, true});
-    }
-    backward_steps_.push_back({id, false});
-  }
-  for (const BackwardStep& step : backward_steps_) {
-    for (TensorRef in : graph_.op(step.op).inputs) {
-      if (!graph_.op(in.op).backward && !replayed_[in.op]) saved_[in.op][in.index] = true;
-    }
-  }
-}
-
-std::vector<std::vector<TensorRef>> ExecGraph::backward_releases(const std::vector<TensorRef>& keep) const {
-  std::map<TensorRef, size_t> last_use;  // value -> position of its last reader (or its writer) in B
-  for (size_t k = 0; k < backward_steps_.size(); ++k) {
-    const int id = backward_steps_[k].op;
-    const Op& op = graph_.op(id);
-    for (TensorRef in : op.inputs) {
-      if (holds(in)) last_use[in] = k;  // a Reshard's input lives elsewhere on a pure receiver
-    }
-    for (int i = 0; i < static_cast<int>(op.outputs.size()); ++i) {
-      if (holds({id, i})) last_use.emplace(TensorRef{id, i}, k);
-    }
-  }
-  const std::set<TensorRef> kept(keep.begin(), keep.end());
-  std::vector<std::vector<TensorRef>> out(backward_steps_.size());
-  for (const auto& [t, k] : last_use) {
-    if (!kept.count(t)) out[k].push_back(t);
-  }
-  return out;
+  steps_.emplace(graph_, forward_, backward_, graph::StepPlanOptions{.recompute = plan_.recompute});
 }
 
 }  // namespace hspmd::specialize

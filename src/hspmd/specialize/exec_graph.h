@@ -27,11 +27,13 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "hspmd/core/sym_expr.h"
 #include "hspmd/graph/deduction.h"
 #include "hspmd/graph/graph.h"
+#include "hspmd/graph/step_plan.h"
 #include "hspmd/graph/token_loss.h"
 #include "hspmd/sharding/annotation.h"
 #include "hspmd/sharding/plan.h"
@@ -71,16 +73,13 @@ class ExecGraph {
   const std::vector<int>& forward_ops() const { return forward_; }
   const std::vector<int>& backward_ops() const { return backward_; }
   // B as run: backward_ops(), with plan().recompute each layer's replayed forward ops (replay =
-  // true) just before the first backward op that reads one of their values. A layer's forward op is
-  // replayed unless a forward op of another layer reads its output (the layer's boundary: its
-  // value is kept anyway, and a Reshard handing it to another stage must not run twice). Replayed
-  // Reshards are within a stage (tensor parallelism), run by all its ranks in the same order.
-  struct BackwardStep {
-    int op = 0;
-    bool replay = false;
-  };
-  const std::vector<BackwardStep>& backward_steps() const { return backward_steps_; }
-  bool replayed(int id) const { return replayed_.at(id); }
+  // true) just before the first backward op that reads one of their values; the rule is
+  // graph::StepPlan's (graph/step_plan.h). Replayed Reshards are within a stage (tensor
+  // parallelism), run by all its ranks in the same order; one handing a layer's output to another
+  // stage is a layer boundary and never replayed.
+  using BackwardStep = graph::StepPlan::Step;
+  const std::vector<BackwardStep>& backward_steps() const { return steps_->backward(); }
+  bool replayed(int id) const { return steps_->replayed(id); }
   const std::vector<int>& placeholders() const { return placeholders_; }
   const std::vector<int>& parameters() const { return parameters_; }
   // The op with this rank's attributes.
@@ -89,10 +88,9 @@ class ExecGraph {
   bool holds(graph::TensorRef t) const;
   Shape local_shape(graph::TensorRef t, const SymBinding& binding) const;
   // Forward tensors that B reads and does not recompute: kept from F(m) until B(m).
-  bool saved_for_backward(graph::TensorRef t) const;
-  // After forward_ops()[k] runs, the forward values nothing later in F or in B reads (outputs of
-  // forward ops other than `keep`, e.g. the loss the trainer reports): F frees each value as soon
-  // as its last reader has run.
+  bool saved_for_backward(graph::TensorRef t) const { return steps_->saved_for_backward(t); }
+  // After forward_ops()[k] runs, the values nothing later in F or in B reads, other than `keep`
+  // (the loss the trainer reports): F frees each value as soon as its last reader has run.
   std::vector<std::vector<graph::TensorRef>> forward_releases(graph::TensorRef keep) const;
   // After backward_steps()[k] runs, the values nothing later in B reads, other than `keep` (the
   // parameter gradients the trainer accumulates after B).
@@ -106,7 +104,6 @@ class ExecGraph {
 
  private:
   void build();
-  void build_backward_steps();
   void set_vocab_shard(int id, const graph::LossLogits& logits);
 
   const graph::Graph& graph_;
@@ -115,9 +112,7 @@ class ExecGraph {
   int rank_;
   std::vector<int> forward_, backward_, placeholders_, parameters_;
   std::vector<graph::Op> local_ops_;       // by op id; attributes adjusted for this rank
-  std::vector<std::vector<bool>> saved_;   // [op][output]
-  std::vector<BackwardStep> backward_steps_;
-  std::vector<bool> replayed_;             // by op id
+  std::optional<graph::StepPlan> steps_;   // set by build()
   std::map<int, std::vector<int>> vocab_shard_ranks_;
   int data_group_ = -1;
 };

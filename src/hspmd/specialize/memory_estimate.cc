@@ -1,25 +1,15 @@
 #include "hspmd/specialize/memory_estimate.h"
 
-#include <cstdio>
-
+#include "hspmd/core/byte_size.h"
 #include "hspmd/core/dtype.h"
 #include "hspmd/kernels/lm_head_loss.h"
 
 namespace hspmd::specialize {
 
-namespace {
-
-std::string mib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  return buf;
-}
-
-}  // namespace
-
 std::string MemoryEstimate::to_string() const {
-  return mib(parameters) + " parameters + " + mib(gradients) + " gradients + " + mib(optimizer_states) +
-         " optimizer states + " + mib(activations) + " activations = " + mib(total());
+  return format_bytes(parameters) + " parameters + " + format_bytes(gradients) + " gradients + " +
+         format_bytes(optimizer_states) + " optimizer states + " + format_bytes(activations) + " activations = " +
+         format_bytes(total());
 }
 
 MemoryEstimate estimate_memory(const ExecGraph& exec, const MemoryEstimateOptions& options) {

@@ -9,11 +9,13 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "hspmd/core/byte_size.h"
 #include "hspmd/core/error.h"
 #include "hspmd/graph/deduction.h"
 #include "hspmd/graph/token_loss.h"
 #include "hspmd/resolve/resolver.h"
 #include "hspmd/sharding/device_group.h"
+#include "hspmd/sharding/int_runs.h"
 #include "hspmd/specialize/exec_graph.h"
 #include "hspmd/specialize/reshard_resolution.h"
 
@@ -26,19 +28,6 @@ using graph::TensorRef;
 using sharding::Annotation;
 
 namespace {
-
-// "1-3,5" style list of ascending ints, with `sep` between the ends of a run.
-std::string ranges(const std::vector<int>& values, const char* sep) {
-  std::string out;
-  for (size_t i = 0; i < values.size();) {
-    size_t j = i;
-    while (j + 1 < values.size() && values[j + 1] == values[j] + 1) ++j;
-    out += (out.empty() ? "" : ",") + std::to_string(values[i]);
-    if (j > i) out += sep + std::to_string(values[j]);
-    i = j + 1;
-  }
-  return out;
-}
 
 // "model.layers.12.attn_out" -> ("model.layers.{L}.attn_out", 12); other names -> (name, -1).
 std::pair<std::string, int> layer_pattern(const std::string& name) {
@@ -189,7 +178,7 @@ class Builder {
           layers.insert(layers_of[d].begin(), layers_of[d].end());
           runs_[d] = pr.num_micro_batches;
         }
-        sr.layers = ranges({layers.begin(), layers.end()}, "-");
+        sr.layers = sharding::runs_text({layers.begin(), layers.end()});
         sr.schedule = make_schedule(o_.schedule, pr.num_micro_batches, static_cast<int>(p.stages.size()),
                                     static_cast<int>(s));
         pr.stages.push_back(std::move(sr));
@@ -317,7 +306,7 @@ std::string ReshardGroup::display_name() const {
   if (layers.empty()) return pattern;
   std::vector<int> sorted = layers;
   std::sort(sorted.begin(), sorted.end());
-  const std::string list = sorted.size() == 1 ? std::to_string(sorted[0]) : "{" + ranges(sorted, "..") + "}";
+  const std::string list = sorted.size() == 1 ? std::to_string(sorted[0]) : "{" + sharding::runs_text(sorted, "..") + "}";
   const size_t at = pattern.find("{L}");
   return pattern.substr(0, at) + list + pattern.substr(at + 3);
 }
@@ -333,22 +322,10 @@ PlanReport make_plan_report(const models::LlamaModel& model, const sharding::Ann
   return Builder(model, plan, options).build();
 }
 
-std::string human_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
-  return buf;
-}
-
 namespace {
 
 std::string bytes_text(int64_t bytes) {
-  return bytes < 1024 ? std::to_string(bytes) + " B" : human_bytes(static_cast<double>(bytes)) + " (" + std::to_string(bytes) + " B)";
+  return bytes < 1024 ? std::to_string(bytes) + " B" : format_bytes(bytes) + " (" + std::to_string(bytes) + " B)";
 }
 
 void print_groups(std::ostream& out, const std::vector<ReshardGroup>& groups, const char* per_run) {

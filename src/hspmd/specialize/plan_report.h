@@ -106,7 +106,4 @@ PlanReport make_plan_report(const models::LlamaModel& model, const sharding::Ann
 // The human-readable text of `hspmd explain --strategy`.
 std::string to_string(const PlanReport& report);
 
-// "512 B", "1.50 KiB", "2.00 GiB".
-std::string human_bytes(double bytes);
-
 }  // namespace hspmd::specialize

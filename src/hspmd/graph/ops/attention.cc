@@ -65,16 +65,11 @@ sharding::Annotation lse_annotation(const DeduceContext& ctx, const sharding::An
 }  // namespace
 
 OpDef attention_def() {
-  OpDef d{OpKind::kAttention, "attention", 4, 2, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kAttention, "attention", 4, 2, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     check_qkv(ctx);
     const TensorInfo& q = ctx.inputs[0];
     return std::vector<TensorInfo>{q, {SymShape{q.shape[1], q.shape[0]}, q.dtype}};
-  };
-  d.run = [](KernelContext& k) {
-    Tensor out = k.new_output(0), lse = k.new_output(1);
-    kernels::attention_fwd(k.inputs[0], k.inputs[1], k.inputs[2], k.inputs[3], out, lse, {.scale = k.op.attrs.scale, .bf16_operands = k.op.attrs.bf16_operands});
-    k.outputs = {out, lse};
   };
   d.grad = [](GradContext& c) {
     OpAttrs a;
@@ -94,19 +89,12 @@ OpDef attention_def() {
 }
 
 OpDef attention_bwd_def() {
-  OpDef d{OpKind::kAttentionBwd, "attention_bwd", 7, 3, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kAttentionBwd, "attention_bwd", 7, 3, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     check_qkv(ctx);
     expect_same_shape(ctx, 0, 4);
     expect_same_shape(ctx, 0, 6);
     return std::vector<TensorInfo>{ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]};
-  };
-  d.run = [](KernelContext& k) {
-    Tensor dq = k.new_output(0), dk = k.new_output(1), dv = k.new_output(2);
-    const auto& in = k.inputs;
-    kernels::attention_bwd(in[0], in[1], in[2], in[3], in[4], in[5], in[6], dq, dk, dv,
-                           {.scale = k.op.attrs.scale, .bf16_operands = k.op.attrs.bf16_operands});
-    k.outputs = {dq, dk, dv};
   };
   d.deduce = [](const DeduceContext& ctx) {
     sharding::Annotation q = deduce_qkv(ctx);
@@ -116,6 +104,21 @@ OpDef attention_bwd_def() {
     return std::vector<sharding::Annotation>{q, q, q};
   };
   return d;
+}
+
+void add_attention_kernels(KernelRegistry& r) {
+  r.add(OpKind::kAttention, DeviceType::kCPU, kFloat, [](KernelContext& k) {
+    Tensor out = k.new_output(0), lse = k.new_output(1);
+    kernels::attention_fwd(k.inputs[0], k.inputs[1], k.inputs[2], k.inputs[3], out, lse, {.scale = k.op.attrs.scale, .bf16_operands = k.op.attrs.bf16_operands});
+    k.outputs = {out, lse};
+  });
+  r.add(OpKind::kAttentionBwd, DeviceType::kCPU, kFloat, [](KernelContext& k) {
+    Tensor dq = k.new_output(0), dk = k.new_output(1), dv = k.new_output(2);
+    const auto& in = k.inputs;
+    kernels::attention_bwd(in[0], in[1], in[2], in[3], in[4], in[5], in[6], dq, dk, dv,
+                           {.scale = k.op.attrs.scale, .bf16_operands = k.op.attrs.bf16_operands});
+    k.outputs = {dq, dk, dv};
+  });
 }
 
 }  // namespace detail

@@ -29,12 +29,7 @@ std::vector<TensorInfo> infer_bias_add(const ShapeContext& ctx) {
 }  // namespace
 
 OpDef bias_add_def() {
-  OpDef d{OpKind::kBiasAdd, "bias_add", 2, 1, infer_bias_add, nullptr, nullptr, nullptr};
-  d.run = [](KernelContext& k) {
-    Tensor y = k.new_output(0);
-    kernels::bias_add(k.inputs[0], k.inputs[1], y);
-    k.outputs = {y};
-  };
+  OpDef d{OpKind::kBiasAdd, "bias_add", 2, 1, infer_bias_add, nullptr, nullptr};
   d.grad = [](GradContext& c) {
     TensorRef dbias = c.graph.add_op1(OpKind::kBiasAddBwd, c.name("bwd"), {c.output_grads[0]});
     return std::vector<TensorRef>{c.output_grads[0], dbias};
@@ -55,18 +50,11 @@ OpDef bias_add_def() {
 }
 
 OpDef bias_add_bwd_def() {
-  OpDef d{OpKind::kBiasAddBwd, "bias_add_bwd", 1, 1, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kBiasAddBwd, "bias_add_bwd", 1, 1, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     expect_floating(ctx, 0);
     HSPMD_CHECK(!ctx.inputs[0].shape.empty()) << ctx.where() << ": dy must have rank >= 1";
     return std::vector<TensorInfo>{{{ctx.inputs[0].shape.back()}, ctx.inputs[0].dtype}};
-  };
-  d.run = [](KernelContext& k) {
-    Tensor dbias = k.new_output(0);
-    std::vector<int> leading(k.inputs[0].rank() - 1);
-    for (size_t i = 0; i < leading.size(); ++i) leading[i] = static_cast<int>(i);
-    kernels::sum(k.inputs[0], leading, dbias);
-    k.outputs = {dbias};
   };
   d.deduce = [](const DeduceContext& ctx) {
     const int n = last_dim(ctx);
@@ -76,6 +64,21 @@ OpDef bias_add_bwd_def() {
     })};
   };
   return d;
+}
+
+void add_bias_add_kernels(KernelRegistry& r) {
+  r.add(OpKind::kBiasAdd, DeviceType::kCPU, kFloat, [](KernelContext& k) {
+    Tensor y = k.new_output(0);
+    kernels::bias_add(k.inputs[0], k.inputs[1], y);
+    k.outputs = {y};
+  });
+  r.add(OpKind::kBiasAddBwd, DeviceType::kCPU, kFloat, [](KernelContext& k) {
+    Tensor dbias = k.new_output(0);
+    std::vector<int> leading(k.inputs[0].rank() - 1);
+    for (size_t i = 0; i < leading.size(); ++i) leading[i] = static_cast<int>(i);
+    kernels::sum(k.inputs[0], leading, dbias);
+    k.outputs = {dbias};
+  });
 }
 
 }  // namespace detail

@@ -76,18 +76,11 @@ sharding::Annotation lse_annotation(const DeduceContext& ctx, const sharding::An
 }  // namespace
 
 OpDef context_attention_def() {
-  OpDef d{OpKind::kContextAttention, "context_attention", 6, 2, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kContextAttention, "context_attention", 6, 2, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     check_inputs(ctx);
     const TensorInfo& q = ctx.inputs[0];
     return std::vector<TensorInfo>{q, {SymShape{q.shape[1], q.shape[0]}, q.dtype}};
-  };
-  d.run = [](KernelContext& k) {
-    Tensor out = k.new_output(0), lse = k.new_output(1);
-    const auto& in = k.inputs;
-    kernels::context_attention_fwd(in[0], in[1], in[2], in[3], in[4], in[5], out, lse,
-                                   {.scale = k.op.attrs.scale, .bf16_operands = k.op.attrs.bf16_operands});
-    k.outputs = {out, lse};
   };
   d.grad = [](GradContext& c) {
     OpAttrs a;
@@ -107,19 +100,12 @@ OpDef context_attention_def() {
 }
 
 OpDef context_attention_bwd_def() {
-  OpDef d{OpKind::kContextAttentionBwd, "context_attention_bwd", 9, 3, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kContextAttentionBwd, "context_attention_bwd", 9, 3, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     check_inputs(ctx);
     expect_same_shape(ctx, 0, 6);
     expect_same_shape(ctx, 0, 8);
     return std::vector<TensorInfo>{ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]};
-  };
-  d.run = [](KernelContext& k) {
-    Tensor dq = k.new_output(0), dk = k.new_output(1), dv = k.new_output(2);
-    const auto& in = k.inputs;
-    kernels::context_attention_bwd(in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], dq, dk, dv,
-                                   {.scale = k.op.attrs.scale, .bf16_operands = k.op.attrs.bf16_operands});
-    k.outputs = {dq, dk, dv};
   };
   d.deduce = [](const DeduceContext& ctx) {
     sharding::Annotation q = deduce_q(ctx);
@@ -131,6 +117,23 @@ OpDef context_attention_bwd_def() {
     return std::vector<sharding::Annotation>{q, dkv, dkv};
   };
   return d;
+}
+
+void add_context_attention_kernels(KernelRegistry& r) {
+  r.add(OpKind::kContextAttention, DeviceType::kCPU, kFloat, [](KernelContext& k) {
+    Tensor out = k.new_output(0), lse = k.new_output(1);
+    const auto& in = k.inputs;
+    kernels::context_attention_fwd(in[0], in[1], in[2], in[3], in[4], in[5], out, lse,
+                                   {.scale = k.op.attrs.scale, .bf16_operands = k.op.attrs.bf16_operands});
+    k.outputs = {out, lse};
+  });
+  r.add(OpKind::kContextAttentionBwd, DeviceType::kCPU, kFloat, [](KernelContext& k) {
+    Tensor dq = k.new_output(0), dk = k.new_output(1), dv = k.new_output(2);
+    const auto& in = k.inputs;
+    kernels::context_attention_bwd(in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], dq, dk, dv,
+                                   {.scale = k.op.attrs.scale, .bf16_operands = k.op.attrs.bf16_operands});
+    k.outputs = {dq, dk, dv};
+  });
 }
 
 }  // namespace detail

@@ -83,18 +83,12 @@ sharding::Annotation deduce_loss_sum(const DeduceContext& ctx, const sharding::A
 }
 
 OpDef cross_entropy_def() {
-  OpDef d{OpKind::kCrossEntropy, "cross_entropy", 3, 2, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kCrossEntropy, "cross_entropy", 3, 2, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     check_logits_targets(ctx);
     check_scalar(ctx, 2);
     DType dt = ctx.inputs[0].dtype;
     return std::vector<TensorInfo>{{SymShape{}, dt}, {SymShape{ctx.inputs[0].shape[0]}, dt}};
-  };
-  d.run = [](KernelContext& k) {
-    const Tensor& logits = k.inputs[0];
-    Tensor stats = Tensor::empty(Shape{3, logits.dim(0)}, DType::kFloat64, k.allocator);
-    kernels::cross_entropy_shard_stats(logits, k.inputs[1], stats, token_loss_options(k.op.attrs));
-    finish_token_loss(k, stats, k.inputs[1], k.inputs[2]);
   };
   d.grad = [](GradContext& c) {
     TensorRef dlogits = c.graph.add_op1(
@@ -110,7 +104,7 @@ OpDef cross_entropy_def() {
 }
 
 OpDef cross_entropy_bwd_def() {
-  OpDef d{OpKind::kCrossEntropyBwd, "cross_entropy_bwd", 5, 1, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kCrossEntropyBwd, "cross_entropy_bwd", 5, 1, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     check_logits_targets(ctx);
     expect_rank(ctx, 2, 1);
@@ -119,13 +113,6 @@ OpDef cross_entropy_bwd_def() {
     check_scalar(ctx, 4);
     return std::vector<TensorInfo>{ctx.inputs[0]};
   };
-  d.run = [](KernelContext& k) {
-    const Tensor& logits = k.inputs[0];
-    Tensor dlogits = k.new_output(0);
-    const Tensor dlosses = token_loss_grads(k, logits.dtype(), k.inputs[3], k.inputs[4]);
-    kernels::cross_entropy_bwd(logits, k.inputs[1], k.inputs[2], dlosses, dlogits, token_loss_options(k.op.attrs));
-    k.outputs = {dlogits};
-  };
   d.deduce = [](const DeduceContext& ctx) {
     sharding::Annotation rows = deduce_loss_rows(ctx, ctx.inputs[0], 1, 3, "input 0");
     expect_annotation(ctx, 2, rows);  // lse [T] like the targets
@@ -133,6 +120,22 @@ OpDef cross_entropy_bwd_def() {
     return std::vector<sharding::Annotation>{ctx.inputs[0]};
   };
   return d;
+}
+
+void add_cross_entropy_kernels(KernelRegistry& r) {
+  r.add(OpKind::kCrossEntropy, DeviceType::kCPU, kFloat, [](KernelContext& k) {
+    const Tensor& logits = k.inputs[0];
+    Tensor stats = Tensor::empty(Shape{3, logits.dim(0)}, DType::kFloat64, k.allocator);
+    kernels::cross_entropy_shard_stats(logits, k.inputs[1], stats, token_loss_options(k.op.attrs));
+    finish_token_loss(k, stats, k.inputs[1], k.inputs[2]);
+  });
+  r.add(OpKind::kCrossEntropyBwd, DeviceType::kCPU, kFloat, [](KernelContext& k) {
+    const Tensor& logits = k.inputs[0];
+    Tensor dlogits = k.new_output(0);
+    const Tensor dlosses = token_loss_grads(k, logits.dtype(), k.inputs[3], k.inputs[4]);
+    kernels::cross_entropy_bwd(logits, k.inputs[1], k.inputs[2], dlosses, dlogits, token_loss_options(k.op.attrs));
+    k.outputs = {dlogits};
+  });
 }
 
 }  // namespace detail

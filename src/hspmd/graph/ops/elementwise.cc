@@ -29,26 +29,16 @@ std::vector<sharding::Annotation> same_annotation(const DeduceContext& ctx, int 
 }  // namespace
 
 OpDef add_def() {
-  OpDef d{OpKind::kAdd, "add", 2, 1, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kAdd, "add", 2, 1, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) { return same_as_inputs(ctx, 1); };
-  d.run = [](KernelContext& k) {
-    Tensor out = k.new_output(0);
-    kernels::add(k.inputs[0], k.inputs[1], out);
-    k.outputs = {out};
-  };
   d.grad = [](GradContext& c) { return std::vector<TensorRef>{c.output_grads[0], c.output_grads[0]}; };
   d.deduce = [](const DeduceContext& ctx) { return same_annotation(ctx, 1, sharding::Linearity::kLinear); };
   return d;
 }
 
 OpDef swiglu_def() {
-  OpDef d{OpKind::kSwiglu, "swiglu", 2, 1, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kSwiglu, "swiglu", 2, 1, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) { return same_as_inputs(ctx, 1); };
-  d.run = [](KernelContext& k) {
-    Tensor out = k.new_output(0);
-    kernels::swiglu_fwd(k.inputs[0], k.inputs[1], out);
-    k.outputs = {out};
-  };
   d.grad = [](GradContext& c) {
     return c.graph.add_op(OpKind::kSwigluBwd, c.name("bwd"), {c.input(0), c.input(1), c.output_grads[0]});
   };
@@ -57,15 +47,28 @@ OpDef swiglu_def() {
 }
 
 OpDef swiglu_bwd_def() {
-  OpDef d{OpKind::kSwigluBwd, "swiglu_bwd", 3, 2, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kSwigluBwd, "swiglu_bwd", 3, 2, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) { return same_as_inputs(ctx, 2); };
-  d.run = [](KernelContext& k) {
+  d.deduce = [](const DeduceContext& ctx) { return same_annotation(ctx, 2, sharding::Linearity::kNonLinear); };
+  return d;
+}
+
+void add_elementwise_kernels(KernelRegistry& r) {
+  r.add(OpKind::kAdd, DeviceType::kCPU, kFloatOrBf16, [](KernelContext& k) {
+    Tensor out = k.new_output(0);
+    kernels::add(k.inputs[0], k.inputs[1], out);
+    k.outputs = {out};
+  });
+  r.add(OpKind::kSwiglu, DeviceType::kCPU, kFloatOrBf16, [](KernelContext& k) {
+    Tensor out = k.new_output(0);
+    kernels::swiglu_fwd(k.inputs[0], k.inputs[1], out);
+    k.outputs = {out};
+  });
+  r.add(OpKind::kSwigluBwd, DeviceType::kCPU, kFloatOrBf16, [](KernelContext& k) {
     Tensor dgate = k.new_output(0), dup = k.new_output(1);
     kernels::swiglu_bwd(k.inputs[0], k.inputs[1], k.inputs[2], dgate, dup);
     k.outputs = {dgate, dup};
-  };
-  d.deduce = [](const DeduceContext& ctx) { return same_annotation(ctx, 2, sharding::Linearity::kNonLinear); };
-  return d;
+  });
 }
 
 }  // namespace detail

@@ -51,18 +51,13 @@ sharding::Annotation vocab_sliced(const sharding::Annotation& onehot, const shar
 }  // namespace
 
 OpDef embedding_def() {
-  OpDef d{OpKind::kEmbedding, "embedding", 2, 1, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kEmbedding, "embedding", 2, 1, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     expect_rank(ctx, 0, 2);
     expect_floating(ctx, 0);
     expect_rank(ctx, 1, 1);
     expect_integer(ctx, 1);
     return std::vector<TensorInfo>{{SymShape{ctx.inputs[1].shape[0], ctx.inputs[0].shape[1]}, ctx.inputs[0].dtype}};
-  };
-  d.run = [](KernelContext& k) {
-    Tensor y = k.new_output(0);
-    kernels::embedding_fwd(k.inputs[0], k.inputs[1], y, options(k.op.attrs));
-    k.outputs = {y};
   };
   d.grad = [](GradContext& c) {
     OpAttrs a = c.op.attrs;
@@ -79,7 +74,7 @@ OpDef embedding_def() {
 }
 
 OpDef embedding_bwd_def() {
-  OpDef d{OpKind::kEmbeddingBwd, "embedding_bwd", 2, 1, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kEmbeddingBwd, "embedding_bwd", 2, 1, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     expect_rank(ctx, 0, 1);
     expect_integer(ctx, 0);
@@ -91,17 +86,25 @@ OpDef embedding_bwd_def() {
         << ctx.where() << ": table shape " << to_string(table) << " does not match dy " << to_string(ctx.inputs[1].shape);
     return std::vector<TensorInfo>{{table, ctx.inputs[1].dtype}};
   };
-  d.run = [](KernelContext& k) {
-    Tensor dtable = k.new_output(0);
-    kernels::embedding_bwd(k.inputs[0], k.inputs[1], dtable, options(k.op.attrs));
-    k.outputs = {dtable};
-  };
   d.deduce = [](const DeduceContext& ctx) {
     expect_same_placement(ctx);
     const sharding::Annotation ids_t = transposed(ctx, onehot_ids(ctx, 0));
     return std::vector<sharding::Annotation>{sharding::deduce_matmul(op_label(ctx), ids_t, ctx.inputs[1], 2, false)};
   };
   return d;
+}
+
+void add_embedding_kernels(KernelRegistry& r) {
+  r.add(OpKind::kEmbedding, DeviceType::kCPU, kFloat, [](KernelContext& k) {
+    Tensor y = k.new_output(0);
+    kernels::embedding_fwd(k.inputs[0], k.inputs[1], y, options(k.op.attrs));
+    k.outputs = {y};
+  });
+  r.add(OpKind::kEmbeddingBwd, DeviceType::kCPU, kFloat, [](KernelContext& k) {
+    Tensor dtable = k.new_output(0);
+    kernels::embedding_bwd(k.inputs[0], k.inputs[1], dtable, options(k.op.attrs));
+    k.outputs = {dtable};
+  });
 }
 
 }  // namespace detail

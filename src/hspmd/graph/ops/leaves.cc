@@ -19,13 +19,13 @@ std::vector<sharding::Annotation> planned(const DeduceContext& ctx) {
 }  // namespace
 
 OpDef placeholder_def() {
-  OpDef d{OpKind::kPlaceholder, "placeholder", 0, 1, declared, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kPlaceholder, "placeholder", 0, 1, declared, nullptr, nullptr};
   d.deduce = planned;
   return d;
 }
 
 OpDef parameter_def() {
-  OpDef d{OpKind::kParameter, "parameter", 0, 1, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kParameter, "parameter", 0, 1, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     HSPMD_CHECK(is_static(ctx.op.attrs.shape)) << ctx.where() << ": parameters need a static shape, got "
                                                << to_string(ctx.op.attrs.shape);
@@ -37,14 +37,17 @@ OpDef parameter_def() {
 }
 
 OpDef full_def() {
-  OpDef d{OpKind::kFull, "full", 0, 1, declared, nullptr, nullptr, nullptr};
-  d.run = [](KernelContext& k) {
+  OpDef d{OpKind::kFull, "full", 0, 1, declared, nullptr, nullptr};
+  d.deduce = planned;
+  return d;
+}
+
+void add_leaf_kernels(KernelRegistry& r) {
+  r.add(OpKind::kFull, DeviceType::kCPU, kAnyDType, [](KernelContext& k) {
     Tensor out = k.new_output(0);
     out.fill(k.op.attrs.value);
     k.outputs = {out};
-  };
-  d.deduce = planned;
-  return d;
+  });
 }
 
 }  // namespace detail

@@ -50,17 +50,11 @@ kernels::LmHeadLossOptions head_options(const KernelContext& k) {
 }  // namespace
 
 OpDef lm_head_loss_def() {
-  OpDef d{OpKind::kLmHeadLoss, "lm_head_loss", 4, 2, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kLmHeadLoss, "lm_head_loss", 4, 2, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     check_head_inputs(ctx, {3});
     const DType dt = ctx.inputs[0].dtype;
     return std::vector<TensorInfo>{{SymShape{}, dt}, {SymShape{ctx.inputs[0].shape[0]}, dt}};
-  };
-  d.run = [](KernelContext& k) {
-    const Tensor& x = k.inputs[0];
-    Tensor stats = Tensor::empty(Shape{3, x.dim(0)}, DType::kFloat64, k.allocator);
-    kernels::lm_head_loss_stats(x, k.inputs[1], k.inputs[2], stats, head_options(k));
-    finish_token_loss(k, stats, k.inputs[2], k.inputs[3]);
   };
   d.grad = [](GradContext& c) {
     std::vector<TensorRef> g =
@@ -78,19 +72,12 @@ OpDef lm_head_loss_def() {
 }
 
 OpDef lm_head_loss_bwd_def() {
-  OpDef d{OpKind::kLmHeadLossBwd, "lm_head_loss_bwd", 6, 2, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kLmHeadLossBwd, "lm_head_loss_bwd", 6, 2, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     check_head_inputs(ctx, {4, 5});
     expect_rank(ctx, 3, 1);
     expect_dim_eq(ctx, 0, 0, 3, 0);
     return std::vector<TensorInfo>{ctx.inputs[0], ctx.inputs[1]};
-  };
-  d.run = [](KernelContext& k) {
-    const std::vector<Tensor>& in = k.inputs;
-    Tensor dx = k.new_output(0), dw = k.new_output(1);
-    const Tensor dlosses = token_loss_grads(k, in[0].dtype(), in[4], in[5]);
-    kernels::lm_head_loss_bwd(in[0], in[1], in[2], in[3], dlosses, dx, dw, head_options(k));
-    k.outputs = {dx, dw};
   };
   d.deduce = [](const DeduceContext& ctx) {
     expect_same_placement(ctx);
@@ -104,6 +91,22 @@ OpDef lm_head_loss_bwd_def() {
         sharding::deduce_matmul(label, transposed(ctx, logits), ctx.inputs[0], 2, false)};
   };
   return d;
+}
+
+void add_lm_head_loss_kernels(KernelRegistry& r) {
+  r.add(OpKind::kLmHeadLoss, DeviceType::kCPU, kFloat, [](KernelContext& k) {
+    const Tensor& x = k.inputs[0];
+    Tensor stats = Tensor::empty(Shape{3, x.dim(0)}, DType::kFloat64, k.allocator);
+    kernels::lm_head_loss_stats(x, k.inputs[1], k.inputs[2], stats, head_options(k));
+    finish_token_loss(k, stats, k.inputs[2], k.inputs[3]);
+  });
+  r.add(OpKind::kLmHeadLossBwd, DeviceType::kCPU, kFloat, [](KernelContext& k) {
+    const std::vector<Tensor>& in = k.inputs;
+    Tensor dx = k.new_output(0), dw = k.new_output(1);
+    const Tensor dlosses = token_loss_grads(k, in[0].dtype(), in[4], in[5]);
+    kernels::lm_head_loss_bwd(in[0], in[1], in[2], in[3], dlosses, dx, dw, head_options(k));
+    k.outputs = {dx, dw};
+  });
 }
 
 }  // namespace detail

@@ -15,7 +15,7 @@ namespace hspmd::graph {
 namespace detail {
 
 OpDef matmul_def() {
-  OpDef d{OpKind::kMatmul, "matmul", 2, 1, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kMatmul, "matmul", 2, 1, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     expect_rank(ctx, 0, 2);
     expect_rank(ctx, 1, 2);
@@ -31,13 +31,6 @@ OpDef matmul_def() {
     HSPMD_CHECK(ka == kb) << ctx.where() << ": inner dims differ: op(a) is [" << m.to_string() << ", "
                           << ka.to_string() << "], op(b) is [" << kb.to_string() << ", " << n.to_string() << "]";
     return std::vector<TensorInfo>{{SymShape{m, n}, ctx.inputs[0].dtype}};
-  };
-  d.run = [](KernelContext& k) {
-    Tensor out = k.new_output(0);
-    const OpAttrs& at = k.op.attrs;
-    kernels::matmul(k.inputs[0], k.inputs[1], out,
-                    {.trans_a = at.trans_a, .trans_b = at.trans_b, .bf16_operands = at.bf16_operands});
-    k.outputs = {out};
   };
   d.grad = [](GradContext& c) {
     TensorRef a = c.input(0), b = c.input(1), dc = c.output_grads[0];
@@ -60,6 +53,16 @@ OpDef matmul_def() {
     return std::vector<sharding::Annotation>{sharding::deduce_matmul(op_label(ctx), a, ctx.inputs[1], 2, at.trans_b)};
   };
   return d;
+}
+
+void add_matmul_kernels(KernelRegistry& r) {
+  r.add(OpKind::kMatmul, DeviceType::kCPU, kFloatOrBf16, [](KernelContext& k) {
+    Tensor out = k.new_output(0);
+    const OpAttrs& at = k.op.attrs;
+    kernels::matmul(k.inputs[0], k.inputs[1], out,
+                    {.trans_a = at.trans_a, .trans_b = at.trans_b, .bf16_operands = at.bf16_operands});
+    k.outputs = {out};
+  });
 }
 
 }  // namespace detail

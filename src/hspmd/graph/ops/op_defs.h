@@ -1,10 +1,13 @@
 // Internal to the graph layer: the registry entries, one function per op kind, defined one op
 // family per file in this folder, plus the shape-rule checks they share. build_standard_registry
-// (op_registry.cc) is the only caller of the *_def functions.
+// (op_registry.cc) is the only caller of the *_def functions, build_cpu_kernels
+// (kernel_registry.cc) the only caller of the add_*_kernels functions.
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "hspmd/graph/kernel_registry.h"
 #include "hspmd/graph/op_registry.h"
 #include "hspmd/kernels/cross_entropy.h"
 
@@ -35,6 +38,27 @@ OpDef bias_add_def();       // bias_add.cc
 OpDef bias_add_bwd_def();   // bias_add.cc
 OpDef context_attention_def();      // context_attention.cc
 OpDef context_attention_bwd_def();  // context_attention.cc
+
+// The CPU kernels of each family, keyed by the dtype of the op's output 0.
+void add_leaf_kernels(KernelRegistry& r);               // leaves.cc (full; placeholders, parameters are bound)
+void add_embedding_kernels(KernelRegistry& r);          // embedding.cc
+void add_rms_norm_kernels(KernelRegistry& r);           // rms_norm.cc
+void add_matmul_kernels(KernelRegistry& r);             // matmul.cc
+void add_rope_kernels(KernelRegistry& r);               // rope.cc
+void add_attention_kernels(KernelRegistry& r);          // attention.cc
+void add_elementwise_kernels(KernelRegistry& r);        // elementwise.cc
+void add_reshape_kernels(KernelRegistry& r);            // reshape.cc
+void add_cross_entropy_kernels(KernelRegistry& r);      // cross_entropy.cc
+void add_lm_head_loss_kernels(KernelRegistry& r);       // lm_head_loss.cc
+void add_bias_add_kernels(KernelRegistry& r);           // bias_add.cc
+void add_context_attention_kernels(KernelRegistry& r);  // context_attention.cc
+
+// The dtypes the CPU kernels compute in (kernels/README.md): float32 and float64 everywhere,
+// bfloat16 storage in matmul and the elementwise ops, any dtype where an op only moves data.
+inline const std::vector<DType> kFloat{DType::kFloat32, DType::kFloat64};
+inline const std::vector<DType> kFloatOrBf16{DType::kFloat32, DType::kFloat64, DType::kBFloat16};
+inline const std::vector<DType> kAnyDType{DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kInt32,
+                                          DType::kInt64};
 
 // Shape-rule checks: throw Error prefixed with ctx.where() and naming the input.
 void expect_rank(const ShapeContext& ctx, int input, int rank);

@@ -80,7 +80,7 @@ std::vector<sharding::Annotation> deduce_reshape(const DeduceContext& ctx) {
 }  // namespace
 
 OpDef reshape_def() {
-  OpDef d{OpKind::kReshape, "reshape", 1, 1, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kReshape, "reshape", 1, 1, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     const SymShape& from = ctx.inputs[0].shape;
     const SymShape& to = ctx.op.attrs.shape;
@@ -90,14 +90,6 @@ OpDef reshape_def() {
                                                << n_from.to_string() << " elements) to " << to_string(to) << " ("
                                                << n_to.to_string() << " elements)";
     return std::vector<TensorInfo>{{to, ctx.inputs[0].dtype}};
-  };
-  d.run = [](KernelContext& k) {
-    const Tensor& x = k.inputs[0];
-    const Shape& to = k.output_shapes[0];
-    HSPMD_CHECK(x.numel() == to.numel()) << "op '" << k.op.name << "' (reshape): input " << x.to_string()
-                                         << " has " << x.numel() << " elements, target " << to.to_string()
-                                         << " has " << to.numel();
-    k.outputs = {x.reshape(to.dims())};  // a view: no copy
   };
   d.grad = [](GradContext& c) {
     OpAttrs a;
@@ -109,9 +101,8 @@ OpDef reshape_def() {
 }
 
 OpDef reshard_def() {
-  OpDef d{OpKind::kReshard, "reshard", 1, 1, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kReshard, "reshard", 1, 1, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) { return std::vector<TensorInfo>{ctx.inputs[0]}; };
-  d.run = [](KernelContext& k) { k.outputs = {k.inputs[0]}; };
   d.grad = [](GradContext& c) {
     return std::vector<TensorRef>{c.graph.add_op1(OpKind::kReshard, c.name("bwd"), {c.output_grads[0]})};
   };
@@ -122,16 +113,29 @@ OpDef reshard_def() {
   return d;
 }
 
+void add_reshape_kernels(KernelRegistry& r) {
+  r.add(OpKind::kReshape, DeviceType::kCPU, kAnyDType, [](KernelContext& k) {
+    const Tensor& x = k.inputs[0];
+    const Shape& to = k.output_shapes[0];
+    // run_kernel puts the op's name in front.
+    HSPMD_CHECK(x.numel() == to.numel()) << "reshape: input " << x.to_string() << " has " << x.numel()
+                                         << " elements, target " << to.to_string() << " has " << to.numel();
+    k.outputs = {x.reshape(to.dims())};  // a view: no copy
+  });
+  // On one device a Reshard is the identity (the distributed runtime runs its own communication).
+  r.add(OpKind::kReshard, DeviceType::kCPU, kAnyDType, [](KernelContext& k) { k.outputs = {k.inputs[0]}; });
+}
+
 }  // namespace detail
 
 TensorRef ops::reshape(Graph& g, TensorRef x, const SymShape& shape, const std::string& name) {
-  OpAttrs a;
-  a.shape = shape;
-  return g.add_op1(OpKind::kReshape, name, {x}, a);
+OpAttrs a;
+a.shape = shape;
+return g.add_op1(OpKind::kReshape, name, {x}, a);
 }
 
 TensorRef ops::reshard(Graph& g, TensorRef x, const std::string& name) {
-  return g.add_op1(OpKind::kReshard, name, {x});
+return g.add_op1(OpKind::kReshard, name, {x});
 }
 
 }  // namespace hspmd::graph

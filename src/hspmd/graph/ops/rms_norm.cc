@@ -69,17 +69,12 @@ sharding::Annotation deduce_dx(const DeduceContext& ctx, const sharding::Annotat
 }  // namespace
 
 OpDef rms_norm_def() {
-  OpDef d{OpKind::kRmsNorm, "rms_norm", 2, 2, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kRmsNorm, "rms_norm", 2, 2, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     check_x_weight(ctx);
     HSPMD_CHECK(ctx.op.attrs.eps > 0) << ctx.where() << ": eps must be positive, got " << ctx.op.attrs.eps;
     const TensorInfo& x = ctx.inputs[0];
     return std::vector<TensorInfo>{x, {rows_of(x.shape), x.dtype}};
-  };
-  d.run = [](KernelContext& k) {
-    Tensor y = k.new_output(0), rstd = k.new_output(1);
-    kernels::rms_norm_fwd(k.inputs[0], k.inputs[1], k.op.attrs.eps, y, rstd);
-    k.outputs = {y, rstd};
   };
   d.grad = [](GradContext& c) {
     OpAttrs a;
@@ -96,18 +91,13 @@ OpDef rms_norm_def() {
 }
 
 OpDef rms_norm_bwd_def() {
-  OpDef d{OpKind::kRmsNormBwd, "rms_norm_bwd", 4, 2, nullptr, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kRmsNormBwd, "rms_norm_bwd", 4, 2, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
     check_x_weight(ctx);
     expect_same_shape(ctx, 0, 3);
     HSPMD_CHECK(ctx.inputs[2].shape == rows_of(ctx.inputs[0].shape))
         << ctx.where() << ": rstd must be " << to_string(rows_of(ctx.inputs[0].shape));
     return std::vector<TensorInfo>{ctx.inputs[0], ctx.inputs[1]};
-  };
-  d.run = [](KernelContext& k) {
-    Tensor dx = k.new_output(0), dw = k.new_output(1);
-    kernels::rms_norm_bwd(k.inputs[0], k.inputs[1], k.inputs[2], k.inputs[3], dx, dw);
-    k.outputs = {dx, dw};
   };
   d.deduce = [](const DeduceContext& ctx) {
     sharding::Annotation x = deduce_rows(ctx);
@@ -117,6 +107,19 @@ OpDef rms_norm_bwd_def() {
     return std::vector<sharding::Annotation>{dx, dw};
   };
   return d;
+}
+
+void add_rms_norm_kernels(KernelRegistry& r) {
+  r.add(OpKind::kRmsNorm, DeviceType::kCPU, kFloat, [](KernelContext& k) {
+    Tensor y = k.new_output(0), rstd = k.new_output(1);
+    kernels::rms_norm_fwd(k.inputs[0], k.inputs[1], k.op.attrs.eps, y, rstd);
+    k.outputs = {y, rstd};
+  });
+  r.add(OpKind::kRmsNormBwd, DeviceType::kCPU, kFloat, [](KernelContext& k) {
+    Tensor dx = k.new_output(0), dw = k.new_output(1);
+    kernels::rms_norm_bwd(k.inputs[0], k.inputs[1], k.inputs[2], k.inputs[3], dx, dw);
+    k.outputs = {dx, dw};
+  });
 }
 
 }  // namespace detail

@@ -46,13 +46,8 @@ std::vector<sharding::Annotation> deduce_rope(const DeduceContext& ctx) {
 }  // namespace
 
 OpDef rope_def() {
-  OpDef d{OpKind::kRope, "rope", 2, 1, infer_rope, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kRope, "rope", 2, 1, infer_rope, nullptr, nullptr};
   d.deduce = deduce_rope;
-  d.run = [](KernelContext& k) {
-    Tensor y = k.new_output(0);
-    kernels::rope_fwd(k.inputs[0], k.inputs[1], k.op.attrs.inv_freq, y);
-    k.outputs = {y};
-  };
   d.grad = [](GradContext& c) {
     OpAttrs a;
     a.inv_freq = c.op.attrs.inv_freq;
@@ -63,14 +58,22 @@ OpDef rope_def() {
 }
 
 OpDef rope_bwd_def() {
-  OpDef d{OpKind::kRopeBwd, "rope_bwd", 2, 1, infer_rope, nullptr, nullptr, nullptr};
+  OpDef d{OpKind::kRopeBwd, "rope_bwd", 2, 1, infer_rope, nullptr, nullptr};
   d.deduce = deduce_rope;
-  d.run = [](KernelContext& k) {
+  return d;
+}
+
+void add_rope_kernels(KernelRegistry& r) {
+  r.add(OpKind::kRope, DeviceType::kCPU, kFloat, [](KernelContext& k) {
+    Tensor y = k.new_output(0);
+    kernels::rope_fwd(k.inputs[0], k.inputs[1], k.op.attrs.inv_freq, y);
+    k.outputs = {y};
+  });
+  r.add(OpKind::kRopeBwd, DeviceType::kCPU, kFloat, [](KernelContext& k) {
     Tensor dx = k.new_output(0);
     kernels::rope_bwd(k.inputs[0], k.inputs[1], k.op.attrs.inv_freq, dx);
     k.outputs = {dx};
-  };
-  return d;
+  });
 }
 
 }  // namespace detail

@@ -20,8 +20,7 @@ AttentionBlocks attention_blocks(DType dtype, int64_t d) {
   // oneDNN runs each GEMM on the calling thread inside our OpenMP threads, so only the tiles'
   // efficiency counts. Query tiles of 64 waste less on the causal diagonal than 128 (a tile computes
   // its whole diagonal block); key chunks of 256 make longer products than 128 and keep a chunk's
-  // keys, values and their gradients in L2. 32-64 x 192-320 measured alike; 128 x 128 5-9%
-  // slower (fastest of 12-20 calls, 1 and 2 threads, 4 x 512 tokens, 8 query heads, D = 64).
+  // keys, values and their gradients in L2 (the sizes measured: docs/cpu-kernels.md, "Attention").
   if (dtype == DType::kFloat32 && float32_gemm() == Float32Gemm::kOneDnn) return {64, 256};
   // OpenBLAS: the largest power-of-two tile (<= 64) whose GEMMs (B x B x D) it keeps single-threaded.
   int64_t b = 64;
@@ -33,7 +32,7 @@ namespace {
 
 // Per-thread scratch of one forward or backward call. Products read and write contiguous copies of
 // their operands: the rows of one head in [T, N, D] are N * D apart, often a power of two, and rows
-// that far apart share a few cache sets (with 8 kv heads the backward measured 15-20% faster so).
+// that far apart share a few cache sets (docs/cpu-kernels.md, "Attention").
 template <typename T>
 struct TileScratch {
   std::vector<T> s, p;    // B_q x B_k: S then P, and dP then dS (backward)
@@ -103,7 +102,7 @@ void copy_operand_rows(const AttentionTiles<T>& x, const T* src, int64_t ld_src,
 // Operands in [T, N, D] are read a head at a time, a few hundred bytes of each row: hardware
 // prefetchers hardly follow that, and the first touch of a tile waits on memory. So the loops over a
 // tile's rows also prefetch what the next tile or task reads, a few rows per iteration, which
-// overlaps those misses with the products (about 5% of the fwd+bwd time measured).
+// overlaps those misses with the products.
 template <typename T>
 void prefetch_row(const T* p, int64_t d) {
   for (int64_t c = 0; c < d; c += 64 / static_cast<int64_t>(sizeof(T))) __builtin_prefetch(p + c);

@@ -12,9 +12,8 @@ namespace hspmd::kernels {
 namespace {
 
 // One memory-bound pass per operand of every matmul; below 128K elements (~0.1 ms) it runs on the
-// calling thread. A threshold of 4M (from when matmul's GEMMs started a thread each: fork/joins
-// looked dear) left llama-tiny's operands to one thread: its bf16 step took 105-114 ms, against
-// 78-94 ms with 128K (median of 11 steps, 4 interleaved rounds, 2 threads, load 2).
+// calling thread, where a fork/join would cost more than it saves. Not much higher: that leaves a
+// small model's operands to one core (docs/cpu-kernels.md, "Small loops run on one thread").
 constexpr int64_t kParallelElements = int64_t{1} << 17;
 constexpr int64_t kBlock = int64_t{1} << 14;  // elements of one row-loop call: a multiple of every level's lanes
 

@@ -58,9 +58,8 @@ class ScopedDefaultEnv {
 
 // OpenBLAS's pthreads spin (yielding) for 2^28 cycles, about 0.1 s, after they start and after each
 // call before they sleep. Beside the OpenMP threads of oneDNN and hspmd's kernels that
-// oversubscribes the cores: on 2 cores, in `hspmd selfcheck`, a float32 256^3 GEMM took 8 ms instead
-// of 0.1 ms in 2 of 4 runs, and in none of 8 with OPENBLAS_THREAD_TIMEOUT=4 (2^4 cycles, OpenBLAS's
-// minimum: they sleep at once) set at start.
+// oversubscribes the cores (docs/cpu-kernels.md, "GEMM"). 2^4 cycles is OpenBLAS's minimum: its
+// threads sleep at once.
 constexpr const char* kThreadTimeoutLog2Cycles = "4";
 
 BlasLibrary load() {

@@ -17,9 +17,8 @@ namespace {
 
 // Chunks of about this many bytes of float32 logits: large enough that the products stay efficient
 // (dw's product reads and writes all of dw once per chunk; dx's has only the chunk's rows), small
-// enough to stay far below the whole logits of a long batch. bench_head_loss_bench, V 32000,
-// 2 threads, 3 rounds: 128-row chunks (16 MiB) 596-718 tokens/s, 256 570-676, 512 (62.5 MiB)
-// 730-782, 1024 (125 MiB) 802-840.
+// enough to stay far below the whole logits of a long batch (the chunk sizes measured:
+// docs/cpu-kernels.md, "The lm head and its loss, fused").
 constexpr int64_t kChunkBytes = int64_t{64} << 20;
 constexpr int64_t kMinChunkRows = 128;
 

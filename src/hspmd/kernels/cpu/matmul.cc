@@ -94,7 +94,7 @@ void matmul_typed(const In* a, const In* b, T* c, const MatmulDims& d, const Mat
   }
   // Not inside a parallel region, not even an inactive one (`omp parallel if (false)`): a GEMM
   // library's own region nested in it gets a new team, and libgomp started a thread for every such
-  // call while the pool's thread spun idle (3 threads on 2 cores: a 16M step 1.4x slower).
+  // call while the pool's thread spun idle (docs/cpu-kernels.md, "GEMM").
   for (int64_t i = 0; i < d.batch; ++i) product(i);
 }
 

@@ -26,8 +26,8 @@ using cpu::kParallelThreshold;
 // Elements per block of a whole-tensor sum: fixed, so the grouping of terms never depends on threads.
 constexpr int64_t kBlock = 4096;
 // Inner-row chunk an output task accumulates at once (a 16 KiB stack buffer of doubles). Long chunks
-// matter: each reduced step reads one chunk, and short strided reads cost TLB misses (4096x4096 summed
-// over dim 0 ran 2.5x slower with 512).
+// matter: each reduced step reads one chunk, and short strided reads cost TLB misses
+// (docs/cpu-kernels.md, "Reductions").
 constexpr int64_t kRowChunk = 2048;
 
 // Sum of term(p[i]) for i < n in double; four lanes break the dependency chain of the adds.

@@ -62,8 +62,8 @@ void visit_index(const char* kernel, const char* name, const Tensor& t, F&& f) {
 
 // Below this many elements of work a kernel runs on one thread: starting a parallel region costs
 // more than it saves. 2^17 floats are tens of microseconds of memory-bound work; on a busy host a
-// fork/join that has to wait for the second core's time slice costs more than that (llama-tiny,
-// 2 threads, on a loaded 2-core VM: 2^14 gave 374-455 tok/s, 2^17 gave 359-528, interleaved).
+// fork/join that has to wait for the second core's time slice costs more than that
+// (docs/cpu-kernels.md, "Small loops run on one thread").
 inline constexpr int64_t kParallelThreshold = 1 << 17;
 
 }  // namespace hspmd::kernels::cpu

@@ -1,8 +1,8 @@
 // Training with dispatch by length and strategies per maximum length: drives a DistTrainer
-// (runtime/dist_trainer.h) with the decisions of a DispatchAhead (planner/dispatch_ahead.h). Before
-// each step it takes the step's decision, switches the trainer (one fused BSR) when the decision
-// picks another strategy, and the trainer's split hook hands each pipeline the sequences the
-// dispatcher gave it. Loss and gradients stay normalized by the global batch, so a step equals the
+// (runtime/dist_trainer.h) with the decisions of a DispatchAhead (planner/dispatch_ahead.h), so it
+// sits above both (the planner decides without the runtime). Before each step it takes the step's
+// decision, switches the trainer (one fused BSR) when the decision picks another strategy, and the
+// trainer's split hook hands each pipeline the sequences the dispatcher gave it. Loss and gradients stay normalized by the global batch, so a step equals the
 // single-process step on the same batch whatever the dispatch (architecture §9).
 //
 //   DispatchedTraining run(strategies);
@@ -20,12 +20,12 @@
 #include "hspmd/planner/length_strategies.h"
 #include "hspmd/runtime/dist_trainer.h"
 
-namespace hspmd::planner {
+namespace hspmd::tuning {
 
 class DispatchedTraining {
  public:
   // The strategies must outlive this object. `depth`: decisions computed ahead of the trainer.
-  explicit DispatchedTraining(const LengthStrategies& strategies, int depth = 2);
+  explicit DispatchedTraining(const planner::LengthStrategies& strategies, int depth = 2);
 
   // The strategy chosen for the next batch of a loader at `state` with nothing in force: the
   // trainer is built under it, so the first step needs no switch.
@@ -40,17 +40,17 @@ class DispatchedTraining {
   // report of the switch). A refused switch is an Error: the decisions ahead assume it happened.
   std::optional<runtime::SwitchReport> before_step(runtime::DistTrainer& trainer);
 
-  const DispatchDecision& decision() const;  // the current step's
+  const planner::DispatchDecision& decision() const;  // the current step's
   size_t in_force() const { return in_force_; }
   int switches() const { return switches_; }
 
  private:
-  const LengthStrategies& strategies_;
+  const planner::LengthStrategies& strategies_;
   int depth_;
   size_t in_force_ = 0;
   int switches_ = 0;
-  std::unique_ptr<DispatchAhead> ahead_;
-  std::optional<DispatchDecision> current_;
+  std::unique_ptr<planner::DispatchAhead> ahead_;
+  std::optional<planner::DispatchDecision> current_;
 };
 
-}  // namespace hspmd::planner
+}  // namespace hspmd::tuning

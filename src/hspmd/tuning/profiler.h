@@ -1,8 +1,9 @@
 // Profiler: measures this host (or emulated devices on it) and fits the coefficients of a Profile
-// (planner/profile.h). What `hspmd profile` runs.
+// (planner/profile.h). What `hspmd profile` runs. It sits above the planner and the runtime: it
+// measures the trainer the cost model prices, so the planner itself never needs the runtime.
 //
-//   Profile p = profile_host(config, {.model = "configs/llama-tiny.json",
-//                                     .progress = [](const std::string& line) { std::cerr << line; }});
+//   planner::Profile p = profile_host(config, {.model = "configs/llama-tiny.json",
+//                                              .progress = [](const std::string& line) { std::cerr << line; }});
 //   write(p.to_json_text())
 //
 // Compute: for each TP degree t (ranks as threads of this process, one kernel thread each, Gloo
@@ -44,7 +45,7 @@
 #include "hspmd/runtime/compute_pacer.h"
 #include "hspmd/runtime/emulation.h"
 
-namespace hspmd::planner {
+namespace hspmd::tuning {
 
 struct ProfilerOptions {
   std::string model;                      // named in the profile
@@ -57,7 +58,7 @@ struct ProfilerOptions {
   std::function<void(const std::string&)> progress;  // one line per measurement
 };
 
-Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& options);
+planner::Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& options);
 
 // The fits, exposed for tests: least squares of y = b (a s^2 + c1 s) + c0 over (s, b, y) samples
 // with every coefficient >= 0 (noise must not make a longer sequence cheaper), and of
@@ -67,7 +68,7 @@ struct TimeSample {
   int micro_batch_size = 1;
   double seconds = 0;
 };
-LayerTimeFit fit_layer_time(const std::vector<TimeSample>& samples);
-LinearFit fit_linear(const std::vector<std::pair<double, double>>& tokens_seconds);
+planner::LayerTimeFit fit_layer_time(const std::vector<TimeSample>& samples);
+planner::LinearFit fit_linear(const std::vector<std::pair<double, double>>& tokens_seconds);
 
-}  // namespace hspmd::planner
+}  // namespace hspmd::tuning

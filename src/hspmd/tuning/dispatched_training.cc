@@ -1,6 +1,11 @@
-#include "hspmd/planner/dispatched_training.h"
+#include "hspmd/tuning/dispatched_training.h"
 
-namespace hspmd::planner {
+namespace hspmd::tuning {
+
+using planner::DispatchAhead;
+using planner::DispatchDecision;
+using planner::LengthStrategies;
+using planner::LengthStrategy;
 
 namespace {
 
@@ -56,4 +61,4 @@ const DispatchDecision& DispatchedTraining::decision() const {
   return *current_;
 }
 
-}  // namespace hspmd::planner
+}  // namespace hspmd::tuning

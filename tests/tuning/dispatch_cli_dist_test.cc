@@ -15,7 +15,7 @@
 #include "planner/planner_testlib.h"
 #include "run_hspmd.h"
 
-namespace hspmd::planner {
+namespace hspmd::tuning {
 namespace {
 
 using ::testing::HasSubstr;
@@ -29,7 +29,7 @@ class DispatchCliTest : public ::testing::Test {
     ASSERT_TRUE(std::ifstream(hspmd::testing::hspmd_binary()).good()) << "hspmd not built (set HSPMD_BINARY_DIR)";
     dir_ = fs::temp_directory_path() / ("hspmd-dispatch-cli-" + std::to_string(::getpid()));
     fs::create_directories(dir_);
-    std::ofstream(path("profile.json")) << testing::two_kind_profile().to_json_text();
+    std::ofstream(path("profile.json")) << planner::testing::two_kind_profile().to_json_text();
     std::ofstream(path("cluster.json")) << R"({"name": "four", "devices": [
         {"id": 0, "node": 0, "type": "fast", "memory": 1e9}, {"id": 1, "node": 0, "type": "fast", "memory": 1e9},
         {"id": 2, "node": 0, "type": "slow", "memory": 1e9}, {"id": 3, "node": 0, "type": "slow", "memory": 1e9}],
@@ -89,4 +89,4 @@ TEST_F(DispatchCliTest, ABatchLongerThanEveryStrategyIsRefused) {
 }
 
 }  // namespace
-}  // namespace hspmd::planner
+}  // namespace hspmd::tuning

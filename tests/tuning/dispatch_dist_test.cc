@@ -10,13 +10,16 @@
 
 #include "hspmd/comm/thread_ranks.h"
 #include "hspmd/data/long_tailed.h"
-#include "hspmd/planner/dispatched_training.h"
+#include "hspmd/tuning/dispatched_training.h"
 #include "planner/planner_testlib.h"
 #include "runtime/dist_run_testlib.h"
 #include "runtime/runtime_testlib.h"
 
-namespace hspmd::planner {
+namespace hspmd::tuning {
 namespace {
+using planner::CostModel;
+using planner::LengthStrategies;
+using planner::Profile;
 
 using runtime::testing::dist_config;
 using runtime::testing::dist_options;
@@ -55,7 +58,7 @@ TEST_F(DispatchDistTest, TwoStrategiesSwitchingPerBatchByMaxLengthMatchSinglePro
        "stages": [{"ranks": "0-1", "layers": "0-1"}, {"ranks": "2-3", "layers": "2-3"}]}]})");
   const models::LlamaConfig config = dist_config();
   const resolve::Topology topo = four_ranks();
-  const Profile profile = testing::two_kind_profile(3.0);
+  const Profile profile = planner::testing::two_kind_profile(3.0);
   const CostModel cm(config, topo, profile, {.seq_len = o.seq_len});
   const LengthStrategies set(config, cm, {{48, short_st}, {64, long_st}}, {.seq_len = o.seq_len});
 
@@ -116,4 +119,4 @@ TEST_F(DispatchDistTest, TwoStrategiesSwitchingPerBatchByMaxLengthMatchSinglePro
 }
 
 }  // namespace
-}  // namespace hspmd::planner
+}  // namespace hspmd::tuning

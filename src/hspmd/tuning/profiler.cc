@@ -1,4 +1,4 @@
-#include "hspmd/planner/profiler.h"
+#include "hspmd/tuning/profiler.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "hspmd/comm/thread_ranks.h"
+#include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/models/llama.h"
@@ -23,7 +24,16 @@
 #include "hspmd/specialize/exec_graph.h"
 #include "hspmd/specialize/memory_estimate.h"
 
-namespace hspmd::planner {
+namespace hspmd::tuning {
+
+using planner::ActivationFit;
+using planner::DeviceKindProfile;
+using planner::LayerTimeFit;
+using planner::LinearFit;
+using planner::LinkProfile;
+using planner::ModelShape;
+using planner::Profile;
+using planner::TpProfile;
 
 namespace {
 
@@ -201,11 +211,11 @@ LinkProfile measure_links(const ProfilerOptions& o) {
           comm->send_recv({.recvs = {{0, comm::CommBuffer::of(buf)}}}).wait();
           comm->send_recv({.sends = {{0, comm::CommBuffer::of(buf)}}}).wait();
         }
-        const double ping = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 2;
+        const double ping = seconds_since(t0) / 2;
         comm->barrier().wait();
         t0 = std::chrono::steady_clock::now();
         comm->allreduce({.data = comm::CommBuffer::of(buf)}).wait();
-        const double ar = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double ar = seconds_since(t0);
         if (rank == 0 && round > 0) {
           (count == kSmall ? p2p_small : p2p_large) = std::min(count == kSmall ? p2p_small : p2p_large, ping);
           (count == kSmall ? ar_small : ar_large) = std::min(count == kSmall ? ar_small : ar_large, ar);
@@ -382,7 +392,7 @@ Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& o
   // over one tensor (tens of tensors, each resharded, its squares summed, its state touched cold).
   const double optimizer = [&] {
     const int t = tps.front();
-    const double params = (3 * shape.layer_parameters + shape.embedding_parameters + shape.head_parameters) / t;
+    const double params = shape.stage_parameters(3, true, true) / t;
     return StepTime(steps.at({t, longest, biggest_b, 3})).post / params;
   }();
   {
@@ -472,7 +482,7 @@ Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& o
     a.ends_transient_per_token = std::max(0.0, (tr1 - (tr2 - tr1)) / T1);
     if (t == tps.front()) {
       // The states of the 1-layer model over its parameters (rank 0's shard).
-      const double n = (shape.layer_parameters + shape.embedding_parameters + shape.head_parameters) / t;
+      const double n = shape.stage_parameters(1, true, true) / t;
       const double plain = estimate(config, t, 1, T1, 1, 1, false).states;
       const double zero = estimate(config, t, 1, T1, 1, 2, true).states;
       host.zero_bytes_per_parameter = 2 * (plain - zero) / n;
@@ -502,4 +512,4 @@ Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& o
   return p;
 }
 
-}  // namespace hspmd::planner
+}  // namespace hspmd::tuning

@@ -1,0 +1,43 @@
+# cmake -DRULES=build/.../layer_rules.cmake -DROOT=<tree> -P cmake/check_layer_includes.cmake
+# Fails, naming each file and header, when a file under ROOT/src/hspmd/LAYER/ or ROOT/tests/LAYER/
+# includes "hspmd/OTHER/..." (or OTHER's test helpers, "OTHER/..._testlib.h") for a layer OTHER
+# that LAYER does not reach through the DEPS of its hspmd_layer call (cmake/layers.cmake). A
+# header-only include would compile without the link, so without this check a layer could come to
+# need a higher one unnoticed.
+cmake_minimum_required(VERSION 3.25)
+include(${RULES})
+get_filename_component(ROOT "${ROOT}" ABSOLUTE)
+set(violations "")
+set(checked 0)
+foreach(layer ${HSPMD_LAYERS})
+  set(allowed ${layer} ${HSPMD_LAYER_${layer}_REACHES})
+  file(GLOB_RECURSE files ${ROOT}/src/hspmd/${layer}/*.h ${ROOT}/src/hspmd/${layer}/*.cc
+                          ${ROOT}/tests/${layer}/*.h ${ROOT}/tests/${layer}/*.cc)
+  foreach(file ${files})
+    math(EXPR checked "${checked} + 1")
+    file(STRINGS ${file} includes REGEX "^#include \"")
+    foreach(line ${includes})
+      if(line MATCHES "^#include \"hspmd/([a-z_]+)/([^\"]+)\"")
+        set(other ${CMAKE_MATCH_1})
+        set(header hspmd/${CMAKE_MATCH_1}/${CMAKE_MATCH_2})
+      elseif(line MATCHES "^#include \"([a-z_]+)/([^\"]+_testlib\\.h)\"")
+        set(other ${CMAKE_MATCH_1})
+        set(header ${CMAKE_MATCH_1}/${CMAKE_MATCH_2})
+      else()
+        continue()
+      endif()
+      if(NOT other IN_LIST allowed)
+        file(RELATIVE_PATH where ${ROOT} ${file})
+        list(JOIN HSPMD_LAYER_${layer}_REACHES ", " reach)
+        if(reach STREQUAL "")
+          set(reach "no other layer")
+        endif()
+        string(APPEND violations "  ${where} includes ${header}, but the ${layer} layer reaches only: ${reach}\n")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+if(violations)
+  message(FATAL_ERROR "layering (architecture §2; DEPS in CMakeLists.txt):\n${violations}")
+endif()
+message(STATUS "layering: ${checked} files, every include within its layer's reach")

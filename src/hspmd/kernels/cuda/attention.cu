@@ -1,0 +1,212 @@
+#include "hspmd/kernels/cuda/attention.h"
+
+#include <cmath>
+
+#include "hspmd/kernels/cuda/device_math.cuh"
+
+namespace hspmd::kernels::cuda {
+
+namespace {
+
+using device::from_float;
+using device::to_float;
+
+constexpr int kThreads = 128;  // keys per chunk; threads over the head dimension
+constexpr int kMaxHeadDim = 256;
+
+// The first token of token t's sequence: the last offset <= t.
+template <typename I>
+__device__ int64_t sequence_start(const I* cu_seqlens, int64_t sequences, int64_t t) {
+  int64_t lo = 0, hi = sequences;  // cu_seqlens[lo] <= t < cu_seqlens[hi]
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (static_cast<int64_t>(cu_seqlens[mid]) <= t) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return static_cast<int64_t>(cu_seqlens[lo]);
+}
+
+struct Dims {
+  int64_t q_heads, kv_heads, head_dim, sequences;
+  float scale;
+};
+
+// Block (query token i = blockIdx.x, query head h = blockIdx.y).
+template <typename T, typename I>
+__global__ void attention_fwd_rows(const T* q, const T* k, const T* v, const I* cu_seqlens, T* out, float* lse,
+                                   int64_t tokens, Dims d) {
+  __shared__ float q_row[kMaxHeadDim];
+  __shared__ float p[kThreads];
+  __shared__ float scratch[32];
+  const int64_t i = blockIdx.x, h = blockIdx.y, g = h / (d.q_heads / d.kv_heads);
+  const int64_t D = d.head_dim;
+  for (int64_t x = threadIdx.x; x < D; x += blockDim.x) q_row[x] = to_float(q[(i * d.q_heads + h) * D + x]);
+  __syncthreads();
+  const int64_t start = sequence_start(cu_seqlens, d.sequences, i);
+  float running_max = -INFINITY, running_sum = 0.0f;
+  float acc[kMaxHeadDim / kThreads] = {};  // out[x] for x = threadIdx.x + r * kThreads
+  for (int64_t chunk = start; chunk <= i; chunk += kThreads) {
+    const int64_t j = chunk + threadIdx.x;
+    float s = -INFINITY;
+    if (j <= i) {
+      const T* kr = k + (j * d.kv_heads + g) * D;
+      s = 0.0f;
+      for (int64_t x = 0; x < D; ++x) s += q_row[x] * to_float(kr[x]);
+      s *= d.scale;
+    }
+    const float chunk_max = device::block_max(s, scratch);
+    const float new_max = fmaxf(running_max, chunk_max);
+    const float rescale = expf(running_max - new_max);  // 0 on the first chunk (exp(-inf))
+    const float pj = j <= i ? expf(s - new_max) : 0.0f;
+    p[threadIdx.x] = pj;
+    running_sum = running_sum * rescale + device::block_sum(pj, scratch);  // block_sum syncs: p is written
+    running_max = new_max;
+    const int64_t keys = i + 1 - chunk < kThreads ? i + 1 - chunk : kThreads;
+    for (int r = 0; r * kThreads < D; ++r) {
+      const int64_t x = threadIdx.x + r * kThreads;
+      if (x >= D) break;
+      float a = acc[r] * rescale;
+      for (int64_t c = 0; c < keys; ++c) a += p[c] * to_float(v[((chunk + c) * d.kv_heads + g) * D + x]);
+      acc[r] = a;
+    }
+    __syncthreads();  // p is read before the next chunk writes it
+  }
+  for (int r = 0; r * kThreads < D; ++r) {
+    const int64_t x = threadIdx.x + r * kThreads;
+    if (x < D) out[(i * d.q_heads + h) * D + x] = from_float<T>(acc[r] / running_sum);
+  }
+  if (threadIdx.x == 0) lse[h * tokens + i] = running_max + logf(running_sum);
+}
+
+// With p = exp(s - lse), dp = dout . v, ds = p (dp - sum(dout * out)):
+//   dq_i = scale sum_j ds_j k_j,  dk_j += scale ds_j q_i,  dv_j += p_j dout_i.
+template <typename T, typename I>
+__global__ void attention_bwd_rows(const T* q, const T* k, const T* v, const I* cu_seqlens, const T* out,
+                                   const float* lse, const T* dout, float* dq, float* dk, float* dv, int64_t tokens,
+                                   Dims d) {
+  __shared__ float q_row[kMaxHeadDim];
+  __shared__ float do_row[kMaxHeadDim];
+  __shared__ float p[kThreads];
+  __shared__ float ds[kThreads];
+  __shared__ float scratch[32];
+  const int64_t i = blockIdx.x, h = blockIdx.y, g = h / (d.q_heads / d.kv_heads);
+  const int64_t D = d.head_dim;
+  const int64_t row = (i * d.q_heads + h) * D;
+  float dot_out = 0.0f;
+  for (int64_t x = threadIdx.x; x < D; x += blockDim.x) {
+    q_row[x] = to_float(q[row + x]);
+    do_row[x] = to_float(dout[row + x]);
+    dot_out += do_row[x] * to_float(out[row + x]);
+  }
+  const float delta = device::block_sum(dot_out, scratch);  // also makes q_row, do_row visible
+  const float row_lse = lse[h * tokens + i];
+  const int64_t start = sequence_start(cu_seqlens, d.sequences, i);
+  float dq_acc[kMaxHeadDim / kThreads] = {};
+  for (int64_t chunk = start; chunk <= i; chunk += kThreads) {
+    const int64_t j = chunk + threadIdx.x;
+    float pj = 0.0f, dsj = 0.0f;
+    if (j <= i) {
+      const T* kr = k + (j * d.kv_heads + g) * D;
+      const T* vr = v + (j * d.kv_heads + g) * D;
+      float s = 0.0f, dp = 0.0f;
+      for (int64_t x = 0; x < D; ++x) {
+        s += q_row[x] * to_float(kr[x]);
+        dp += do_row[x] * to_float(vr[x]);
+      }
+      pj = expf(s * d.scale - row_lse);
+      dsj = pj * (dp - delta);
+    }
+    p[threadIdx.x] = pj;
+    ds[threadIdx.x] = dsj;
+    __syncthreads();
+    const int64_t keys = i + 1 - chunk < kThreads ? i + 1 - chunk : kThreads;
+    for (int r = 0; r * kThreads < D; ++r) {
+      const int64_t x = threadIdx.x + r * kThreads;
+      if (x >= D) break;
+      float a = dq_acc[r];
+      for (int64_t c = 0; c < keys; ++c) {
+        const int64_t kv = ((chunk + c) * d.kv_heads + g) * D + x;
+        a += ds[c] * to_float(k[kv]);
+        atomicAdd(dk + kv, d.scale * ds[c] * q_row[x]);
+        atomicAdd(dv + kv, p[c] * do_row[x]);
+      }
+      dq_acc[r] = a;
+    }
+    __syncthreads();
+  }
+  for (int r = 0; r * kThreads < D; ++r) {
+    const int64_t x = threadIdx.x + r * kThreads;
+    if (x < D) dq[row + x] = d.scale * dq_acc[r];
+  }
+}
+
+Dims checked_dims(const char* kernel, DType cu_seqlens_dtype, const AttentionShape& s) {
+  HSPMD_CHECK(s.tokens >= 0 && s.tokens <= 0x7fffffff && s.q_heads > 0 && s.q_heads <= 65535 && s.kv_heads > 0 &&
+              s.q_heads % s.kv_heads == 0 && s.head_dim > 0 && s.head_dim <= kMaxHeadDim && s.sequences >= 1)
+      << kernel << ": need 0 <= tokens < 2^31, 0 < kv_heads dividing q_heads <= 65535, 0 < head_dim <= "
+      << kMaxHeadDim << " and sequences >= 1; got tokens " << s.tokens << ", q_heads " << s.q_heads << ", kv_heads "
+      << s.kv_heads << ", head_dim " << s.head_dim << ", sequences " << s.sequences;
+  HSPMD_CHECK(cu_seqlens_dtype == DType::kInt64 || cu_seqlens_dtype == DType::kInt32)
+      << kernel << ": cu_seqlens must be int64 or int32, got " << dtype_name(cu_seqlens_dtype);
+  const double scale = s.scale != 0.0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+  return Dims{s.q_heads, s.kv_heads, s.head_dim, s.sequences, static_cast<float>(scale)};
+}
+
+template <typename F>
+void visit_offsets(DType cu_seqlens_dtype, F&& f) {
+  if (cu_seqlens_dtype == DType::kInt64) {
+    f(static_cast<int64_t*>(nullptr));
+  } else {
+    f(static_cast<int32_t*>(nullptr));
+  }
+}
+
+}  // namespace
+
+void attention_fwd(DType dtype, const void* q, const void* k, const void* v, DType cu_seqlens_dtype,
+                   const void* cu_seqlens, void* out, float* lse, const AttentionShape& shape, cudaStream_t stream) {
+  const char* kernel = "cuda attention_fwd";
+  const Dims d = checked_dims(kernel, cu_seqlens_dtype, shape);
+  if (shape.tokens == 0) return;
+  const dim3 grid(static_cast<unsigned>(shape.tokens), static_cast<unsigned>(shape.q_heads));
+  visit_float_or_bf16(dtype, kernel, "q", [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    visit_offsets(cu_seqlens_dtype, [&](auto* offsets_tag) {
+      using I = std::remove_pointer_t<decltype(offsets_tag)>;
+      attention_fwd_rows<T, I><<<grid, kThreads, 0, stream>>>(
+          static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+          static_cast<const I*>(cu_seqlens), static_cast<T*>(out), lse, shape.tokens, d);
+    });
+  });
+  check_launch(kernel);
+}
+
+void attention_bwd(DType dtype, const void* q, const void* k, const void* v, DType cu_seqlens_dtype,
+                   const void* cu_seqlens, const void* out, const float* lse, const void* dout, float* dq, float* dk,
+                   float* dv, const AttentionShape& shape, cudaStream_t stream) {
+  const char* kernel = "cuda attention_bwd";
+  const Dims d = checked_dims(kernel, cu_seqlens_dtype, shape);
+  const size_t kv_bytes = static_cast<size_t>(shape.tokens * shape.kv_heads * shape.head_dim) * sizeof(float);
+  for (float* grad : {dk, dv}) {
+    const cudaError_t cleared = cudaMemsetAsync(grad, 0, kv_bytes, stream);
+    HSPMD_CHECK(cleared == cudaSuccess) << kernel << ": clearing dk/dv failed: " << cudaGetErrorString(cleared);
+  }
+  if (shape.tokens == 0) return;
+  const dim3 grid(static_cast<unsigned>(shape.tokens), static_cast<unsigned>(shape.q_heads));
+  visit_float_or_bf16(dtype, kernel, "q", [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    visit_offsets(cu_seqlens_dtype, [&](auto* offsets_tag) {
+      using I = std::remove_pointer_t<decltype(offsets_tag)>;
+      attention_bwd_rows<T, I><<<grid, kThreads, 0, stream>>>(
+          static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+          static_cast<const I*>(cu_seqlens), static_cast<const T*>(out), lse, static_cast<const T*>(dout), dq, dk, dv,
+          shape.tokens, d);
+    });
+  });
+  check_launch(kernel);
+}
+
+}  // namespace hspmd::kernels::cuda
