@@ -41,6 +41,9 @@ Planner::Planner(const models::LlamaConfig& config, const resolve::Topology& top
     HSPMD_CHECK(b > 0 && options_.global_batch % b == 0)
         << "planner: micro-batch size " << b << " does not divide the global batch " << options_.global_batch;
   }
+  for (int c : options_.cp_degrees) {
+    HSPMD_CHECK(c > 0) << "planner: context-parallel degree " << c << " must be positive";
+  }
   for (int r : options_.devices) {
     HSPMD_CHECK(r >= 0 && r < topology_.num_devices())
         << "planner: rank " << r << " is not in cluster " << topology_.name() << " (" << topology_.num_devices()
@@ -276,7 +279,8 @@ std::string describe_plan(const Plan& plan) {
     for (size_t j = 0; j < pipe.stages.size(); ++j) {
       const auto& stage = pipe.stages[j];
       s << (j ? " ->" : "") << " [" << join_ranks(stage.ranks) << "] " << pred.stages[j].kind << " TP"
-        << stage.tp() << " layers " << stage.first_layer << "-" << stage.last_layer;
+        << stage.tp() << (stage.cp > 1 ? " CP" + std::to_string(stage.cp) : "") << " layers " << stage.first_layer
+        << "-" << stage.last_layer;
     }
     s << "\n";
   }
