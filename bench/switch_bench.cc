@@ -4,8 +4,7 @@
 // float32 weights and both AdamW moments. Three ways, interleaved round by round, best of N:
 //   fused     DistTrainer::switch_to: one fused BSR, one message per (sender, receiver) pair,
 //             the scheme's heuristics (owned -> local copy; least bytes sent so far)
-//   unfused   the paper's baseline (runtime/unfused_switch.h): one BSR per tensor, one after the
-//             other, lowest owner sends
+//   unfused   the paper's baseline: one BSR per tensor, one after the other, lowest owner sends
 //   restart   today's alternative without switching: save a sharded checkpoint, drop every
 //             communicator, build the trainer for the new plan (specialize, connect) and load the
 //             checkpoint under it. Starting new processes is NOT included, so the ratio is a floor.
@@ -28,7 +27,6 @@
 #include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/runtime/dist_trainer.h"
-#include "hspmd/runtime/unfused_switch.h"
 
 namespace hspmd {
 namespace {
@@ -102,10 +100,10 @@ Directions measure(const std::string& config_file, int rounds, const data::Token
         auto t = std::make_unique<runtime::DistTrainer>(models::llama(config), ds, a, o, rank, 4, groups);
         t->step();  // non-zero moments
         for (int round = 0; round < rounds; ++round) {
-          const runtime::SwitchReport f = t->switch_to(b, "hetero");
-          const runtime::SwitchReport fb = t->switch_to(a, "tp2-pp2");
-          const runtime::SwitchReport u = runtime::switch_unfused_baseline(*t, b, "hetero");
-          const runtime::SwitchReport ub = runtime::switch_unfused_baseline(*t, a, "tp2-pp2");
+          const runtime::SwitchReport f = t->switch_to(b, "hetero", resolve::BsrAlgorithm::kFusedHeuristic);
+          const runtime::SwitchReport fb = t->switch_to(a, "tp2-pp2", resolve::BsrAlgorithm::kFusedHeuristic);
+          const runtime::SwitchReport u = t->switch_to(b, "hetero", resolve::BsrAlgorithm::kPerTensorLowestOwner);
+          const runtime::SwitchReport ub = t->switch_to(a, "tp2-pp2", resolve::BsrAlgorithm::kPerTensorLowestOwner);
           // Checkpoint and restart: what a run without switching does to change strategy.
           t->save(ckpt);
           const auto start = Clock::now();
@@ -116,7 +114,7 @@ Directions measure(const std::string& config_file, int rounds, const data::Token
           t = std::make_unique<runtime::DistTrainer>(models::llama(config), ds, b, ob, rank, 4, groups);
           t->restore(ckpt);
           restart_seconds[rank][round] = std::chrono::duration<double>(Clock::now() - start).count();
-          t->switch_to(a, "tp2-pp2");  // back to the start for the next round
+          t->switch_to(a, "tp2-pp2", resolve::BsrAlgorithm::kFusedHeuristic);  // back to the start for the next round
           std::lock_guard<std::mutex> lock(mutex);
           if (rank == 0) {
             keep_best(best.there, f, u);

@@ -413,3 +413,38 @@ TEST(PlannerScaleTest, GeneratedClusterIsPlannedCompletely) {
 
 }  // namespace
 }  // namespace hspmd::planner
+
+namespace hspmd::planner {
+namespace {
+
+// One sequence of 8,192 tokens a step: data parallelism cannot split it, so on the 4 fast devices
+// TP 2 x CP 2 (each rank a quarter of the attention) beats every plan without CP, and the search
+// finds it once CP degree 2 is offered; the plan is one the runtime accepts.
+TEST(PlannerContextParallelTest, LongSequencesGetCpStages) {
+  const models::LlamaConfig config = tiny_config();
+  const resolve::Topology topo = two_kind_cluster(4, 2, 1e12);
+  const Profile profile = two_kind_profile(3.0);
+  PlannerOptions o;
+  o.global_batch = 1;
+  o.seq_len = 8192;
+  const Plan plain = Planner(config, topo, profile, o).plan();
+  o.cp_degrees = {1, 2};
+  const Plan cp = Planner(config, topo, profile, o).plan();
+  ASSERT_TRUE(cp.prediction.fits);
+  EXPECT_LT(cp.prediction.step_seconds, plain.prediction.step_seconds) << describe_plan(cp);
+  bool has_cp = false;
+  for (const auto& pipe : cp.strategy.pipelines) {
+    for (const auto& s : pipe.stages) has_cp = has_cp || s.cp == 2;
+  }
+  EXPECT_TRUE(has_cp) << describe_plan(cp);
+  // The planner's objective is the cost model's prediction of its strategy.
+  EXPECT_DOUBLE_EQ(cp.prediction.step_seconds,
+                   CostModel(config, topo, profile, {.seq_len = 8192}).predict(cp.strategy).step_seconds);
+  EXPECT_NO_THROW(models::compile_llama_plan(config, cp.strategy));
+  for (const auto& pipe : plain.strategy.pipelines) {
+    for (const auto& s : pipe.stages) EXPECT_EQ(s.cp, 1);
+  }
+}
+
+}  // namespace
+}  // namespace hspmd::planner

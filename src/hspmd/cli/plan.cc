@@ -43,7 +43,7 @@ struct PlanOptions {
   int64_t global_batch = 0, seq_len = 0, global_batch_tokens = 0;
   double time_limit = 0, progress_interval = 5;
   bool no_zero1 = false;
-  std::vector<int> micro_batch_sizes;
+  std::vector<int> micro_batch_sizes, cp_degrees;
 };
 
 void write_strategy(const sharding::Strategy& st, const std::string& path) {
@@ -95,6 +95,7 @@ void run_plan(const PlanOptions& o) {
   po.zero1 = !o.no_zero1;
   po.schedule = specialize::parse_schedule_kind(o.schedule);
   po.micro_batch_sizes = o.micro_batch_sizes;
+  po.cp_degrees = o.cp_degrees;
   po.time_limit_seconds = o.time_limit;
   po.progress_interval_seconds = o.progress_interval;
   po.progress = [](const planner::PlanningProgress& p) { std::cerr << p.to_string() << std::endl; };
@@ -161,6 +162,11 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--micro-batch-sizes", opts->micro_batch_sizes,
                   "micro-batch sizes to consider (default: powers of two up to 8 dividing the global batch)")
       ->delimiter(',');
+  cmd->add_option("--cp-degrees", opts->cp_degrees,
+                  "context-parallel degrees to search, e.g. 1,2,4 for long sequences (default 1: no CP; each "
+                  "configuration takes one for all its stages)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--schedule", opts->schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str();
   cmd->add_flag("--no-zero1", opts->no_zero1, "keep optimizer states whole on every replica (default: ZeRO-1 on)");
   cmd->add_option("--ranks", opts->ranks, "ranks the plan may use, e.g. 0-14,16-47 (default: every device)");

@@ -298,6 +298,7 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
   // Per pipeline, the stage holding each layer: one pass over the stages instead of a search per
   // (stage, pipeline) pair, which grew as D^2 S.
   std::vector<std::vector<int>> stages_of_layer(st.pipelines.size(), std::vector<int>(shape_.layers, 0));
+  std::map<int, std::pair<int, std::pair<double, double>>> rings;  // first layer -> (ranks, slowest link)
   for (size_t q = 0; q < st.pipelines.size(); ++q) {
     const auto& stages = st.pipelines[q].stages;
     for (size_t j = 0; j < stages.size(); ++j) {
@@ -326,14 +327,19 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
       // The stage's gradient shard is all-reduced with its replicas: its CP ranks and the stages
       // holding the same first layer in the other pipelines (the first rank of each TP group stands
       // for the ring's links).
-      std::vector<int> dp_group;
-      for (size_t q = 0; q < st.pipelines.size(); ++q) {
-        const int sq = stages_of_layer[q][stage.first_layer];
-        const sharding::StageSpec& other = st.pipelines[q].stages[sq];
-        for (size_t i = 0; i < other.ranks.size(); i += other.tp()) dp_group.push_back(other.ranks[i]);
+      // The ring depends on the stage's first layer only: its link is found once per layer.
+      auto ring = rings.find(stage.first_layer);
+      if (ring == rings.end()) {
+        std::vector<int> dp_group;
+        for (size_t q = 0; q < st.pipelines.size(); ++q) {
+          const sharding::StageSpec& other = st.pipelines[q].stages[stages_of_layer[q][stage.first_layer]];
+          for (size_t i = 0; i < other.ranks.size(); i += other.tp()) dp_group.push_back(other.ranks[i]);
+        }
+        const auto link = dp_group.size() > 1 ? collective_link(dp_group) : std::pair<double, double>{1, 0};
+        ring = rings.emplace(stage.first_layer, std::make_pair(static_cast<int>(dp_group.size()), link)).first;
       }
       const double params = shape_.stage_parameters(sp.layers, j == 0, last) / sp.tp;
-      sp.sync_seconds = allreduce(dp_group, params * kGradientElementBytes);
+      sp.sync_seconds = ring_allreduce(ring->second.first, ring->second.second, params * kGradientElementBytes);
       sp.optimizer_seconds = profile_.kind(sp.kind).optimizer_seconds_per_parameter * params /
                              (st.zero1 ? std::max(1, D) * sp.cp : 1);
       sum += sp.per_micro_batch();

@@ -36,9 +36,9 @@ double stage_seconds(const CostModel& cm, const sharding::PipelineSpec& pipe, si
   const sharding::StageSpec& stage = pipe.stages[j];
   const bool last = j + 1 == pipe.stages.size();
   const int layers = stage.last_layer - stage.first_layer + 1;
-  double t = cm.stage_compute(cm.stage_kind(stage.ranks), stage.tp(), layers, last, 1) +
-             cm.stage_tp_comm(stage.ranks, layers, 1);
-  if (!last) t += cm.p2p(stage.ranks.front(), pipe.stages[j + 1].ranks.front(), 1);
+  double t = cm.stage_compute(cm.stage_kind(stage.ranks, stage.tp()), stage.tp(), layers, last, 1, stage.cp) +
+             cm.stage_tp_comm(stage.ranks, layers, 1, stage.cp) + cm.stage_cp_comm(stage.ranks, layers, 1, stage.cp);
+  if (!last) t += cm.p2p(stage.ranks.front(), pipe.stages[j + 1].ranks.front(), 1, stage.cp);
   return t;
 }
 
@@ -52,9 +52,9 @@ bool fits(const CostModel& base, const sharding::Strategy& st, size_t p, int64_t
     const sharding::StageSpec& stage = pipe.stages[j];
     // The count of micro-batches changes with each batch: take the most the schedule keeps in flight.
     const int in_flight = cm.in_flight(S, j, std::max(pipe.num_micro_batches, S));
-    const MemoryBreakdown m = cm.stage_memory(cm.stage_kind(stage.ranks), stage.tp(),
+    const MemoryBreakdown m = cm.stage_memory(cm.stage_kind(stage.ranks, stage.tp()), stage.tp(),
                                               stage.last_layer - stage.first_layer + 1, j == 0, j == S - 1, 1,
-                                              in_flight, D, st.zero1);
+                                              in_flight, D, st.zero1, stage.cp);
     for (int r : stage.ranks) {
       const double capacity = cm.topology().device(r).memory;
       if (capacity > 0 && m.total() > capacity) return false;

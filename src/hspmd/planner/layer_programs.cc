@@ -33,17 +33,19 @@ std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(
     const Group& g = pipe[j];
     StageLine s;
     s.kind = g.kind;
-    s.tp = static_cast<int>(g.ranks.size());
+    s.tp = g.tp();
+    s.cp = g.cp;
     s.first = j == 0;
     s.last = j + 1 == pipe.size();
     s.per_layer = layer_seconds(cost, g, b);
-    s.fixed = (s.last ? cost.stage_compute(g.kind, s.tp, 0, true, b)
-                      : cost.p2p(g.ranks.front(), pipe[j + 1].ranks.front(), b)) +
-              cost.ends_tp_comm(g.ranks, s.first, s.last, b);
+    s.fixed = (s.last ? cost.stage_compute(g.kind, s.tp, 0, true, b, s.cp)
+                      : cost.p2p(g.ranks.front(), pipe[j + 1].ranks.front(), b, s.cp)) +
+              cost.ends_tp_comm(g.ranks, s.first, s.last, b, s.cp);
     auto tail = [&](int x) {
       const double params = shape.stage_parameters(x, s.first, s.last) / s.tp;
-      return CostModel::ring_allreduce(D, rings[j], params * 4) +
-             cost.profile().kind(g.kind).optimizer_seconds_per_parameter * params / (zero1 ? D : 1);
+      // Replicas: the D pipelines x the stage's CP ranks (the ring's link from the pipelines').
+      return CostModel::ring_allreduce(D * s.cp, rings[j], params * 4) +
+             cost.profile().kind(g.kind).optimizer_seconds_per_parameter * params / (zero1 ? D * s.cp : 1);
     };
     s.tail_per_layer = tail(2) - tail(1);
     s.tail_fixed = tail(1) - s.tail_per_layer;
@@ -58,7 +60,7 @@ std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(
 }
 
 double LayerPrograms::memory(const StageLine& s, int x, int b, int in_flight, int D) const {
-  return cost.stage_memory(s.kind, s.tp, x, s.first, s.last, b, in_flight, D, options.zero1).total();
+  return cost.stage_memory(s.kind, s.tp, x, s.first, s.last, b, in_flight, D, options.zero1, s.cp).total();
 }
 
 // The best split for m = n - 1 with in_flight[j] micro-batches in flight per stage, or none.
@@ -161,7 +163,7 @@ LayerPrograms::PipelineTable LayerPrograms::table(const std::vector<StageLine>& 
   key.precision(17);
   key << max_n << "/" << b << "/" << D;
   for (const StageLine& s : st) {
-    key << "|" << s.kind << "," << s.tp << "," << s.first << s.last << "," << s.per_layer << "," << s.fixed << ","
+    key << "|" << s.kind << "," << s.tp << "," << s.cp << "," << s.first << s.last << "," << s.per_layer << "," << s.fixed << ","
         << s.tail_per_layer << "," << s.tail_fixed << "," << s.capacity;
   }
   auto it = tables.find(key.str());
@@ -377,11 +379,9 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
     // most micro-batches pipeline p finishes within T* is optimal when one exists (always with one
     // micro-batch size; with several, the sizes may not add up to B there, and then every count is
     // open to the program).
-    std::sort(values.begin(), values.end());
+    // g_p is non-decreasing in n (inf past what fits), so the count within T is a binary search.
     auto most_within = [&](int p, double T) {
-      int most = 0;
-      for (int n = 1; n <= max_n[p] && g[p][n] <= T; ++n) most = n;
-      return most;
+      return static_cast<int>(std::upper_bound(g[p].begin() + 1, g[p].end(), T) - (g[p].begin() + 1));
     };
     auto enough = [&](double T) {
       int64_t sum = 0;
@@ -392,8 +392,21 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
       }
       return sum >= B;
     };
-    auto it = std::partition_point(values.begin(), values.end(), [&](double T) { return !enough(T); });
-    if (it == values.end()) return std::nullopt;
+    // T*: the least value at which the pipelines take B, by selection (nth_element halves the pool
+    // each round; `enough` is monotone) instead of sorting every value.
+    double least_enough = kInf;
+    for (auto lo = values.begin(), hi = values.end(); lo != hi;) {
+      const auto mid = lo + (hi - lo) / 2;
+      std::nth_element(lo, mid, hi);
+      if (enough(*mid)) {
+        least_enough = *mid;
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    if (least_enough == kInf) return std::nullopt;
+    const auto it = &least_enough;
     std::vector<int> hi(D);
     int64_t hi_sum = 0;
     for (int p = 0; p < D; ++p) hi_sum += static_cast<int64_t>(hi[p] = most_within(p, *it)) * b[p];
@@ -441,6 +454,7 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
     for (size_t j = 0; j < c.pipelines[p].size(); ++j) {
       sharding::StageSpec s;
       s.ranks = c.pipelines[p][j].ranks;
+      s.cp = c.pipelines[p][j].cp;
       s.first_layer = layer;
       s.last_layer = layer + split[j] - 1;
       layer += split[j];

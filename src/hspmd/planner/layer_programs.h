@@ -48,7 +48,7 @@ class LayerPrograms {
   // What a stage costs as a function of its layer count x (all affine in x).
   struct StageLine {
     std::string kind;
-    int tp = 1;
+    int tp = 1, cp = 1;
     bool first = false, last = false;
     double per_layer = 0, fixed = 0;       // f(x) = per_layer x + fixed, per micro-batch
     double tail_per_layer = 0, tail_fixed = 0;  // gradient sync + optimizer, per step

@@ -18,8 +18,8 @@ std::vector<int> powers_of_two_dividing(int64_t n, int64_t up_to) {
 }
 
 double layer_seconds(const CostModel& cost, const Group& g, int b) {
-  return cost.stage_compute(g.kind, static_cast<int>(g.ranks.size()), 1, false, b) +
-         cost.stage_tp_comm(g.ranks, 1, b);
+  return cost.stage_compute(g.kind, g.tp(), 1, false, b, g.cp) + cost.stage_tp_comm(g.ranks, 1, b, g.cp) +
+         cost.stage_cp_comm(g.ranks, 1, b, g.cp);
 }
 
 PipelineSearch::PipelineSearch(const CostModel& c, const PlannerOptions& o, const std::vector<int>& available)
@@ -85,11 +85,12 @@ bool PipelineSearch::tp_allowed(const std::string& kind, int t) const {
   return shape.tp_divides(t) && cost.profile().has(kind, t);
 }
 
-std::vector<Group> PipelineSearch::groups_of(const std::string& kind, int t) const {
+std::vector<Group> PipelineSearch::groups_of(const std::string& kind, int t, int cp) const {
   std::vector<Group> out;
+  const size_t n = static_cast<size_t>(t) * cp;
   for (const auto& [node, ranks] : devices.at(kind)) {
-    for (size_t i = 0; i + t <= ranks.size(); i += t) {
-      out.push_back({kind, node, std::vector<int>(ranks.begin() + i, ranks.begin() + i + t)});
+    for (size_t i = 0; i + n <= ranks.size(); i += n) {
+      out.push_back({kind, node, std::vector<int>(ranks.begin() + i, ranks.begin() + i + n), cp});
     }
   }
   return out;
@@ -133,16 +134,16 @@ std::vector<std::vector<int>> PipelineSearch::size_assignments(const std::vector
 // two degrees t_small < t_big: the first k groups of t_big (node by node), the rest of the devices
 // in groups of t_small. Up to 8 devices every pair and every k; above, t_big = 2 t_small and whole
 // nodes of t_big only, which keeps the candidates few.
-std::vector<std::vector<Group>> PipelineSearch::mixes_of(const std::string& kind) const {
+std::vector<std::vector<Group>> PipelineSearch::mixes_of(const std::string& kind, int cp) const {
   std::vector<int> degrees;
   int largest_node = 0;
   for (const auto& [node, ranks] : devices.at(kind)) largest_node = std::max(largest_node, static_cast<int>(ranks.size()));
-  for (int t = 1; t <= largest_node; t *= 2) {
+  for (int t = 1; t * cp <= largest_node; t *= 2) {
     if (tp_allowed(kind, t) && (!keep_tp.count(kind) || keep_tp.at(kind).count(t))) degrees.push_back(t);
   }
   std::vector<std::vector<Group>> out;
   for (int t : degrees) {
-    std::vector<Group> g = groups_of(kind, t);
+    std::vector<Group> g = groups_of(kind, t, cp);
     if (!g.empty()) out.push_back(std::move(g));
   }
   const bool small = num_devices <= 8;
@@ -150,19 +151,20 @@ std::vector<std::vector<Group>> PipelineSearch::mixes_of(const std::string& kind
     for (size_t j = i + 1; j < degrees.size(); ++j) {
       const int t_small = degrees[i], t_big = degrees[j];
       if (!small && t_big != 2 * t_small) continue;
-      const int most = static_cast<int>(groups_of(kind, t_big).size());
+      const int most = static_cast<int>(groups_of(kind, t_big, cp).size());
+      const size_t n_big = static_cast<size_t>(t_big) * cp, n_small = static_cast<size_t>(t_small) * cp;
       for (int k = 1; k < most; ++k) {
         std::vector<Group> mix;
         int taken = 0;
         bool whole_nodes = true;
         for (const auto& [node, ranks] : devices.at(kind)) {
           size_t at = 0;
-          for (; taken < k && at + t_big <= ranks.size(); at += t_big, ++taken) {
-            mix.push_back({kind, node, std::vector<int>(ranks.begin() + at, ranks.begin() + at + t_big)});
+          for (; taken < k && at + n_big <= ranks.size(); at += n_big, ++taken) {
+            mix.push_back({kind, node, std::vector<int>(ranks.begin() + at, ranks.begin() + at + n_big), cp});
           }
-          if (at > 0 && at + t_big <= ranks.size()) whole_nodes = false;
-          for (; at + t_small <= ranks.size(); at += t_small) {
-            mix.push_back({kind, node, std::vector<int>(ranks.begin() + at, ranks.begin() + at + t_small)});
+          if (at > 0 && at + n_big <= ranks.size()) whole_nodes = false;
+          for (; at + n_small <= ranks.size(); at += n_small) {
+            mix.push_back({kind, node, std::vector<int>(ranks.begin() + at, ranks.begin() + at + n_small), cp});
           }
         }
         if (!small && !whole_nodes) continue;
@@ -172,7 +174,7 @@ std::vector<std::vector<Group>> PipelineSearch::mixes_of(const std::string& kind
           const int stride = (nodes + 15) / 16;
           std::set<int> big_nodes;
           for (const Group& g : mix) {
-            if (static_cast<int>(g.ranks.size()) == t_big) big_nodes.insert(g.node);
+            if (g.tp() == t_big) big_nodes.insert(g.node);
           }
           if (static_cast<int>(big_nodes.size()) % stride != 0) continue;
         }
@@ -205,7 +207,7 @@ bool kinds_contiguous(const std::vector<std::string>& order, const std::map<std:
 }  // namespace
 
 double PipelineSearch::layer_time(const Group& g, int b) const {
-  const auto key = std::make_tuple(g.ranks.front(), static_cast<int>(g.ranks.size()), b);
+  const auto key = std::make_tuple(g.ranks.front(), static_cast<int>(g.ranks.size()), g.cp, b);
   auto it = layer_memo_.find(key);
   if (it != layer_memo_.end()) return it->second;
   const double t = layer_seconds(cost, g, b);
@@ -220,12 +222,14 @@ void PipelineSearch::build() {
   sizes_ = !keep_micro_batch_sizes.empty()     ? keep_micro_batch_sizes
            : options.micro_batch_sizes.empty() ? powers_of_two_dividing(options.global_batch, 8)
                                                : options.micro_batch_sizes;
+  std::vector<int> cp_degrees = options.cp_degrees;
+  if (cp_degrees.empty()) cp_degrees = {1};
   std::vector<std::string> kinds;
+  for (const auto& [kind, _] : devices) kinds.push_back(kind);
+  // Every stage of a pipeline has one CP degree: a cut takes one for all its groups.
+  for (int cp : cp_degrees) {
   std::vector<std::vector<std::vector<Group>>> mixes;  // per kind: its mixes (idle not listed)
-  for (const auto& [kind, _] : devices) {
-    kinds.push_back(kind);
-    mixes.push_back(mixes_of(kind));
-  }
+  for (const std::string& kind : kinds) mixes.push_back(mixes_of(kind, cp));
   std::vector<int> pick(kinds.size(), -1);  // per kind: its mix, or -1 = idle
   std::function<void(size_t)> recurse = [&](size_t k) {
     if (k < kinds.size()) {
@@ -240,7 +244,7 @@ void PipelineSearch::build() {
     for (size_t i = 0; i < kinds.size(); ++i) {
       if (pick[i] < 0) continue;
       for (const Group& g : mixes[i][pick[i]]) {
-        c.groups[kinds[i] + "/TP" + std::to_string(g.ranks.size())].push_back(g);
+        c.groups[kinds[i] + "/TP" + std::to_string(g.tp()) + (cp > 1 ? "CP" + std::to_string(cp) : "")].push_back(g);
         ++c.total;
       }
     }
@@ -266,6 +270,7 @@ void PipelineSearch::build() {
     combos_.push_back(std::move(c));
   };
   recurse(0);
+  }
   // The fastest links a ring may run at (bounds, not estimates): over representatives, the first two
   // devices of each (node, kind), as CostModel::collective_link reads a spec's tiers.
   std::vector<int> reps;
@@ -306,12 +311,13 @@ double PipelineSearch::shape_bound(const Combo& c, int D) const {
 // fastest kind's.
 double PipelineSearch::tail_bound(const Combo& c, int D) const {
   int64_t stages = 0;
-  int t_max = 1, widest = 1;
+  int t_max = 1, widest = 1, cp = 1;
   double optimizer = std::numeric_limits<double>::infinity();
   for (const std::string& cls : c.used) {
     const std::vector<Group>& g = c.groups.at(cls);
     stages += (static_cast<int64_t>(g.size()) + D - 1) / D;
-    t_max = std::max(t_max, static_cast<int>(g.front().ranks.size()));
+    t_max = std::max(t_max, g.front().tp());
+    cp = g.front().cp;
     optimizer = std::min(optimizer, cost.profile().kind(g.front().kind).optimizer_seconds_per_parameter);
   }
   for (const auto& [kind, nodes] : devices) {
@@ -320,8 +326,9 @@ double PipelineSearch::tail_bound(const Combo& c, int D) const {
   const double params = static_cast<double>(layers) / static_cast<double>(stages) * shape.layer_parameters / t_max;
   // D groups of at least one device each: between nodes once they outnumber a node's devices.
   const double bus = D > widest ? bus_between_nodes_ : bus_fastest_;
-  const double sync = D > 1 ? CostModel::ring_allreduce(D, {bus, 0}, params * 4) : 0;
-  return sync + optimizer * params / (options.zero1 ? D : 1);
+  // The replicas: D pipelines x cp CP ranks.
+  const double sync = D * cp > 1 ? CostModel::ring_allreduce(D * cp, {bus, 0}, params * 4) : 0;
+  return sync + optimizer * params / (options.zero1 ? D * cp : 1);
 }
 
 // Whether some candidate of shape (c, D) may fit in memory. A stage of class k holds at most
@@ -335,11 +342,11 @@ std::vector<std::pair<int, int>> PipelineSearch::most_layers(const Combo& c, int
   for (size_t k = 0; k < c.used.size(); ++k) {
     const std::vector<Group>& g = c.groups.at(c.used[k]);
     const std::string& kind = g.front().kind;
-    const int t = static_cast<int>(g.front().ranks.size());
+    const int t = g.front().tp(), cp = g.front().cp;
     auto most = [&](bool ends) {
       if (c.capacity[k] == std::numeric_limits<double>::infinity()) return layers;
-      const double m1 = cost.stage_memory(kind, t, 1, ends, ends, b_min, 1, D, options.zero1).total();
-      const double m2 = cost.stage_memory(kind, t, 2, ends, ends, b_min, 1, D, options.zero1).total();
+      const double m1 = cost.stage_memory(kind, t, 1, ends, ends, b_min, 1, D, options.zero1, cp).total();
+      const double m2 = cost.stage_memory(kind, t, 2, ends, ends, b_min, 1, D, options.zero1, cp).total();
       if (m1 > c.capacity[k]) return 0;
       if (m2 <= m1) return layers;
       return static_cast<int>(std::min<double>(layers, 1 + std::floor((c.capacity[k] - m1) / (m2 - m1))));

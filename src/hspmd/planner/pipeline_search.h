@@ -50,7 +50,9 @@ namespace hspmd::planner {
 struct Group {
   std::string kind;
   int node = 0;
-  std::vector<int> ranks;  // ascending, one node
+  std::vector<int> ranks;  // ascending, one node; CP outer, TP inner (sharding/strategy.h)
+  int cp = 1;              // context-parallel degree: tp() x cp ranks
+  int tp() const { return static_cast<int>(ranks.size()) / cp; }
 };
 
 // A level-1 candidate: pipelines as sequences of TP groups (stage j of pipeline p is
@@ -117,9 +119,9 @@ class PipelineSearch {
       const std::vector<std::string>& used, const std::map<std::string, std::vector<Group>>& groups, int D) const;
   std::vector<std::vector<int>> size_assignments(const std::vector<std::vector<Group>>& pipes,
                                                  const std::vector<int>& sizes, bool mixed_tp) const;
-  std::vector<std::vector<Group>> mixes_of(const std::string& kind) const;
+  std::vector<std::vector<Group>> mixes_of(const std::string& kind, int cp) const;
   bool tp_allowed(const std::string& kind, int t) const;
-  std::vector<Group> groups_of(const std::string& kind, int t) const;
+  std::vector<Group> groups_of(const std::string& kind, int t, int cp) const;
 
   const CostModel& cost;
   const PlannerOptions& options;
@@ -134,7 +136,7 @@ class PipelineSearch {
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_;
   std::map<int64_t, Candidate> pending_;
   int64_t seq_ = 0, generated_ = 0, shapes_ = 0;
-  mutable std::map<std::tuple<int, int, int>, double> layer_memo_;
+  mutable std::map<std::tuple<int, int, int, int>, double> layer_memo_;
 };
 
 // Seconds of one decoder layer of one micro-batch of b sequences on group g, its TP collectives

@@ -41,6 +41,9 @@ Planner::Planner(const models::LlamaConfig& config, const resolve::Topology& top
     HSPMD_CHECK(b > 0 && options_.global_batch % b == 0)
         << "planner: micro-batch size " << b << " does not divide the global batch " << options_.global_batch;
   }
+  for (int c : options_.cp_degrees) {
+    HSPMD_CHECK(c > 0) << "planner: context-parallel degree " << c << " must be positive";
+  }
   for (int r : options_.devices) {
     HSPMD_CHECK(r >= 0 && r < topology_.num_devices())
         << "planner: rank " << r << " is not in cluster " << topology_.name() << " (" << topology_.num_devices()
@@ -69,7 +72,7 @@ double Planner::moved_bytes(const sharding::Strategy& previous, const sharding::
   for (const auto& pipe : next.pipelines) {
     for (size_t j = 0; j < pipe.stages.size(); ++j) {
       const auto& s = pipe.stages[j];
-      const DeviceKindProfile& k = profile_.kind(cost_.stage_kind(s.ranks));
+      const DeviceKindProfile& k = profile_.kind(cost_.stage_kind(s.ranks, s.tp()));
       const double per_param = k.bytes_per_parameter + k.zero_bytes_per_parameter / (next.zero1 ? D : 1);
       std::vector<std::pair<int, double>> parts;
       for (int l = s.first_layer; l <= s.last_layer; ++l) parts.push_back({l, cost_.shape().layer_parameters});
@@ -276,7 +279,8 @@ std::string describe_plan(const Plan& plan) {
     for (size_t j = 0; j < pipe.stages.size(); ++j) {
       const auto& stage = pipe.stages[j];
       s << (j ? " ->" : "") << " [" << join_ranks(stage.ranks) << "] " << pred.stages[j].kind << " TP"
-        << stage.tp() << " layers " << stage.first_layer << "-" << stage.last_layer;
+        << stage.tp() << (stage.cp > 1 ? " CP" + std::to_string(stage.cp) : "") << " layers " << stage.first_layer
+        << "-" << stage.last_layer;
     }
     s << "\n";
   }

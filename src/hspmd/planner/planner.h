@@ -58,6 +58,9 @@ struct PlannerOptions {
   std::vector<int> micro_batch_sizes;  // empty: powers of two up to 8 dividing the global batch
   std::vector<int> devices;            // the ranks the plan may use; empty: every device of the cluster
   std::map<std::string, int> tp_per_kind;  // fixes a kind's TP degree (or idle); absent kinds: searched
+  // Context-parallel degrees to search (docs/context-parallelism.md): each cut takes one for all its
+  // stages, a stage of t x c devices inside a node. Empty: {1}, no CP (long sequences: add 2, 4).
+  std::vector<int> cp_degrees;
   double replan_tolerance = 0.05;      // replan(): plans this much slower than the fastest may win on movement
   std::string name = "planned";        // the strategy's name
   // Stop searching after this many seconds (0: no limit) and return the best plan found so far,

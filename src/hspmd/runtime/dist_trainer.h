@@ -66,6 +66,7 @@
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/models/model.h"
 #include "hspmd/resolve/resolver.h"
+#include "hspmd/resolve/fused_bsr.h"
 #include "hspmd/resolve/topology.h"
 #include "hspmd/runtime/compute_pacer.h"
 #include "hspmd/runtime/emulation.h"
@@ -117,6 +118,7 @@ struct SwitchReport {
   std::map<int, int64_t> sent_by_rank;  // rank -> bytes it sends, as planned
   int64_t rank_sent_bytes = 0;          // what this rank put on the wire (measured)
   int messages = 0;                     // (sender, receiver) pairs
+  std::string algorithm = "fused";      // resolve::bsr_algorithm_name
   double bsr_seconds = 0;               // the fused BSR
   double total_seconds = 0;             // validation, specialization, connecting and the BSR
 
@@ -180,12 +182,15 @@ class DistTrainer {
   // Collective over every process of the run: moves the training state to `plan` (see above).
   // Throws SwitchRefused, on every rank alike, when the plan is invalid or exceeds a rank's memory;
   // then nothing has moved and training goes on under the current plan.
+  // `algorithm` (resolve/fused_bsr.h) other than kFusedHeuristic runs one of the paper's per-tensor
+  // baselines instead, for comparison (bench/switch_bench, bench/bsr_algorithms.sh): one BSR per
+  // tensor, one after the other.
   // `dead`: ranks that failed (elastic recovery): they send nothing, every slice comes from a
   // surviving holder, and parameter values are taken from the optimizer-state layout (the slices
   // an interrupted ZeRO-1 gather may have left stale are not used). Throws StateLost when a slice
   // has no surviving holder, on every rank alike, before anything moved.
-  // (The paper's unfused baseline, for comparison only: runtime/unfused_switch.h.)
   SwitchReport switch_to(const sharding::AnnotationPlan& plan, const std::string& name,
+                         resolve::BsrAlgorithm algorithm = resolve::BsrAlgorithm::kFusedHeuristic,
                          const std::vector<int>& dead = {});
 
   // Elastic training (docs/elastic.md) commits each step and each switch through the run's store:
@@ -240,24 +245,18 @@ class DistTrainer {
 
  private:
   struct MicroBatch;
-  enum class SwitchMode { kFused, kUnfusedBaseline };
-  friend SwitchReport switch_unfused_baseline(DistTrainer& trainer, const sharding::AnnotationPlan& plan,
-                                              const std::string& name);
-
   // ---- graph switching (dist_trainer_switch.cc) ----
   // This rank's shards of every tensor of a switch plan, before and after: sources[i] and
   // destinations[i] for the plan's tensor i.
   struct StateTransfer {
     std::vector<LocalShard> sources, destinations;
   };
-  SwitchReport switch_state(const sharding::AnnotationPlan& plan, const std::string& name, SwitchMode mode,
-                            const std::vector<int>& dead);
   // The specialized target plan (collective: every rank agrees it could specialize it, else
   // SwitchRefused everywhere); `specialized`: it was built now.
   SpecializedPlan& switch_target(const sharding::AnnotationPlan& plan, const std::string& name,
                                  comm::Communicator& world, bool& specialized);
-  switching::SwitchPlan plan_state_move(const SpecializedPlan& next, const std::string& name, SwitchMode mode,
-                                        const std::vector<int>& dead) const;
+  switching::SwitchPlan plan_state_move(const SpecializedPlan& next, const std::string& name,
+                                        resolve::BsrAlgorithm algorithm, const std::vector<int>& dead) const;
   // Allocates `moved` (a shard kept in place is the old tensor, not a copy).
   StateTransfer state_transfer(const switching::SwitchPlan& sp, ShardedState& moved, bool after_failure);
   // ---- the step runner (step_runner.cc) ----

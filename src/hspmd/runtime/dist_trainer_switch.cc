@@ -10,7 +10,6 @@
 #include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 #include "hspmd/runtime/fault_injection.h"
-#include "hspmd/runtime/unfused_switch.h"
 #include "hspmd/switching/switch_plan.h"
 
 // DistTrainer (runtime/dist_trainer.h): graph switching (switch_to) and what elastic recovery
@@ -58,17 +57,8 @@ double max_over(comm::Communicator& world, double value) {
 }  // namespace
 
 SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const std::string& name,
+                                    resolve::BsrAlgorithm algorithm,
                                     const std::vector<int>& dead) {
-  return switch_state(plan, name, SwitchMode::kFused, dead);
-}
-
-SwitchReport switch_unfused_baseline(DistTrainer& trainer, const sharding::AnnotationPlan& plan,
-                                     const std::string& name) {
-  return trainer.switch_state(plan, name, DistTrainer::SwitchMode::kUnfusedBaseline, {});
-}
-
-SwitchReport DistTrainer::switch_state(const sharding::AnnotationPlan& plan, const std::string& name, SwitchMode mode,
-                                       const std::vector<int>& dead) {
   const auto start = Clock::now();
   const double trace_start = tracer_.now_us();
   session_.wait_deferred();
@@ -82,7 +72,7 @@ SwitchReport DistTrainer::switch_state(const sharding::AnnotationPlan& plan, con
   SpecializedPlan& next = switch_target(plan, name, *world, report.specialized);
 
   // 2. One fused BSR for every parameter and both moments, planned identically on every rank.
-  const switching::SwitchPlan sp = plan_state_move(next, name, mode, dead);
+  const switching::SwitchPlan sp = plan_state_move(next, name, algorithm, dead);
   std::set<std::pair<int, int>> pairs;  // connect the BSR's pairs in one sorted order everywhere
   for (const resolve::BsrMessage& m : sp.bsr.messages()) pairs.insert(std::minmax(m.sender, m.receiver));
   for (const auto& [a, b] : pairs) {
@@ -93,13 +83,14 @@ SwitchReport DistTrainer::switch_state(const sharding::AnnotationPlan& plan, con
   world->barrier().wait();  // the BSR's time is the transfer, not waiting for the last rank to plan
   fault_point(rank_, step_ + 1, "switch");
   const auto bsr_start = Clock::now();
-  if (mode == SwitchMode::kFused) {
+  report.algorithm = resolve::bsr_algorithm_name(algorithm);
+  if (algorithm == resolve::BsrAlgorithm::kFusedHeuristic) {
     report.rank_sent_bytes =
         execute_fused_bsr(sp.bsr, rank_, transfer.sources, transfer.destinations, session_, "switch");
   } else {
     for (size_t i = 0; i < sp.tensors.size(); ++i) {
       const resolve::FusedBsr one = resolve::plan_fused_bsr({sp.tensors[i]}, options_.topology,
-                                                            {resolve::BsrPolicy::kLowestOwner, false, {}});
+                                                            resolve::bsr_algorithm_options(algorithm, dead));
       report.rank_sent_bytes +=
           execute_fused_bsr(one, rank_, {transfer.sources[i]}, {transfer.destinations[i]}, session_, "switch");
     }
@@ -146,10 +137,11 @@ SpecializedPlan& DistTrainer::switch_target(const sharding::AnnotationPlan& plan
 }
 
 switching::SwitchPlan DistTrainer::plan_state_move(const SpecializedPlan& next, const std::string& name,
-                                                   SwitchMode mode, const std::vector<int>& dead) const {
+                                                   resolve::BsrAlgorithm algorithm,
+                                                   const std::vector<int>& dead) const {
   switching::SwitchOptions switch_options;
   switch_options.topology = options_.topology;
-  switch_options.fuse = mode == SwitchMode::kFused;
+  switch_options.algorithm = algorithm;
   switch_options.dead = dead;
   // After a failure a ZeRO-1 gather may have been cut short: a parameter's up-to-date elements are
   // those of its optimizer-state layout, so only they are sent.
@@ -253,14 +245,16 @@ nlohmann::json SwitchReport::to_json() const {
           {"from", from},            {"to", to},
           {"specialized", specialized}, {"sent_bytes", sent_bytes},
           {"sent_bytes_by_tier", tiers}, {"sent_bytes_by_rank", ranks},
-          {"local_copy_bytes", local_copy_bytes}, {"messages", messages},
+          {"local_copy_bytes", local_copy_bytes}, {"messages", messages}, {"algorithm", algorithm},
           {"bsr_seconds", bsr_seconds}, {"total_seconds", total_seconds}};
 }
 
 std::string SwitchReport::to_string() const {
   std::ostringstream out;
   out << "switch after step " << step << ": plan " << from << " -> " << to << " ("
-      << (specialized ? "specialized now" : "cached graphs") << "), one fused BSR: " << messages << " messages, sent "
+      << (specialized ? "specialized now" : "cached graphs") << "), "
+      << (algorithm == "fused" ? std::string("one fused BSR") : "BSR " + algorithm) << ": " << messages
+      << " messages, sent "
       << format_bytes(sent_bytes);
   for (const auto& [tier, bytes] : sent_by_tier) {
     out << " [" << resolve::link_tier_name(tier) << " " << format_bytes(bytes) << "]";
