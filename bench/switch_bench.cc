@@ -99,10 +99,10 @@ Directions measure(const std::string& config_file, int rounds, const data::Token
         auto t = std::make_unique<runtime::DistTrainer>(config, ds, a, o, rank, 4, groups);
         t->step();  // non-zero moments
         for (int round = 0; round < rounds; ++round) {
-          const runtime::SwitchReport f = t->switch_to(b, "hetero", true);
-          const runtime::SwitchReport fb = t->switch_to(a, "tp2-pp2", true);
-          const runtime::SwitchReport u = t->switch_to(b, "hetero", false);
-          const runtime::SwitchReport ub = t->switch_to(a, "tp2-pp2", false);
+          const runtime::SwitchReport f = t->switch_to(b, "hetero", resolve::BsrAlgorithm::kFusedHeuristic);
+          const runtime::SwitchReport fb = t->switch_to(a, "tp2-pp2", resolve::BsrAlgorithm::kFusedHeuristic);
+          const runtime::SwitchReport u = t->switch_to(b, "hetero", resolve::BsrAlgorithm::kPerTensorLowestOwner);
+          const runtime::SwitchReport ub = t->switch_to(a, "tp2-pp2", resolve::BsrAlgorithm::kPerTensorLowestOwner);
           // Checkpoint and restart: what a run without switching does to change strategy.
           t->save(ckpt);
           const auto start = Clock::now();
@@ -113,7 +113,7 @@ Directions measure(const std::string& config_file, int rounds, const data::Token
           t = std::make_unique<runtime::DistTrainer>(config, ds, b, ob, rank, 4, groups);
           t->restore(ckpt);
           restart_seconds[rank][round] = std::chrono::duration<double>(Clock::now() - start).count();
-          t->switch_to(a, "tp2-pp2", true);  // back to the start for the next round
+          t->switch_to(a, "tp2-pp2", resolve::BsrAlgorithm::kFusedHeuristic);  // back to the start for the next round
           std::lock_guard<std::mutex> lock(mutex);
           if (rank == 0) {
             keep_best(best.there, f, u);

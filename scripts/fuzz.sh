@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 seconds="${1:-20}"
 build=build/fuzz
-targets=(${FUZZ_TARGETS:-strategy topology emulation llama_config safetensors bpe_tokenizer token_dataset})
+targets=(${FUZZ_TARGETS:-strategy topology emulation llama_config safetensors bpe_tokenizer token_dataset store_records})
 
 command -v clang++ > /dev/null || { echo "fuzz: clang++ not found (apt-get install clang)" >&2; exit 1; }
 

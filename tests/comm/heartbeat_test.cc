@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 
 #include <future>
@@ -146,6 +147,60 @@ TEST(Membership, LateRankIsExcludedWithAClearError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("rank 1 was excluded from generation 1"), std::string::npos) << e.what();
   }
+}
+
+// A store that can be cut off like a partitioned link, counting the operations tried on it.
+class CuttableStore : public Store {
+ public:
+  explicit CuttableStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  std::atomic<bool> cut{false};
+  std::atomic<int> tried{0};
+
+  void set(const std::string& k, const std::string& v) override { reach(); inner_->set(k, v); }
+  std::optional<std::string> try_get(const std::string& k) override { reach(); return inner_->try_get(k); }
+  int64_t add(const std::string& k, int64_t d) override { reach(); return inner_->add(k, d); }
+  void erase(const std::string& k) override { reach(); inner_->erase(k); }
+  std::string describe() const override { return "cuttable " + inner_->describe(); }
+
+ private:
+  void reach() {
+    ++tried;
+    HSPMD_CHECK(!cut) << "store unreachable";
+  }
+  std::shared_ptr<Store> inner_;
+};
+
+// Fencing: a rank that cannot beat for the timeout declares itself cut off, once, and never
+// touches the store again, even when the store comes back.
+TEST(Heartbeat, RankCutOffFromTheStoreFencesItself) {
+  testing::TempDir dir;
+  auto store = std::make_shared<CuttableStore>(std::make_shared<FileStore>(dir.path()));
+  std::atomic<int> calls{0};
+  std::string why;
+  std::mutex why_mutex;
+  HeartbeatOptions options{.interval = 50ms, .timeout = 1s};
+  options.on_cut_off = [&](const std::string& w) {
+    std::lock_guard<std::mutex> lock(why_mutex);
+    why = w;
+    ++calls;
+  };
+  Heartbeat hb(store, 0, {0, 1}, options);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(hb.cut_off());
+  store->cut = true;
+  const auto cut = Clock::now();
+  while (!hb.cut_off() && Clock::now() - cut < 20s) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(hb.cut_off());
+  EXPECT_GE(Clock::now() - cut, 500ms) << "declared itself cut off well before the timeout";
+  std::this_thread::sleep_for(100ms);  // on_cut_off runs right after the flag is set
+  store->cut = false;
+  const int tried = store->tried;
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(store->tried, tried) << "a fenced rank touched the store again";
+  EXPECT_EQ(calls, 1);
+  std::lock_guard<std::mutex> lock(why_mutex);
+  EXPECT_NE(why.find("cut off from the run"), std::string::npos) << why;
+  EXPECT_NE(why.find("store unreachable"), std::string::npos) << why;
 }
 
 }  // namespace

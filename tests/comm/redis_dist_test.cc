@@ -1,12 +1,17 @@
 // A real redis-server on a free loopback port: the Redis store's operations, then a run of
 // every collective on 3 processes whose rendezvous goes through it.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <sys/stat.h>
 
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <thread>
 
 #include "comm/comm_testlib.h"
@@ -48,8 +53,10 @@ class RedisDist : public ::testing::Test {
     std::string server = find_redis_server();
     if (server.empty()) GTEST_SKIP() << "redis-server is not installed (Debian package redis-server)";
     port_ = free_port();
-    redis_ = std::make_unique<Subprocess>(std::vector<std::string>{
-        server, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"});
+    std::vector<std::string> args = {server, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
+                                     "--appendonly", "no"};
+    for (const auto& a : extra_server_args()) args.push_back(a);
+    redis_ = std::make_unique<Subprocess>(args);
     ASSERT_TRUE(redis_->wait_for_output("Ready to accept connections", 10s)) << redis_->output();
   }
   void TearDown() override {
@@ -59,6 +66,7 @@ class RedisDist : public ::testing::Test {
     }
   }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  virtual std::vector<std::string> extra_server_args() const { return {}; }
 
   int port_ = 0;
   std::unique_ptr<Subprocess> redis_;
@@ -91,6 +99,75 @@ TEST_F(RedisDist, CollectivesRendezvousThroughRedis) {
   // The rendezvous really went through Redis, under the run's namespace.
   auto store = open_store(url());
   EXPECT_TRUE(store->check({"run/redis-run/gen0/group/0,1,2/0"})) << "no group address key in redis";
+}
+
+// A server that wants a password (requirepass for the default user, an ACL user "trainer").
+class RedisWithPassword : public RedisDist {
+ protected:
+  std::vector<std::string> extra_server_args() const override {
+    return {"--requirepass", "s3cret", "--user", "trainer", "on", ">t-pass", "~*", "&*", "+@all"};
+  }
+  std::string user_url() const { return "redis://trainer@127.0.0.1:" + std::to_string(port_); }
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST_F(RedisWithPassword, RefusesAClientWithoutTheRightPassword) {
+  EXPECT_THAT(error_of([&] { open_store(url(), {}); }), ::testing::HasSubstr("refused access: NOAUTH"));
+  EXPECT_THAT(error_of([&] { open_store(url(), {.password = "wrong"}); }),
+              ::testing::HasSubstr("refused the password of user 'default'"));
+  EXPECT_THAT(error_of([&] { open_store(user_url(), {.password = "s3cret"}); }),
+              ::testing::HasSubstr("refused the password of user 'trainer'"));
+  EXPECT_THAT(error_of([&] { open_store(user_url(), {}); }), ::testing::HasSubstr("but no password is given"));
+}
+
+TEST_F(RedisWithPassword, AuthenticatedClientsWork) {
+  auto store = open_store(url(), {.password = "s3cret"});
+  store->set("k", "v");
+  auto as_user = open_store(user_url(), {.password = "t-pass"});
+  EXPECT_EQ(*as_user->try_get("k"), "v");
+  EXPECT_EQ(as_user->add("n", 2), 2);
+  EXPECT_EQ(as_user->describe(), user_url());
+}
+
+// The password reaches the workers through the environment, from a file only its owner can read.
+TEST_F(RedisWithPassword, LaunchReadsThePasswordFromAFile) {
+  const std::string file = ::testing::TempDir() + "/redis-password-" + std::to_string(port_);
+  {
+    std::ofstream(file) << "s3cret\n";
+  }
+  ::chmod(file.c_str(), 0644);
+  Subprocess refused({binary_path("hspmd"), "launch", "-n", "2", "--store", url(), "--run-id", "pw-run",
+                      "--store-password-file", file, "--", "/bin/true"});
+  EXPECT_NE(refused.finish(60s), 0);
+  EXPECT_THAT(refused.output(), ::testing::HasSubstr("can be read by other users"));
+  ::chmod(file.c_str(), 0600);
+  Subprocess p({binary_path("hspmd"), "launch", "-n", "2", "--store", url(), "--run-id", "pw-run",
+                "--store-password-file", file, "--", binary_path("hspmd_comm_worker"), "collectives"});
+  ASSERT_EQ(p.finish(120s), 0) << p.output();
+  EXPECT_NE(p.output().find("rank 1 of 2 (hspmd launch): collectives ok"), std::string::npos) << p.output();
+  Subprocess no_password({binary_path("hspmd"), "launch", "-n", "1", "--store", url(), "--run-id", "pw-run2", "--",
+                          "/bin/true"});
+  EXPECT_NE(no_password.finish(60s), 0);
+  EXPECT_THAT(no_password.output(), ::testing::HasSubstr("refused access: NOAUTH"));
+  std::filesystem::remove(file);
+}
+
+// Refused before any connection is tried, so no address outside this host is touched.
+TEST(RedisAccess, StoreOnAnotherHostNeedsAPasswordOrInsecure) {
+  EXPECT_THAT(error_of([] { open_store("redis://10.1.2.3:6379", {}); }),
+              ::testing::HasSubstr("is on another host and has no password"));
+  EXPECT_THAT(error_of([] { open_store("redis://u:pw@10.1.2.3:6379", {.password = "x"}); }),
+              ::testing::HasSubstr("must be a user name alone"));
+  EXPECT_TRUE(is_loopback_host("127.0.0.1") && is_loopback_host("localhost") && is_loopback_host("::1"));
+  EXPECT_FALSE(is_loopback_host("10.0.0.1") || is_loopback_host("127x"));
 }
 
 }  // namespace

@@ -135,4 +135,30 @@ TEST(FusedBsr, FusingBalancesLoadAcrossTensors) {
 }
 
 }  // namespace
+// The paper's three algorithms by name, on two hosts: devices 0-1 on node 0, 2-3 on node 1, every
+// tensor replicated on 0 and 2 and wanted whole on 3. The lowest owner (0) sends across the slow
+// link; the heuristics pick 2 on the receiver's node; only the fused scan also balances senders.
+TEST(FusedBsr, ThreeAlgorithmsByName) {
+  Topology topo = Topology::from_json_text(R"({"devices": [{"id": 0, "node": 0, "type": "a"},
+      {"id": 1, "node": 0, "type": "a"}, {"id": 2, "node": 1, "type": "a"}, {"id": 3, "node": 1, "type": "a"}],
+      "intra_node_bandwidth": 100e9, "inter_node_bandwidth": 10e9})", "two-hosts");
+  std::vector<FusedTensor> ts;
+  for (const char* name : {"t0", "t1"}) ts.push_back({name, Shape{4}, A("dup{[0,2](D:2)}"), A("dup{[3]()}"), 4});
+  ts.push_back({"t2", Shape{4}, A("dup{[2-3](D:2)}"), A("dup{[0-1](D:2)}"), 4});  // 2 and 3 both hold it
+  auto plan = [&](const char* name) {
+    EXPECT_EQ(bsr_algorithm_name(parse_bsr_algorithm(name)), name);
+    return plan_fused_bsr(ts, &topo, bsr_algorithm_options(parse_bsr_algorithm(name)));
+  };
+  const FusedBsr lowest = plan("per-tensor-lowest-owner");
+  EXPECT_EQ(lowest.bytes_sent.at(0), 32) << "t0 and t1 from device 0, across the hosts";
+  const FusedBsr per_tensor = plan("per-tensor");
+  EXPECT_EQ(per_tensor.bytes_sent.count(0), 0u) << "the heuristics send from the receiver's node";
+  EXPECT_EQ(per_tensor.bytes_sent.at(2), 16 + 32) << "t0, t1 and half of t2 from 2: each tensor's scan forgets what 2 sent for the others";
+  const FusedBsr fused = plan("fused");
+  EXPECT_EQ(fused.bytes_sent.count(0), 0u);
+  EXPECT_EQ(fused.bytes_sent.at(2), 32) << "t0, t1 from 2 (same node as 3)";
+  EXPECT_EQ(fused.bytes_sent.at(3), 32) << "t2 from 3, which has sent less so far";
+  EXPECT_THROW(parse_bsr_algorithm("fastest"), Error);
+}
+
 }  // namespace hspmd::resolve

@@ -60,6 +60,7 @@ struct ExplainOptions {
   std::string cluster;
   std::string states = "params";  // or "params+adam"
   bool no_heuristics = false;
+  std::string bsr_algorithm = "fused";
   std::vector<int> dead;  // failed ranks: they hold data in A but cannot send
   std::string profile;    // --profile P.json: add the cost model's predicted step time and memory
 };
@@ -111,7 +112,10 @@ void run_switch(const ExplainOptions& o) {
   switching::SwitchOptions options;
   options.optimizer_states = o.states == "params+adam";
   options.topology = &topo;
-  options.fuse = !o.no_heuristics;
+  HSPMD_CHECK(!o.no_heuristics || o.bsr_algorithm == "fused")
+      << "--no-heuristics is --bsr-algorithm per-tensor-lowest-owner: give one of them";
+  options.algorithm = o.no_heuristics ? resolve::BsrAlgorithm::kPerTensorLowestOwner
+                                      : resolve::parse_bsr_algorithm(o.bsr_algorithm);
   options.dead = o.dead;
   const switching::SwitchPlan plan =
       switching::plan_switch(switching::param_layouts(a, params), switching::param_layouts(b, params), options);
@@ -122,8 +126,13 @@ void run_switch(const ExplainOptions& o) {
             << "model " << o.model << ": " << models::llama_parameters(config).size() << " parameters, states "
             << o.states << " (" << plan.tensors.size() << " tensors, float32), cluster " << topo.name() << "\n"
             << "scheme: "
-            << (o.no_heuristics ? "one BSR per tensor, lowest-rank owner sends (--no-heuristics)"
-                                : "fused BSR, heuristics: owned -> local copy; fastest link; least bytes sent")
+            << resolve::bsr_algorithm_name(options.algorithm) << " ("
+            << (options.algorithm == resolve::BsrAlgorithm::kFusedHeuristic
+                    ? "one BSR over every tensor, heuristics: owned -> local copy; fastest link; least bytes sent"
+                : options.algorithm == resolve::BsrAlgorithm::kPerTensorHeuristic
+                    ? "one BSR per tensor, heuristics within each: owned -> local copy; fastest link; least bytes sent"
+                    : "one BSR per tensor: owned -> local copy, else the lowest-rank owner sends")
+            << ")"
             << "\n"
             << "table entries " << bsr.table.entries().size() << ", messages " << bsr.messages().size()
             << ", sent " << format_bytes(bsr.total_bytes()) << " (" << bsr.total_bytes()
@@ -173,7 +182,12 @@ void add_explain_command(CLI::App& app) {
   cmd->add_option("--profile", opts->profile,
                   "profile JSON (--strategy, with --cluster): print the predicted step time and memory per rank");
   cmd->add_option("--states", opts->states, "what moves: params or params+adam")->capture_default_str();
-  cmd->add_flag("--no-heuristics", opts->no_heuristics, "one BSR per tensor, lowest-rank owner sends");
+  cmd->add_flag("--no-heuristics", opts->no_heuristics,
+                "one BSR per tensor, lowest-rank owner sends (= --bsr-algorithm per-tensor-lowest-owner)");
+  cmd->add_option("--bsr-algorithm", opts->bsr_algorithm,
+                  "--switch: fused (one BSR over every tensor, heuristics), per-tensor (one per tensor, "
+                  "heuristics) or per-tensor-lowest-owner")
+      ->capture_default_str();
   cmd->add_option("--dead", opts->dead, "failed ranks that cannot send (elastic recovery), e.g. --dead 15")
       ->delimiter(',');
   cmd->callback([opts] {

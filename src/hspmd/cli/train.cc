@@ -32,6 +32,7 @@
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/kernels/gemm_backend.h"
 #include "hspmd/kernels/simd.h"
+#include "hspmd/resolve/fused_bsr.h"
 #include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
 #include "hspmd/runtime/trainer.h"
@@ -206,6 +207,19 @@ void add_train_command(CLI::App& app) {
   sub->add_option("--switch", args->switches,
                   "STEP:S.json: before step STEP, switch to strategy S without a restart (one fused BSR of weights "
                   "and Adam states); repeatable")
+      ->group(dist);
+  sub->add_option("--switch-bsr", args->switch_bsr,
+                  "how --switch moves the state: fused (one BSR over every tensor, heuristics), per-tensor (one BSR "
+                  "per tensor, heuristics) or per-tensor-lowest-owner (the paper's baselines, for comparison)")
+      ->check([](const std::string& v) {
+        try {
+          resolve::parse_bsr_algorithm(v);
+          return std::string();
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+      })
+      ->capture_default_str()
       ->group(dist);
   sub->add_option("--comm-timeout", args->comm_timeout,
                   "seconds a communication (or connecting) may take before the run fails; cover your slowest "

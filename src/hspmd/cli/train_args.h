@@ -20,6 +20,7 @@ struct TrainArgs {
   // Distributed training (cli/train_dist.cc).
   std::string strategy, devices, trace, schedule = "1f1b";
   std::vector<std::string> switches;  // --switch STEP:STRATEGY.json, in step order
+  std::string switch_bsr = "fused";   // --switch-bsr: resolve::BsrAlgorithm of the --switch moves
   int nproc = 0;
   double comm_timeout = 300;  // seconds: bound on connecting and on every communication
   bool check_single = false;

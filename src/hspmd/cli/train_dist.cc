@@ -205,11 +205,20 @@ void run_worker(const TrainArgs& args) {
   }
   comm::GroupCache groups(store, env.rank, comm::gloo_backend({.timeout = timeout, .host = env.host}),
                           admission ? admission->generation : 0);
+  // The cluster's link tiers (--cluster): switches and elastic re-plans weigh links by them
+  // (heuristic (ii) of the BSR); without --cluster every link counts as equal.
+  std::optional<resolve::Topology> cluster;
+  if (!args.cluster.empty()) {
+    cluster = resolve::Topology::from_file(args.cluster);
+    HSPMD_CHECK(cluster->num_devices() >= world)
+        << "--cluster " << args.cluster << " has " << cluster->num_devices() << " devices, the run " << world << " ranks";
+  }
   runtime::DistOptions options{.train = args.options,
                                .schedule = specialize::parse_schedule_kind(args.schedule),
                                .device = devices.of(env.rank),
                                .trace = !args.trace.empty(),
                                .plan_name = plans[in_force].strategy.name};
+  if (cluster) options.topology = &*cluster;
   if (admission) {
     options.members = admission->members;
     options.plan_name = admission->strategy.name;
@@ -268,6 +277,7 @@ void run_worker(const TrainArgs& args) {
     loop.add_hook(*by_length);
   }
   runtime::ScheduledSwitches switches(std::move(plans), in_force);
+  switches.set_bsr_algorithm(resolve::parse_bsr_algorithm(args.switch_bsr));
   loop.add_hook(switches);
   if (elastic) {
     switches.set_route(&elastic->hook);
@@ -320,6 +330,7 @@ void run_dist_train(const TrainArgs& args) {
   launch.elastic = args.elastic;
   HSPMD_CHECK(args.max_restarts == 0 || args.elastic) << "--max-restarts needs --elastic";
   launch.max_restarts = args.max_restarts;
+  launch.heartbeat_timeout = comm::Millis(static_cast<int64_t>(args.heartbeat_timeout * 1000));  // fencing
   launch.command = own_command_line();
   const int code = comm::launch(launch);
   HSPMD_CHECK(code == 0) << "distributed training failed (launcher exit code " << code << ")";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "hspmd/comm/store_values.h"
 #include "hspmd/core/error.h"
 
 namespace hspmd::comm {
@@ -41,13 +42,16 @@ std::vector<std::pair<int, std::string>> Heartbeat::launcher_notices() {
   std::vector<std::pair<int, std::string>> noticed;
   for (const auto& [rank, peer] : peers_) {
     if (is_dead(rank)) continue;
-    if (auto notice = store_->try_get(dead_key(rank))) noticed.emplace_back(rank, "its launcher reports " + *notice);
+    if (auto notice = store_->try_get(dead_key(rank))) {
+      noticed.emplace_back(rank, "its launcher reports " + death_notice_text(*notice, dead_key(rank)));
+    }
   }
   return noticed;
 }
 
 void Heartbeat::beat_and_check() {
   store_->set(heartbeat_key(rank_), std::to_string(++beats_));
+  last_beat_ = std::chrono::steady_clock::now();
   std::vector<std::pair<int, std::string>> newly_dead = launcher_notices();
   auto now = std::chrono::steady_clock::now();
   for (auto& [rank, peer] : peers_) {
@@ -96,11 +100,29 @@ void Heartbeat::loop() {
       } else {
         check_notices();
       }
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
       // A store hiccup: the next beat retries; peers tolerate missed beats up to their timeout.
+      // Past it they count this rank dead, so it fences itself: no more store operations at all.
+      const auto silent = std::chrono::duration_cast<Millis>(std::chrono::steady_clock::now() - last_beat_);
+      if (silent > options_.timeout) {
+        lock.lock();
+        cut_off_ = true;
+        lock.unlock();
+        if (options_.on_cut_off) {
+          options_.on_cut_off("rank " + std::to_string(rank_) + " could not reach the store " + store_->describe() +
+                              " for " + std::to_string(silent.count()) + " ms (" + e.what() +
+                              "): cut off from the run, whose other members count it dead by now");
+        }
+        return;
+      }
     }
     lock.lock();
   }
+}
+
+bool Heartbeat::cut_off() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cut_off_;
 }
 std::vector<int> Heartbeat::dead() const {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -9,7 +9,8 @@
 //   ...
 //   if (!hb.dead().empty()) membership.regroup(hb, 10s);   // membership.h
 //
-// Death is final: a rank once declared dead stays dead for this Heartbeat.
+// Death is final: a rank once declared dead stays dead for this Heartbeat. A rank that cannot
+// beat for `timeout` itself knows its peers count it dead: it declares itself cut off (fencing).
 #pragma once
 
 #include <condition_variable>
@@ -34,6 +35,10 @@ struct HeartbeatOptions {
   // Called on the heartbeat thread once per peer declared dead (e.g. to abort communication that
   // waits on it); `how` is the launcher's notice or "missed heartbeats for N ms".
   std::function<void(int rank, const std::string& how)> on_death{};
+  // Called on the heartbeat thread, once, when this rank could not publish a beat for `timeout`
+  // (the store is unreachable: this host is cut off). Its peers have declared it dead by then, so
+  // it must stop and never write to the run again; the Heartbeat itself stops touching the store.
+  std::function<void(const std::string& why)> on_cut_off{};
 };
 
 // Store keys of the failure signals.
@@ -53,6 +58,8 @@ class Heartbeat {
   // Watched peers declared dead so far, sorted.
   std::vector<int> dead() const;
   bool is_dead(int rank) const;
+  // True once this rank has been cut off from the store for `timeout` (see on_cut_off).
+  bool cut_off() const;
   const HeartbeatOptions& options() const { return options_; }
 
  private:
@@ -75,8 +82,10 @@ class Heartbeat {
     std::chrono::steady_clock::time_point last_change;
   };
   std::map<int, Peer> peers_;  // heartbeat thread only (after construction)
+  std::chrono::steady_clock::time_point last_beat_;  // the last beat the store took; heartbeat thread only
   mutable std::mutex mutex_;
   std::set<int> dead_;
+  bool cut_off_ = false;
   bool stopping_ = false;
   std::condition_variable cv_;
   std::thread thread_;

@@ -12,11 +12,13 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <sstream>
 
 #include "hspmd/comm/heartbeat.h"
 #include "hspmd/comm/prefix_store.h"
+#include "hspmd/comm/store_values.h"
 #include "hspmd/core/error.h"
 
 namespace hspmd::comm {
@@ -59,6 +61,13 @@ struct Worker {
   bool running = false;
   int status = 0;
   Stream out, err;
+  // Fencing (elastic): what the store said about this incarnation.
+  bool member = false;                     // some agreed generation listed it (the first incarnation is)
+  bool fenced = false;                     // the launcher killed it for the run
+  std::optional<std::string> first_beat;   // hb/<rank> when it started (a restart's is stale)
+  std::optional<std::string> last_beat;
+  bool beating = false;                    // its heartbeat moved since it started
+  Clock::time_point beat_changed{};
 };
 
 void forward_lines(Stream& s, const std::string& prefix, bool at_eof) {
@@ -121,6 +130,9 @@ class Supervisor {
   void stop_all(int signal, int exit_code, const std::string& why);
   void signal_running(int signal);
   bool all_done() const;
+  // Elastic: reads the store and fences local workers the run has declared dead (launcher.h).
+  void watch_run();
+  void fence(Worker& w, const std::string& why);
 
   const LaunchOptions& options_;
   std::vector<Worker> workers_;  // by local rank: the current incarnation
@@ -135,6 +147,14 @@ class Supervisor {
   // Elastic runs: success when any worker finished cleanly, else the first failure's code.
   bool any_success_ = false;
   int first_failure_ = 0;
+  // Fencing state (elastic).
+  int generation_ = 0;             // the newest agreed generation seen in the store
+  int initial_generation_ = 0;     // the newest one when the launcher started
+  Clock::time_point next_watch_{};
+  Clock::time_point store_reached_{};  // the last time every read of a watch succeeded
+  bool cut_off_ = false;
+  std::string store_error_;        // why the last watch could not read the store ("" when it could)
+  int fenced_exits_ = 0, failed_exits_ = 0;
 };
 
 void Supervisor::start_workers(const std::string& store_url, const std::string& run_id, const sigset_t& old_mask) {
@@ -169,6 +189,16 @@ void Supervisor::start_worker(int local, int restarts) {
   w.running = true;
   w.out = {out_pipe[0], 1, {}};
   w.err = {err_pipe[0], 2, {}};
+  // A launcher that starts into a run already past generation 0 (a host started again) has
+  // workers that are no members until admitted.
+  w.member = restarts == 0 && initial_generation_ == 0;
+  if (options_.elastic) {
+    try {
+      w.first_beat = w.last_beat = run_store_->try_get(heartbeat_key(w.rank));
+    } catch (const Error&) {
+      // The store is unreachable just now: watch_run() notices if that lasts.
+    }
+  }
   // The earlier incarnation's output streams may still be draining: keep them until they close.
   Worker& slot = workers_[local];
   if (slot.out.fd >= 0 || slot.err.fd >= 0) retired_.push_back(std::move(slot));
@@ -196,8 +226,10 @@ void Supervisor::on_worker_exit(Worker& w) {
   ::kill(-w.pid, SIGKILL);
   bool failed = !(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0);
   any_success_ = any_success_ || !failed;
+  if (failed) ++(w.fenced ? fenced_exits_ : failed_exits_);
   if (!failed || stopping_) return;
-  std::string what = "rank " + std::to_string(w.rank) + " failed with " + describe_wait_status(w.status);
+  std::string what = "rank " + std::to_string(w.rank) + (w.fenced ? " was fenced: " : " failed with ") +
+                     describe_wait_status(w.status);
   int code = WIFEXITED(w.status) ? WEXITSTATUS(w.status) : 128 + WTERMSIG(w.status);
   if (!options_.elastic) {
     stop_all(SIGTERM, code, what + "; stopping the other workers");
@@ -211,13 +243,66 @@ void Supervisor::on_worker_exit(Worker& w) {
   } catch (const std::exception& e) {
     say(std::string("cannot publish the death in the store: ") + e.what());
   }
-  if (first_failure_ == 0) first_failure_ = code;
+  if (first_failure_ == 0 && !w.fenced) first_failure_ = code;  // a fenced one's SIGKILL came from here
   if (w.restarts < options_.max_restarts) {
     // The new incarnation joins the run at a step boundary (it reads HSPMD_RESTART_COUNT).
     const int local = w.rank - options_.node_rank * options_.nproc;
     say("restarting rank " + std::to_string(w.rank) + " (restart " + std::to_string(w.restarts + 1) + " of " +
         std::to_string(options_.max_restarts) + ")");
     start_worker(local, w.restarts + 1);
+  }
+}
+
+void Supervisor::fence(Worker& w, const std::string& why) {
+  say("fencing rank " + std::to_string(w.rank) + " (SIGKILL): " + why);
+  w.fenced = true;
+  ::kill(-w.pid, SIGKILL);
+}
+
+void Supervisor::watch_run() {
+  const auto now = Clock::now();
+  if (!options_.elastic || stopping_ || now < next_watch_) return;
+  next_watch_ = now + Millis(100);
+  try {
+    // Each newly agreed generation: a running worker it leaves out is dead to the run.
+    while (auto text = run_store_->try_get("gen" + std::to_string(generation_ + 1) + "/members")) {
+      ++generation_;
+      const std::vector<int> members = parse_rank_list(*text, "gen" + std::to_string(generation_) + "/members");
+      for (auto& w : workers_) {
+        if (!w.running || w.fenced) continue;
+        if (std::binary_search(members.begin(), members.end(), w.rank)) {
+          w.member = true;
+        } else if (w.member) {
+          fence(w, "the run agreed on generation " + std::to_string(generation_) + " without it (members [" + *text +
+                       "])");
+        }
+      }
+    }
+    // A worker whose heartbeat is silent for the timeout is dead by its peers' rule.
+    for (auto& w : workers_) {
+      if (!w.running || w.fenced) continue;
+      std::optional<std::string> beat = run_store_->try_get(heartbeat_key(w.rank));
+      if (beat != w.last_beat) {
+        w.last_beat = beat;
+        w.beat_changed = now;
+        w.beating = w.beating || beat != w.first_beat;
+      } else if (w.beating && now - w.beat_changed > options_.heartbeat_timeout) {
+        fence(w, "its heartbeat has been silent for " +
+                     std::to_string(std::chrono::duration_cast<Millis>(now - w.beat_changed).count()) +
+                     " ms (stopped or hung), so the run counts it dead");
+      }
+    }
+    store_reached_ = now;
+    store_error_.clear();
+  } catch (const Error& e) {
+    store_error_ = e.what();
+    const auto silent = std::chrono::duration_cast<Millis>(now - store_reached_);
+    if (silent <= options_.heartbeat_timeout) return;  // a hiccup; the workers tolerate it too
+    cut_off_ = true;
+    stop_all(SIGKILL, kExitCutOff,
+             "cannot reach the store " + run_store_->describe() + " for " + std::to_string(silent.count()) + " ms (" +
+                 e.what() + "): this host is cut off from the run, whose other members count its workers dead; "
+                 "killing them (fenced), exit code " + std::to_string(kExitCutOff));
   }
 }
 
@@ -262,6 +347,11 @@ int Supervisor::run() {
   }
   // Opening the store here checks the URL before any worker starts.
   run_store_ = std::make_shared<PrefixStore>(open_store(store_url), "run/" + run_id + "/");
+  store_reached_ = Clock::now();
+  if (options_.elastic) {
+    while (run_store_->try_get("gen" + std::to_string(generation_ + 1) + "/members")) ++generation_;
+    initial_generation_ = generation_;
+  }
 
   sigset_t mask, old_mask;
   sigemptyset(&mask);
@@ -312,6 +402,7 @@ int Supervisor::run() {
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) drain(*streams[i - 1].first, streams[i - 1].second);
     }
     reap();
+    watch_run();
     if (stopping_ && !killed_ && Clock::now() >= kill_deadline_) {
       bool any = false;
       for (const auto& w : workers_) any = any || w.running;
@@ -322,7 +413,18 @@ int Supervisor::run() {
   }
   ::close(sfd);
   ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-  if (options_.elastic && !stopping_) exit_code_ = any_success_ ? 0 : first_failure_;
+  if (options_.elastic && !stopping_) {
+    exit_code_ = any_success_ ? 0 : first_failure_;
+    if (!any_success_ && !store_error_.empty()) {
+      // The workers stopped by themselves, cut off like the launcher (they fence themselves too).
+      say("the store " + run_store_->describe() + " is unreachable (" + store_error_ +
+          "): this host is cut off from the run; exit code " + std::to_string(kExitCutOff));
+      exit_code_ = kExitCutOff;
+    } else if (!any_success_ && fenced_exits_ > 0 && failed_exits_ == 0) {
+      say("every local worker was fenced: the run declared them dead; exit code " + std::to_string(kExitFenced));
+      exit_code_ = kExitFenced;
+    }
+  }
   if (own_dir) {
     std::error_code ec;
     std::filesystem::remove_all(store_url.substr(7), ec);

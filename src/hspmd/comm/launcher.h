@@ -13,6 +13,14 @@
 // and the death is published in the store as "dead/<rank>" (membership.h reads it), so they
 // learn the new membership at once; with `max_restarts`, the dead worker is then started again
 // (HSPMD_RESTART_COUNT=k in its environment, 0 for the first incarnation).
+//
+// Fencing (elastic): a worker the run has declared dead must never write to it again, even if it
+// resumes (SIGCONT after SIGSTOP, a healed partition). The launcher watches the store and
+// SIGKILLs a local worker once (a) the survivors agreed on a generation without it, or (b) its
+// heartbeat ("hb/<rank>") has been silent for `heartbeat_timeout`, the rule its peers declare it
+// dead by. When the launcher itself cannot reach the store for `heartbeat_timeout`, its host is
+// cut off: the other side counts its workers dead, so it kills them all and exits with
+// kExitCutOff. A launcher therefore never waits forever on a worker that cannot make progress.
 #pragma once
 
 #include <string>
@@ -33,13 +41,20 @@ struct LaunchOptions {
   int max_restarts = 0;     // elastic: a dead worker is started again this many times at most
                             // (HSPMD_RESTART_COUNT tells it; it then joins the running workers)
   Millis grace{5'000};      // SIGTERM -> SIGKILL delay when stopping workers
+  // elastic: the workers' --heartbeat-timeout (fencing, see above); give the workers' value
+  Millis heartbeat_timeout{5'000};
   std::vector<std::string> command;  // program and arguments of every worker
 };
 
+// Exit codes that name why an elastic launcher gave up on its workers (see Fencing above).
+inline constexpr int kExitFenced = 75;  // the run declared every local worker dead; the launcher killed them
+inline constexpr int kExitCutOff = 76;  // the store was unreachable for the heartbeat timeout
+
 // Runs the workers to completion and returns the exit code for the launcher: 0 when every
-// worker (every survivor, when elastic) exited 0; the failed worker's exit status, or 128 +
-// signal, otherwise; 128 + signal when the launcher itself was told to stop. Throws Error for
-// bad options. Never calls exit; restores the signal mask it changes.
+// worker (any worker, when elastic) exited 0; kExitCutOff or kExitFenced (elastic, see above);
+// the failed worker's exit status, or 128 + signal, otherwise; 128 + signal when the launcher
+// itself was told to stop. Throws Error for bad options. Never calls exit; restores the signal
+// mask it changes.
 int launch(const LaunchOptions& options);
 
 // "exit status 3" / "signal 9 (Killed)", for a waitpid status.

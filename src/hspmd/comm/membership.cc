@@ -1,10 +1,10 @@
 #include "hspmd/comm/membership.h"
 
 #include <algorithm>
-#include <sstream>
 #include <thread>
 
 #include "hspmd/comm/communicator.h"
+#include "hspmd/comm/store_values.h"
 #include "hspmd/core/error.h"
 
 namespace hspmd::comm {
@@ -58,9 +58,7 @@ const std::vector<int>& Membership::regroup(const Heartbeat& heartbeat, Millis t
     HSPMD_THROW() << "rank " << rank_ << ": no membership decision for generation " << generation_ + 1
                   << " (the deciding rank may have died): " << e.what();
   }
-  std::vector<int> members;
-  std::stringstream s(decided);
-  for (std::string item; std::getline(s, item, ',');) members.push_back(std::stoi(item));
+  std::vector<int> members = parse_rank_list(decided, next_key("members"));
   HSPMD_CHECK(std::binary_search(members.begin(), members.end(), rank_))
       << "rank " << rank_ << " was excluded from generation " << generation_ + 1 << " (members [" << decided
       << "]): it joined the agreement too late";

@@ -1,5 +1,11 @@
 #include "hspmd/comm/store.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "hspmd/comm/file_store.h"
@@ -63,28 +69,69 @@ void Store::wait(const std::vector<std::string>& keys, Millis timeout) {
   }
 }
 
-std::shared_ptr<Store> open_store(const std::string& url) {
+StoreAccess StoreAccess::from_environment() {
+  StoreAccess access;
+  if (const char* password = std::getenv("HSPMD_STORE_PASSWORD")) access.password = password;
+  if (const char* insecure = std::getenv("HSPMD_INSECURE_STORE")) access.insecure = std::string(insecure) == "1";
+  return access;
+}
+
+std::string read_password_file(const std::string& path) {
+  struct stat st {};
+  HSPMD_CHECK(::stat(path.c_str(), &st) == 0) << "store password file " << path << ": " << std::strerror(errno);
+  HSPMD_CHECK((st.st_mode & 077) == 0) << "store password file " << path << " can be read by other users (mode "
+                                       << std::oct << (st.st_mode & 0777) << "): chmod 600 it";
+  std::ifstream in(path);
+  std::string password;
+  std::getline(in, password);
+  HSPMD_CHECK(!in.bad()) << "store password file " << path << ": cannot read it";
+  if (!password.empty() && password.back() == '\r') password.pop_back();
+  HSPMD_CHECK(!password.empty()) << "store password file " << path << " is empty (the password is its first line)";
+  return password;
+}
+
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
+std::shared_ptr<Store> open_store(const std::string& url, const StoreAccess& access) {
   const std::string file_scheme = "file://";
   const std::string redis_scheme = "redis://";
   if (url.rfind(file_scheme, 0) == 0) return std::make_shared<FileStore>(url.substr(file_scheme.size()));
   if (!url.empty() && url[0] == '/') return std::make_shared<FileStore>(url);
   if (url.rfind(redis_scheme, 0) == 0) {
+    RedisAddress address;
     std::string rest = url.substr(redis_scheme.size());
-    auto colon = rest.rfind(':');
-    int port = 6379;
-    std::string host = rest;
-    if (colon != std::string::npos) {
-      host = rest.substr(0, colon);
-      std::string port_text = rest.substr(colon + 1);
-      HSPMD_CHECK(!port_text.empty() && port_text.find_first_not_of("0123456789") == std::string::npos)
-          << "store URL '" << url << "': port '" << port_text << "' is not a number";
-      port = std::stoi(port_text);
+    if (auto at = rest.rfind('@'); at != std::string::npos) {
+      address.user = rest.substr(0, at);
+      rest = rest.substr(at + 1);
+      HSPMD_CHECK(!address.user.empty() && address.user.find(':') == std::string::npos)
+          << "store URL '" << url << "': the part before '@' must be a user name alone (the password comes from "
+          << "HSPMD_STORE_PASSWORD or --store-password-file, never from the command line)";
     }
-    HSPMD_CHECK(!host.empty()) << "store URL '" << url << "' has no host";
-    return std::make_shared<RedisStore>(host, port);
+    auto colon = rest.rfind(':');
+    address.host = rest;
+    if (colon != std::string::npos) {
+      address.host = rest.substr(0, colon);
+      std::string port_text = rest.substr(colon + 1);
+      HSPMD_CHECK(!port_text.empty() && port_text.size() <= 5 &&
+                  port_text.find_first_not_of("0123456789") == std::string::npos && std::stoi(port_text) <= 65535)
+          << "store URL '" << url << "': port '" << port_text << "' is not a port number";
+      address.port = std::stoi(port_text);
+    }
+    HSPMD_CHECK(!address.host.empty()) << "store URL '" << url << "' has no host";
+    HSPMD_CHECK(address.user.empty() || !access.password.empty())
+        << "store URL '" << url << "' names user '" << address.user
+        << "' but no password is given (HSPMD_STORE_PASSWORD or --store-password-file)";
+    address.password = access.password;
+    HSPMD_CHECK(!address.password.empty() || access.insecure || is_loopback_host(address.host))
+        << "store " << url << " is on another host and has no password: anyone who reaches it could declare ranks "
+        << "dead or publish the plan every worker adopts. Give the Redis password (requirepass or an ACL user) in "
+        << "HSPMD_STORE_PASSWORD or --store-password-file, or accept the risk with --insecure-store";
+    return std::make_shared<RedisStore>(std::move(address));
   }
   HSPMD_THROW() << "store URL '" << url
-                << "' is neither file:///dir, /dir nor redis://host:port";
+                << "' is neither file:///dir, /dir nor redis://[user@]host:port";
 }
 
 }  // namespace hspmd::comm

@@ -2,7 +2,7 @@
 // c10d Store.hpp). Groups exchange their TCP addresses here, heartbeats and membership decisions
 // live here too.
 //
-//   std::shared_ptr<Store> store = open_store("file:///tmp/hspmd-run42");   // or redis://host:port
+//   std::shared_ptr<Store> store = open_store("file:///tmp/hspmd-run42");   // or redis://[user@]host:port
 //   auto run = std::make_shared<PrefixStore>(store, "run42/");              // namespace by run id
 //   run->set("hello", "world");
 //   run->get("hello", std::chrono::seconds(5));    // "world"; throws Error after 5 s if absent
@@ -52,9 +52,28 @@ class Store {
   virtual void wait(const std::vector<std::string>& keys, Millis timeout = kDefaultStoreTimeout);
 };
 
+// Who may write the run: the secret a Redis store asks for. Never taken from a command line (other
+// users of the host can read every process's arguments): from the environment, which `hspmd
+// launch --store-password-file` fills for its workers.
+struct StoreAccess {
+  std::string password;   // HSPMD_STORE_PASSWORD; the user is in the URL (redis://user@host:port)
+  bool insecure = false;  // HSPMD_INSECURE_STORE=1: allow a store on another host without password
+  static StoreAccess from_environment();
+};
+
+// The password in `path`: its first line. Error naming the file when it cannot be read, is empty,
+// or can be read by other users (mode & 077, as ssh insists for private keys).
+std::string read_password_file(const std::string& path);
+
+// True for names and addresses of this host only: localhost, 127.0.0.0/8, ::1.
+bool is_loopback_host(const std::string& host);
+
 // Opens a store from its URL: "file:///abs/dir" or "/abs/dir" (a directory, created if missing;
-// one host or a shared file system) or "redis://host:port" (several hosts). Throws Error naming
-// the URL when it is malformed or the server cannot be reached.
-std::shared_ptr<Store> open_store(const std::string& url);
+// one host or a shared file system) or "redis://[user@]host:port" (several hosts). Throws Error
+// naming the URL when it is malformed, the server cannot be reached or refuses the password, and
+// for a Redis store on another host without a password unless `access.insecure`: anyone who
+// reaches such a store could declare ranks dead or publish the plan every survivor adopts.
+std::shared_ptr<Store> open_store(const std::string& url,
+                                  const StoreAccess& access = StoreAccess::from_environment());
 
 }  // namespace hspmd::comm

@@ -7,8 +7,10 @@
 #include <sstream>
 #include <thread>
 
+#include "hspmd/comm/store_values.h"
 #include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
+#include "hspmd/elastic/store_records.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
 
@@ -22,19 +24,6 @@ std::vector<int> all_ranks(int world) {
   std::vector<int> r(world);
   std::iota(r.begin(), r.end(), 0);
   return r;
-}
-
-std::string totals_text(const std::vector<double>& totals) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g %.17g", totals.at(0), totals.at(1));
-  return buf;
-}
-
-std::vector<double> parse_totals(const std::string& text, const std::string& key) {
-  std::vector<double> out(2);
-  HSPMD_CHECK(std::sscanf(text.c_str(), "%lf %lf", &out[0], &out[1]) == 2)
-      << "store key " << key << " holds '" << text << "', not two numbers";
-  return out;
 }
 
 // Whether `dir` holds a complete checkpoint (an interrupted save leaves the previous one in place).
@@ -70,11 +59,8 @@ namespace {
 std::string members_key(int generation) { return "gen" + std::to_string(generation) + "/members"; }
 std::string join_request_key(int rank) { return "join-request/" + std::to_string(rank); }
 
-std::vector<int> parse_members(const std::string& text) {
-  std::vector<int> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoi(item));
-  return out;
+std::vector<int> parse_members(const std::string& text, int generation) {
+  return comm::parse_rank_list(text, members_key(generation));
 }
 
 // Polls `key` until it exists; Error naming `what` after the deadline.
@@ -94,7 +80,7 @@ Admission ElasticRun::join(comm::Store& store, int rank, int world, comm::Millis
     int generation = 0;
     while (store.try_get(members_key(generation + 1))) ++generation;
     const std::vector<int> members =
-        generation == 0 ? all_ranks(world) : parse_members(*store.try_get(members_key(generation)));
+        generation == 0 ? all_ranks(world) : parse_members(*store.try_get(members_key(generation)), generation);
     if (std::binary_search(members.begin(), members.end(), rank)) {
       // The others have not yet agreed that this rank's earlier incarnation died. If every one of
       // them died too, nobody ever will (a failure every worker shares, e.g. a bad input).
@@ -112,17 +98,31 @@ Admission ElasticRun::join(comm::Store& store, int rank, int world, comm::Millis
     const std::string next = "gen" + std::to_string(generation + 1) + "/";
     store.set(next + "join/" + std::to_string(rank), "1");
     store.set(join_request_key(rank), std::to_string(generation + 1));
-    const std::vector<int> admitted =
-        parse_members(wait_for(store, members_key(generation + 1), deadline, "admission by the running workers"));
+    // Every member may die while this rank waits (one after another, each restarted): then nobody
+    // admits it, and it stops instead of waiting out the deadline.
+    std::optional<std::string> decision;
+    while (!(decision = store.try_get(members_key(generation + 1)))) {
+      const bool all_dead = std::all_of(members.begin(), members.end(), [&](int r) {
+        return store.try_get(comm::dead_key(r)).has_value();
+      });
+      HSPMD_CHECK(!all_dead) << "rank " << rank << ": every member of generation " << generation << " (["
+                             << comm::group_key(members) << "]) died while it waited to be admitted, so there is no "
+                             << "running worker to rejoin; see the failures above";
+      HSPMD_CHECK(Clock::now() < deadline) << "rank " << rank << ": timed out waiting for admission by the running "
+                                           << "workers (store key " << members_key(generation + 1) << ")";
+      std::this_thread::sleep_for(comm::Millis(10));
+    }
+    const std::vector<int> admitted = parse_members(*decision, generation + 1);
     if (!std::binary_search(admitted.begin(), admitted.end(), rank)) continue;  // decided without it: ask again
-    const nlohmann::json progress =
-        nlohmann::json::parse(wait_for(store, next + "progress", deadline, "the run's progress"));
+    const ProgressRecord progress =
+        parse_progress_record(wait_for(store, next + "progress", deadline, "the run's progress"), next + "progress");
     Admission a;
     a.members = admitted;
     a.generation = generation + 1;
-    a.strategy = sharding::Strategy::from_json_text(progress.at("strategy").get<std::string>(), "the run's strategy");
-    a.step = progress.at("step").get<int64_t>();
-    a.loader = data::LoaderState::from_json(progress.at("loader").get<std::string>());
+    a.strategy = sharding::Strategy::from_json_text(progress.strategy_text, "the run's strategy (store key " + next +
+                                                                                "progress)");
+    a.step = progress.step;
+    a.loader = data::LoaderState::from_json(progress.loader_json);
     return a;
   }
 }
@@ -152,16 +152,16 @@ planner::Plan ElasticRun::shared_plan(bool is_leader, const std::vector<int>& de
     }
     store_->set(key, record.dump());
   }
-  const nlohmann::json record = nlohmann::json::parse(
-      wait_for(*store_, key, Clock::now() + options_.agreement_timeout, "the re-planned strategy"));
-  if (record.contains("error")) {
-    throw Unrecoverable("no plan for the ranks [" + comm::group_key(membership_.members()) +
-                        "]: " + record.at("error").get<std::string>());
+  const PlanRecord record =
+      parse_plan_record(wait_for(*store_, key, Clock::now() + options_.agreement_timeout, "the re-planned strategy"), key);
+  if (record.error) {
+    throw Unrecoverable("no plan for the ranks [" + comm::group_key(membership_.members()) + "]: " + *record.error);
   }
   planner::Plan plan;
-  plan.strategy = sharding::Strategy::from_json_text(record.at("strategy").get<std::string>(), "the re-planned strategy");
-  plan.prediction.step_seconds = record.at("predicted_step_seconds").get<double>();
-  *dead_out = record.at("dead").get<std::vector<int>>();
+  plan.strategy =
+      sharding::Strategy::from_json_text(record.strategy_text, "the re-planned strategy (store key " + key + ")");
+  plan.prediction.step_seconds = record.predicted_step_seconds;
+  *dead_out = record.dead;
   return plan;
 }
 
@@ -176,6 +176,9 @@ void ElasticRun::start_heartbeat() {
   h.on_death = [this](int rank, const std::string& how) {
     groups_.abort("rank " + std::to_string(rank) + " died (" + how + ")");
   };
+  // Fencing: cut off from the store, this rank is dead to the others; it stops communicating now
+  // and recover() refuses to write anything more (see fenced()).
+  h.on_cut_off = [this](const std::string& why) { groups_.abort(why); };
   // One Heartbeat per generation, watching its members: a death is final for it.
   heartbeat_ = std::make_unique<comm::Heartbeat>(store_, rank_, membership_.members(), h);
 }
@@ -190,9 +193,17 @@ void ElasticRun::attach(runtime::DistTrainer& trainer, const sharding::Strategy&
                        .switch_done = [this, &trainer] { commit_switch(trainer.step_count()); }});
 }
 
+void ElasticRun::throw_if_fenced() const {
+  if (heartbeat_ && heartbeat_->cut_off()) {
+    throw Unrecoverable("rank " + std::to_string(rank_) + " was cut off from the store for longer than the heartbeat "
+                        "timeout: the others count it dead, so it stops without writing to the run again");
+  }
+}
+
 void ElasticRun::commit_step(int64_t step, const std::vector<double>& totals) {
+  throw_if_fenced();
   // Every rank writes the same value; the first write is the commit.
-  store_->set(generation_key("commit/" + std::to_string(step)), totals_text(totals));
+  store_->set(generation_key("commit/" + std::to_string(step)), step_totals_text(totals));
   if (rank_ != membership_.members().front()) return;
   // Restarted workers asking to join are admitted after the NEXT step: every member learns it then
   // from this key, written before this rank could take part in that step's totals.
@@ -241,6 +252,7 @@ RecoveryReport ElasticRun::recover(runtime::DistTrainer& trainer, const std::str
   const auto start = Clock::now();
   RecoveryReport report;
   report.cause = cause;
+  throw_if_fenced();
   // Whatever this rank still waits on goes, and peers blocked on this rank are released too.
   groups_.abort(cause);
 
@@ -273,7 +285,7 @@ RecoveryReport ElasticRun::recover(runtime::DistTrainer& trainer, const std::str
 
   // Settle the interrupted step: every survivor reads the same commit, now final.
   std::optional<std::vector<double>> committed;
-  if (auto text = store_->try_get(commit_key)) committed = parse_totals(*text, commit_key);
+  if (auto text = store_->try_get(commit_key)) committed = parse_step_totals(*text, commit_key);
   const runtime::InterruptedStep settled = trainer.finish_interrupted_step(members, committed);
   report.interrupted_step = settled.in_progress;
   report.rolled_forward = settled.rolled_forward;
@@ -302,7 +314,8 @@ void ElasticRun::move_state(runtime::DistTrainer& trainer, const planner::Plan& 
   pending_strategy_ = plan.strategy;
   const sharding::AnnotationPlan annotations = models::compile_llama_plan(config_, plan.strategy);
   try {
-    report.switched = trainer.switch_to(annotations, plan.strategy.name, /*fused=*/true, report.dead);
+    report.switched = trainer.switch_to(annotations, plan.strategy.name, resolve::BsrAlgorithm::kFusedHeuristic,
+                                         report.dead);
   } catch (const runtime::StateLost& e) {
     if (!complete_checkpoint(options_.checkpoint_dir)) {
       throw Unrecoverable(std::string(e.what()) + "; and there is no complete checkpoint to fall back to (give --save DIR "

@@ -35,8 +35,8 @@
 
 namespace hspmd::elastic {
 
-// A failure elastic training cannot get past: this rank was excluded by the others, no worker
-// died (e.g. out of memory), the planner found no plan for the survivors, or state was lost with
+// A failure elastic training cannot get past: this rank was excluded by the others or cut off from
+// the store (fenced), no worker died (e.g. out of memory), the planner found no plan for the survivors, or state was lost with
 // no checkpoint to fall back to. Any other Error from recover() is a further failure during the
 // recovery: call recover() again.
 class Unrecoverable : public Error {
@@ -121,6 +121,8 @@ class ElasticRun {
   int leader(const std::vector<int>& before) const;
   // The re-planned strategy, from the leader: planned there, read everywhere else.
   planner::Plan shared_plan(bool is_leader, const std::vector<int>& dead, std::vector<int>* dead_out);
+  // Unrecoverable once the heartbeat found this rank cut off from the store (it is fenced).
+  void throw_if_fenced() const;
   void commit_step(int64_t step, const std::vector<double>& totals);
   void commit_switch(int64_t step);
   void start_heartbeat();

@@ -10,6 +10,32 @@ int64_t FusedBsr::total_bytes() const {
   return n;
 }
 
+std::string bsr_algorithm_name(BsrAlgorithm algorithm) {
+  switch (algorithm) {
+    case BsrAlgorithm::kFusedHeuristic: return "fused";
+    case BsrAlgorithm::kPerTensorHeuristic: return "per-tensor";
+    case BsrAlgorithm::kPerTensorLowestOwner: return "per-tensor-lowest-owner";
+  }
+  HSPMD_ASSERT(false) << "unknown BsrAlgorithm " << static_cast<int>(algorithm);
+  return "";
+}
+
+BsrAlgorithm parse_bsr_algorithm(const std::string& text) {
+  for (BsrAlgorithm a :
+       {BsrAlgorithm::kFusedHeuristic, BsrAlgorithm::kPerTensorHeuristic, BsrAlgorithm::kPerTensorLowestOwner}) {
+    if (bsr_algorithm_name(a) == text) return a;
+  }
+  HSPMD_THROW() << "unknown BSR algorithm '" << text << "' (fused, per-tensor, per-tensor-lowest-owner)";
+}
+
+FusedBsrOptions bsr_algorithm_options(BsrAlgorithm algorithm, std::vector<int> dead) {
+  FusedBsrOptions o;
+  o.fuse = algorithm == BsrAlgorithm::kFusedHeuristic;
+  o.policy = algorithm == BsrAlgorithm::kPerTensorLowestOwner ? BsrPolicy::kLowestOwner : BsrPolicy::kHeuristic;
+  o.dead = std::move(dead);
+  return o;
+}
+
 namespace {
 
 // Adds one table's scheme to `out`: ops appended per device, messages per pair.

@@ -55,6 +55,16 @@ struct FusedBsrOptions {
   std::vector<int> dead;  // devices that cannot send (failed); their slices come from replicas
 };
 
+// The three ways of moving many tensors the paper compares (its Figure 20), by name:
+//   fused                    one table and scheme over every tensor, heuristics (i)-(iii)
+//   per-tensor               one table and scheme per tensor, heuristics (i)-(iii) within it
+//   per-tensor-lowest-owner  one per tensor, (i) then the lowest-rank owner sends
+enum class BsrAlgorithm { kFusedHeuristic, kPerTensorHeuristic, kPerTensorLowestOwner };
+std::string bsr_algorithm_name(BsrAlgorithm algorithm);
+// Error naming the text and the three names when it is none of them.
+BsrAlgorithm parse_bsr_algorithm(const std::string& text);
+FusedBsrOptions bsr_algorithm_options(BsrAlgorithm algorithm, std::vector<int> dead = {});
+
 // Throws Error naming the tensor when an annotation is partial or does not fit its shape.
 FusedBsr plan_fused_bsr(const std::vector<FusedTensor>& tensors, const Topology* topology,
                         const FusedBsrOptions& options = {});

@@ -57,6 +57,7 @@
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/models/llama.h"
 #include "hspmd/resolve/resolver.h"
+#include "hspmd/resolve/fused_bsr.h"
 #include "hspmd/resolve/topology.h"
 #include "hspmd/runtime/compute_pacer.h"
 #include "hspmd/runtime/emulation.h"
@@ -107,6 +108,7 @@ struct SwitchReport {
   std::map<int, int64_t> sent_by_rank;  // rank -> bytes it sends, as planned
   int64_t rank_sent_bytes = 0;          // what this rank put on the wire (measured)
   int messages = 0;                     // (sender, receiver) pairs
+  std::string algorithm = "fused";      // resolve::bsr_algorithm_name
   double bsr_seconds = 0;               // the fused BSR
   double total_seconds = 0;             // validation, specialization, connecting and the BSR
 
@@ -170,13 +172,15 @@ class DistTrainer {
   // Collective over every process of the run: moves the training state to `plan` (see above).
   // Throws SwitchRefused, on every rank alike, when the plan is invalid or exceeds a rank's memory;
   // then nothing has moved and training goes on under the current plan.
-  // `fused` = false runs the paper's unfused baseline instead, for comparison (bench/switch_bench):
-  // one BSR per tensor, one after the other, the lowest-rank owner sending what is not already there.
+  // `algorithm` (resolve/fused_bsr.h) other than kFusedHeuristic runs one of the paper's per-tensor
+  // baselines instead, for comparison (bench/switch_bench, bench/bsr_algorithms.sh): one BSR per
+  // tensor, one after the other.
   // `dead`: ranks that failed (elastic recovery): they send nothing, every slice comes from a
   // surviving holder, and parameter values are taken from the optimizer-state layout (the slices
   // an interrupted ZeRO-1 gather may have left stale are not used). Throws StateLost when a slice
   // has no surviving holder, on every rank alike, before anything moved.
-  SwitchReport switch_to(const sharding::AnnotationPlan& plan, const std::string& name, bool fused = true,
+  SwitchReport switch_to(const sharding::AnnotationPlan& plan, const std::string& name,
+                         resolve::BsrAlgorithm algorithm = resolve::BsrAlgorithm::kFusedHeuristic,
                          const std::vector<int>& dead = {});
 
   // Elastic training (docs/elastic.md) commits each step and each switch through the run's store:

@@ -53,7 +53,8 @@ double max_over(comm::Communicator& world, double value) {
 
 }  // namespace
 
-SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const std::string& name, bool fused,
+SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const std::string& name,
+                                    resolve::BsrAlgorithm algorithm,
                                     const std::vector<int>& dead) {
   const auto start = Clock::now();
   const double trace_start = tracer_.now_us();
@@ -91,7 +92,7 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
   // 2. One fused BSR for every parameter and both moments, planned identically on every rank.
   switching::SwitchOptions switch_options;
   switch_options.topology = options_.topology;
-  switch_options.fuse = fused;
+  switch_options.algorithm = algorithm;
   switch_options.dead = dead;
   // After a failure a ZeRO-1 gather may have been cut short: a parameter's up-to-date elements are
   // those of its optimizer-state layout, so only they are sent.
@@ -137,12 +138,13 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
   world->barrier().wait();  // the BSR's time is the transfer, not waiting for the last rank to plan
   fault_point(rank_, step_ + 1, "switch");
   const auto bsr_start = Clock::now();
-  if (fused) {
+  report.algorithm = resolve::bsr_algorithm_name(algorithm);
+  if (algorithm == resolve::BsrAlgorithm::kFusedHeuristic) {
     report.rank_sent_bytes = execute_fused_bsr(sp.bsr, rank_, sources, destinations, session_, "switch");
   } else {
     for (size_t i = 0; i < sp.tensors.size(); ++i) {
       const resolve::FusedBsr one = resolve::plan_fused_bsr({sp.tensors[i]}, options_.topology,
-                                                            {resolve::BsrPolicy::kLowestOwner, false, {}});
+                                                            resolve::bsr_algorithm_options(algorithm, dead));
       report.rank_sent_bytes += execute_fused_bsr(one, rank_, {sources[i]}, {destinations[i]}, session_, "switch");
     }
   }
@@ -230,14 +232,16 @@ nlohmann::json SwitchReport::to_json() const {
           {"from", from},            {"to", to},
           {"specialized", specialized}, {"sent_bytes", sent_bytes},
           {"sent_bytes_by_tier", tiers}, {"sent_bytes_by_rank", ranks},
-          {"local_copy_bytes", local_copy_bytes}, {"messages", messages},
+          {"local_copy_bytes", local_copy_bytes}, {"messages", messages}, {"algorithm", algorithm},
           {"bsr_seconds", bsr_seconds}, {"total_seconds", total_seconds}};
 }
 
 std::string SwitchReport::to_string() const {
   std::ostringstream out;
   out << "switch after step " << step << ": plan " << from << " -> " << to << " ("
-      << (specialized ? "specialized now" : "cached graphs") << "), one fused BSR: " << messages << " messages, sent "
+      << (specialized ? "specialized now" : "cached graphs") << "), "
+      << (algorithm == "fused" ? std::string("one fused BSR") : "BSR " + algorithm) << ": " << messages
+      << " messages, sent "
       << format_bytes(sent_bytes);
   for (const auto& [tier, bytes] : sent_by_tier) {
     out << " [" << resolve::link_tier_name(tier) << " " << format_bytes(bytes) << "]";

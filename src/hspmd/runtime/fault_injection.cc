@@ -17,6 +17,7 @@ struct Fault {
   int rank = 0;
   int64_t step = 0;
   std::string point;
+  bool stop = false;  // SIGSTOP instead of SIGKILL: the process hangs, heartbeat and all
 };
 
 const std::vector<std::string>& known_points() {
@@ -32,9 +33,10 @@ std::vector<Fault> parse(const std::string& spec) {
     char point[32] = {};
     long long step = 0;
     int consumed = 0;
-    HSPMD_CHECK(std::sscanf(entry.c_str(), "%d:%lld:%31[a-z-]%n", &f.rank, &step, point, &consumed) == 3 &&
-                consumed == static_cast<int>(entry.size()) && f.rank >= 0 && step >= 1)
-        << "HSPMD_FAULT entry '" << entry << "': expected RANK:STEP:POINT, e.g. 2:4:backward";
+    const bool parsed = std::sscanf(entry.c_str(), "%d:%lld:%31[a-z-]%n", &f.rank, &step, point, &consumed) == 3;
+    f.stop = parsed && entry.substr(consumed) == ":stop";
+    HSPMD_CHECK(parsed && (f.stop || consumed == static_cast<int>(entry.size())) && f.rank >= 0 && step >= 1)
+        << "HSPMD_FAULT entry '" << entry << "': expected RANK:STEP:POINT[:stop], e.g. 2:4:backward";
     f.step = step;
     f.point = point;
     const auto& points = known_points();
@@ -64,10 +66,11 @@ void check_fault_spec() { (void)faults(); }
 void fault_point(int rank, int64_t step, const std::string& point) {
   for (const Fault& f : faults()) {
     if (f.rank == rank && f.step == step && f.point == point) {
-      const std::string line = "rank " + std::to_string(rank) + ": HSPMD_FAULT: killing myself (SIGKILL) in " + point +
+      const std::string line = "rank " + std::to_string(rank) + ": HSPMD_FAULT: " +
+                               (f.stop ? "stopping myself (SIGSTOP)" : "killing myself (SIGKILL)") + " in " + point +
                                " of step " + std::to_string(step) + "\n";
       (void)!::write(2, line.data(), line.size());
-      ::kill(::getpid(), SIGKILL);
+      ::kill(::getpid(), f.stop ? SIGSTOP : SIGKILL);
     }
   }
 }

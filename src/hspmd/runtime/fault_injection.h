@@ -5,6 +5,7 @@
 //
 //   HSPMD_FAULT="2:4:backward"                 rank 2 dies in the backward pass of step 4
 //   HSPMD_FAULT="2:4:backward,1:7:grad-sync"   two failures in one run
+//   HSPMD_FAULT="2:4:backward:stop"            rank 2 stops itself (SIGSTOP): a hung process
 //
 // Steps count from 1 (the step being run). Points: forward, backward, grad-sync, optimizer,
 // save, switch. A worker the launcher restarted (HSPMD_RESTART_COUNT > 0) never faults again.
@@ -14,7 +15,7 @@
 
 namespace hspmd::runtime {
 
-// Dies by SIGKILL when HSPMD_FAULT names (rank, step, point). `step` is the step being run.
+// Dies by SIGKILL (or stops, with ":stop") when HSPMD_FAULT names (rank, step, point). `step` is the step being run.
 void fault_point(int rank, int64_t step, const std::string& point);
 
 // Error naming the entry at fault when HSPMD_FAULT is set but malformed (checked at start-up).

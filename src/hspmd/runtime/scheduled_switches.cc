@@ -20,7 +20,8 @@ void ScheduledSwitches::before_step(TrainingLoop& loop) {
   }
   try {
     const SwitchReport r =
-        route_ != nullptr ? route_->switch_to(trainer, target) : trainer.switch_to(target.plan, target.strategy.name);
+        route_ != nullptr ? route_->switch_to(trainer, target)
+                          : trainer.switch_to(target.plan, target.strategy.name, algorithm_);
     loop.log().line(r.to_string(), r.to_json());
     loop.log().rank_line(trainer.describe());
   } catch (const SwitchRefused& e) {

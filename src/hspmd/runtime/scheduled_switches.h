@@ -45,6 +45,8 @@ class ScheduledSwitches : public TrainingHook {
   ScheduledSwitches(std::vector<ScheduledPlan> plans, size_t in_force);
   // Every switch goes through `route` (it must outlive this object); nullptr: DistTrainer::switch_to.
   void set_route(SwitchRoute* route) { route_ = route; }
+  // How the plain DistTrainer::switch_to moves the state (`hspmd train --switch-bsr`).
+  void set_bsr_algorithm(resolve::BsrAlgorithm algorithm) { algorithm_ = algorithm; }
 
   void before_step(TrainingLoop& loop) override;
 
@@ -54,6 +56,7 @@ class ScheduledSwitches : public TrainingHook {
   std::vector<ScheduledPlan> plans_;
   size_t next_;  // the next plan to switch to
   SwitchRoute* route_ = nullptr;
+  resolve::BsrAlgorithm algorithm_ = resolve::BsrAlgorithm::kFusedHeuristic;
 };
 
 }  // namespace hspmd::runtime

@@ -44,10 +44,8 @@ SwitchPlan plan_switch(const std::vector<ParamLayout>& from, const std::vector<P
     out.tensors.push_back({a.name + ".exp_avg", a.shape, a.state, b.state, 4});
     out.tensors.push_back({a.name + ".exp_avg_sq", a.shape, a.state, b.state, 4});
   }
-  resolve::FusedBsrOptions bsr_options;
-  if (!options.fuse) bsr_options = {resolve::BsrPolicy::kLowestOwner, false, {}};
-  bsr_options.dead = options.dead;
-  out.bsr = resolve::plan_fused_bsr(out.tensors, options.topology, bsr_options);
+  out.bsr = resolve::plan_fused_bsr(out.tensors, options.topology,
+                                    resolve::bsr_algorithm_options(options.algorithm, options.dead));
 
   for (const auto& [device, ops] : out.bsr.ops) {
     for (const resolve::CommOp& op : ops) {

@@ -47,7 +47,7 @@ std::vector<int> ranks_of(const std::vector<ParamLayout>& layouts);
 struct SwitchOptions {
   bool optimizer_states = true;                // move AdamW's moments too
   const resolve::Topology* topology = nullptr;  // nullptr: one host, all links equal
-  bool fuse = true;                            // false: the per-tensor baseline, lowest owner sends
+  resolve::BsrAlgorithm algorithm = resolve::BsrAlgorithm::kFusedHeuristic;  // resolve/fused_bsr.h
   std::vector<int> dead{};                     // ranks that cannot send (failed)
 };
 

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Runs hspmd on two test hosts made of network namespaces (tests/multihost/test_hosts.sh: a bridge,
+# links shaped to 1 Gbit/s, Redis with a password on host A). Every host runs one `hspmd launch`
+# with 2 workers; nothing but these namespaces' addresses is used. First the store must refuse a
+# client without its password and a non-loopback store without one must be refused; then:
+#
+#   cross     a heterogeneous strategy whose pipelines cross the hosts, and a switch whose BSR
+#             moves state across them: every step's loss equals one process's (--check-single)
+#   per-tensor the same switch with --switch-bsr per-tensor (one BSR per tensor, heuristics)
+#   killed    every process of host B is killed (kill -9): A goes on from its replica
+#   partition host B's link goes down: A (with the store) goes on; B's launcher finds the store
+#             unreachable, fences its workers and exits 76 by itself; B never writes to the run again
+#
+#   tests/multihost/multihost_test.sh [case...]      (root; HSPMD_BINARY_DIR=build/release)
+#
+# Exits 77 (ctest: skipped) with the reason when namespaces cannot be made here (not root, no
+# `ip`, no tc shaping, no redis-server). Everything it made is removed on exit, failure included.
+# Prints the recovery time of the killed and the partitioned host (wall time from the failure to
+# the first step the survivors finish after their recovery) as "measured: ..." lines.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+cases=("${@:-cross per-tensor killed partition}")
+cases=(${cases[*]})
+
+label=multihost
+source tests/multihost/test_hosts.sh
+
+# The store refuses a client without the password (from host B, across the link).
+if in_ns "$ns_b" "$bin" launch -n 1 --store "$store" --run-id probe --insecure-store -- /bin/true > "$work/probe.log" 2>&1; then
+  fail "the store accepted a client without its password"
+fi
+grep -q "refused access: NOAUTH" "$work/probe.log" || fail "unexpected refusal: $(cat "$work/probe.log")"
+if in_ns "$ns_b" "$bin" launch -n 1 --store "$store" --run-id probe -- /bin/true > "$work/probe.log" 2>&1; then
+  fail "a non-loopback store without a password was not refused"
+fi
+grep -q "is on another host and has no password" "$work/probe.log" || fail "unexpected error: $(cat "$work/probe.log")"
+
+run_cross() {
+  local switch="--switch 4:$work/dp2-pp2.json"
+  start_host a cross -- $train --steps 6 --strategy "$work/cross.json" $switch --check-single
+  start_host b cross -- $train --steps 6 --strategy "$work/cross.json" $switch
+  wait "$launcher_a"; local code_a=$?
+  wait "$launcher_b"; local code_b=$?
+  [ $code_a = 0 ] && [ $code_b = 0 ] || fail "cross: exit codes $code_a/$code_b: $(tail -20 "$work/cross-a.log")"
+  grep -q "PASS" "$work/cross-a.log" || fail "cross: losses differ from one process: $(grep -iE 'check|loss' "$work/cross-a.log" | tail -5)"
+  grep -E "switch (before step 4|after step 3)" "$work/cross-a.log" | grep -q "inter-node" ||
+    fail "cross: no switch across the hosts: $(grep -E 'switch' "$work/cross-a.log" | tail -3)"
+  echo "multihost: cross: pipelines across hosts and a switch across hosts equal one process"
+}
+
+# The per-tensor BSR with heuristics (the algorithm between fused and the lowest-owner baseline)
+# moves the state across the hosts as correctly as the fused one.
+run_per_tensor() {
+  local flags="--steps 3 --strategy $work/cross.json --switch 2:$work/dp2-pp2.json --switch-bsr per-tensor"
+  start_host a per-tensor -- $train $flags --check-single
+  start_host b per-tensor -- $train $flags
+  wait "$launcher_a"; local code_a=$?
+  wait "$launcher_b"; local code_b=$?
+  [ $code_a = 0 ] && [ $code_b = 0 ] || fail "per-tensor: exit codes $code_a/$code_b: $(tail -20 "$work/per-tensor-a.log")"
+  grep -q "PASS" "$work/per-tensor-a.log" || fail "per-tensor: losses differ from one process"
+  grep -q "BSR per-tensor: .*inter-node" "$work/per-tensor-a.log" || fail "per-tensor: $(grep switch "$work/per-tensor-a.log")"
+  echo "multihost: per-tensor: a per-tensor BSR with heuristics across hosts equals one process"
+}
+
+run_killed() {
+  start_host a killed --elastic --heartbeat-timeout 2 -- $train --steps 12 --strategy "$work/dp2-pp2.json" --elastic
+  start_host b killed --elastic --heartbeat-timeout 2 -- $train --steps 12 --strategy "$work/dp2-pp2.json" --elastic
+  wait_for_line "$work/killed-a.log" '\[rank 0\] step +3/' 120 || fail "killed: no step 3: $(tail -20 "$work/killed-a.log")"
+  local t0; t0=$(now)
+  for p in $(ip netns pids "$ns_b"); do kill -9 "$p"; done   # every process of host B, launcher included
+  wait_for_step_after_recovery "$work/killed-a.log" 120 || fail "killed: A did not go on: $(tail -20 "$work/killed-a.log")"
+  local t1; t1=$(now)
+  wait "$launcher_a"; local code_a=$?
+  [ $code_a = 0 ] || fail "killed: host A exit code $code_a: $(tail -20 "$work/killed-a.log")"
+  grep -q "recovery: ranks \[2,3\] lost" "$work/killed-a.log" || fail "killed: no recovery: $(tail -20 "$work/killed-a.log")"
+  echo "multihost: killed: host B killed, host A finished"
+  echo "multihost: measured: killed host: $(echo "$t1 - $t0" | bc) s from kill -9 to the first step after the recovery; $(grep -o '[0-9.]*s agreement.*in all)' "$work/killed-a.log" | head -1)"
+}
+
+run_partition() {
+  start_host a partition --elastic --heartbeat-timeout 2 -- $train --steps 14 --strategy "$work/dp2-pp2.json" --elastic
+  start_host b partition --elastic --heartbeat-timeout 2 -- $train --steps 14 --strategy "$work/dp2-pp2.json" --elastic
+  wait_for_line "$work/partition-a.log" '\[rank 0\] step +3/' 120 || fail "partition: no step 3: $(tail -20 "$work/partition-a.log")"
+  local t0; t0=$(now)
+  in_ns "$ns_sw" ip link set "${tag}b1" down    # host B is cut off; its processes keep running
+  wait "$launcher_b"; local code_b=$?
+  local t_b; t_b=$(now)
+  [ $code_b = 76 ] || fail "partition: host B's launcher exited $code_b, not 76 (cut off): $(tail -20 "$work/partition-b.log")"
+  grep -q "this host is cut off from the run" "$work/partition-b.log" || fail "partition: $(tail -10 "$work/partition-b.log")"
+  [ -z "$(ip netns pids "$ns_b")" ] || fail "partition: processes of host B still run after its launcher exited"
+  wait_for_step_after_recovery "$work/partition-a.log" 120 || fail "partition: A did not go on: $(tail -20 "$work/partition-a.log")"
+  local t1; t1=$(now)
+  # Host B never writes to the run again: with the link back up, its heartbeat keys stay as they were.
+  in_ns "$ns_sw" ip link set "${tag}b1" up
+  local before after
+  before=$(REDISCLI_AUTH="$password" in_ns "$ns_a" redis-cli -h "$addr_a" -p "$port" mget run/partition/hb/2 run/partition/hb/3 2> /dev/null | tr '\n' ' ')
+  wait "$launcher_a"; local code_a=$?
+  after=$(REDISCLI_AUTH="$password" in_ns "$ns_a" redis-cli -h "$addr_a" -p "$port" mget run/partition/hb/2 run/partition/hb/3 2> /dev/null | tr '\n' ' ')
+  [ $code_a = 0 ] || fail "partition: host A exit code $code_a: $(tail -20 "$work/partition-a.log")"
+  [ "$before" = "$after" ] || fail "partition: host B's heartbeats changed after it was cut off ($before -> $after)"
+  grep -q "recovery: ranks \[2,3\] lost" "$work/partition-a.log" || fail "partition: no recovery on A"
+  echo "multihost: partition: host A finished; host B stopped itself (exit 76) and wrote nothing more"
+  echo "multihost: measured: partitioned host: B stopped $(echo "$t_b - $t0" | bc) s after its link went down (heartbeat timeout 2 s); A's first step after the recovery $(echo "$t1 - $t0" | bc) s after; $(grep -o '[0-9.]*s agreement.*in all)' "$work/partition-a.log" | head -1)"
+}
+
+for c in "${cases[@]}"; do
+  case "$c" in
+    cross) run_cross ;;
+    per-tensor) run_per_tensor ;;
+    killed) run_killed ;;
+    partition) run_partition ;;
+    *) fail "unknown case '$c' (cross, per-tensor, killed, partition)" ;;
+  esac
+done
+echo "multihost: all cases passed"
