@@ -115,5 +115,18 @@ TEST_F(PlanCliTest, PlanFromADatasetsLengths) {
   EXPECT_NO_THROW(models::compile_llama_plan(config, sharding::Strategy::from_file(path("mixed-max256.json"))));
 }
 
+// `explain --profile` prices a CP stage by its TP and CP degrees: the shipped TP 2 x CP 2 example on
+// the shipped emulated cluster and profile, its K/V gathers on their own line item.
+TEST(ExplainCliTest, ProfilePricesCpStages) {
+  const auto r = hspmd::testing::run_hspmd(
+      "explain --strategy " + kRoot + "/examples/strategies/local-cp2-tp2.json --model " + kRoot +
+      "/configs/llama-tiny.json --cluster " + kRoot + "/examples/clusters/local-hetero-4.json --profile " + kRoot +
+      "/examples/profiles/local-hetero-4-llama-tiny.json --seq-len 64");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("predicted step time: "));
+  EXPECT_THAT(r.output, HasSubstr("stage 0 (slow TP2 CP2, 4 layers): per micro-batch "));
+  EXPECT_THAT(r.output, HasSubstr(" s CP (K/V gathers)"));
+}
+
 }  // namespace
 }  // namespace hspmd::planner
