@@ -51,22 +51,14 @@
 #include "hspmd/runtime/emulation.h"
 #include "hspmd/tuning/profiler.h"
 
+#include "load_average.h"
+
 namespace hspmd {
 namespace {
 
 const std::string kRoot = std::filesystem::path(__FILE__).parent_path().parent_path().string();
 
-// The host's 1-minute load average: timings on emulated devices are faithful only while it stays
-// under the core count (other processes stretch a rank's busy time, and the emulation's pacing
-// stretches it again by 1 / speed).
-double load_average() {
-  double one = 0;
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &one) != 1) one = 0;
-    std::fclose(f);
-  }
-  return one;
-}
+using bench::load_average;
 
 void paper() {
   const resolve::Topology topo = resolve::Topology::from_file(kRoot + "/examples/clusters/paper-16h800-32h20.json");

@@ -35,19 +35,14 @@
 #include "hspmd/specialize/plan_report.h"
 #include "hspmd/switching/switch_plan.h"
 
+#include "load_average.h"
+
 namespace hspmd {
 namespace {
 
 const std::string kRoot = std::filesystem::path(__FILE__).parent_path().parent_path().string();
 
-double load_average() {
-  double one = 0;
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &one) != 1) one = 0;
-    std::fclose(f);
-  }
-  return one;
-}
+using bench::load_average;
 
 std::string cluster_text(int gpus, int h800) {
   const resolve::Topology paper = resolve::Topology::from_file(kRoot + "/examples/clusters/paper-16h800-32h20.json");

@@ -17,6 +17,7 @@
 #include "comm/comm_testlib.h"
 #include "hspmd/comm/redis_store.h"
 #include "hspmd/core/error.h"
+#include "error_of.h"
 
 namespace hspmd::comm {
 namespace {
@@ -110,14 +111,7 @@ class RedisWithPassword : public RedisDist {
   std::string user_url() const { return "redis://trainer@127.0.0.1:" + std::to_string(port_); }
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using hspmd::testing::error_of;
 
 TEST_F(RedisWithPassword, RefusesAClientWithoutTheRightPassword) {
   EXPECT_THAT(error_of([&] { open_store(url(), {}); }), ::testing::HasSubstr("refused access: NOAUTH"));

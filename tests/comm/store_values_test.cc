@@ -8,20 +8,14 @@
 #include "hspmd/comm/slurm_job.h"
 #include "hspmd/comm/store_values.h"
 #include "hspmd/core/error.h"
+#include "error_of.h"
 
 namespace hspmd::comm {
 namespace {
 
 using ::testing::HasSubstr;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using hspmd::testing::error_of;
 
 TEST(StoreValues, RankListAcceptsWhatGroupKeyWritesAndNamesTheKeyOtherwise) {
   EXPECT_EQ(parse_rank_list("0,2,3", "gen1/members"), (std::vector<int>{0, 2, 3}));

@@ -8,20 +8,14 @@
 
 #include "hspmd/core/error.h"
 #include "hspmd/elastic/store_records.h"
+#include "error_of.h"
 
 namespace hspmd::elastic {
 namespace {
 
 using ::testing::HasSubstr;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using hspmd::testing::error_of;
 
 TEST(StoreRecords, StepTotalsRoundTripExactly) {
   const std::vector<double> totals = {0.1 + 0.2, 5.602812345678901};
