@@ -143,20 +143,20 @@ TEST_F(CheckpointTest, MissingOrMisShapedTensorsAreNamed) {
   auto tensors = safetensors::load_all(model);
   tensors.erase("model.norm.weight");
   safetensors::save(path("missing.safetensors"), {tensors.begin(), tensors.end()});
-  std::string e = error_of([&] { load_hf_weights(path("missing.safetensors"), tiny_config()); });
+  std::string e = error_of([&] { load_hf_weights(path("missing.safetensors"), models::Llama(tiny_config())); });
   EXPECT_NE(e.find("'model.norm.weight' is missing"), std::string::npos) << e;
   EXPECT_NE(e.find("missing.safetensors"), std::string::npos) << e;
 
   tensors = safetensors::load_all(model);
   tensors["model.layers.1.mlp.up_proj.weight"] = Tensor::zeros(Shape{64, 31}, DType::kFloat32);
   safetensors::save(path("shape.safetensors"), {tensors.begin(), tensors.end()});
-  e = error_of([&] { load_hf_weights(path("shape.safetensors"), tiny_config()); });
+  e = error_of([&] { load_hf_weights(path("shape.safetensors"), models::Llama(tiny_config())); });
   EXPECT_NE(e.find("'model.layers.1.mlp.up_proj.weight' has shape [64, 31]"), std::string::npos) << e;
 
   tensors = safetensors::load_all(model);
   tensors["model.layers.2.mlp.up_proj.weight"] = Tensor::zeros(Shape{64, 32}, DType::kFloat32);
   safetensors::save(path("extra.safetensors"), {tensors.begin(), tensors.end()});
-  e = error_of([&] { load_hf_weights(path("extra.safetensors"), tiny_config()); });
+  e = error_of([&] { load_hf_weights(path("extra.safetensors"), models::Llama(tiny_config())); });
   EXPECT_NE(e.find("unexpected tensor 'model.layers.2.mlp.up_proj.weight'"), std::string::npos) << e;
 }
 
@@ -175,7 +175,7 @@ TEST_F(CheckpointTest, HuggingFaceWeightsOnlyContinueTraining) {
   hf.emplace_back("model.layers.0.self_attn.rotary_emb.inv_freq", Tensor::zeros(Shape{4}, DType::kFloat32));
   safetensors::save(path("model.safetensors"), hf);
 
-  graph::TensorMap weights = load_hf_weights(path("model.safetensors"), tiny_config());
+  graph::TensorMap weights = load_hf_weights(path("model.safetensors"), models::Llama(tiny_config()));
   EXPECT_EQ(weights.size(), trained.parameters().size());
   EXPECT_EQ(weights.at("model.norm.weight").dtype(), DType::kFloat32);
 

@@ -55,14 +55,14 @@ TEST_F(HfExportTest, OneFileOrShardsReadBackBitExactly) {
   const models::LlamaConfig config = models::LlamaConfig::from_file(path("hf/config.json"));
   EXPECT_EQ(config.to_json_text(), testing::tiny_config().to_json_text());
   for (const std::string& dir : {path("hf"), path("sharded")}) {
-    const HfWeights back(dir, config);
+    const HfWeights back(dir, models::Llama(config));
     for (const auto& [name, w] : weights) {
       EXPECT_EQ(back.read(name, sharding::Region::full(w.shape())).to_vector<float>(), w.to_vector<float>())
           << dir << " " << name;
     }
   }
   // A slice reads only its rows and columns.
-  const HfWeights back(path("sharded"), config);
+  const HfWeights back(path("sharded"), models::Llama(config));
   const Tensor& q = weights.at("model.layers.1.self_attn.q_proj.weight");
   const Tensor part = back.read("model.layers.1.self_attn.q_proj.weight", {{4, 8}, {12, 24}});
   for (int64_t r = 0; r < 8; ++r) {
@@ -81,7 +81,7 @@ TEST_F(HfExportTest, ExistingDirectoryIsRefusedAndBadIndexNamed) {
   nlohmann::json bad = index;
   bad["weight_map"]["model.norm.weight"] = "../elsewhere.safetensors";
   std::ofstream(path("sharded/model.safetensors.index.json")) << bad.dump();
-  EXPECT_THAT(testing::error_of([&] { HfWeights(path("sharded"), testing::tiny_config()); }),
+  EXPECT_THAT(testing::error_of([&] { HfWeights(path("sharded"), models::Llama(testing::tiny_config())); }),
               HasSubstr("weight_map[\"model.norm.weight\"]"));
 }
 

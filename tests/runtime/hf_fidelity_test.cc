@@ -19,6 +19,7 @@
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/graph/executor.h"
 #include "hspmd/models/llama.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/evaluate.h"
 #include "hspmd/runtime/hf_weights.h"
@@ -106,7 +107,7 @@ TEST_P(HfFidelity, LossesLogitsAndRopeEqualTransformers) {
   const std::string dir = (fixtures() / "supported" / GetParam()).string();
   const nlohmann::json expected = expected_of(GetParam());
   const models::LlamaConfig config = models::LlamaConfig::from_file(dir);
-  const HfWeightsAudit audit = audit_hf_weights(dir, config, /*check_dtype=*/true);
+  const HfWeightsAudit audit = audit_hf_weights(dir, models::Llama(config), /*check_dtype=*/true);
   EXPECT_TRUE(audit.ok()) << audit.problems();
 
   // RoPE: the same float32 inverse frequencies as transformers' rotary_emb buffer.
@@ -115,7 +116,7 @@ TEST_P(HfFidelity, LossesLogitsAndRopeEqualTransformers) {
   ASSERT_EQ(inv_freq.size(), hf_inv_freq.size());
   for (size_t i = 0; i < inv_freq.size(); ++i) EXPECT_EQ(inv_freq[i], hf_inv_freq[i]) << "pair " << i;
 
-  const Forward f = forward(config, load_hf_weights(dir, config), documents_of(expected));
+  const Forward f = forward(config, load_hf_weights(dir, models::Llama(config)), documents_of(expected));
   const auto hf_losses = expected.at("token_losses").get<std::vector<std::vector<double>>>();
   ASSERT_EQ(f.token_losses.size(), hf_losses.size());
   double worst_token = 0.0;
@@ -148,7 +149,7 @@ TEST(HfFidelityControls, IgnoringAKeyMovesTheLoss) {
   auto mean_loss_with = [](const std::string& variant, auto edit) {
     const std::string dir = (fixtures() / "supported" / variant).string();
     models::LlamaConfig config = models::LlamaConfig::from_file(dir);
-    graph::TensorMap weights = load_hf_weights(dir, config);
+    graph::TensorMap weights = load_hf_weights(dir, models::Llama(config));
     if constexpr (std::is_invocable_v<decltype(edit), models::LlamaConfig&>) {
       edit(config);
     } else {
@@ -200,11 +201,11 @@ TEST_F(HfFidelityCli, ShardedSavePretrainedDirectoryLoads) {
   EXPECT_EQ(hf_weight_files(dir.string()).size(), 2u);
   const models::LlamaConfig config = models::LlamaConfig::from_file(dir.string());
   const nlohmann::json expected = expected_of("untied");
-  const Forward f = forward(config, load_hf_weights(dir.string(), config), documents_of(expected));
+  const Forward f = forward(config, load_hf_weights(dir.string(), models::Llama(config)), documents_of(expected));
   EXPECT_LT(relative(f.mean_loss, expected.at("mean_loss").get<double>()), 1e-5);
 
   fs::remove(dir / "model-00002-of-00002.safetensors");
-  EXPECT_THAT(testing::error_of([&] { load_hf_weights(dir.string(), config); }),
+  EXPECT_THAT(testing::error_of([&] { load_hf_weights(dir.string(), models::Llama(config)); }),
               AllOf(HasSubstr("model.safetensors.index.json"), HasSubstr("model-00002-of-00002.safetensors"),
                     HasSubstr("does not exist")));
 }

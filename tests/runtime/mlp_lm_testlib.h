@@ -44,6 +44,9 @@ class MlpLm final : public models::Model {
   int num_layers() const override { return config_.num_blocks; }
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_sequence_length() const override { return config_.max_length; }
+  // No buffers and no tied weights: its safetensors hold exactly parameters(), as saved (float32).
+  bool recomputes_hf_tensor(const std::string&) const override { return false; }
+  std::string hf_weights_dtype() const override { return "float32"; }
   models::ModelGraph build(const models::ModelBuildOptions& options) const override;
   sharding::AnnotationPlan compile_plan(const sharding::Strategy& strategy) const override;
   graph::TensorMap feeds(const data::Batch& batch, int64_t label_tokens,

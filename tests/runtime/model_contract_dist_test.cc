@@ -2,17 +2,22 @@
 // (runtime/mlp_lm_testlib.h): it trains under a heterogeneous strategy (TP 2 next to a 2-stage
 // pipeline, ZeRO-1), switches to TP 2 x PP 2 mid-run and saves a checkpoint, with every step's loss,
 // gradient norm and the final weights those of one process, and the checkpoint read back by the
-// single-process trainer; nothing in the runtime was written for this model.
+// single-process trainer; nothing in the runtime was written for this model. Its weights load from
+// Hugging Face safetensors by its own names, with no tensor recomputed (unlike Llama's rotary buffers).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hspmd/comm/thread_ranks.h"
+#include "hspmd/core/safetensors.h"
 #include "hspmd/data/token_dataset.h"
+#include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/dist_trainer.h"
+#include "hspmd/runtime/hf_weights.h"
 #include "hspmd/runtime/trainer.h"
 #include "runtime/dist_run_testlib.h"
 #include "runtime/mlp_lm_testlib.h"
@@ -100,6 +105,33 @@ TEST_F(ModelContract, SecondModelTrainsHeterogeneousAndSwitchedAsOneProcess) {
     EXPECT_EQ(restored.at(name).to_vector<float>(), w.to_vector<float>()) << name;
   }
   EXPECT_TRUE(std::isfinite(resumed.step().loss));
+}
+
+TEST_F(ModelContract, SecondModelLoadsHuggingFaceWeightsByItsOwnNames) {
+  const std::shared_ptr<const models::Model> model = mlp_lm();
+  data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
+  Trainer trained(model, ds, dist_options(1));
+  trained.step();
+  const graph::TensorMap weights = trained.parameters();
+  std::vector<std::pair<std::string, Tensor>> tensors(weights.begin(), weights.end());
+  safetensors::save(path("model.safetensors"), tensors, {{"format", "pt"}});
+
+  const HfWeightsAudit audit = audit_hf_weights(path("model.safetensors"), *model, /*check_dtype=*/true);
+  EXPECT_TRUE(audit.ok()) << audit.problems();
+  EXPECT_EQ(audit.found.size(), model->parameters().size());
+  const graph::TensorMap loaded = load_hf_weights(path("model.safetensors"), *model);
+  ASSERT_EQ(loaded.size(), weights.size());
+  for (const auto& [name, w] : weights) {
+    EXPECT_EQ(loaded.at(name).to_vector<float>(), w.to_vector<float>()) << name;
+  }
+
+  // A buffer Llama recomputes is, for this model, a tensor of another model.
+  tensors.emplace_back("rotary_emb.inv_freq", Tensor::full(Shape{4}, DType::kFloat32, 1.0));
+  safetensors::save(path("with_buffer.safetensors"), tensors, {{"format", "pt"}});
+  EXPECT_EQ(audit_hf_weights(path("with_buffer.safetensors"), *model, true).extra,
+            std::vector<std::string>{"rotary_emb.inv_freq"});
+  const std::string e = testing::error_of([&] { load_hf_weights(path("with_buffer.safetensors"), *model); });
+  EXPECT_NE(e.find("unexpected tensor 'rotary_emb.inv_freq'"), std::string::npos) << e;
 }
 
 TEST(ModelContractPlan, RefusesContextParallelismForTheModelWithoutSequences) {

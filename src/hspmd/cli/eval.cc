@@ -37,10 +37,9 @@ struct EvalArgs {
 };
 
 void run_eval(const EvalArgs& args) {
-  models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
+  const std::shared_ptr<const models::Model> model = models::load_model(args.model);
   data::TokenDataset dataset =
       args.validation ? data::TokenDataset::open_validation(args.data) : data::TokenDataset::open(args.data);
-  const std::shared_ptr<const models::Model> model = models::load_model(args.model);
   runtime::check_dataset_fits(dataset, *model);
   const std::string weights_path = args.weights.empty() ? args.model : args.weights;
   HSPMD_CHECK(!args.weights.empty() || runtime::is_hf_weights(args.model))
@@ -51,7 +50,7 @@ void run_eval(const EvalArgs& args) {
       << "weights (a .safetensors file, or a directory with model.safetensors or its index)";
   if (args.threads > 0) kernels::set_num_threads(args.threads);
   graph::TensorMap weights = runtime::is_hf_weights(weights_path)
-                                 ? runtime::load_hf_weights(weights_path, config)
+                                 ? runtime::load_hf_weights(weights_path, *model)
                                  : runtime::read_checkpoint_weights(weights_path, *model);
   runtime::EvalResult r = runtime::evaluate(*model, weights, dataset, args.options);
   std::printf("eval: %lld tokens (%lld labelled) in %.1fs: mean loss %.6f, perplexity %.3f\n",

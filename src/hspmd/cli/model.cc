@@ -18,6 +18,7 @@
 #include "hspmd/cli/commands.h"
 #include "hspmd/core/error.h"
 #include "hspmd/models/llama_config.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/runtime/hf_weights.h"
 
 namespace hspmd::cli {
@@ -68,7 +69,7 @@ void run_model_info(const ModelInfoArgs& args) {
   print_parameters(config);
   if (args.weights.empty()) return;
   const std::vector<std::string> files = runtime::hf_weight_files(args.weights);
-  const runtime::HfWeightsAudit audit = runtime::audit_hf_weights(args.weights, config, /*check_dtype=*/true);
+  const runtime::HfWeightsAudit audit = runtime::audit_hf_weights(args.weights, *models::llama(config), /*check_dtype=*/true);
   HSPMD_CHECK(audit.ok()) << "weights " << args.weights << " do not match config " << args.config << ":\n"
                           << audit.problems();
   std::printf("weights: %s (%zu file%s): all %zu tensors present with the config's shapes and dtype %s, none extra\n",

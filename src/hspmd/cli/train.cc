@@ -32,6 +32,7 @@
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/kernels/gemm_backend.h"
 #include "hspmd/kernels/simd.h"
+#include "hspmd/models/llama_config.h"
 #include "hspmd/models/model_factory.h"
 #include "hspmd/resolve/fused_bsr.h"
 #include "hspmd/runtime/checkpoint.h"
@@ -130,7 +131,7 @@ void run_train(TrainArgs args, const CLI::App& sub) {
     std::cout << "resumed from " << args.resume << " at step " << trainer.step_count() << "\n";
   }
   if (!args.init_weights.empty()) {
-    trainer.load_weights(runtime::load_hf_weights(args.init_weights, config));
+    trainer.load_weights(runtime::load_hf_weights(args.init_weights, trainer.model()));
     std::cout << "loaded weights from " << args.init_weights << "\n";
   }
 

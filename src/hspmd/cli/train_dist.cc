@@ -75,12 +75,11 @@ std::string rank_path(const std::string& path, int rank) {
 // checkpoint (options, weights, Adam moments and data position), and trains with the same options
 // (precision included) on the same data.
 void check_single_process(const TrainArgs& args, const std::shared_ptr<const models::Model>& model,
-                          const models::LlamaConfig& config, const data::TokenDataset& dataset,
-                          const std::vector<double>& losses) {
+                          const data::TokenDataset& dataset, const std::vector<double>& losses) {
   std::cout << "== single-process check: retraining " << losses.size() << " steps in one process" << std::endl;
   runtime::Trainer single(model, dataset, args.options);
   if (!args.resume.empty()) single.restore(args.resume);
-  if (!args.init_weights.empty()) single.load_weights(runtime::load_hf_weights(args.init_weights, config));
+  if (!args.init_weights.empty()) single.load_weights(runtime::load_hf_weights(args.init_weights, *model));
   const int64_t first = single.step_count();  // steps the checkpoint had taken
   double worst = 0;
   for (size_t i = 0; i < losses.size(); ++i) {
@@ -257,7 +256,7 @@ void run_worker(const TrainArgs& args) {
     if (lead) std::cout << "resumed from " << args.resume << " at step " << trainer.step_count() << std::endl;
   }
   if (!args.init_weights.empty()) {
-    trainer.load_weights(runtime::HfWeights(args.init_weights, config));  // each rank reads its own slices
+    trainer.load_weights(runtime::HfWeights(args.init_weights, trainer.model()));  // each rank reads its own slices
     if (lead) std::cout << "loaded weights from " << args.init_weights << std::endl;
   }
 
@@ -295,7 +294,7 @@ void run_worker(const TrainArgs& args) {
                 rank_path(args.trace, env.rank).c_str(), 100 * (s.share("compute") - s.share("comm")),
                 100 * s.share("comm"), 100 * s.share("optimizer"), s.window_seconds);
   }
-  if (is_lead() && args.check_single) check_single_process(args, model, config, dataset, loop.losses());
+  if (is_lead() && args.check_single) check_single_process(args, model, dataset, loop.losses());
 }
 
 }  // namespace
@@ -308,9 +307,9 @@ void run_dist_train(const TrainArgs& args) {
   const std::unique_ptr<LengthDispatchRun> by_length = make_length_dispatch(args, config);
   const int world = by_length ? by_length->world() : world_of(scheduled_plans(args, config));
   resolve_before_launch(args, config, by_length.get());
-  if (!args.init_weights.empty()) const runtime::HfWeights checked(args.init_weights, config);
-  if (!args.devices.empty()) const runtime::EmulatedDevices checked = runtime::EmulatedDevices::from_file(args.devices, world);
   const std::shared_ptr<const models::Model> model = models::load_model(args.model);
+  if (!args.init_weights.empty()) const runtime::HfWeights checked(args.init_weights, *model);
+  if (!args.devices.empty()) const runtime::EmulatedDevices checked = runtime::EmulatedDevices::from_file(args.devices, world);
   runtime::validate_options(args.options, *model);
   const data::TokenDataset checked_data = data::TokenDataset::open(args.data);
   runtime::check_dataset_fits(checked_data, *model);

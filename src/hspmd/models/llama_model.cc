@@ -32,6 +32,11 @@ std::vector<ParamSpec> Llama::parameters() const {
   return out;
 }
 
+bool Llama::recomputes_hf_tensor(const std::string& name) const {
+  if (name.ends_with("rotary_emb.inv_freq")) return true;  // a buffer older exports carry
+  return config_.tie_word_embeddings && name == "lm_head.weight";  // tied: the embedding table itself
+}
+
 ModelGraph Llama::build(const ModelBuildOptions& options) const {
   LlamaModel m = build_llama(config_, {.with_backward = options.with_backward,
                                        .precision = options.precision,

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "hspmd/data/packing.h"
@@ -29,6 +30,9 @@ class Llama final : public Model {
   int num_layers() const override { return static_cast<int>(config_.num_hidden_layers); }
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_sequence_length() const override { return config_.max_position_embeddings; }
+  // The "rotary_emb.inv_freq" buffers older exports carry, and "lm_head.weight" when tied.
+  bool recomputes_hf_tensor(const std::string& name) const override;
+  std::string hf_weights_dtype() const override { return config_.weights_dtype; }
   ModelGraph build(const ModelBuildOptions& options) const override;
   sharding::AnnotationPlan compile_plan(const sharding::Strategy& strategy) const override;
   graph::TensorMap feeds(const data::Batch& batch, int64_t label_tokens,

@@ -19,7 +19,10 @@
 //   plan         the strategy-file -> annotation-plan compiler: every parameter, placeholder and
 //                stage-boundary Reshard annotated for a Strategy (pipelines, stages, TP, CP, ZeRO-1);
 //   feeds        the placeholders' values for one packed batch (data/packing.h), tokens in the order
-//                the trainer gives (a context-parallel pipeline's load-balanced order).
+//                the trainer gives (a context-parallel pipeline's load-balanced order);
+//   HF weights   what its Hugging Face safetensors hold besides parameters() (tensors it recomputes
+//                rather than loads) and the dtype its config says they are stored in, so the import,
+//                audit and export of runtime/hf_weights.h and runtime/hf_export.h need no model names.
 #pragma once
 
 #include <cstdint>
@@ -84,6 +87,13 @@ class Model {
   virtual int64_t vocab_size() const = 0;
   // The longest sequence the model may be trained on (its position limit).
   virtual int64_t max_sequence_length() const = 0;
+
+  // True for a tensor a Hugging Face export of this model may carry that is not one of parameters()
+  // because the model recomputes it (a buffer, a tied weight): skipped on load, not "extra".
+  virtual bool recomputes_hf_tensor(const std::string& name) const = 0;
+  // The dtype name ("float32", "bfloat16", ...) the config says its Hugging Face weights are stored
+  // in; the model computes in its own dtype whatever this says.
+  virtual std::string hf_weights_dtype() const = 0;
 
   virtual ModelGraph build(const ModelBuildOptions& options) const = 0;
   // Error naming the pipeline or stage at fault when the strategy does not fit the model.

@@ -25,8 +25,6 @@ namespace hspmd::runtime {
 namespace {
 
 namespace fs = std::filesystem;
-using models::LlamaConfig;
-using models::LlamaParam;
 
 constexpr const char* kFormat = "hspmd-checkpoint-v1";
 
@@ -291,10 +289,10 @@ Checkpoint load_checkpoint(const std::string& dir, const models::Model& model) {
   return c;
 }
 
-graph::TensorMap load_hf_weights(const std::string& path, const LlamaConfig& config) {
-  const HfWeights weights(path, config);
+graph::TensorMap load_hf_weights(const std::string& path, const models::Model& model) {
+  const HfWeights weights(path, model);
   graph::TensorMap out;
-  for (const LlamaParam& p : models::llama_parameters(config)) {
+  for (const models::ParamSpec& p : model.parameters()) {
     out.emplace(p.name, weights.read(p.name, sharding::Region::full(p.shape)));
   }
   return out;

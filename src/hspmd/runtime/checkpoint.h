@@ -1,18 +1,18 @@
 // Training checkpoints: one directory holding everything needed to continue a run bit-identically.
 //
 //   ckpt/
-//     model.safetensors       float32 weights under Hugging Face Llama names
+//     model.safetensors       float32 weights under the model's Hugging Face names
 //                             ("model.layers.3.self_attn.q_proj.weight", ...)
 //     optimizer.safetensors   "<param>.exp_avg" and "<param>.exp_avg_sq" (AdamW m and v), float32
 //     trainer_state.json      {"format": "hspmd-checkpoint-v1", "step": 40, "seed": 1,
 //                              "loader": {"epoch":0,"cursor":812,"steps":40},
-//                              "config": {...LlamaConfig...}, "options": {...trainer options...},
+//                              "config": {...Model::config_json()...}, "options": {...trainer options...},
 //                              "files": {"model.safetensors": {"bytes": 1234, "crc32": "9a0f..."}, ...}}
 //
 //   Checkpoint c{.model = params, .exp_avg = opt.exp_avg(), .exp_avg_sq = opt.exp_avg_sq(), .state = st};
 //   save_checkpoint("runs/ckpt", c, model);                // atomic: the old directory or the new one
 //   Checkpoint back = load_checkpoint("runs/ckpt", model);  // names, shapes, checksums verified
-//   TensorMap w = load_hf_weights("llama/model.safetensors", config);   // weights only (HF layout)
+//   TensorMap w = load_hf_weights("hf/model.safetensors", model);      // weights only (HF layout)
 //
 // Atomicity: the directory is written under "<dir>.tmp.<pid>" (every file fsynced), then swapped
 // with the old one in a single renameat2(RENAME_EXCHANGE) (or renamed into place when there is no
@@ -29,7 +29,6 @@
 
 #include "hspmd/data/loader.h"
 #include "hspmd/graph/graph.h"
-#include "hspmd/models/llama_config.h"
 #include "hspmd/models/model.h"
 
 namespace hspmd::runtime {
@@ -69,12 +68,12 @@ Checkpoint load_checkpoint(const std::string& dir, const models::Model& model);
 // the run's has 256". `source` names the checkpoint.
 void check_same_config(const nlohmann::json& saved, const models::Model& model, const std::string& source);
 
-// Weights only, whole, from Hugging Face Llama safetensors (runtime/hf_weights.h: a file, a
-// sharded set's index.json or a directory holding either; F32, BF16, F16 or F64, as float32).
-// Every parameter of `config` must be present with its shape; "rotary_emb.inv_freq" buffers (and
-// "lm_head.weight" when the embeddings are tied) are skipped; any other tensor is an error, since
-// it means the file is for another model.
-graph::TensorMap load_hf_weights(const std::string& path, const models::LlamaConfig& config);
+// Weights only, whole, from Hugging Face safetensors (runtime/hf_weights.h: a file, a sharded
+// set's index.json or a directory holding either; F32, BF16, F16 or F64, as float32). Every
+// parameter of `model` must be present with its shape; tensors the model recomputes
+// (Model::recomputes_hf_tensor: "rotary_emb.inv_freq" buffers, "lm_head.weight" when tied)
+// are skipped; any other tensor is an error, since it means the file is for another model.
+graph::TensorMap load_hf_weights(const std::string& path, const models::Model& model);
 
 // CRC-32 (IEEE 802.3, the zlib one) of a byte range, continuing from `crc` (0 to start).
 uint32_t crc32(const void* data, size_t length, uint32_t crc = 0);

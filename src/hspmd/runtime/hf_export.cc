@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -12,7 +13,7 @@
 #include "hspmd/core/error.h"
 #include "hspmd/core/json_file.h"
 #include "hspmd/core/safetensors.h"
-#include "hspmd/models/llama_config.h"
+#include "hspmd/models/model_factory.h"
 #include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
 
@@ -42,13 +43,13 @@ std::vector<std::string> export_to_hf(const std::string& checkpoint_dir, const s
   const std::string target = checkpoint_dir_path(out);
   HSPMD_CHECK(!fs::exists(target)) << "export: " << out << " already exists; give a new directory";
   const ShardedCheckpoint c = ShardedCheckpoint::open(checkpoint_dir);
-  const models::LlamaConfig config =
-      models::LlamaConfig::from_json_text(json_member(c.state(), "config", checkpoint_dir).dump(), checkpoint_dir);
+  const std::shared_ptr<const models::Model> model =
+      models::model_from_config_text(json_member(c.state(), "config", checkpoint_dir).dump(), checkpoint_dir);
 
   // Consecutive weights per file, each file at most max_shard_bytes (a larger tensor alone).
-  std::vector<std::vector<models::LlamaParam>> shards(1);
+  std::vector<std::vector<models::ParamSpec>> shards(1);
   int64_t in_shard = 0, total = 0;
-  for (const models::LlamaParam& p : models::llama_parameters(config)) {
+  for (const models::ParamSpec& p : model->parameters()) {
     const int64_t bytes = p.shape.numel() * 4;
     if (!shards.back().empty() && in_shard + bytes > options.max_shard_bytes) {
       shards.emplace_back();
@@ -64,12 +65,12 @@ std::vector<std::string> export_to_hf(const std::string& checkpoint_dir, const s
   fs::create_directories(staging);
   std::vector<std::string> files{"config.json"};
   try {
-    write_text(staging + "/config.json", config.to_json_text() + "\n");
+    write_text(staging + "/config.json", model->config_json().dump(2) + "\n");
     nlohmann::json weight_map = nlohmann::json::object();
     for (size_t i = 0; i < shards.size(); ++i) {
       const std::string name = shards.size() == 1 ? "model.safetensors" : shard_name(i, shards.size());
       std::vector<std::pair<std::string, Tensor>> tensors;
-      for (const models::LlamaParam& p : shards[i]) {
+      for (const models::ParamSpec& p : shards[i]) {
         tensors.emplace_back(p.name, c.read(p.name, sharding::Region::full(p.shape)));
         weight_map[p.name] = name;
       }

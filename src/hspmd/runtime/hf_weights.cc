@@ -20,12 +20,6 @@ namespace {
 constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 
-// Tensors an export may carry that the model recomputes instead of loading.
-bool recomputed(const std::string& name, const models::LlamaConfig& config) {
-  if (name.ends_with("rotary_emb.inv_freq")) return true;  // a buffer older exports carry
-  return config.tie_word_embeddings && name == "lm_head.weight";  // tied: the embedding table itself
-}
-
 }  // namespace
 
 bool is_hf_weights(const std::string& path) {
@@ -70,7 +64,7 @@ std::string HfWeightsAudit::problems() const {
   return out;
 }
 
-HfWeightsAudit audit_hf_weights(const std::string& path, const models::LlamaConfig& config, bool check_dtype) {
+HfWeightsAudit audit_hf_weights(const std::string& path, const models::Model& model, bool check_dtype) {
   std::map<std::string, HfWeightsAudit::Found> tensors;
   for (const std::string& file : hf_weight_files(path)) {
     safetensors::Reader reader(file);
@@ -82,7 +76,8 @@ HfWeightsAudit audit_hf_weights(const std::string& path, const models::LlamaConf
   }
   HfWeightsAudit audit;
   std::set<std::string> wanted;
-  for (const models::LlamaParam& p : models::llama_parameters(config)) {
+  const std::string dtype = model.hf_weights_dtype();
+  for (const models::ParamSpec& p : model.parameters()) {
     wanted.insert(p.name);
     auto it = tensors.find(p.name);
     if (it == tensors.end()) {
@@ -96,21 +91,21 @@ HfWeightsAudit audit_hf_weights(const std::string& path, const models::LlamaConf
     } else if (!is_floating(info.dtype)) {
       audit.mismatched.push_back("tensor '" + p.name + "' is " + std::string(dtype_name(info.dtype)) +
                                  ", weights must be floating point");
-    } else if (check_dtype && dtype_name(info.dtype) != config.weights_dtype) {
+    } else if (check_dtype && dtype_name(info.dtype) != dtype) {
       audit.mismatched.push_back("tensor '" + p.name + "' is " + std::string(dtype_name(info.dtype)) +
-                                 ", the config's dtype is " + config.weights_dtype);
+                                 ", the config's dtype is " + dtype);
     }
     audit.found.push_back(it->second);
   }
   for (const auto& [name, found] : tensors) {
-    if (!wanted.count(name) && !recomputed(name, config)) audit.extra.push_back(name);
+    if (!wanted.count(name) && !model.recomputes_hf_tensor(name)) audit.extra.push_back(name);
   }
   return audit;
 }
 
-HfWeights::HfWeights(const std::string& path, const models::LlamaConfig& config) : path_(path) {
+HfWeights::HfWeights(const std::string& path, const models::Model& model) : path_(path) {
   // The stored dtype may differ from the config's: the values are converted to float32 either way.
-  const HfWeightsAudit audit = audit_hf_weights(path, config, /*check_dtype=*/false);
+  const HfWeightsAudit audit = audit_hf_weights(path, model, /*check_dtype=*/false);
   HSPMD_CHECK(audit.missing.empty()) << path << ": tensor '" << audit.missing.front() << "' is missing";
   HSPMD_CHECK(audit.mismatched.empty()) << path << ": " << audit.mismatched.front();
   HSPMD_CHECK(audit.extra.empty()) << path << ": unexpected tensor '" << audit.extra.front()
