@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "hspmd/models/llama.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/planner/cluster_generator.h"
 #include "hspmd/planner/planner.h"
@@ -203,7 +204,7 @@ int main(int argc, char** argv) {
         const resolve::Topology topo = resolve::Topology::from_json_text(halves, "generated");
         const auto t = std::chrono::steady_clock::now();
         const sharding::Strategy st = layout(gpus, 8, 4, static_cast<int>(c70.num_hidden_layers));
-        const models::LlamaModel model = models::build_llama(c70);
+        const models::ModelGraph model = models::Llama(c70).build({});
         const sharding::AnnotationPlan plan = models::compile_llama_plan(c70, st);
         const specialize::PlanReport report = specialize::make_plan_report(model, plan, {.topology = &topo});
         const size_t text = specialize::to_string(report).size();

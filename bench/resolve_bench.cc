@@ -15,6 +15,7 @@
 #include <filesystem>
 
 #include "hspmd/models/llama.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/resolve/fused_bsr.h"
 #include "hspmd/resolve/resolver.h"
@@ -41,7 +42,7 @@ const Setup& setup() {
 
 void BM_PlanDeduceResolve(benchmark::State& state) {
   const Setup& s = setup();
-  static const models::LlamaModel model = models::build_llama(s.config);
+  static const models::ModelGraph model = models::Llama(s.config).build({});
   specialize::PlanReport report;
   for (auto _ : state) {
     sharding::AnnotationPlan plan = models::compile_llama_plan(s.config, s.a);

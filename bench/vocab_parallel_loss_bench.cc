@@ -60,7 +60,7 @@ void paper_scale_bytes() {
   const models::LlamaConfig config = models::LlamaConfig::from_file(kRoot + "/configs/llama-32b.json");
   // The head apart: the gathered side needs the logits as a tensor (lm_head_out); the fused head puts
   // the same row statistics on the wire as the vocab-parallel one.
-  const models::LlamaModel model = models::build_llama(config, {.fused_head_loss = false});
+  const models::ModelGraph model = models::Llama(config).build({.fused_head_loss = false});
   const resolve::Topology topo = resolve::Topology::from_file(kRoot + "/examples/clusters/paper-16h800-32h20.json");
   const sharding::AnnotationPlan plan = models::compile_llama_plan(
       config, sharding::Strategy::from_file(kRoot + "/examples/strategies/table9-32b-16h800-32h20.json"));

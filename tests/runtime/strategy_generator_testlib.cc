@@ -6,6 +6,7 @@
 
 #include "hspmd/core/error.h"
 #include "hspmd/models/llama.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/specialize/plan_report.h"
 #include "runtime/dist_run_testlib.h"
@@ -121,7 +122,7 @@ std::string refusal_before_launch(const sharding::Strategy& st, bool tied, speci
   const models::LlamaConfig config = dist_config(tied);
   try {
     const sharding::AnnotationPlan plan = models::compile_llama_plan(config, st);
-    specialize::make_plan_report(models::build_llama(config), plan, {.schedule = schedule, .seq_len = seq_len});
+    specialize::make_plan_report(models::Llama(config).build({}), plan, {.schedule = schedule, .seq_len = seq_len});
   } catch (const Error& e) {
     return e.what();
   }

@@ -7,8 +7,10 @@
 
 #include <filesystem>
 #include <set>
+#include <utility>
 
 #include "hspmd/core/error.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/specialize/plan_report.h"
 
@@ -39,7 +41,7 @@ class PlanReportTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     config_ = models::LlamaConfig::from_file(kRoot + "/configs/llama-tiny.json");  // 4 layers, H 128
-    model_ = new models::LlamaModel(models::build_llama(config_));
+    model_ = new models::ModelGraph(models::Llama(config_).build({}));
   }
   static void TearDownTestSuite() { delete model_; }
   PlanReport report(const std::string& strategy, ScheduleKind kind = ScheduleKind::k1F1B) {
@@ -47,10 +49,10 @@ class PlanReportTest : public ::testing::Test {
     return make_plan_report(*model_, models::compile_llama_plan(config_, st), {kind, 16, nullptr});
   }
   static models::LlamaConfig config_;
-  static models::LlamaModel* model_;
+  static models::ModelGraph* model_;
 };
 models::LlamaConfig PlanReportTest::config_;
-models::LlamaModel* PlanReportTest::model_ = nullptr;
+models::ModelGraph* PlanReportTest::model_ = nullptr;
 
 TEST_F(PlanReportTest, LocalHetero4PipelinesAndSchedules) {
   const PlanReport r = report("local-hetero-4");
@@ -143,7 +145,7 @@ TEST_F(PlanReportTest, LocalHetero4SyncsGathersAndTotals) {
 // Every shipped strategy, on its model and (for the paper's strategies) the paper's cluster
 // (table15-strategy-a: 5 pipelines with ZeRO-1, where 5 divides no dim of some tensors).
 TEST(PlanReportShippedTest, EveryShippedStrategy) {
-  std::map<std::string, models::LlamaModel> models;
+  std::map<std::string, std::pair<models::LlamaConfig, models::ModelGraph>> models;
   const resolve::Topology paper = resolve::Topology::from_file(kRoot + "/examples/clusters/paper-16h800-32h20.json");
   int n = 0;
   for (const auto& entry : std::filesystem::directory_iterator(kRoot + "/examples/strategies")) {
@@ -152,13 +154,13 @@ TEST(PlanReportShippedTest, EveryShippedStrategy) {
     const std::string cfg = local ? "llama-tiny" : file.find("70b") != std::string::npos ? "llama-70b" : "llama-32b";
     auto it = models.find(cfg);
     if (it == models.end()) {
-      it = models.emplace(cfg, models::build_llama(models::LlamaConfig::from_file(kRoot + "/configs/" + cfg + ".json")))
-               .first;
+      const models::LlamaConfig config = models::LlamaConfig::from_file(kRoot + "/configs/" + cfg + ".json");
+      it = models.emplace(cfg, std::make_pair(config, models::Llama(config).build({}))).first;
     }
     const auto st = sharding::Strategy::from_file(entry.path().string());
-    const auto plan = models::compile_llama_plan(it->second.config, st);
+    const auto plan = models::compile_llama_plan(it->second.first, st);
     const PlanReportOptions options{ScheduleKind::k1F1B, local ? 64 : 4096, local ? nullptr : &paper};
-    const PlanReport r = make_plan_report(it->second, plan, options);
+    const PlanReport r = make_plan_report(it->second.second, plan, options);
     EXPECT_EQ(r.pipelines.size(), st.pipelines.size()) << file;
     for (size_t p = 0; p < st.pipelines.size(); ++p) {
       EXPECT_EQ(r.pipelines[p].stages.size(), st.pipelines[p].stages.size()) << file << " pipeline " << p;

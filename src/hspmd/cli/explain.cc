@@ -38,6 +38,7 @@
 #include "hspmd/core/error.h"
 #include "hspmd/models/llama.h"
 #include "hspmd/models/llama_config.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/planner/cost_model.h"
 #include "hspmd/planner/profile.h"
@@ -71,7 +72,7 @@ void run_strategy(const ExplainOptions& o) {
   const sharding::Strategy st = sharding::Strategy::from_file(o.strategy);
   std::optional<resolve::Topology> topo;
   if (!o.cluster.empty()) topo = resolve::Topology::from_file(o.cluster);
-  const models::LlamaModel model = models::build_llama(config);
+  const models::ModelGraph model = models::Llama(config).build({});
   const sharding::AnnotationPlan plan = models::compile_llama_plan(config, st);
   const specialize::PlanReport report = specialize::make_plan_report(
       model, plan, {specialize::parse_schedule_kind(o.schedule), o.seq_len, topo ? &*topo : nullptr});

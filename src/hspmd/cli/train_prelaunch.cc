@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "hspmd/core/error.h"
-#include "hspmd/models/llama.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/specialize/plan_report.h"
 #include "hspmd/switching/switch_plan.h"
@@ -57,7 +57,7 @@ std::vector<Candidate> candidates(const TrainArgs& args, const models::LlamaConf
 
 void resolve_before_launch(const TrainArgs& args, const models::LlamaConfig& config, const LengthDispatchRun* by_length) {
   const std::vector<Candidate> plans = candidates(args, config, by_length);
-  const models::LlamaModel model = models::build_llama(config);
+  const models::ModelGraph model = models::Llama(config).build({});
   const specialize::PlanReportOptions options{.schedule = specialize::parse_schedule_kind(args.schedule),
                                               .seq_len = args.options.seq_len};
   for (const Candidate& c : plans) {

@@ -1,7 +1,7 @@
 // ExecGraph: one rank's executable view of a defined graph under an annotation plan (§6.2). Every
 // rank builds its own from the same graph and plan; nothing is exchanged.
 //
-//   Graph g = build_llama(config).graph;     AnnotationPlan plan = compile_llama_plan(config, st);
+//   Graph g = model.build({}).graph;         AnnotationPlan plan = model.compile_plan(st);
 //   ExecGraph eg(g, plan, /*rank=*/2);
 //   eg.forward_ops()    // F: forward ops rank 2 takes part in (its stage's compute, and every
 //                       //    Reshard it sends into or receives from), in graph order

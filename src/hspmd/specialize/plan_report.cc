@@ -85,7 +85,7 @@ std::string tier_of(const resolve::CommOp& op, int device, const resolve::Topolo
 
 class Builder {
  public:
-  Builder(const models::LlamaModel& m, const sharding::AnnotationPlan& plan, const PlanReportOptions& o)
+  Builder(const models::ModelGraph& m, const sharding::AnnotationPlan& plan, const PlanReportOptions& o)
       : m_(m), plan_(plan), o_(o) {}
 
   PlanReport build() {
@@ -290,7 +290,7 @@ class Builder {
     return it == runs_.end() ? 1 : it->second;
   }
 
-  const models::LlamaModel& m_;
+  const models::ModelGraph& m_;
   const sharding::AnnotationPlan& plan_;
   const PlanReportOptions& o_;
   PlanReport r_;
@@ -317,7 +317,7 @@ int64_t ReshardGroup::step_bytes() const {
   return n * occurrences;
 }
 
-PlanReport make_plan_report(const models::LlamaModel& model, const sharding::AnnotationPlan& plan,
+PlanReport make_plan_report(const models::ModelGraph& model, const sharding::AnnotationPlan& plan,
                             const PlanReportOptions& options) {
   return Builder(model, plan, options).build();
 }

@@ -4,9 +4,9 @@
 // that differ only in their layer summarized once; the gradient syncs and ZeRO-1 parameter
 // gathers; and the bytes one training step puts on each link tier.
 //
-//   LlamaModel m = build_llama(config);
-//   AnnotationPlan plan = compile_llama_plan(config, Strategy::from_file("local-hetero-4.json"));
-//   PlanReport r = make_plan_report(m, plan, {.seq_len = 64});
+//   std::shared_ptr<const Model> m = load_model("configs/llama-tiny.json");
+//   AnnotationPlan plan = m->compile_plan(Strategy::from_file("local-hetero-4.json"));
+//   PlanReport r = make_plan_report(m->build({}), plan, {.seq_len = 64});
 //   r.pipelines[1].stages[0].ranks == {2};  r.pipelines[1].stages[0].layers == "0-1"
 //   r.activations has "model.layers.{0..1}.attn_out" (2 occurrences; layers 2-3 sit on another
 //     stage of pipeline 1, so their src/dst differ: a second group), classification
@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "hspmd/models/llama.h"
+#include "hspmd/models/model.h"
 #include "hspmd/resolve/comm_op.h"
 #include "hspmd/resolve/topology.h"
 #include "hspmd/sharding/plan.h"
@@ -99,8 +99,9 @@ struct PlanReport {
 };
 
 // Deduces the graph's annotations, builds the pipeline layout and schedules, resolves every
-// Reshard, gradient sync and parameter gather. Errors name the tensor or op at fault.
-PlanReport make_plan_report(const models::LlamaModel& model, const sharding::AnnotationPlan& plan,
+// Reshard, gradient sync and parameter gather of a model's graph (models::Model::build, with
+// backward). Errors name the tensor or op at fault.
+PlanReport make_plan_report(const models::ModelGraph& model, const sharding::AnnotationPlan& plan,
                             const PlanReportOptions& options = {});
 
 // The human-readable text of `hspmd explain --strategy`.
