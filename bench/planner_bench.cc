@@ -234,7 +234,7 @@ void emulated(int steps, int rounds) {
   po.progress = [](const std::string& line) { std::fputs(line.c_str(), stderr); };
   auto profile_now = [&](int round) {
     const auto t0 = std::chrono::steady_clock::now();
-    const planner::Profile profile = tuning::profile_host(config, po);
+    const planner::Profile profile = tuning::profile_host(models::Llama(config), po);
     std::printf("round %d: profiled the host in %.1f s, load average %.1f\n", round,
                 seconds_since(t0), load_average());
     for (const auto& [t, tp] : profile.kind("fast").tp) {

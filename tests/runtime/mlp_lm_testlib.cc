@@ -83,6 +83,29 @@ std::vector<models::ParamSpec> MlpLm::parameters() const {
   return out;
 }
 
+models::ModelSizes MlpLm::sizes() const {
+  models::ModelSizes s{.layers = config_.num_blocks, .hidden = config_.hidden, .ffn = config_.width,
+                       .vocab = config_.vocab_size};
+  for (const Param& p : params_of(config_)) {
+    const double n = static_cast<double>(p.shape.numel());
+    if (p.name.starts_with("blocks.0.")) {
+      s.layer_parameters += n;
+    } else if (p.name == "embed.weight") {
+      s.embedding_parameters += n;
+    } else if (!p.name.starts_with("blocks.")) {
+      s.head_parameters += n;
+    }
+  }
+  return s;
+}
+
+std::shared_ptr<const models::Model> MlpLm::with_num_layers(int layers) const {
+  HSPMD_CHECK(layers >= 1) << "test MLP LM: " << layers << " blocks";
+  MlpLmConfig c = config_;
+  c.num_blocks = layers;
+  return mlp_lm(c);
+}
+
 models::ModelGraph MlpLm::build(const models::ModelBuildOptions& options) const {
   const bool bf16 = options.precision == DType::kBFloat16;
   models::ModelGraph m;

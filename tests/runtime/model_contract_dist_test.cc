@@ -29,6 +29,7 @@ namespace {
 using testing::add_parameter_shards;
 using testing::dist_options;
 using testing::mlp_lm;
+using testing::MlpLmConfig;
 using testing::relative_difference;
 using testing::strategy;
 
@@ -132,6 +133,25 @@ TEST_F(ModelContract, SecondModelLoadsHuggingFaceWeightsByItsOwnNames) {
             std::vector<std::string>{"rotary_emb.inv_freq"});
   const std::string e = testing::error_of([&] { load_hf_weights(path("with_buffer.safetensors"), *model); });
   EXPECT_NE(e.find("unexpected tensor 'rotary_emb.inv_freq'"), std::string::npos) << e;
+}
+
+// The sizes the planner prices it by add up to its parameters at any depth, as the profiler's
+// 1- and 3-layer variants need.
+TEST(ModelContractSizes, SecondModelSizesAddUpToItsParametersAtEveryDepth) {
+  for (int layers : {1, 3, 4}) {
+    const std::shared_ptr<const models::Model> model = mlp_lm()->with_num_layers(layers);
+    EXPECT_EQ(model->num_layers(), layers);
+    const models::ModelSizes s = model->sizes();
+    EXPECT_EQ(s.layers, layers);
+    EXPECT_EQ(s.heads, 0) << "no attention";
+    double total = 0;
+    for (const models::ParamSpec& p : model->parameters()) total += static_cast<double>(p.shape.numel());
+    EXPECT_EQ(total, s.embedding_parameters + layers * s.layer_parameters + s.head_parameters) << layers << " layers";
+    EXPECT_GT(s.layer_parameters, 0);
+    EXPECT_GT(s.embedding_parameters, 0);
+    EXPECT_GT(s.head_parameters, 0);
+  }
+  EXPECT_EQ(mlp_lm()->with_num_layers(3)->config_json(), mlp_lm(MlpLmConfig{.num_blocks = 3})->config_json());
 }
 
 TEST(ModelContractPlan, RefusesContextParallelismForTheModelWithoutSequences) {

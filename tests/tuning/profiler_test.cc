@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "hspmd/models/llama_model.h"
 #include "hspmd/runtime/emulation.h"
 #include "hspmd/tuning/profiler.h"
 #include "planner/planner_testlib.h"
@@ -57,7 +58,7 @@ TEST(ProfilerTest, MeasuresTheHostAsEmulatedKinds) {
   o.devices = &devices;
   std::vector<std::string> lines;
   o.progress = [&](const std::string& line) { lines.push_back(line); };
-  const Profile p = profile_host(planner::testing::tiny_config(), o);
+  const Profile p = profile_host(models::Llama(planner::testing::tiny_config()), o);
   EXPECT_EQ(p.model, "tiny");
   EXPECT_THAT(p.source, HasSubstr("emulated device kinds"));
   ASSERT_EQ(p.devices.size(), 2u);

@@ -69,7 +69,8 @@ void run_model_info(const ModelInfoArgs& args) {
   print_parameters(config);
   if (args.weights.empty()) return;
   const std::vector<std::string> files = runtime::hf_weight_files(args.weights);
-  const runtime::HfWeightsAudit audit = runtime::audit_hf_weights(args.weights, *models::llama(config), /*check_dtype=*/true);
+  const runtime::HfWeightsAudit audit =
+      runtime::audit_hf_weights(args.weights, models::Llama(config), /*check_dtype=*/true);
   HSPMD_CHECK(audit.ok()) << "weights " << args.weights << " do not match config " << args.config << ":\n"
                           << audit.problems();
   std::printf("weights: %s (%zu file%s): all %zu tensors present with the config's shapes and dtype %s, none extra\n",

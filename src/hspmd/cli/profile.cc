@@ -21,6 +21,7 @@
 #include "hspmd/core/error.h"
 #include "hspmd/core/json_file.h"
 #include "hspmd/models/llama_config.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/planner/derived_profile.h"
 #include "hspmd/resolve/topology.h"
 #include "hspmd/runtime/emulation.h"
@@ -78,7 +79,7 @@ void run_profile(const ProfileOptions& o) {
   po.kind = o.kind;
   po.devices = devices ? &*devices : nullptr;
   po.progress = [](const std::string& line) { std::cerr << line << std::flush; };
-  const planner::Profile p = tuning::profile_host(config, po);
+  const planner::Profile p = tuning::profile_host(models::Llama(config), po);
   write_profile(p, o.out);
   const double s = seconds_since(start);
   std::cout << "profiled " << o.model << " (" << p.source << ") in " << s << " s; wrote " << o.out << "\n";

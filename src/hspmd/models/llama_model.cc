@@ -37,6 +37,31 @@ bool Llama::recomputes_hf_tensor(const std::string& name) const {
   return config_.tie_word_embeddings && name == "lm_head.weight";  // tied: the embedding table itself
 }
 
+ModelSizes Llama::sizes() const {
+  ModelSizes s;
+  s.layers = config_.num_hidden_layers;
+  s.hidden = config_.hidden_size;
+  s.ffn = config_.intermediate_size;
+  s.heads = config_.num_attention_heads;
+  s.kv_heads = config_.num_key_value_heads;
+  s.vocab = config_.vocab_size;
+  for (const LlamaParam& p : llama_parameters(config_)) {
+    const double n = static_cast<double>(p.shape.numel());
+    if (p.layer == 0) {
+      s.layer_parameters += n;
+    } else if (p.layer < 0) {
+      (p.role == LlamaParamRole::kEmbedding ? s.embedding_parameters : s.head_parameters) += n;
+    }
+  }
+  return s;
+}
+
+std::shared_ptr<const Model> Llama::with_num_layers(int layers) const {
+  LlamaConfig c = config_;
+  c.num_hidden_layers = layers;
+  return llama(c);
+}
+
 ModelGraph Llama::build(const ModelBuildOptions& options) const {
   LlamaModel m = build_llama(config_, {.with_backward = options.with_backward,
                                        .precision = options.precision,

@@ -33,6 +33,8 @@ class Llama final : public Model {
   // The "rotary_emb.inv_freq" buffers older exports carry, and "lm_head.weight" when tied.
   bool recomputes_hf_tensor(const std::string& name) const override;
   std::string hf_weights_dtype() const override { return config_.weights_dtype; }
+  ModelSizes sizes() const override;
+  std::shared_ptr<const Model> with_num_layers(int layers) const override;
   ModelGraph build(const ModelBuildOptions& options) const override;
   sharding::AnnotationPlan compile_plan(const sharding::Strategy& strategy) const override;
   graph::TensorMap feeds(const data::Batch& batch, int64_t label_tokens,

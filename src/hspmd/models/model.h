@@ -22,7 +22,9 @@
 //                the trainer gives (a context-parallel pipeline's load-balanced order);
 //   HF weights   what its Hugging Face safetensors hold besides parameters() (tensors it recomputes
 //                rather than loads) and the dtype its config says they are stored in, so the import,
-//                audit and export of runtime/hf_weights.h and runtime/hf_export.h need no model names.
+//                audit and export of runtime/hf_weights.h and runtime/hf_export.h need no model names;
+//   sizes        what the planner's cost model prices it by, and the same model with fewer layers
+//                (the profiler times 1- and 3-layer models to tell a layer from the ends).
 #pragma once
 
 #include <cstdint>
@@ -67,6 +69,16 @@ struct ParamSpec {
   Shape shape;
 };
 
+// The sizes the planner's cost model (planner/cost_model.h) prices a model by: `layers` identical
+// decoder layers between an embedding (on a pipeline's first stage) and a head (on its last).
+struct ModelSizes {
+  int64_t layers = 0, hidden = 0, ffn = 0, vocab = 0;
+  int64_t heads = 0, kv_heads = 0;  // attention heads and key/value heads; 0 without attention
+  double layer_parameters = 0;      // one decoder layer
+  double embedding_parameters = 0;  // the input embedding
+  double head_parameters = 0;       // what follows the last layer (final norm, output head)
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -94,6 +106,10 @@ class Model {
   // The dtype name ("float32", "bfloat16", ...) the config says its Hugging Face weights are stored
   // in; the model computes in its own dtype whatever this says.
   virtual std::string hf_weights_dtype() const = 0;
+
+  virtual ModelSizes sizes() const = 0;
+  // This model with `layers` decoder layers, everything else alike; Error when it cannot have them.
+  virtual std::shared_ptr<const Model> with_num_layers(int layers) const = 0;
 
   virtual ModelGraph build(const ModelBuildOptions& options) const = 0;
   // Error naming the pipeline or stage at fault when the strategy does not fit the model.

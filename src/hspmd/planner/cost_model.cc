@@ -8,6 +8,7 @@
 
 #include "hspmd/core/byte_size.h"
 #include "hspmd/core/error.h"
+#include "hspmd/models/llama_model.h"
 
 namespace hspmd::planner {
 
@@ -22,22 +23,20 @@ const LinkProfile* link_of(const std::optional<LinkProfile>& l) { return l ? &*l
 
 }  // namespace
 
-ModelShape ModelShape::of(const models::LlamaConfig& c) {
+ModelShape ModelShape::of(const models::LlamaConfig& c) { return of(models::Llama(c)); }
+
+ModelShape ModelShape::of(const models::Model& model) {
+  const models::ModelSizes m = model.sizes();
   ModelShape s;
-  s.layers = c.num_hidden_layers;
-  s.hidden = c.hidden_size;
-  s.ffn = c.intermediate_size;
-  s.heads = c.num_attention_heads;
-  s.kv_heads = c.num_key_value_heads;
-  s.vocab = c.vocab_size;
-  for (const models::LlamaParam& p : models::llama_parameters(c)) {
-    const double n = static_cast<double>(p.shape.numel());
-    if (p.layer == 0) {
-      s.layer_parameters += n;
-    } else if (p.layer < 0) {
-      (p.role == models::LlamaParamRole::kEmbedding ? s.embedding_parameters : s.head_parameters) += n;
-    }
-  }
+  s.layers = m.layers;
+  s.hidden = m.hidden;
+  s.ffn = m.ffn;
+  s.heads = m.heads;
+  s.kv_heads = m.kv_heads;
+  s.vocab = m.vocab;
+  s.layer_parameters = m.layer_parameters;
+  s.embedding_parameters = m.embedding_parameters;
+  s.head_parameters = m.head_parameters;
   return s;
 }
 

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "hspmd/models/llama_config.h"
+#include "hspmd/models/model.h"
 #include "hspmd/planner/profile.h"
 #include "hspmd/resolve/topology.h"
 #include "hspmd/sharding/strategy.h"
@@ -104,6 +105,7 @@ struct ModelShape {
   double embedding_parameters = 0;
   double head_parameters = 0;  // final norm + lm_head
   static ModelShape of(const models::LlamaConfig& config);
+  static ModelShape of(const models::Model& model);
   // The parameters a pipeline stage of `layers` decoder layers holds: the embedding on the first
   // stage, the final norm and lm_head on the last (both for the whole model in one stage). Every
   // price of a stage's memory, gradient sync and optimizer step starts from this one count.

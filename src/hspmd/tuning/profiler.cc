@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <random>
 #include <ctime>
 #include <thread>
@@ -17,9 +18,7 @@
 #include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 #include "hspmd/data/token_dataset.h"
-#include "hspmd/models/llama.h"
-#include "hspmd/models/llama_model.h"
-#include "hspmd/models/llama_plan.h"
+#include "hspmd/models/model.h"
 #include "hspmd/planner/cost_model.h"
 #include "hspmd/runtime/dist_trainer.h"
 #include "hspmd/specialize/exec_graph.h"
@@ -75,15 +74,15 @@ std::vector<double> least_squares(const std::vector<std::vector<double>>& featur
   return solve_linear(ata, aty);
 }
 
-std::string temp_dataset(const models::LlamaConfig& config, int64_t longest) {
+std::string temp_dataset(const models::Model& model, int64_t longest) {
   namespace fs = std::filesystem;
   const std::string dir =
-      (fs::temp_directory_path() / ("hspmd-profile-" + std::to_string(config.vocab_size) + "-" +
+      (fs::temp_directory_path() / ("hspmd-profile-" + std::to_string(model.vocab_size()) + "-" +
                                     std::to_string(longest) + "-" + std::to_string(::getpid())))
           .string();
-  data::TokenDatasetWriter w(dir, {.vocab_size = static_cast<uint32_t>(config.vocab_size), .tokenizer_id = "random"});
+  data::TokenDatasetWriter w(dir, {.vocab_size = static_cast<uint32_t>(model.vocab_size()), .tokenizer_id = "random"});
   std::mt19937 rng(7);
-  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.vocab_size) - 1);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(model.vocab_size()) - 1);
   std::vector<int32_t> doc(static_cast<size_t>(longest) + 1);
   for (int d = 0; d < 64; ++d) {
     for (int32_t& t : doc) t = token(rng);
@@ -141,9 +140,9 @@ struct StepTime {
 // it, one kernel thread), so other processes on the host do not inflate them much and waiting for
 // a TP peer does not count. `speed` < 1 runs the rank as an emulated device of that speed (its
 // compute paced, see runtime/emulation.h); the times are CPU times all the same.
-StepTimes time_steps(const models::LlamaConfig& config, const data::TokenDataset& ds, int tp, int64_t seq_len,
-                     int micro_batch_size, int repeats, double speed = 1.0) {
-  const sharding::AnnotationPlan plan = models::compile_llama_plan(config, single_stage(tp, static_cast<int>(config.num_hidden_layers), micro_batch_size));
+StepTimes time_steps(const std::shared_ptr<const models::Model>& model, const data::TokenDataset& ds, int tp,
+                     int64_t seq_len, int micro_batch_size, int repeats, double speed = 1.0) {
+  const sharding::AnnotationPlan plan = model->compile_plan(single_stage(tp, model->num_layers(), micro_batch_size));
   StepTimes out;
   comm::run_thread_ranks(tp, [&](int rank, comm::GroupCache& groups) {
     runtime::DistOptions o;
@@ -155,7 +154,7 @@ StepTimes time_steps(const models::LlamaConfig& config, const data::TokenDataset
     o.device.rank = rank;
     o.device.speed = speed;
     o.trace = true;
-    runtime::DistTrainer t(models::llama(config), ds, plan, o, rank, tp, groups);
+    runtime::DistTrainer t(model, ds, plan, o, rank, tp, groups);
     for (int s = 0; s <= repeats; ++s) {
       t.tracer().clear();
       const runtime::ComputeClock start = runtime::ComputeClock::now();
@@ -177,13 +176,12 @@ struct MemoryPoint {
   double states = 0, activations = 0;
 };
 
-MemoryPoint estimate(const models::LlamaConfig& config, int tp, int layers, int64_t tokens, int in_flight,
-                     int pipelines, bool zero1) {
-  models::LlamaConfig c = config;
-  c.num_hidden_layers = layers;
-  const models::LlamaModel model = models::build_llama(c);
-  const sharding::AnnotationPlan plan = models::compile_llama_plan(c, single_stage(tp, layers, 1, pipelines, zero1));
-  const specialize::ExecGraph exec(model.graph, plan, 0);
+MemoryPoint estimate(const models::Model& model, int tp, int layers, int64_t tokens, int in_flight, int pipelines,
+                     bool zero1) {
+  const std::shared_ptr<const models::Model> sized = model.with_num_layers(layers);
+  const models::ModelGraph g = sized->build({});
+  const sharding::AnnotationPlan plan = sized->compile_plan(single_stage(tp, layers, 1, pipelines, zero1));
+  const specialize::ExecGraph exec(g.graph, plan, 0);
   const specialize::MemoryEstimate m =
       specialize::estimate_memory(exec, {.micro_batch_tokens = tokens, .micro_batches_in_flight = in_flight});
   return {static_cast<double>(m.parameters + m.gradients + m.optimizer_states), static_cast<double>(m.activations)};
@@ -310,11 +308,11 @@ LinearFit fit_linear(const std::vector<std::pair<double, double>>& tokens_second
   return {x[0], x[1]};
 }
 
-Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& options) {
+Profile profile_host(const models::Model& model, const ProfilerOptions& options) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<int> tps = options.tp_degrees;
   if (tps.empty()) {
-    const ModelShape shape = ModelShape::of(config);
+    const ModelShape shape = ModelShape::of(model);
     for (int t = 1; t <= cores; t *= 2) {
       if (shape.tp_divides(t)) tps.push_back(t);
     }
@@ -322,20 +320,18 @@ Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& o
   std::vector<int64_t> seqs = options.seq_lens;
   if (seqs.empty()) {
     for (int64_t s : {64, 128, 256}) {
-      if (s <= config.max_position_embeddings) seqs.push_back(s);
+      if (s <= model.max_sequence_length()) seqs.push_back(s);
     }
   }
   HSPMD_CHECK(!tps.empty() && !seqs.empty() && !options.micro_batch_sizes.empty())
       << "profile: nothing to measure (TP degrees, sequence lengths and micro-batch sizes must be non-empty)";
   const int64_t longest = *std::max_element(seqs.begin(), seqs.end());
   const int biggest_b = *std::max_element(options.micro_batch_sizes.begin(), options.micro_batch_sizes.end());
-  const std::string dir = temp_dataset(config, longest * biggest_b);
+  const std::string dir = temp_dataset(model, longest * biggest_b);
   const data::TokenDataset ds = data::TokenDataset::open(dir);
 
-  models::LlamaConfig one = config, three = config;
-  one.num_hidden_layers = 1;
-  three.num_hidden_layers = 3;
-  const ModelShape shape = ModelShape::of(config);
+  const std::shared_ptr<const models::Model> one = model.with_num_layers(1), three = model.with_num_layers(3);
+  const ModelShape shape = ModelShape::of(model);
   // The kinds to fit: one per emulated device name with its speed, or the host itself.
   std::map<std::string, double> speed_of;
   if (!options.devices) {
@@ -469,7 +465,7 @@ Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& o
     // devices differ in speed and capacity, not in layout).
     ActivationFit a;
     const int64_t T1 = 128, T2 = 256;
-    auto act = [&](int layers, int64_t tokens, int k) { return estimate(config, t, layers, tokens, k, 1, false).activations; };
+    auto act = [&](int layers, int64_t tokens, int k) { return estimate(model, t, layers, tokens, k, 1, false).activations; };
     auto keep = [&](int layers, int64_t tokens) { return act(layers, tokens, 2) - act(layers, tokens, 1); };
     const double d1 = keep(2, T1) - keep(1, T1), d2 = keep(2, T2) - keep(1, T2);
     // d = alpha T + alpha2 T^2 at T1 and T2.
@@ -484,8 +480,8 @@ Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& o
     if (t == tps.front()) {
       // The states of the 1-layer model over its parameters (rank 0's shard).
       const double n = shape.stage_parameters(1, true, true) / t;
-      const double plain = estimate(config, t, 1, T1, 1, 1, false).states;
-      const double zero = estimate(config, t, 1, T1, 1, 2, true).states;
+      const double plain = estimate(model, t, 1, T1, 1, 1, false).states;
+      const double zero = estimate(model, t, 1, T1, 1, 2, true).states;
       host.zero_bytes_per_parameter = 2 * (plain - zero) / n;
       host.bytes_per_parameter = plain / n - host.zero_bytes_per_parameter;
     }

@@ -2,8 +2,8 @@
 // (planner/profile.h). What `hspmd profile` runs. It sits above the planner and the runtime: it
 // measures the trainer the cost model prices, so the planner itself never needs the runtime.
 //
-//   planner::Profile p = profile_host(config, {.model = "configs/llama-tiny.json",
-//                                              .progress = [](const std::string& line) { std::cerr << line; }});
+//   planner::Profile p = profile_host(*load_model(path), {.model = path,
+//                                     .progress = [](const std::string& line) { std::cerr << line; }});
 //   write(p.to_json_text())
 //
 // Compute: for each TP degree t (ranks as threads of this process, one kernel thread each, Gloo
@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include "hspmd/models/llama_config.h"
+#include "hspmd/models/model.h"
 #include "hspmd/planner/profile.h"
 #include "hspmd/runtime/compute_pacer.h"
 #include "hspmd/runtime/emulation.h"
@@ -58,7 +58,7 @@ struct ProfilerOptions {
   std::function<void(const std::string&)> progress;  // one line per measurement
 };
 
-planner::Profile profile_host(const models::LlamaConfig& config, const ProfilerOptions& options);
+planner::Profile profile_host(const models::Model& model, const ProfilerOptions& options);
 
 // The fits, exposed for tests: least squares of y = b (a s^2 + c1 s) + c0 over (s, b, y) samples
 // with every coefficient >= 0 (noise must not make a longer sequence cheaper), and of
