@@ -63,7 +63,7 @@ echo "== graph switching: local-tp2-pp2, then local-hetero-4 before step 4, loca
   --metrics runs/demo-switch-metrics.jsonl --check-single
 
 echo "== elastic training: kill -9 of a worker in the middle of the run (scripts/elastic_demo.sh)"
-HSPMD_BIN="$bin" DEMO_DIST_STEPS="$dist_steps" bash scripts/elastic_demo.sh
+HSPMD_BIN="$bin" DEMO_DIST_STEPS="$dist_steps" DEMO_DATA="$data" bash scripts/elastic_demo.sh
 
 echo "== hspmd selfcheck --quick"
 "$bin" selfcheck --quick --threads "$threads"

@@ -5,13 +5,14 @@
 # with the planner and move the state from surviving replicas with one fused BSR; the launcher
 # restarts rank 2, which rejoins at a step boundary. At the end the run retrains the same steps in
 # one process and compares every loss (--check-single): they must match.
-# Environment: HSPMD_BIN (default build/release/hspmd), DEMO_DIST_STEPS (default 10).
+# Environment: HSPMD_BIN (default build/release/hspmd), DEMO_DIST_STEPS (default 10), DEMO_DATA (the
+# dataset scripts/demo.sh prepares, default runs/kjv-heldout).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bin="${HSPMD_BIN:-build/release/hspmd}"
 steps="${DEMO_DIST_STEPS:-10}"
-data=runs/kjv
+data="${DEMO_DATA:-runs/kjv-heldout}"
 log=runs/elastic-demo.log
 victim=2
 
