@@ -17,7 +17,8 @@
 #      is restarted and rejoins; the losses must match one process (scripts/elastic_demo.sh)
 #   7. hspmd selfcheck --quick (every CPU kernel against its reference)
 # Environment: HSPMD_BIN (default build/release/hspmd), DEMO_STEPS (default 100), DEMO_DIST_STEPS
-# (default 10), DEMO_THREADS.
+# (default 10), DEMO_THREADS, DEMO_RUNS (where the dataset, checkpoints and logs go, default runs;
+# the test demo_script_test runs a short demo into its own folder).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,8 +26,9 @@ bin="${HSPMD_BIN:-build/release/hspmd}"
 steps="${DEMO_STEPS:-100}"
 dist_steps="${DEMO_DIST_STEPS:-10}"
 threads="${DEMO_THREADS:-$(nproc)}"
-data=runs/kjv-heldout
-ckpt=runs/demo-ckpt
+runs="${DEMO_RUNS:-runs}"
+data=$runs/kjv-heldout
+ckpt=$runs/demo-ckpt
 
 if [ ! -x "$bin" ]; then
   echo "demo: $bin not found; run 'make build' first (or set HSPMD_BIN)" >&2
@@ -43,7 +45,7 @@ fi
 echo "== training configs/llama-tiny.json for $steps steps on $threads threads"
 "$bin" train --model configs/llama-tiny.json --data "$data" --steps "$steps" \
   --seq-len 256 --global-batch-tokens 2048 --lr 3e-3 --min-lr 3e-4 --warmup 25 \
-  --threads "$threads" --save "$ckpt" --save-every 50 --metrics runs/demo-metrics.jsonl
+  --threads "$threads" --save "$ckpt" --save-every 50 --metrics "$runs/demo-metrics.jsonl"
 
 echo "== evaluating $ckpt on the held-out validation split (documents training never read)"
 "$bin" eval --model configs/llama-tiny.json --weights "$ckpt" --data "$data" --validation \
@@ -53,17 +55,17 @@ echo "== distributed: examples/strategies/local-hetero-4.json on 4 processes, em
 "$bin" train --model configs/llama-tiny.json --data "$data" --steps "$dist_steps" \
   --seq-len 256 --global-batch-tokens 2048 --lr 3e-3 --min-lr 3e-4 --warmup 10 --threads 1 \
   --strategy examples/strategies/local-hetero-4.json --nproc 4 \
-  --devices examples/devices/local-hetero-4.json --trace runs/demo-trace.json --check-single
+  --devices examples/devices/local-hetero-4.json --trace "$runs/demo-trace.json" --check-single
 
 echo "== graph switching: local-tp2-pp2, then local-hetero-4 before step 4, local-dp2 before step 7 (no restart)"
 "$bin" train --model configs/llama-tiny.json --data "$data" --steps "$dist_steps" \
   --seq-len 256 --global-batch-tokens 2048 --lr 3e-3 --min-lr 3e-4 --warmup 10 --threads 1 \
   --strategy examples/strategies/local-tp2-pp2.json --nproc 4 \
   --switch 4:examples/strategies/local-hetero-4.json --switch 7:examples/strategies/local-dp2.json \
-  --metrics runs/demo-switch-metrics.jsonl --check-single
+  --metrics "$runs/demo-switch-metrics.jsonl" --check-single
 
 echo "== elastic training: kill -9 of a worker in the middle of the run (scripts/elastic_demo.sh)"
-HSPMD_BIN="$bin" DEMO_DIST_STEPS="$dist_steps" bash scripts/elastic_demo.sh
+HSPMD_BIN="$bin" DEMO_DIST_STEPS="$dist_steps" DEMO_RUNS="$runs" bash scripts/elastic_demo.sh
 
 echo "== hspmd selfcheck --quick"
 "$bin" selfcheck --quick --threads "$threads"

@@ -5,28 +5,30 @@
 # with the planner and move the state from surviving replicas with one fused BSR; the launcher
 # restarts rank 2, which rejoins at a step boundary. At the end the run retrains the same steps in
 # one process and compares every loss (--check-single): they must match.
-# Environment: HSPMD_BIN (default build/release/hspmd), DEMO_DIST_STEPS (default 10).
+# Environment: HSPMD_BIN (default build/release/hspmd), DEMO_DIST_STEPS (default 10), DEMO_RUNS (the
+# folder scripts/demo.sh writes, default runs: its dataset kjv-heldout, and this demo's log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bin="${HSPMD_BIN:-build/release/hspmd}"
 steps="${DEMO_DIST_STEPS:-10}"
-data=runs/kjv
-log=runs/elastic-demo.log
+runs="${DEMO_RUNS:-runs}"
+data=$runs/kjv-heldout
+log=$runs/elastic-demo.log
 victim=2
 
 if [ ! -f "$data/index.bin" ]; then
   echo "elastic demo: $data is missing; run scripts/demo.sh (make demo) first" >&2
   exit 1
 fi
-mkdir -p runs
+mkdir -p "$runs"
 
 "$bin" train --model configs/llama-tiny.json --data "$data" --steps "$steps" \
   --seq-len 256 --global-batch-tokens 2048 --lr 1e-3 --warmup 5 --threads 1 \
   --strategy examples/strategies/local-dp2-pp2.json --nproc 4 \
   --elastic --max-restarts 1 --cluster examples/clusters/local-hetero-4.json \
   --profile examples/profiles/local-hetero-4-llama-tiny.json \
-  --metrics runs/elastic-demo-metrics.jsonl --check-single > "$log" 2>&1 &
+  --metrics "$runs/elastic-demo-metrics.jsonl" --check-single > "$log" 2>&1 &
 launcher=$!
 trap 'kill "$launcher" 2>/dev/null || true' EXIT
 

@@ -46,6 +46,15 @@ TEST(LlamaConfig, ErrorsNameFileAndKey) {
   EXPECT_NE(message(R"({"hidden_size": 16, "intermediate_size": 1, "num_hidden_layers": 1,
       "num_attention_heads": 3, "vocab_size": 1})").find("must divide hidden_size"),
             std::string::npos);
+  // A float where an integer belongs is refused, not truncated (1.5) or converted out of range
+  // (2.6e102, undefined behaviour: a fuzz finding); an integer beyond the key's type likewise.
+  for (const char* size : {"1.5", "2.6e102", "9223372036854775808"}) {
+    EXPECT_NE(message(std::string(R"({"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 1,
+        "vocab_size": 1, "intermediate_size": )") + size + "}")
+                  .find("key \"intermediate_size\" must be an integer from"),
+              std::string::npos)
+        << size;
+  }
   EXPECT_THROW(LlamaConfig::from_file("/nonexistent/config.json"), Error);
 }
 

@@ -1,7 +1,11 @@
 #include "hspmd/models/llama_config.h"
 
+#include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <set>
+#include <type_traits>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +22,18 @@ void read_key(const nlohmann::json& j, const char* key, T& out, bool required, c
   if (it == j.end() || it->is_null()) {
     HSPMD_CHECK(!required) << source << ": missing required key \"" << key << "\"";
     return;
+  }
+  // nlohmann converts a float to an integer type without a range check (undefined behaviour for
+  // 2.7e102, found by fuzz/llama_config_fuzz.cc), and 1.5 would silently become 1: integer keys
+  // take integers in the type's range only.
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const bool in_range = !it->is_number()          ? true  // the wrong type: said below
+                          : it->is_number_unsigned() ? std::in_range<T>(it->template get<uint64_t>())
+                          : it->is_number_integer()  ? std::in_range<T>(it->template get<int64_t>())
+                                                     : false;
+    HSPMD_CHECK(in_range) << source << ": key \"" << key << "\" must be an integer from "
+                          << +std::numeric_limits<T>::min() << " to " << +std::numeric_limits<T>::max() << ", got "
+                          << it->dump();
   }
   try {
     out = it->get<T>();
