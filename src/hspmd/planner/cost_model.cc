@@ -25,20 +25,7 @@ const LinkProfile* link_of(const std::optional<LinkProfile>& l) { return l ? &*l
 
 ModelShape ModelShape::of(const models::LlamaConfig& c) { return of(models::Llama(c)); }
 
-ModelShape ModelShape::of(const models::Model& model) {
-  const models::ModelSizes m = model.sizes();
-  ModelShape s;
-  s.layers = m.layers;
-  s.hidden = m.hidden;
-  s.ffn = m.ffn;
-  s.heads = m.heads;
-  s.kv_heads = m.kv_heads;
-  s.vocab = m.vocab;
-  s.layer_parameters = m.layer_parameters;
-  s.embedding_parameters = m.embedding_parameters;
-  s.head_parameters = m.head_parameters;
-  return s;
-}
+ModelShape ModelShape::of(const models::Model& model) { return ModelShape{model.sizes()}; }
 
 double ModelShape::stage_parameters(int layers, bool first, bool last) const {
   double params = layers * layer_parameters;

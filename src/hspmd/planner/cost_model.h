@@ -98,12 +98,8 @@ struct Prediction {
   std::vector<std::string> overflows;
 };
 
-// Parameter counts of the model's parts, from models::llama_parameters.
-struct ModelShape {
-  int64_t layers = 0, hidden = 0, ffn = 0, heads = 0, kv_heads = 0, vocab = 0;
-  double layer_parameters = 0;  // one decoder layer
-  double embedding_parameters = 0;
-  double head_parameters = 0;  // final norm + lm_head
+// The model's sizes (models::Model::sizes) with what the planner derives from them.
+struct ModelShape : models::ModelSizes {
   static ModelShape of(const models::LlamaConfig& config);
   static ModelShape of(const models::Model& model);
   // The parameters a pipeline stage of `layers` decoder layers holds: the embedding on the first
