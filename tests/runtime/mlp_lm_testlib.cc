@@ -5,6 +5,7 @@
 #include "hspmd/core/error.h"
 #include "hspmd/graph/autograd.h"
 #include "hspmd/graph/ops.h"
+#include "hspmd/sharding/stage_annotation.h"
 
 namespace hspmd::runtime::testing {
 
@@ -13,6 +14,7 @@ using sharding::Annotation;
 using sharding::DeviceGroup;
 using sharding::DistState;
 using sharding::kDuplicate;
+using sharding::on_stages;
 namespace ops = graph::ops;
 
 namespace {
@@ -46,18 +48,6 @@ Tensor int64_tensor(const std::vector<int32_t>& values, const std::vector<int64_
   Tensor t = Tensor::empty(Shape{static_cast<int64_t>(order.size())}, DType::kInt64);
   for (size_t i = 0; i < order.size(); ++i) t.data<int64_t>()[i] = values[static_cast<size_t>(order[i])];
   return t;
-}
-
-// One subgroup per pipeline (the given stage of each), each sharded by `ds(stage)`.
-template <typename DsOfStage>
-Annotation on_stages(const std::vector<const sharding::StageSpec*>& stages, DsOfStage ds, int hdim) {
-  std::vector<DeviceGroup> groups;
-  std::vector<DistState> states;
-  for (const auto* s : stages) {
-    groups.emplace_back(s->ranks);
-    states.push_back(ds(*s));
-  }
-  return Annotation::make(std::move(groups), std::move(states), hdim);
 }
 
 }  // namespace

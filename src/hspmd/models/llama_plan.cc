@@ -4,6 +4,7 @@
 
 #include "hspmd/core/error.h"
 #include "hspmd/models/llama.h"
+#include "hspmd/sharding/stage_annotation.h"
 
 namespace hspmd::models {
 
@@ -11,6 +12,7 @@ using sharding::Annotation;
 using sharding::DeviceGroup;
 using sharding::DistState;
 using sharding::kDuplicate;
+using sharding::on_stages;
 using sharding::Strategy;
 
 namespace {
@@ -76,18 +78,6 @@ DistState with_cp(const DistState& tp_ds, int cp) {
 
 DistState param_ds(LlamaParamRole role, const sharding::StageSpec& stage, bool zero) {
   return with_cp(tp_param_ds(role, stage.tp(), zero), stage.cp);
-}
-
-// One subgroup per pipeline (the given stage of each), each sharded by `ds(stage)`.
-template <typename DsOfStage>
-Annotation on_stages(const std::vector<const sharding::StageSpec*>& stages, DsOfStage ds, int hdim) {
-  std::vector<DeviceGroup> groups;
-  std::vector<DistState> states;
-  for (const auto* s : stages) {
-    groups.emplace_back(s->ranks);
-    states.push_back(ds(*s));
-  }
-  return Annotation::make(std::move(groups), std::move(states), hdim);
 }
 
 // Per-token values on a stage of T x C ranks: tokens split over CP (outer), `inner` over TP.
