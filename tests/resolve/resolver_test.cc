@@ -99,6 +99,18 @@ TEST(BottomTier, PartialMovesSummandBySummand) {
   EXPECT_THROW(resolve(A("dup{[2-3](P:2)}"), A("dup{[0-3](P:4)}"), kShape, "T"), Error);
 }
 
+// To devices that hold no summands: reduced inside the source subgroup first, then moved. A tied
+// head's gradient, partial over the CP 2 ranks of the last stage (TP 2 there), going to a first
+// stage of one rank; across two pipelines too (the top tier stays partial).
+TEST(BottomTier, PartialReducedThenMovedToFewerSummands) {
+  Resolution tied = checked(A("dup{[4-7](P:2,S0:2)}"), A("dup{[0]()}"), kShape);
+  EXPECT_EQ(tied.classification(), "bottom[AR]+bottom[BSR]");
+  EXPECT_EQ(ops_text(tied, 5), (V{"AllReduce group=[5,7] [4:8, 0:4] bytes=64", "Send peer=0 [4:8, 0:4] bytes=64"}));
+  EXPECT_EQ(ops_text(tied, 7), V{"AllReduce group=[5,7] [4:8, 0:4] bytes=64"});
+  EXPECT_EQ(checked(A("partial{[4-7](P:2,S0:2);[8]()}"), A("partial{[0]();[9]()}"), kShape).classification(),
+            "bottom[AR,Identity]+bottom[BSR,SR]");
+}
+
 TEST(BottomTier, BsrPerSubgroupWhenNoCollectiveApplies) {
   Resolution b = checked(A("dup{[0-1](S0:2)}"), A("dup{[0-1](S1:2)}"), kShape);
   EXPECT_EQ(b.classification(), "bottom[BSR]");
@@ -203,7 +215,8 @@ TEST(Bsr, EverythingElseAndPartialNeverGoesToBsr) {
     }
     return std::string("no error");
   };
-  std::string e = error_of(A("dup{[0-1](P:2)}"), A("dup{[2-3](S0:2)}"));
+  // (To devices holding no summands it is reduced first: PartialReducedThenMovedToFewerSummands.)
+  std::string e = error_of(A("dup{[0-1](P:2)}"), A("dup{[2-5](P:4)}"));
   EXPECT_NE(e.find("tensor grad.w"), std::string::npos) << e;
   EXPECT_NE(e.find("Partial never goes to BSR"), std::string::npos) << e;
   EXPECT_NE(error_of(A("dup{[0-1](D:2)}"), A("dup{[0-1](P:2)}")).find("Partial never goes to BSR"), std::string::npos);

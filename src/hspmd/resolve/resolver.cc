@@ -216,6 +216,27 @@ std::optional<std::vector<ResolveStep>> bottom_collectives(const Annotation& src
   return std::nullopt;
 }
 
+// A partial source whose summands must move to devices that hold none of them (dst is not partial
+// inside its subgroups, and a subgroup with summands matches no collective): each subgroup reduces
+// its summands by a collective first, then a BSR of each subgroup moves the sums, e.g. a tied
+// head's gradient, partial over the CP 2 ranks of a pipeline's last stage, going to a first stage
+// without CP. nullopt when src -> dst is not such a Reshard or no collective reduces src.
+std::optional<std::vector<ResolveStep>> reduced_then_moved(const Annotation& src, const Annotation& dst,
+                                                           const Shape& shape, const std::string& tensor,
+                                                           const ResolveOptions& o) {
+  bool fewer = false;
+  for (int g = 0; g < src.hsize(); ++g) {
+    if (dst.ds(g).has_partial()) return std::nullopt;
+    fewer = fewer || (src.ds(g).has_partial() && !match_bottom_rule(group_reshard(src, dst, g, shape, o)));
+  }
+  const std::optional<Annotation> mid = reduced_first(src);
+  if (!fewer || !mid || !fits(*mid, shape)) return std::nullopt;
+  std::vector<ResolveStep> steps(2);
+  if (!bottom_step(src, *mid, shape, tensor, o, true, steps[0])) return std::nullopt;
+  bottom_step(*mid, dst, shape, tensor, o, false, steps[1]);
+  return steps;
+}
+
 bool top_step(const Annotation& src, const Annotation& dst, const Shape& shape, const ResolveOptions& o,
               ResolveStep& step) {
   const TopReshard r{src, dst, shape, o.element_size};
@@ -237,6 +258,10 @@ Resolution resolve(const Annotation& src, const Annotation& dst, const Shape& sh
     res.tier = Tier::kBottom;
     if (src.has_partial()) {
       if (auto steps = bottom_collectives(src, dst, shape, tensor, o)) {
+        res.steps = std::move(*steps);
+        return res;
+      }
+      if (auto steps = reduced_then_moved(src, dst, shape, tensor, o)) {
         res.steps = std::move(*steps);
         return res;
       }

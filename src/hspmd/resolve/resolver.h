@@ -14,7 +14,10 @@
 // its own when a subgroup's source and destination hold as many (the same gradient under CP,
 // partial over the CP ranks of both stages). A partial source whose subgroup must also be sliced
 // is sliced locally first, then reduced ((P:2,D:2) -> (D:2,S0:2): Slice, then AR); a DS union whose
-// members differ is aligned that way inside each subgroup before the top tier runs.
+// members differ is aligned that way inside each subgroup before the top tier runs. A partial source
+// going to devices that hold no summands (a destination not partial inside its subgroups, e.g. a
+// tied head's gradient from a last stage of CP 2 to a first stage without CP) is reduced by a
+// collective inside each subgroup first, then moved by a BSR of each subgroup ("bottom[AR]+bottom[BSR]").
 //
 //   Resolution r = resolve(src, dst, Shape{8, 4}, "W", {});
 //   r.classification()  // "bottom[RS,BSR]", "top[SplitAG]", "bottom[RS]+top[SplitAG]" or "BSR"
