@@ -145,9 +145,6 @@ void Strategy::validate(int num_layers) const {
       const StageSpec& st = stages[s];
       HSPMD_CHECK(st.cp >= 1 && st.ranks.size() % st.cp == 0)
           << stage_key(p, s) << ": cp " << st.cp << " does not divide its " << st.ranks.size() << " ranks";
-      HSPMD_CHECK(st.cp == stages.front().cp)
-          << stage_key(p, s) << ": cp " << st.cp << " differs from stages[0]'s cp " << stages.front().cp
-          << "; every stage of a pipeline must have the same context-parallel degree";
       HSPMD_CHECK(st.last_layer < num_layers)
           << stage_key(p, s) << ".layers: " << st.first_layer << "-" << st.last_layer << " exceeds the model's "
           << num_layers << " layers (0-" << num_layers - 1 << ")";

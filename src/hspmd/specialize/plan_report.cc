@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -83,6 +84,12 @@ std::string tier_of(const resolve::CommOp& op, int device, const resolve::Topolo
   return std::string(resolve::link_tier_name(worst));
 }
 
+// The tokens of one row fed to a pipeline in the zigzag order of degree `cp`: seq_len padded to a
+// multiple of 2 cp (data/context_parallel.h); seq_len itself without CP.
+int64_t padded_row(int64_t seq_len, int cp) {
+  return cp == 1 ? seq_len : (seq_len + 2 * cp - 1) / (2 * cp) * (2 * cp);
+}
+
 class Builder {
  public:
   Builder(const models::ModelGraph& m, const sharding::AnnotationPlan& plan, const PlanReportOptions& o)
@@ -149,14 +156,19 @@ class Builder {
         << "the plan schedules " << planned << " pipelines but its annotations form " << layout.pipelines.size()
         << ":\n" << layout.to_string();
     std::map<int, std::set<int>> layers_of;  // rank -> decoder layers it computes
+    std::map<int, int> cp_of;                // rank -> ways its computed values split the token dim
     for (int id = 0; id < g.num_ops(); ++id) {
       const Op& op = g.op(id);
       // Compute ops only: a Reshard tagged with layer l may put its output on the next stage.
-      if (op.backward || op.layer < 0 || op.kind == OpKind::kPlaceholder || op.kind == OpKind::kParameter ||
+      if (op.backward || op.kind == OpKind::kPlaceholder || op.kind == OpKind::kParameter ||
           op.kind == OpKind::kReshard) {
         continue;
       }
-      for (int d : deduced.by_op()[id][0].devices()) layers_of[d].insert(op.layer);
+      const Annotation& out = deduced.by_op()[id][0];
+      for (int d : out.devices()) {
+        if (op.layer >= 0) layers_of[d].insert(op.layer);
+        if (const auto where = out.locate(d)) cp_of[d] = std::max(cp_of[d], out.ds(where->first).degree(0));
+      }
     }
     for (const PipelineStages& p : layout.pipelines) {
       PipelineReport pr;
@@ -164,12 +176,13 @@ class Builder {
       HSPMD_CHECK(where.has_value()) << "the loss " << loss.to_string() << " is not on the last stage "
                                      << sharding::DeviceGroup(p.stages.back()).to_string() << " of a pipeline";
       pr.subgroup = where->first;
-      pr.cp = loss.ds(pr.subgroup).degree(sharding::kPartial);
       if (planned > 0) {
         pr.micro_batch_size = plan_.pipelines.at(pr.subgroup).micro_batch_size;
         pr.num_micro_batches = plan_.pipelines.at(pr.subgroup).num_micro_batches;
       }
-      pr.binding = {{"T", pr.micro_batch_size * o_.seq_len}, {"N", pr.micro_batch_size}};
+      int order_degree = 1;  // of the zigzag order the pipeline is fed in (data/context_parallel.h)
+      for (const std::vector<int>& stage : p.stages) order_degree = std::lcm(order_degree, std::max(1, cp_of[stage[0]]));
+      pr.binding = {{"T", pr.micro_batch_size * padded_row(o_.seq_len, order_degree)}, {"N", pr.micro_batch_size}};
       for (size_t s = 0; s < p.stages.size(); ++s) {
         StageReport sr;
         sr.ranks = p.stages[s];
@@ -179,6 +192,7 @@ class Builder {
           runs_[d] = pr.num_micro_batches;
         }
         sr.layers = sharding::runs_text({layers.begin(), layers.end()});
+        sr.cp = std::max(1, cp_of[sr.ranks.front()]);
         sr.schedule = make_schedule(o_.schedule, pr.num_micro_batches, static_cast<int>(p.stages.size()),
                                     static_cast<int>(s));
         pr.stages.push_back(std::move(sr));
@@ -368,8 +382,8 @@ std::string to_string(const PlanReport& r) {
       char head[160];
       std::snprintf(head, sizeof head, "    stage %zu  ranks %-8s layers %-7s TP %-3zu ", s,
                     sharding::DeviceGroup(st.ranks).to_string().c_str(),
-                    st.layers.empty() ? "-" : st.layers.c_str(), st.ranks.size() / p.cp);
-      if (p.cp > 1) std::snprintf(head + std::strlen(head) - 1, sizeof head - std::strlen(head) + 1, "CP %-3d ", p.cp);
+                    st.layers.empty() ? "-" : st.layers.c_str(), st.ranks.size() / st.cp);
+      if (st.cp > 1) std::snprintf(head + std::strlen(head) - 1, sizeof head - std::strlen(head) + 1, "CP %-3d ", st.cp);
       out << head << to_short_string(st.schedule) << "\n";
     }
   }
