@@ -119,7 +119,12 @@ TEST(ContextParallelStages, Cp2ThenCp4) {
 TEST(ContextParallelStages, Cp2ThenCp3FeedsTheOrderOfCp6) {
   const sharding::Strategy st = two_stages(R"("ranks": "0-1", "cp": 2)", R"("ranks": "2-4", "cp": 3)");
   const models::Llama model(tiny());
-  EXPECT_EQ(model.context_parallel_degree(model.compile_plan(st), 0), 6);
+  const sharding::AnnotationPlan plan = model.compile_plan(st);
+  EXPECT_EQ(plan.pipelines.at(0).token_order_degree, 6);
+  EXPECT_EQ(plan.pipelines.at(0).row_tokens(kSeqLen), 24);
+  EXPECT_EQ(model.context_parallel_degree(plan, 0), 6);
+  // A saved plan keeps the order.
+  EXPECT_EQ(sharding::AnnotationPlan::from_json_text(plan.to_json_text(), "plan.json").pipelines, plan.pipelines);
   const PlanReport r = report(st);
   EXPECT_EQ(r.pipelines.at(0).binding.at("T"), 24);
   const ReshardGroup& out = find(r.activations, "model.layers.1.output");

@@ -82,15 +82,8 @@ graph::TensorMap Llama::feeds(const data::Batch& batch, int64_t label_tokens, co
 }
 
 int Llama::context_parallel_degree(const sharding::AnnotationPlan& plan, int rank) const {
-  // The pipeline (subgroup) `rank` feeds, then the least common multiple of the CP degrees its
-  // stages split the tokens over: the embedding's stage, each layer's and the loss's.
-  const auto where = plan.at("token_index").locate(rank);
-  if (!where) return 1;
-  const int pipeline = where->first;
-  auto split_of = [&](const std::string& name) { return plan.at(name).ds(pipeline).degree(0); };
-  int degree = std::lcm(split_of("input_ids"), split_of("targets"));
-  for (int l = 0; l < num_layers(); ++l) degree = std::lcm(degree, split_of("model.layers." + std::to_string(l) + ".positions"));
-  return degree;
+  const auto where = plan.at("token_index").locate(rank);  // the pipeline (subgroup) `rank` is in
+  return where ? plan.pipelines.at(where->first).token_order_degree : 1;
 }
 
 namespace {

@@ -210,7 +210,11 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
                                             },
                                             hdim));
   }
-  for (const auto& pipe : st.pipelines) plan.pipelines.push_back({pipe.micro_batch_size, pipe.num_micro_batches});
+  for (const auto& pipe : st.pipelines) {
+    int order = 1;  // every stage splits the pipeline's token order evenly
+    for (const auto& stage : pipe.stages) order = std::lcm(order, stage.cp);
+    plan.pipelines.push_back({pipe.micro_batch_size, pipe.num_micro_batches, order});
+  }
   plan.recompute = st.recompute;
   return plan;
 }

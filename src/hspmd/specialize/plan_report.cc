@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <numeric>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -82,12 +81,6 @@ std::string tier_of(const resolve::CommOp& op, int device, const resolve::Topolo
   if (op.peer >= 0) consider(op.peer);
   for (int m : op.group) consider(m);
   return std::string(resolve::link_tier_name(worst));
-}
-
-// The tokens of one row fed to a pipeline in the zigzag order of degree `cp`: seq_len padded to a
-// multiple of 2 cp (data/context_parallel.h); seq_len itself without CP.
-int64_t padded_row(int64_t seq_len, int cp) {
-  return cp == 1 ? seq_len : (seq_len + 2 * cp - 1) / (2 * cp) * (2 * cp);
 }
 
 class Builder {
@@ -180,9 +173,8 @@ class Builder {
         pr.micro_batch_size = plan_.pipelines.at(pr.subgroup).micro_batch_size;
         pr.num_micro_batches = plan_.pipelines.at(pr.subgroup).num_micro_batches;
       }
-      int order_degree = 1;  // of the zigzag order the pipeline is fed in (data/context_parallel.h)
-      for (const std::vector<int>& stage : p.stages) order_degree = std::lcm(order_degree, std::max(1, cp_of[stage[0]]));
-      pr.binding = {{"T", pr.micro_batch_size * padded_row(o_.seq_len, order_degree)}, {"N", pr.micro_batch_size}};
+      const int64_t row = planned > 0 ? plan_.pipelines.at(pr.subgroup).row_tokens(o_.seq_len) : o_.seq_len;
+      pr.binding = {{"T", pr.micro_batch_size * row}, {"N", pr.micro_batch_size}};
       for (size_t s = 0; s < p.stages.size(); ++s) {
         StageReport sr;
         sr.ranks = p.stages[s];

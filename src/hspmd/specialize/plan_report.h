@@ -15,8 +15,8 @@
 //   std::cout << to_string(r);
 //
 // Symbols: activations are [T, ...] per micro-batch; pipeline p binds T = micro_batch_size_p *
-// seq_len (under CP, seq_len padded to a multiple of 2 L, L the least common multiple of the CP
-// degrees of its stages, as the zigzag layout pads each row) and N = micro_batch_size_p
+// seq_len (under CP, seq_len padded as the zigzag layout pads each row: PipelineSchedule::row_tokens)
+// and N = micro_batch_size_p
 // (documents per micro-batch), one binding per sharding subgroup
 // (the plan's pipelines are its subgroups, in order). Bytes are what senders put on the wire
 // (resolve/comm_op.h), at the element size of each tensor's dtype.
