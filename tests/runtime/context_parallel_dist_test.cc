@@ -148,13 +148,18 @@ TEST(ContextParallel, Cp2TiedEmbeddingsOverTwoStages) {
 // the hand-over between degrees is a BSR of the tokens (its gradient one back). Two steps each.
 constexpr int64_t kMixedCpSteps = 2;
 
-// CP 2, then one rank; on documents of many lengths packed several to a row.
+// CP 2, then one rank; on documents of many lengths packed several to a row; untied, and tied (the
+// head's gradient, one summand, becomes the first stage's CP rank 0's; CP rank 1 adds zeros).
 TEST(ContextParallel, Cp2StageThenOneRankStage) {
   sharding::Strategy st = strategy(R"({"name": "cp2-then-1", "pipelines": [
     {"micro_batch_size": 2, "num_micro_batches": 2,
      "stages": [{"ranks": "0-1", "layers": "0-1", "cp": 2}, {"ranks": "2", "layers": "2-3"}]}]})");
-  expect_matches_single_process(run(st, testing::dist_options(kMixedCpSteps), {.dataset = mixed_length_dataset()}),
-                                kMixedCpSteps, 1, false, mixed_length_dataset(), kMixedLengthWeights);
+  for (const bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    const testing::DistRun r =
+        run(st, testing::dist_options(kMixedCpSteps), {.tied = tied, .dataset = mixed_length_dataset()});
+    expect_matches_single_process(r, kMixedCpSteps, 1, tied, mixed_length_dataset(), kMixedLengthWeights);
+  }
 }
 
 // One rank, then CP 2 x TP 2, tied: the head's gradient, partial over the last stage's CP ranks,

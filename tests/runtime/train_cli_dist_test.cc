@@ -25,9 +25,8 @@ using testing::run_hspmd;
 
 class TrainCli : public testing::TempDirTest {
  protected:
-  std::string common(int steps, const std::string& model = "") const {
-    return "train --model " + (model.empty() ? (testing::source_dir() / "configs/llama-tiny.json").string() : model) +
-           " --data " +
+  std::string common(int steps) const {
+    return "train --model " + (testing::source_dir() / "configs/llama-tiny.json").string() + " --data " +
            testing::corpus_dataset() + " --steps " + std::to_string(steps) +
            " --seq-len 64 --global-batch-tokens 512 --warmup 2 --threads 1";
   }
@@ -231,18 +230,12 @@ TEST_F(TrainCli, UnrunnableStrategiesAreRefusedOnceBeforeLaunch) {
     }
     EXPECT_EQ(errors, 1u) << r.output;
   };
-  // Tied embeddings whose first stage has CP 2 and last stage none: the head's gradient, one whole
-  // summand, cannot become the two summands the lookup's gradient is split into (resolve/resolver.h).
-  nlohmann::json config = nlohmann::json::parse(std::ifstream(example("configs/llama-tiny.json")));
-  config["tie_word_embeddings"] = true;
-  const std::string tied = path("tied.json");
-  std::ofstream(tied) << config.dump();
-  const std::string mixed_cp = path("mixed-cp.json");
-  std::ofstream(mixed_cp) << R"({"name": "mixed-cp", "pipelines": [{"micro_batch_size": 2, "num_micro_batches": 2,
-      "stages": [{"ranks": "0-1", "layers": "0-1", "cp": 2}, {"ranks": "2", "layers": "2-3"}]}]})";
-  testing::CommandResult r = run_hspmd(common(2, tied) + " --nproc 3 --strategy " + mixed_cp);
+  const std::string tp3 = path("tp3.json");
+  std::ofstream(tp3) << R"({"name": "tp3", "pipelines": [{"micro_batch_size": 2, "num_micro_batches": 2,
+      "stages": [{"ranks": "0", "layers": "0-1"}, {"ranks": "1-3", "layers": "2-3", "tp": 3}]}]})";
+  testing::CommandResult r = run_hspmd(common(2) + " --nproc 4 --strategy " + tp3);
   refused_once(r);
-  EXPECT_THAT(r.output, AllOf(HasSubstr("lm_head.tied_weight.bwd"), HasSubstr("summand counts differ")));
+  EXPECT_THAT(r.output, HasSubstr("pipelines[0].stages[1]: TP degree 3 (ranks [1-3]) does not divide num_attention_heads 4"));
   const std::string typo = path("typo.json");
   std::ofstream(typo) << R"({"name": "typo", "pipelines": [{"micro_batch_size": 2, "num_micro_batches": 2,
       "stages": [{"ranks": "0-1", "layers": "0-3", "tpp": 2}]}]})";

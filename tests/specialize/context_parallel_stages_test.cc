@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "error_of.h"
 #include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/specialize/plan_report.h"
@@ -132,17 +131,20 @@ TEST(ContextParallelStages, Cp2ThenCp3FeedsTheOrderOfCp6) {
   EXPECT_EQ(ops_of(out, 1), (V{"Send peer=3 [12:16, 0:128] bytes=2048", "Send peer=4 [16:24, 0:128] bytes=4096"}));
 }
 
-// Tied embeddings: the head's gradient, partial over the last stage's CP ranks, goes home to a
-// first stage without CP reduced first (all-reduce over CP), then sent; to a first stage of
-// another CP degree it cannot go: a device there would need a summand split it holds no part of.
+// Tied embeddings: the head's gradient, partial over the last stage's CP ranks, goes home to the
+// lookup's, partial over the first stage's. From CP 2 to none: all-reduced over CP, then sent.
+// From none to CP 2: the whole sum becomes CP rank 0's summand, CP rank 1's is zeros. From CP 2
+// to CP 4: both.
 TEST(ContextParallelStages, TiedEmbeddingsAcrossCpDegrees) {
-  const PlanReport r = report(two_stages(R"("ranks": "0")", R"("ranks": "1-4", "tp": 2, "cp": 2)"), /*tied=*/true);
-  const ReshardGroup& home = find(r.activations, "lm_head.tied_weight.bwd");
-  EXPECT_EQ(home.classification, "bottom[AR]+bottom[BSR]");
-  const std::string refused =
-      hspmd::testing::error_of([] { report(two_stages(R"("ranks": "0-1", "cp": 2)", R"("ranks": "2")"), true); });
-  EXPECT_NE(refused.find("lm_head.tied_weight.bwd"), std::string::npos) << refused;
-  EXPECT_NE(refused.find("summand counts differ"), std::string::npos) << refused;
+  const PlanReport to_one = report(two_stages(R"("ranks": "0")", R"("ranks": "1-4", "tp": 2, "cp": 2)"), true);
+  EXPECT_EQ(find(to_one.activations, "lm_head.tied_weight.bwd").classification, "bottom[AR]+bottom[BSR]");
+  const PlanReport from_one = report(two_stages(R"("ranks": "0-1", "cp": 2)", R"("ranks": "2")"), true);
+  const ReshardGroup& home = find(from_one.activations, "lm_head.tied_weight.bwd");
+  EXPECT_EQ(home.classification, "bottom[BSR]");
+  EXPECT_EQ(ops_of(home, 2), V{"Send peer=0 [0:260, 0:128] bytes=133120"});
+  EXPECT_EQ(ops_of(home, 1), V{"ZeroFill [0:260, 0:128] bytes=0"});
+  const PlanReport wider = report(two_stages(R"("ranks": "0-3", "cp": 4)", R"("ranks": "4-5", "cp": 2)"), true);
+  EXPECT_EQ(find(wider.activations, "lm_head.tied_weight.bwd").classification, "bottom[AR]+bottom[BSR]");
 }
 
 }  // namespace
