@@ -1,6 +1,5 @@
 #include "hspmd/models/llama_plan.h"
 
-#include <numeric>
 #include <string>
 
 #include "hspmd/core/error.h"
@@ -151,8 +150,7 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
   std::vector<DeviceGroup> pipeline_groups;
   std::vector<DistState> pipeline_tokens, pipeline_dup;
   for (const auto& pipe : st.pipelines) {
-    int g = 0;
-    for (const auto& stage : pipe.stages) g = std::gcd(g, stage.cp);
+    const int g = pipe.common_cp();
     std::vector<int> ranks;
     for (int k = 0; k < g; ++k) {
       for (const auto& stage : pipe.stages) {
@@ -211,9 +209,7 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
                                             hdim));
   }
   for (const auto& pipe : st.pipelines) {
-    int order = 1;  // every stage splits the pipeline's token order evenly
-    for (const auto& stage : pipe.stages) order = std::lcm(order, stage.cp);
-    plan.pipelines.push_back({pipe.micro_batch_size, pipe.num_micro_batches, order});
+    plan.pipelines.push_back({pipe.micro_batch_size, pipe.num_micro_batches, pipe.token_order_degree()});
   }
   plan.recompute = st.recompute;
   return plan;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <nlohmann/json.hpp>
 
 #include "hspmd/core/error.h"
@@ -117,6 +118,18 @@ std::string range_text(const std::vector<int>& ranks) {
 }
 
 }  // namespace
+
+int PipelineSpec::token_order_degree() const {
+  int out = 1;
+  for (const StageSpec& s : stages) out = std::lcm(out, s.cp);
+  return out;
+}
+
+int PipelineSpec::common_cp() const {
+  int out = 0;
+  for (const StageSpec& s : stages) out = std::gcd(out, s.cp);
+  return std::max(out, 1);
+}
 
 std::vector<int> Strategy::ranks() const {
   std::vector<int> out;

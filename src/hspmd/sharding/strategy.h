@@ -55,6 +55,11 @@ struct PipelineSpec {
   int micro_batch_size = 1;
   int num_micro_batches = 1;
   std::vector<StageSpec> stages;  // in pipeline order
+  // The degree of the zigzag order its tokens are fed in: the least common multiple of its stages'
+  // cp (each stage splits that order evenly over its CP ranks).
+  int token_order_degree() const;
+  // The greatest common divisor of its stages' cp: the split of the fed order every stage refines.
+  int common_cp() const;
   friend bool operator==(const PipelineSpec&, const PipelineSpec&) = default;
 };
 

@@ -83,6 +83,31 @@ std::string tier_of(const resolve::CommOp& op, int device, const resolve::Topolo
   return std::string(resolve::link_tier_name(worst));
 }
 
+// What a rank computes in the forward pass: the decoder layers of its compute ops (a Reshard tagged
+// with layer l may put its output on the next stage, so only compute ops count) and how many ways
+// their outputs split the token dim 0: its stage's CP degree.
+struct RankWork {
+  std::set<int> layers;
+  int cp = 1;
+};
+
+std::map<int, RankWork> work_by_rank(const Graph& g, const graph::DeducedAnnotations& deduced) {
+  std::map<int, RankWork> out;
+  for (int id = 0; id < g.num_ops(); ++id) {
+    const Op& op = g.op(id);
+    if (op.backward || op.kind == OpKind::kPlaceholder || op.kind == OpKind::kParameter ||
+        op.kind == OpKind::kReshard) {
+      continue;
+    }
+    const Annotation& a = deduced.by_op()[id][0];
+    for (int d : a.devices()) {
+      if (op.layer >= 0) out[d].layers.insert(op.layer);
+      if (const auto where = a.locate(d)) out[d].cp = std::max(out[d].cp, a.ds(where->first).degree(0));
+    }
+  }
+  return out;
+}
+
 class Builder {
  public:
   Builder(const models::ModelGraph& m, const sharding::AnnotationPlan& plan, const PlanReportOptions& o)
@@ -148,21 +173,7 @@ class Builder {
     HSPMD_CHECK(planned == 0 || planned == layout.pipelines.size())
         << "the plan schedules " << planned << " pipelines but its annotations form " << layout.pipelines.size()
         << ":\n" << layout.to_string();
-    std::map<int, std::set<int>> layers_of;  // rank -> decoder layers it computes
-    std::map<int, int> cp_of;                // rank -> ways its computed values split the token dim
-    for (int id = 0; id < g.num_ops(); ++id) {
-      const Op& op = g.op(id);
-      // Compute ops only: a Reshard tagged with layer l may put its output on the next stage.
-      if (op.backward || op.kind == OpKind::kPlaceholder || op.kind == OpKind::kParameter ||
-          op.kind == OpKind::kReshard) {
-        continue;
-      }
-      const Annotation& out = deduced.by_op()[id][0];
-      for (int d : out.devices()) {
-        if (op.layer >= 0) layers_of[d].insert(op.layer);
-        if (const auto where = out.locate(d)) cp_of[d] = std::max(cp_of[d], out.ds(where->first).degree(0));
-      }
-    }
+    std::map<int, RankWork> work = work_by_rank(g, deduced);
     for (const PipelineStages& p : layout.pipelines) {
       PipelineReport pr;
       const auto where = loss.locate(p.stages.back()[0]);
@@ -180,11 +191,11 @@ class Builder {
         sr.ranks = p.stages[s];
         std::set<int> layers;
         for (int d : sr.ranks) {
-          layers.insert(layers_of[d].begin(), layers_of[d].end());
+          layers.insert(work[d].layers.begin(), work[d].layers.end());
           runs_[d] = pr.num_micro_batches;
         }
         sr.layers = sharding::runs_text({layers.begin(), layers.end()});
-        sr.cp = std::max(1, cp_of[sr.ranks.front()]);
+        sr.cp = work[sr.ranks.front()].cp;
         sr.schedule = make_schedule(o_.schedule, pr.num_micro_batches, static_cast<int>(p.stages.size()),
                                     static_cast<int>(s));
         pr.stages.push_back(std::move(sr));
