@@ -180,8 +180,7 @@ double DistTrainer::run_passes(const std::vector<data::Segment>& segments, int64
       continue;
     }
     mb.index = task.micro_batch;
-    // A context-parallel pipeline feeds its tokens in one load-balanced order, which each of its
-    // stages splits evenly over its CP ranks (models::Model::context_parallel_degree).
+    // A context-parallel pipeline feeds its tokens in the load-balanced order of its CP group.
     const data::ContextParallelBatch laid_out = data::zigzag_for_context_parallel(
         data::pack(mine[task.micro_batch], {.seq_len = o.seq_len, .layout = options_.layout}),
         model_->context_parallel_degree(current_->exec->plan(), rank_));
