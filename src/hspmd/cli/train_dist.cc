@@ -1,4 +1,4 @@
-// `hspmd train --strategy S.json`: distributed training of the built-in Llama (runtime/dist_trainer.h).
+// `hspmd train --strategy S.json`: distributed training of a model (runtime/dist_trainer.h).
 //
 //   hspmd train --model configs/llama-tiny.json --data runs/kjv --nproc 4
 //       --strategy examples/strategies/local-hetero-4.json
@@ -35,7 +35,6 @@
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/elastic/elastic_hook.h"
 #include "hspmd/elastic/elastic_run.h"
-#include "hspmd/models/llama_plan.h"
 #include "hspmd/models/model_factory.h"
 #include "hspmd/planner/planner.h"
 #include "hspmd/runtime/fault_injection.h"
@@ -101,7 +100,7 @@ void check_single_process(const TrainArgs& args, const std::shared_ptr<const mod
 }
 
 // --strategy, then every --switch STEP:FILE in step order; Error naming the flag at fault.
-std::vector<runtime::ScheduledPlan> scheduled_plans(const TrainArgs& args, const models::LlamaConfig& config) {
+std::vector<runtime::ScheduledPlan> scheduled_plans(const TrainArgs& args, const models::Model& model) {
   if (args.strategy.empty()) return {};  // strategies per maximum length only (cli/train_dispatch.h)
   std::vector<std::pair<int64_t, std::string>> files{{1, args.strategy}};
   for (const std::string& spec : args.switches) {
@@ -120,7 +119,7 @@ std::vector<runtime::ScheduledPlan> scheduled_plans(const TrainArgs& args, const
   std::vector<runtime::ScheduledPlan> out;
   for (const auto& [step, file] : files) {
     sharding::Strategy st = sharding::Strategy::from_file(file);
-    sharding::AnnotationPlan plan = models::compile_llama_plan(config, st);
+    sharding::AnnotationPlan plan = model.compile_plan(st);
     out.push_back({step, file, std::move(st), std::move(plan)});
   }
   return out;
@@ -142,11 +141,11 @@ struct ElasticParts {
   elastic::ElasticRun run;
   elastic::ElasticHook hook{run};  // its part of the training loop
 
-  ElasticParts(const TrainArgs& args, const models::LlamaConfig& config, std::shared_ptr<comm::Store> store, int rank,
+  ElasticParts(const TrainArgs& args, const models::Model& model, std::shared_ptr<comm::Store> store, int rank,
                int world, comm::GroupCache& groups, const elastic::Admission* admission)
       : topology(resolve::Topology::from_file(args.cluster)),
         profile(planner::Profile::from_file(args.profile)),
-        planner(config, topology, profile, planner_options(args)),
+        planner(model, topology, profile, planner_options(args)),
         run(std::move(store), rank, world, groups, planner,
             {.heartbeat_timeout = comm::Millis(static_cast<int64_t>(args.heartbeat_timeout * 1000)),
              .checkpoint_dir = args.save},
@@ -171,12 +170,12 @@ int restart_count() {
 
 void run_worker(const TrainArgs& args) {
   const comm::WorkerEnv env = comm::WorkerEnv::from_environment();
-  const models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
+  const std::shared_ptr<const models::Model> model = models::load_model(args.model);
   const data::TokenDataset dataset = data::TokenDataset::open(args.data);
   std::optional<data::TokenDataset> validation;
   if (args.eval_every > 0) validation = data::TokenDataset::open_validation(args.data);
-  std::vector<runtime::ScheduledPlan> plans = scheduled_plans(args, config);
-  const std::unique_ptr<LengthDispatchRun> by_length = make_length_dispatch(args, config);
+  std::vector<runtime::ScheduledPlan> plans = scheduled_plans(args, *model);
+  const std::unique_ptr<LengthDispatchRun> by_length = make_length_dispatch(args, *model);
   if (by_length) {  // start under the strategy chosen for the first batch
     by_length->first = by_length->training->first_strategy(dataset, args.options, {});
     const size_t f = by_length->first;
@@ -226,12 +225,11 @@ void run_worker(const TrainArgs& args) {
   }
   if (by_length) by_length->training->install(options);
   const sharding::Strategy& initial = admission ? admission->strategy : plans[in_force].strategy;
-  const std::shared_ptr<const models::Model> model = models::load_model(args.model);
   runtime::DistTrainer trainer(model, dataset, admission ? model->compile_plan(initial) : plans[in_force].plan, options,
                                env.rank, world, groups);
   std::unique_ptr<ElasticParts> elastic;
   if (args.elastic) {
-    elastic = std::make_unique<ElasticParts>(args, config, store, env.rank, world, groups,
+    elastic = std::make_unique<ElasticParts>(args, *model, store, env.rank, world, groups,
                                              admission ? &*admission : nullptr);
     elastic->run.attach(trainer, initial);
   }
@@ -303,11 +301,10 @@ void run_dist_train(const TrainArgs& args) {
   HSPMD_CHECK(args.dump_init_weights.empty()) << "--dump-init-weights is single-process only";
   if (std::getenv("RANK") != nullptr || args.nproc == 0) return run_worker(args);
   // Bad files and flags fail here, once, before any worker starts.
-  const models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
-  const std::unique_ptr<LengthDispatchRun> by_length = make_length_dispatch(args, config);
-  const int world = by_length ? by_length->world() : world_of(scheduled_plans(args, config));
-  resolve_before_launch(args, config, by_length.get());
   const std::shared_ptr<const models::Model> model = models::load_model(args.model);
+  const std::unique_ptr<LengthDispatchRun> by_length = make_length_dispatch(args, *model);
+  const int world = by_length ? by_length->world() : world_of(scheduled_plans(args, *model));
+  resolve_before_launch(args, *model, by_length.get());
   if (!args.init_weights.empty()) const runtime::HfWeights checked(args.init_weights, *model);
   if (!args.devices.empty()) const runtime::EmulatedDevices checked = runtime::EmulatedDevices::from_file(args.devices, world);
   runtime::validate_options(args.options, *model);

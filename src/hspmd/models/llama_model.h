@@ -41,6 +41,9 @@ class Llama final : public Model {
                          const std::vector<int64_t>& order) const override;
   // The pipeline's token_index is split over its CP ranks (models/llama_plan.h).
   int context_parallel_degree(const sharding::AnnotationPlan& plan, int rank) const override;
+  // Attention, norm, MLP, tied embeddings, RoPE (with its inverse frequencies), one layer's shapes.
+  std::string describe() const override;
+  std::string summary() const override;  // ", tied embeddings" when they are
 
  private:
   LlamaConfig config_;
