@@ -168,65 +168,136 @@ int restart_count() {
   return v == nullptr ? 0 : std::atoi(v);
 }
 
+// The strategies a worker trains under: the scheduled ones (--strategy, then each --switch), or the
+// one dispatch by length chooses for the first batch; the ranks they use.
+struct WorkerPlans {
+  std::vector<runtime::ScheduledPlan> plans;
+  std::unique_ptr<LengthDispatchRun> by_length;  // null without dispatch by length
+  int world = 0;
+  size_t in_force = 0;  // the plan of the run's next step
+};
+
+// Error when the strategies' ranks are not the run's workers.
+WorkerPlans worker_plans(const TrainArgs& args, const models::Model& model, const data::TokenDataset& dataset,
+                         int world_size) {
+  WorkerPlans w{scheduled_plans(args, model), make_length_dispatch(args, model)};
+  if (w.by_length) {  // start under the strategy chosen for the first batch
+    w.by_length->first = w.by_length->training->first_strategy(dataset, args.options, {});
+    const size_t f = w.by_length->first;
+    w.plans = {{1, "", w.by_length->strategies->at(f).strategy, w.by_length->strategies->plan(f)}};
+  }
+  w.world = w.by_length ? w.by_length->world() : world_of(w.plans);
+  HSPMD_CHECK(world_size == w.world)
+      << "the strategies (" << args.strategy << (w.plans.size() > 1 ? " and the --switch ones" : "") << ") use ranks 0.."
+      << w.world - 1 << " but the run has " << world_size << " workers (ranks 0.." << world_size - 1 << ")";
+  return w;
+}
+
+// A resumed run starts under the strategy in force at its next step.
+size_t plan_in_force(const TrainArgs& args, const std::vector<runtime::ScheduledPlan>& plans) {
+  const int64_t first_step =
+      args.resume.empty() ? 1 : runtime::ShardedCheckpoint::open(args.resume).state().at("step").get<int64_t>() + 1;
+  size_t in_force = 0;
+  while (in_force + 1 < plans.size() && plans[in_force + 1].step <= first_step) ++in_force;
+  return in_force;
+}
+
+// The cluster's link tiers (--cluster): switches and elastic re-plans weigh links by them
+// (heuristic (ii) of the BSR); without --cluster every link counts as equal.
+std::optional<resolve::Topology> cluster_of(const TrainArgs& args, int world) {
+  if (args.cluster.empty()) return std::nullopt;
+  resolve::Topology cluster = resolve::Topology::from_file(args.cluster);
+  HSPMD_CHECK(cluster.num_devices() >= world)
+      << "--cluster " << args.cluster << " has " << cluster.num_devices() << " devices, the run " << world << " ranks";
+  return cluster;
+}
+
+// A restarted worker of an elastic run joins the running ones: it starts from their progress
+// and strategy (holding nothing) and receives state in the switch that admits it.
+std::optional<elastic::Admission> admission_of(const TrainArgs& args, comm::Store& store, int rank, int world) {
+  if (!args.elastic || restart_count() == 0) return std::nullopt;
+  std::cout << "rank " << rank << ": restarted; asking the running workers to admit it" << std::endl;
+  return elastic::ElasticRun::join(store, rank, world, comm::Millis(600'000));
+}
+
+// The trainer's options for this worker: the run's flags, its emulated device, and the plan it
+// starts under (a joining worker's is the running workers').
+runtime::DistOptions worker_options(const TrainArgs& args, const WorkerPlans& w, const runtime::EmulatedDevice& device,
+                                    const resolve::Topology* cluster, const elastic::Admission* admission) {
+  runtime::DistOptions options{.train = args.options,
+                               .schedule = specialize::parse_schedule_kind(args.schedule),
+                               .device = device,
+                               .trace = !args.trace.empty(),
+                               .plan_name = w.plans[w.in_force].strategy.name};
+  options.topology = cluster;
+  if (admission) {
+    options.members = admission->members;
+    options.plan_name = admission->strategy.name;
+  }
+  if (w.by_length) w.by_length->training->install(options);
+  return options;
+}
+
+// The rank-0 lines that open a run: its strategy and switches, devices and kernels.
+void print_run_header(const TrainArgs& args, const WorkerPlans& w, const runtime::EmulatedDevices& devices) {
+  const sharding::Strategy& strategy = w.plans[w.in_force].strategy;
+  std::cout << "strategy " << strategy.name << ": " << strategy.pipelines.size() << " pipeline(s) on "
+            << strategy.ranks().size() << " of " << w.world << " ranks; schedule " << args.schedule
+            << (strategy.zero1 ? "; ZeRO-1" : "") << "\n";
+  for (size_t i = w.in_force + 1; i < w.plans.size(); ++i) {
+    std::cout << "switch before step " << w.plans[i].step << " to strategy " << w.plans[i].strategy.name << " ("
+              << w.plans[i].file << ")\n";
+  }
+  if (!args.devices.empty()) std::cout << devices.describe() << "\n";
+  std::cout << kernels_line(args.options.precision) << "\n";
+}
+
+// --resume or --init-weights: where the trainer starts from (it starts fresh without either).
+void start_from(runtime::DistTrainer& trainer, const TrainArgs& args, bool lead) {
+  if (!args.resume.empty()) {
+    trainer.restore(args.resume);
+    if (lead) std::cout << "resumed from " << args.resume << " at step " << trainer.step_count() << std::endl;
+  }
+  if (!args.init_weights.empty()) {
+    trainer.load_weights(runtime::HfWeights(args.init_weights, trainer.model()));  // each rank reads its own slices
+    if (lead) std::cout << "loaded weights from " << args.init_weights << std::endl;
+  }
+}
+
+// --trace: this rank's Chrome trace and where its time went.
+void write_trace(runtime::DistTrainer& trainer, const TrainArgs& args, int rank) {
+  trainer.tracer().write(rank_path(args.trace, rank));
+  // F/B spans contain their Reshards' comm spans; waiting for a peer's data counts as comm, and
+  // the optimizer span holds the gradient sync (and the wait for the slowest pipeline).
+  const runtime::TraceSummary s = trainer.tracer().summary();
+  std::printf("trace %s: compute %.0f%%, communication and waiting %.0f%%, optimizer and gradient sync %.0f%% of %.2fs\n",
+              rank_path(args.trace, rank).c_str(), 100 * (s.share("compute") - s.share("comm")),
+              100 * s.share("comm"), 100 * s.share("optimizer"), s.window_seconds);
+}
+
 void run_worker(const TrainArgs& args) {
   const comm::WorkerEnv env = comm::WorkerEnv::from_environment();
   const std::shared_ptr<const models::Model> model = models::load_model(args.model);
   const data::TokenDataset dataset = data::TokenDataset::open(args.data);
   std::optional<data::TokenDataset> validation;
   if (args.eval_every > 0) validation = data::TokenDataset::open_validation(args.data);
-  std::vector<runtime::ScheduledPlan> plans = scheduled_plans(args, *model);
-  const std::unique_ptr<LengthDispatchRun> by_length = make_length_dispatch(args, *model);
-  if (by_length) {  // start under the strategy chosen for the first batch
-    by_length->first = by_length->training->first_strategy(dataset, args.options, {});
-    const size_t f = by_length->first;
-    plans = {{1, "", by_length->strategies->at(f).strategy, by_length->strategies->plan(f)}};
-  }
-  const int world = by_length ? by_length->world() : world_of(plans);
-  HSPMD_CHECK(env.world_size == world)
-      << "the strategies (" << args.strategy << (plans.size() > 1 ? " and the --switch ones" : "") << ") use ranks 0.."
-      << world - 1 << " but the run has " << env.world_size << " workers (ranks 0.." << env.world_size - 1 << ")";
+  WorkerPlans w = worker_plans(args, *model, dataset, env.world_size);
+  const int world = w.world;
   const runtime::EmulatedDevices devices =
       args.devices.empty() ? runtime::EmulatedDevices(world) : runtime::EmulatedDevices::from_file(args.devices, world);
-
-  // A resumed run starts under the strategy in force at its next step.
-  int64_t first_step = 1;
-  if (!args.resume.empty()) first_step = runtime::ShardedCheckpoint::open(args.resume).state().at("step").get<int64_t>() + 1;
-  size_t in_force = 0;
-  while (in_force + 1 < plans.size() && plans[in_force + 1].step <= first_step) ++in_force;
+  w.in_force = plan_in_force(args, w.plans);
 
   const auto timeout = std::chrono::duration_cast<comm::Millis>(std::chrono::duration<double>(args.comm_timeout));
   const std::shared_ptr<comm::Store> store = comm::open_run_store(env);
-  // A restarted worker of an elastic run joins the running ones: it starts from their progress
-  // and strategy (holding nothing) and receives state in the switch that admits it.
-  std::optional<elastic::Admission> admission;
-  if (args.elastic && restart_count() > 0) {
-    std::cout << "rank " << env.rank << ": restarted; asking the running workers to admit it" << std::endl;
-    admission = elastic::ElasticRun::join(*store, env.rank, world, comm::Millis(600'000));
-  }
+  const std::optional<elastic::Admission> admission = admission_of(args, *store, env.rank, world);
   comm::GroupCache groups(store, env.rank, comm::gloo_backend({.timeout = timeout, .host = env.host}),
                           admission ? admission->generation : 0);
-  // The cluster's link tiers (--cluster): switches and elastic re-plans weigh links by them
-  // (heuristic (ii) of the BSR); without --cluster every link counts as equal.
-  std::optional<resolve::Topology> cluster;
-  if (!args.cluster.empty()) {
-    cluster = resolve::Topology::from_file(args.cluster);
-    HSPMD_CHECK(cluster->num_devices() >= world)
-        << "--cluster " << args.cluster << " has " << cluster->num_devices() << " devices, the run " << world << " ranks";
-  }
-  runtime::DistOptions options{.train = args.options,
-                               .schedule = specialize::parse_schedule_kind(args.schedule),
-                               .device = devices.of(env.rank),
-                               .trace = !args.trace.empty(),
-                               .plan_name = plans[in_force].strategy.name};
-  if (cluster) options.topology = &*cluster;
-  if (admission) {
-    options.members = admission->members;
-    options.plan_name = admission->strategy.name;
-  }
-  if (by_length) by_length->training->install(options);
-  const sharding::Strategy& initial = admission ? admission->strategy : plans[in_force].strategy;
-  runtime::DistTrainer trainer(model, dataset, admission ? model->compile_plan(initial) : plans[in_force].plan, options,
-                               env.rank, world, groups);
+  const std::optional<resolve::Topology> cluster = cluster_of(args, world);
+  const runtime::DistOptions options = worker_options(args, w, devices.of(env.rank), cluster ? &*cluster : nullptr,
+                                                      admission ? &*admission : nullptr);
+  const sharding::Strategy& initial = admission ? admission->strategy : w.plans[w.in_force].strategy;
+  runtime::DistTrainer trainer(model, dataset, admission ? model->compile_plan(initial) : w.plans[w.in_force].plan,
+                               options, env.rank, world, groups);
   std::unique_ptr<ElasticParts> elastic;
   if (args.elastic) {
     elastic = std::make_unique<ElasticParts>(args, *model, store, env.rank, world, groups,
@@ -236,27 +307,9 @@ void run_worker(const TrainArgs& args) {
   // The lowest live rank reports (rank 0 may die in an elastic run).
   auto is_lead = [&] { return env.rank == (elastic ? elastic->run.members().front() : 0); };
   const bool lead = is_lead();
-  if (lead) {
-    const sharding::Strategy& strategy = plans[in_force].strategy;
-    std::cout << "strategy " << strategy.name << ": " << strategy.pipelines.size() << " pipeline(s) on "
-              << strategy.ranks().size() << " of " << world << " ranks; schedule " << args.schedule
-              << (strategy.zero1 ? "; ZeRO-1" : "") << "\n";
-    for (size_t i = in_force + 1; i < plans.size(); ++i) {
-      std::cout << "switch before step " << plans[i].step << " to strategy " << plans[i].strategy.name << " ("
-                << plans[i].file << ")\n";
-    }
-    if (!args.devices.empty()) std::cout << devices.describe() << "\n";
-    std::cout << kernels_line(args.options.precision) << "\n";
-  }
+  if (lead) print_run_header(args, w, devices);
   std::cout << trainer.describe() << std::endl;
-  if (!args.resume.empty()) {
-    trainer.restore(args.resume);
-    if (lead) std::cout << "resumed from " << args.resume << " at step " << trainer.step_count() << std::endl;
-  }
-  if (!args.init_weights.empty()) {
-    trainer.load_weights(runtime::HfWeights(args.init_weights, trainer.model()));  // each rank reads its own slices
-    if (lead) std::cout << "loaded weights from " << args.init_weights << std::endl;
-  }
+  start_from(trainer, args, lead);
 
   runtime::TrainingLog log(std::cout, {.total_steps = args.options.steps,
                                        .metrics_path = lead ? args.metrics : "",
@@ -269,13 +322,13 @@ void run_worker(const TrainArgs& args) {
               << trainer.describe() << std::endl;
   }
   runtime::TrainingLoop loop(trainer, log, loop_options(args, validation ? &*validation : nullptr));
-  if (by_length) {
-    if (lead) std::cout << by_length->describe() << std::endl;
-    by_length->training->start(dataset, args.options, trainer.loader_state(), by_length->first,
-                               trainer.step_count() + 1);
-    loop.add_hook(*by_length);
+  if (w.by_length) {
+    if (lead) std::cout << w.by_length->describe() << std::endl;
+    w.by_length->training->start(dataset, args.options, trainer.loader_state(), w.by_length->first,
+                                 trainer.step_count() + 1);
+    loop.add_hook(*w.by_length);
   }
-  runtime::ScheduledSwitches switches(std::move(plans), in_force);
+  runtime::ScheduledSwitches switches(std::move(w.plans), w.in_force);
   switches.set_bsr_algorithm(resolve::parse_bsr_algorithm(args.switch_bsr));
   loop.add_hook(switches);
   if (elastic) {
@@ -283,15 +336,7 @@ void run_worker(const TrainArgs& args) {
     loop.add_hook(elastic->hook);
   }
   loop.run();
-  if (!args.trace.empty()) {
-    trainer.tracer().write(rank_path(args.trace, env.rank));
-    // F/B spans contain their Reshards' comm spans; waiting for a peer's data counts as comm, and
-    // the optimizer span holds the gradient sync (and the wait for the slowest pipeline).
-    const runtime::TraceSummary s = trainer.tracer().summary();
-    std::printf("trace %s: compute %.0f%%, communication and waiting %.0f%%, optimizer and gradient sync %.0f%% of %.2fs\n",
-                rank_path(args.trace, env.rank).c_str(), 100 * (s.share("compute") - s.share("comm")),
-                100 * s.share("comm"), 100 * s.share("optimizer"), s.window_seconds);
-  }
+  if (!args.trace.empty()) write_trace(trainer, args, env.rank);
   if (is_lead() && args.check_single) check_single_process(args, model, dataset, loop.losses());
 }
 
