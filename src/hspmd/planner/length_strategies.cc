@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <optional>
 
 #include "hspmd/switching/switch_plan.h"
 
@@ -72,13 +73,11 @@ Choice LengthStrategies::choose(std::span<const int64_t> lengths, size_t current
   std::string refusals;
   for (size_t i = 0; i < set_.size(); ++i) {
     if (longest > set_[i].max_len) continue;
-    Dispatch d;
-    try {
-      d = dispatch(lengths, models_[i]);
-    } catch (const SequenceTooLong& e) {
-      refusals += "; strategy " + set_[i].strategy.name + ": " + e.what();
+    if (std::optional<std::string> why = sequence_too_long(lengths, models_[i])) {
+      refusals += "; strategy " + set_[i].strategy.name + ": " + *why;
       continue;
     }
+    Dispatch d = dispatch(lengths, models_[i]);
     const double sw = current == kNone || i == current ? 0.0 : switch_seconds_[current][i];
     best.predicted[i] = d.step_seconds + sw;
     if (!found || best.predicted[i] < best.predicted[best.strategy]) {
