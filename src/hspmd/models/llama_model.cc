@@ -1,6 +1,5 @@
 #include "hspmd/models/llama_model.h"
 
-#include <cstdio>
 #include <utility>
 
 #include "hspmd/core/error.h"
@@ -73,6 +72,10 @@ sharding::AnnotationPlan Llama::compile_plan(const sharding::Strategy& strategy)
   return compile_llama_plan(config_, strategy);
 }
 
+std::string Llama::summary() const {
+  return Model::summary() + (config_.tie_word_embeddings ? ", tied embeddings" : "");
+}
+
 graph::TensorMap Llama::feeds(const data::Batch& batch, int64_t label_tokens, const std::vector<int64_t>& order) const {
   return llama_feeds(batch, label_tokens, order);
 }
@@ -81,54 +84,6 @@ int Llama::context_parallel_degree(const sharding::AnnotationPlan& plan, int ran
   const sharding::Annotation& a = plan.at("token_index");
   const auto where = a.locate(rank);
   return where ? a.ds(where->first).degree(0) : 1;
-}
-
-namespace {
-
-// printf into a std::string (the description's columns and number formats are printf's).
-template <typename... Args>
-std::string format(const char* fmt, Args... args) {
-  const int n = std::snprintf(nullptr, 0, fmt, args...);
-  std::string out(static_cast<size_t>(n) + 1, '\0');
-  std::snprintf(out.data(), out.size(), fmt, args...);
-  out.pop_back();
-  return out;
-}
-
-}  // namespace
-
-std::string Llama::describe() const {
-  const LlamaConfig& c = config_;
-  using ll = long long;
-  std::string out = format("architecture: Llama, %lld layers, hidden %lld, intermediate %lld, vocab %lld\n",
-                           ll(c.num_hidden_layers), ll(c.hidden_size), ll(c.intermediate_size), ll(c.vocab_size));
-  out += format("attention: %lld query heads over %lld key/value heads, head dim %lld%s\n", ll(c.num_attention_heads),
-                ll(c.num_key_value_heads), ll(c.head_dim()),
-                c.explicit_head_dim > 0 ? " (head_dim, not hidden / heads)" : "");
-  out += format("norm: RMSNorm eps %g; MLP: silu(gate) * up; embeddings %s; weights stored as %s\n", c.rms_norm_eps,
-                c.tie_word_embeddings ? "tied (lm_head reads embed_tokens)" : "untied", c.weights_dtype.c_str());
-  out += format("rope: %s, max_position_embeddings %lld\n", c.rope.to_string().c_str(), ll(c.max_position_embeddings));
-  const std::vector<double> inv_freq = c.rope.inverse_frequencies(c.head_dim());
-  out += format("rope inverse frequencies (%zu):", inv_freq.size());
-  for (double f : inv_freq) out += format(" %.6g", f);
-  out += "\n";
-  out += format("parameters: %lld\n", ll(c.num_parameters()));
-  int64_t per_layer = 0;
-  for (const LlamaParam& p : llama_parameters(c)) {
-    if (p.layer > 0) continue;  // layer 0 stands for every decoder layer
-    if (p.layer == 0) per_layer += p.shape.numel();
-    out += format("  %-50s %s\n", p.name.c_str(), p.shape.to_string().c_str());
-  }
-  if (c.num_hidden_layers > 1) {
-    out += format("  (layers 1..%lld: the same shapes; %lld parameters per layer)\n", ll(c.num_hidden_layers - 1),
-                  ll(per_layer));
-  }
-  if (c.tie_word_embeddings) out += "  lm_head: tied to model.embed_tokens.weight\n";
-  return out;
-}
-
-std::string Llama::summary() const {
-  return Model::summary() + (config_.tie_word_embeddings ? ", tied embeddings" : "");
 }
 
 namespace {

@@ -35,15 +35,13 @@ class Llama final : public Model {
   std::string hf_weights_dtype() const override { return config_.weights_dtype; }
   ModelSizes sizes() const override;
   std::shared_ptr<const Model> with_num_layers(int layers) const override;
+  std::string summary() const override;  // ", tied embeddings" when they are
   ModelGraph build(const ModelBuildOptions& options) const override;
   sharding::AnnotationPlan compile_plan(const sharding::Strategy& strategy) const override;
   graph::TensorMap feeds(const data::Batch& batch, int64_t label_tokens,
                          const std::vector<int64_t>& order) const override;
   // The pipeline's token_index is split over its CP ranks (models/llama_plan.h).
   int context_parallel_degree(const sharding::AnnotationPlan& plan, int rank) const override;
-  // Attention, norm, MLP, tied embeddings, RoPE (with its inverse frequencies), one layer's shapes.
-  std::string describe() const override;
-  std::string summary() const override;  // ", tied embeddings" when they are
 
  private:
   LlamaConfig config_;

@@ -1,24 +1,9 @@
 #include "hspmd/models/model.h"
 
-#include <cstdio>
 #include <numeric>
 #include <sstream>
 
 namespace hspmd::models {
-
-std::string Model::describe() const {
-  const ModelSizes s = sizes();
-  std::ostringstream out;
-  out << "architecture: " << model_type() << ", " << s.layers << " layers, hidden " << s.hidden << ", intermediate "
-      << s.ffn << ", vocab " << s.vocab << "\n"
-      << "parameters: " << num_parameters(*this) << "\n";
-  for (const ParamSpec& p : parameters()) {
-    char line[256];
-    std::snprintf(line, sizeof line, "  %-50s %s\n", p.name.c_str(), p.shape.to_string().c_str());
-    out << line;
-  }
-  return out.str();
-}
 
 std::string Model::summary() const {
   const ModelSizes s = sizes();

@@ -25,8 +25,7 @@
 //                audit and export of runtime/hf_weights.h and runtime/hf_export.h need no model names;
 //   sizes        what the planner's cost model prices it by, and the same model with fewer layers
 //                (the profiler times 1- and 3-layer models to tell a layer from the ends);
-//   description  what `hspmd model info` and `hspmd checkpoint info` print about it: only the
-//                model knows which of its settings matter to a reader (a default prints sizes()).
+//   summary      the line `hspmd checkpoint info` prints about it (a default from sizes()).
 #pragma once
 
 #include <cstdint>
@@ -119,6 +118,9 @@ class Model {
   virtual ModelSizes sizes() const = 0;
   // This model with `layers` decoder layers, everything else alike; Error when it cannot have them.
   virtual std::shared_ptr<const Model> with_num_layers(int layers) const = 0;
+  // One line for listings (`hspmd checkpoint info`): "4 layers, hidden 128, 4 heads (2 key/value),
+  // intermediate 352, vocab 260, 1234 parameters" from sizes(), plus what a model adds to it.
+  virtual std::string summary() const;
 
   virtual ModelGraph build(const ModelBuildOptions& options) const = 0;
   // Error naming the pipeline or stage at fault when the strategy does not fit the model.
@@ -130,14 +132,6 @@ class Model {
   // How many ranks of `rank`'s pipeline split each sequence's tokens under `plan` (context
   // parallelism, docs/context-parallelism.md); 1 without CP or on a rank the plan does not feed.
   virtual int context_parallel_degree(const sharding::AnnotationPlan& plan, int rank) const = 0;
-
-  // The architecture for a person to check by eye (`hspmd model info`): lines ending in '\n'. The
-  // default gives model_type(), sizes() and every parameter's shape; a model overrides it to show
-  // the settings that decide what it computes.
-  virtual std::string describe() const;
-  // One line for listings (`hspmd checkpoint info`): "4 layers, hidden 128, 4 heads (2 key/value),
-  // intermediate 352, vocab 260, 1234 parameters", plus what the model adds.
-  virtual std::string summary() const;
 };
 
 // 0, 1, ..., tokens - 1: the order of a batch fed as packed.

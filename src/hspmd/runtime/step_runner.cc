@@ -87,7 +87,8 @@ StepRunner::Share StepRunner::share_of(const SpecializedPlan& plan, const std::v
 }
 
 void StepRunner::feed(MicroBatch& mb, const data::MicroBatchSegments& segments, int64_t labels) const {
-  // A context-parallel pipeline feeds its tokens in the load-balanced order of its CP group.
+  // A context-parallel pipeline feeds its tokens in one load-balanced order, which each of its
+  // stages splits evenly over its CP ranks (models::Model::context_parallel_degree).
   const data::ContextParallelBatch laid_out = data::zigzag_for_context_parallel(
       data::pack(segments, {.seq_len = options_.seq_len, .layout = options_.layout}),
       model_.context_parallel_degree(plan_->exec->plan(), rank_));
