@@ -264,6 +264,23 @@ void start_from(runtime::DistTrainer& trainer, const TrainArgs& args, bool lead)
   }
 }
 
+// A restarted worker of an elastic run, once its trainer is built: takes the run's progress and
+// receives its state in the switch that admits it.
+void join_run(runtime::DistTrainer& trainer, ElasticParts& parts, const elastic::Admission& admission, int rank) {
+  trainer.adopt_progress(admission.step, admission.loader);
+  const elastic::RecoveryReport r = parts.run.complete_join(trainer);
+  std::cout << "rank " << rank << ": joined the run after step " << r.resume_step << "\n"
+            << trainer.describe() << std::endl;
+}
+
+// Dispatch by length: starts deciding from the trainer's data position and hooks into the loop.
+void start_dispatch(LengthDispatchRun& by_length, runtime::TrainingLoop& loop, const runtime::DistTrainer& trainer,
+                    const data::TokenDataset& dataset, const TrainArgs& args, bool lead) {
+  if (lead) std::cout << by_length.describe() << std::endl;
+  by_length.training->start(dataset, args.options, trainer.loader_state(), by_length.first, trainer.step_count() + 1);
+  loop.add_hook(by_length);
+}
+
 // --trace: this rank's Chrome trace and where its time went.
 void write_trace(runtime::DistTrainer& trainer, const TrainArgs& args, int rank) {
   trainer.tracer().write(rank_path(args.trace, rank));
@@ -315,19 +332,9 @@ void run_worker(const TrainArgs& args) {
                                        .metrics_path = lead ? args.metrics : "",
                                        .append = !args.resume.empty()});
   log.set_reporting(is_lead);
-  if (admission) {
-    trainer.adopt_progress(admission->step, admission->loader);
-    const elastic::RecoveryReport r = elastic->run.complete_join(trainer);
-    std::cout << "rank " << env.rank << ": joined the run after step " << r.resume_step << "\n"
-              << trainer.describe() << std::endl;
-  }
+  if (admission) join_run(trainer, *elastic, *admission, env.rank);
   runtime::TrainingLoop loop(trainer, log, loop_options(args, validation ? &*validation : nullptr));
-  if (w.by_length) {
-    if (lead) std::cout << w.by_length->describe() << std::endl;
-    w.by_length->training->start(dataset, args.options, trainer.loader_state(), w.by_length->first,
-                                 trainer.step_count() + 1);
-    loop.add_hook(*w.by_length);
-  }
+  if (w.by_length) start_dispatch(*w.by_length, loop, trainer, dataset, args, lead);
   runtime::ScheduledSwitches switches(std::move(w.plans), w.in_force);
   switches.set_bsr_algorithm(resolve::parse_bsr_algorithm(args.switch_bsr));
   loop.add_hook(switches);
