@@ -1,5 +1,7 @@
 #include "hspmd/models/decoder_families.h"
 
+#include "hspmd/models/gemma3_config.h"
+#include "hspmd/models/mistral_config.h"
 #include "hspmd/models/qwen_config.h"
 
 namespace hspmd::models {
@@ -9,6 +11,8 @@ const std::vector<DecoderFamily>& decoder_families() {
       {"llama", read_llama_config, llama_config_json},
       {"qwen2", read_qwen2_config, qwen_config_json},
       {"qwen3", read_qwen3_config, qwen_config_json},
+      {"mistral", read_mistral_config, mistral_config_json},
+      {"gemma3_text", read_gemma3_config, gemma3_config_json},
   };
   return families;
 }

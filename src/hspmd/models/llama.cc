@@ -142,10 +142,12 @@ LlamaModel build_llama(const LlamaConfig& config, const LlamaBuildOptions& optio
               (options.precision == DType::kBFloat16 && options.dtype == DType::kFloat32))
       << "build_llama: precision must be float32, or bfloat16 over float32 parameters; got precision "
       << dtype_name(options.precision) << " with dtype " << dtype_name(options.dtype);
-  // The attention ops have no window yet: a sliding layer would silently attend to every position.
-  HSPMD_CHECK(config.decoder.sliding_window == 0)
-      << "build_llama: sliding-window attention (\"sliding_window\" " << config.decoder.sliding_window
-      << ") is not computed by this build";
+  // What the ops of this build cannot compute yet is refused rather than approximated.
+  const DecoderOptions& d = config.decoder;
+  HSPMD_CHECK(d.sliding_window == 0 && d.norm_weight_offset == 0 && d.activation == MlpActivation::kSilu &&
+              !d.scale_embeddings && d.final_logit_softcap == 0)
+      << "build_llama: the " << d.model_type << " model needs sliding-window attention, (1 + weight) norms, "
+      << "gelu_tanh, embedding scaling or logit soft-capping, which this build does not compute";
   LlamaModel m;
   m.config = config;
   Graph& g = m.graph;

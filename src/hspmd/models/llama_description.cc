@@ -51,8 +51,9 @@ void describe_architecture(std::ostream& s, const LlamaConfig& c) {
   }
   s << "\n";
   if (d.sliding_window > 0) {
-    s << "sliding window: " << d.sliding_window << " positions on " << sliding_layers_of(c)
-      << " (the others attend to every earlier position)\n";
+    const std::string layers = sliding_layers_of(c);
+    s << "sliding window: " << d.sliding_window << " positions on " << layers
+      << (layers == "every layer" ? "" : " (the others attend to every earlier position)") << "\n";
   }
   if (d.qk_norm) {
     s << "q/k norm: RMSNorm over each head's " << c.head_dim() << " values (self_attn.q_norm, self_attn.k_norm)\n";
