@@ -8,6 +8,7 @@
 
 #include "error_of.h"
 #include "hspmd/models/llama_config.h"
+#include "hspmd/models/llama_model.h"
 
 namespace hspmd::models {
 namespace {
@@ -120,6 +121,15 @@ TEST(Gemma3Config, RoundTripsThroughItsConfigJson) {
     EXPECT_EQ(round.rope, c.rope);
     EXPECT_EQ(round.num_parameters(), c.num_parameters());
   }
+}
+
+// The profiler times the same model with 1 and 3 layers: the local/global pattern repeats.
+TEST(Gemma3Config, FewerLayersKeepTheSlidingPattern) {
+  const LlamaConfig c = parse(R"("sliding_window": 8, "layer_types": ["sliding_attention", "full_attention",
+      "sliding_attention", "full_attention"])");
+  const nlohmann::json three = llama(c)->with_num_layers(3)->config_json();
+  EXPECT_EQ(three.at("layer_types"), nlohmann::json({"sliding_attention", "full_attention", "sliding_attention"}));
+  EXPECT_EQ(llama(c)->with_num_layers(1)->config_json().at("layer_types"), nlohmann::json({"sliding_attention"}));
 }
 
 }  // namespace
