@@ -105,7 +105,8 @@ TEST(Gemma3Config, RefusesWhatItDoesNotComputeNamingTheKey) {
               HasSubstr("\"rope_parameters.sliding_attention.rope_type\" is \"dynamic\""));
   EXPECT_THAT(error_parsing(R"("sliding_window": null)"),
               HasSubstr("names sliding_attention layers but the config sets no sliding_window"));
-  EXPECT_THAT(error_parsing(R"("architectures": ["Gemma3ForConditionalGeneration"])"), HasSubstr("\"architectures\" is"));
+  EXPECT_THAT(error_parsing(R"("architectures": ["Gemma3ForConditionalGeneration"])"),
+              HasSubstr("\"architectures\" is"));
 }
 
 TEST(Gemma3Config, RoundTripsThroughItsConfigJson) {

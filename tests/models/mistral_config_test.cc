@@ -46,7 +46,8 @@ TEST(MistralConfig, RefusesWhatItDoesNotComputeNamingTheKey) {
 }
 
 TEST(MistralConfig, RoundTripsThroughItsConfigJson) {
-  for (const LlamaConfig& c : {parse(R"("sliding_window": 8, "rope_theta": 1e6)"), parse(R"("sliding_window": null)")}) {
+  for (const LlamaConfig& c :
+       {parse(R"("sliding_window": 8, "rope_theta": 1e6)"), parse(R"("sliding_window": null)")}) {
     const LlamaConfig round = LlamaConfig::from_json_text(c.to_json_text(), "round trip");
     EXPECT_EQ(round.to_json_text(), c.to_json_text());
     EXPECT_EQ(round.decoder, c.decoder);
