@@ -1,6 +1,7 @@
 // The reference CUDA attention against the CPU kernel (kernels/attention.h), forward and backward:
 // packed sequences of 5, 1 and 140 tokens (several key chunks), grouped-query heads, head
-// dimensions below and above the block size, float32 and bfloat16, int32 and int64 offsets.
+// dimensions below and above the block size, float32 and bfloat16, int32 and int64 offsets, without
+// and with a sliding window.
 #include "hspmd/kernels/cuda/attention.h"
 
 #include <gtest/gtest.h>
@@ -28,30 +29,34 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchTheCpu) {
   Tensor k = rounded(random_tensor({tokens, kv_heads, head_dim}, DType::kFloat32, 102));
   Tensor v = rounded(random_tensor({tokens, kv_heads, head_dim}, DType::kFloat32, 103));
   Tensor dout = rounded(random_tensor({tokens, q_heads, head_dim}, DType::kFloat32, 104));
-  Tensor out = Tensor::empty(q.shape(), DType::kFloat32), lse = Tensor::empty({q_heads, tokens}, DType::kFloat32);
-  Tensor dq = Tensor::empty(q.shape(), DType::kFloat32), dk = Tensor::empty(k.shape(), DType::kFloat32),
-         dv = Tensor::empty(v.shape(), DType::kFloat32);
-  kernels::attention_fwd(q, k, v, cu, out, lse);
-  kernels::attention_bwd(q, k, v, cu, out, lse, dout, dq, dk, dv);
+  for (int64_t window : {0, 37}) {  // plain causal, and a window shorter than the long sequence
+    Tensor out = Tensor::empty(q.shape(), DType::kFloat32), lse = Tensor::empty({q_heads, tokens}, DType::kFloat32);
+    Tensor dq = Tensor::empty(q.shape(), DType::kFloat32), dk = Tensor::empty(k.shape(), DType::kFloat32),
+           dv = Tensor::empty(v.shape(), DType::kFloat32);
+    kernels::attention_fwd(q, k, v, cu, out, lse, {.window = window});
+    kernels::attention_bwd(q, k, v, cu, out, lse, dout, dq, dk, dv, {.window = window});
 
-  auto in = [&](const Tensor& t) { return upload(bf16 ? to_bf16(t) : t); };
-  auto gq = in(q), gk = in(k), gv = in(v), gdout = in(dout), gcu = upload(cu);
-  auto gout = device_empty(q.shape(), dtype), glse = device_empty({q_heads, tokens}, DType::kFloat32);
-  auto gdq = device_empty(q.shape(), DType::kFloat32), gdk = device_empty(k.shape(), DType::kFloat32),
-       gdv = device_empty(v.shape(), DType::kFloat32);
-  const AttentionShape shape{.tokens = tokens, .q_heads = q_heads, .kv_heads = kv_heads, .head_dim = head_dim,
-                             .sequences = 3, .scale = 0.0};
-  attention_fwd(dtype, gq.data(), gk.data(), gv.data(), offsets_dtype, gcu.data(), gout.data(), glse.as<float>(), shape,
-                stream_.get());
-  attention_bwd(dtype, gq.data(), gk.data(), gv.data(), offsets_dtype, gcu.data(), gout.data(), glse.as<float>(),
-                gdout.data(), gdq.as<float>(), gdk.as<float>(), gdv.as<float>(), shape, stream_.get());
-  const double rtol = bf16 ? kBFloat16Rtol : 1e-5, atol = bf16 ? kBFloat16Atol : 1e-5;
-  EXPECT_TRUE(all_close(to_f32(download(gout, q.shape(), dtype)), out, rtol, atol, "out"));
-  EXPECT_TRUE(all_close(download(glse, {q_heads, tokens}, DType::kFloat32), lse, 1e-5, 1e-5, "lse"));
-  // The backward's delta = sum(dout * out) reads the stored out: rounded to bf16 under bf16.
-  EXPECT_TRUE(all_close(download(gdq, q.shape(), DType::kFloat32), dq, rtol, atol, "dq"));
-  EXPECT_TRUE(all_close(download(gdk, k.shape(), DType::kFloat32), dk, rtol, atol, "dk"));
-  EXPECT_TRUE(all_close(download(gdv, v.shape(), DType::kFloat32), dv, rtol, atol, "dv"));
+    auto in = [&](const Tensor& t) { return upload(bf16 ? to_bf16(t) : t); };
+    auto gq = in(q), gk = in(k), gv = in(v), gdout = in(dout), gcu = upload(cu);
+    auto gout = device_empty(q.shape(), dtype), glse = device_empty({q_heads, tokens}, DType::kFloat32);
+    auto gdq = device_empty(q.shape(), DType::kFloat32), gdk = device_empty(k.shape(), DType::kFloat32),
+         gdv = device_empty(v.shape(), DType::kFloat32);
+    const AttentionShape shape{.tokens = tokens, .q_heads = q_heads, .kv_heads = kv_heads, .head_dim = head_dim,
+                               .sequences = 3, .scale = 0.0, .window = window};
+    attention_fwd(dtype, gq.data(), gk.data(), gv.data(), offsets_dtype, gcu.data(), gout.data(), glse.as<float>(),
+                  shape, stream_.get());
+    attention_bwd(dtype, gq.data(), gk.data(), gv.data(), offsets_dtype, gcu.data(), gout.data(), glse.as<float>(),
+                  gdout.data(), gdq.as<float>(), gdk.as<float>(), gdv.as<float>(), shape, stream_.get());
+    const double rtol = bf16 ? kBFloat16Rtol : 1e-5, atol = bf16 ? kBFloat16Atol : 1e-5;
+    const std::string what = ", window " + std::to_string(window);
+    EXPECT_TRUE(all_close(to_f32(download(gout, q.shape(), dtype)), out, rtol, atol, "out" + what));
+    EXPECT_TRUE(
+        all_close(download(glse, {q_heads, tokens}, DType::kFloat32), lse, 1e-5, 1e-5, "lse" + what));
+    // The backward's delta = sum(dout * out) reads the stored out: rounded to bf16 under bf16.
+    EXPECT_TRUE(all_close(download(gdq, q.shape(), DType::kFloat32), dq, rtol, atol, "dq" + what));
+    EXPECT_TRUE(all_close(download(gdk, k.shape(), DType::kFloat32), dk, rtol, atol, "dk" + what));
+    EXPECT_TRUE(all_close(download(gdv, v.shape(), DType::kFloat32), dv, rtol, atol, "dv" + what));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaAttention,

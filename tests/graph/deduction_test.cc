@@ -112,6 +112,28 @@ TEST(DeductionTest, SwigluBackwardKeepsTheSharding) {
   EXPECT_EQ(d.at(outs[1]), tp);
 }
 
+// Gemma's ops: geglu_tanh is not linear (like swiglu), scale is (like add); both keep a TP split.
+TEST(DeductionTest, GegluTanhAndScale) {
+  Graph g;
+  TensorRef a = g.placeholder("a", {8, 16}, DType::kFloat32);
+  TensorRef b = g.placeholder("b", {8, 16}, DType::kFloat32);
+  TensorRef act = ops::geglu_tanh(g, a, b, "act");
+  TensorRef scaled = ops::scale(g, act, 2.5, "scaled");
+  auto bwd = g.add_op(OpKind::kGegluTanhBwd, "act.bwd", {a, b, scaled});
+  Annotation tp = A("dup{[0-1](S1:2)}");
+  DeducedAnnotations d = deduce_annotations(g, {{"a", tp}, {"b", tp}});
+  EXPECT_EQ(d.at(act), tp);
+  EXPECT_EQ(d.at(scaled), tp);
+  EXPECT_EQ(d.at(bwd[0]), tp);
+  EXPECT_EQ(d.at(bwd[1]), tp);
+  EXPECT_THAT(deduce_error(g, {{"a", A("dup{[0-1](P:2)}")}, {"b", A("dup{[0-1](P:2)}")}}),
+              AllOf(HasSubstr("'act'"), HasSubstr("partial")));
+  Graph h;
+  TensorRef x = h.placeholder("x", {8, 16}, DType::kFloat32);
+  TensorRef y = ops::scale(h, x, 0.5, "half");
+  EXPECT_EQ(deduce_annotations(h, {{"x", A("dup{[0-1](P:2)}")}}).at(y), A("dup{[0-1](P:2)}"));
+}
+
 TEST(DeductionTest, ReshapeMovesSplitsAlongDimGroups) {
   SymExpr T = SymExpr::symbol("T");
   Graph g;

@@ -110,6 +110,65 @@ TEST_F(OpGrad, AttentionGqaTwoSequences) {
   EXPECT_LT(check(loss_of(ops::attention(g, q, k, v, cu, "attn")), {q, k, v}), 1e-7);
 }
 
+TEST_F(OpGrad, AttentionSlidingWindow) {
+  // Windows of 2 and 4 over sequences of 6 and 3 (longer and shorter than the window), GQA.
+  for (int64_t window : {2, 4}) {
+    g = Graph();
+    feeds.clear();
+    TensorRef q = input("q", {9, 4, 2}, 8);
+    TensorRef k = input("k", {9, 2, 2}, 9);
+    TensorRef v = input("v", {9, 2, 2}, 10);
+    TensorRef cu = ids("cu", {0, 6, 9});
+    TensorRef o = ops::attention(g, q, k, v, cu, "attn", 0.0, false, window);
+    EXPECT_LT(check(loss_of(o), {q, k, v}), 1e-7) << "window " << window;
+  }
+}
+
+TEST_F(OpGrad, ContextAttentionSlidingWindowInZigzagOrder) {
+  // Every row, in a permuted (non-identity) order: the context-parallel kernel's own path.
+  TensorRef q = input("q", {8, 2, 2}, 20);
+  TensorRef k = input("k", {8, 1, 2}, 21);
+  TensorRef v = input("v", {8, 1, 2}, 22);
+  TensorRef cu = ids("cu", {0, 5, 8});
+  TensorRef q_index = ids("q_index", {0, 7, 1, 6, 2, 5, 3, 4});
+  TensorRef kv_index = ids("kv_index", {0, 7, 1, 6, 2, 5, 3, 4});
+  TensorRef o = ops::context_attention(g, q, k, v, cu, q_index, kv_index, "attn", 0.0, false, 3);
+  EXPECT_LT(check(loss_of(o), {q, k, v}), 1e-7);
+}
+
+TEST_F(OpGrad, RmsNormWithWeightOffset) {
+  TensorRef x = input("x", {4, 6}, 5);
+  TensorRef w = param("w", {6}, 6);
+  EXPECT_LT(check(loss_of(ops::rms_norm(g, x, w, 1e-5, "norm", 1.0)), {x, w}), 1e-7);
+}
+
+TEST_F(OpGrad, GegluTanh) {
+  TensorRef a = input("gate", {3, 4}, 11, 3.0);
+  TensorRef b = input("up", {3, 4}, 12);
+  EXPECT_LT(check(loss_of(ops::geglu_tanh(g, a, b, "geglu")), {a, b}), 1e-7);
+}
+
+TEST_F(OpGrad, Scale) {
+  TensorRef x = input("x", {3, 4}, 13);
+  EXPECT_LT(check(loss_of(ops::scale(g, x, -2.5, "scaled")), {x}), 1e-7);
+}
+
+TEST_F(OpGrad, SoftCappedLosses) {
+  TensorRef x = input("x", {5, 7}, 1, 3.0);
+  TensorRef targets = ids("targets", {3, -100, 0, 6, 2});
+  feeds["scale"] = Tensor::full(Shape{}, f64, 0.37);
+  TensorRef scale = g.placeholder("scale", {}, f64);
+  EXPECT_LT(check(ops::cross_entropy(g, x, targets, scale, -100, "loss", 2.0), {x}), 1e-7);
+  g = Graph();
+  feeds.clear();
+  TensorRef h = input("h", {5, 4}, 2, 2.0);
+  TensorRef w = param("w", {7, 4}, 3);
+  targets = ids("targets", {3, -100, 0, 6, 2});
+  feeds["scale"] = Tensor::full(Shape{}, f64, 0.37);
+  scale = g.placeholder("scale", {}, f64);
+  EXPECT_LT(check(ops::lm_head_loss(g, h, w, targets, scale, -100, false, "loss", 2.0), {h, w}), 1e-7);
+}
+
 TEST_F(OpGrad, Swiglu) {
   TensorRef a = input("gate", {3, 4}, 11, 3.0);
   TensorRef b = input("up", {3, 4}, 12);

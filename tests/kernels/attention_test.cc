@@ -7,9 +7,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <vector>
 
 #include "hspmd/kernels/attention.h"
+#include "hspmd/kernels/cast.h"
 #include "hspmd/kernels/cpu/vec_math.h"
 #include "hspmd/kernels/threading.h"
 #include "kernel_testlib.h"
@@ -44,10 +46,20 @@ Problem make_problem(const std::vector<int64_t>& lens, int64_t nq, int64_t nkv, 
           random_tensor({t, nkv, d}, dtype, seed + 2), cut};
 }
 
+Tensor converted(const Tensor& x, DType dtype) {
+  Tensor out = Tensor::empty(x.shape(), dtype);
+  cast(x, out);
+  return out;
+}
+
+// The float32 tensor of the bfloat16 values nearest x's.
+Tensor bf16_values(const Tensor& x) { return converted(converted(x, DType::kBFloat16), DType::kFloat32); }
+
 int64_t cu_at(const Tensor& cu, int64_t i) { return static_cast<int64_t>(cu.element_as_double(i)); }
 
-// Naive attention in double: one full row of scores per query token.
-void reference_attention(const Problem& p, double scale, Tensor& out, Tensor& lse) {
+// Naive attention in double: one full row of scores per query token, over the keys of its sequence
+// that the explicit mask keeps: u <= t, and t - window < u under a window.
+void reference_attention(const Problem& p, double scale, Tensor& out, Tensor& lse, int64_t window = 0) {
   const int64_t t_all = p.tokens(), nq = p.nq(), nkv = p.k.dim(1), d = p.q.dim(2), group = nq / nkv;
   out = Tensor::zeros(p.q.shape(), DType::kFloat64);
   lse = Tensor::zeros({nq, t_all}, DType::kFloat64);
@@ -58,7 +70,8 @@ void reference_attention(const Problem& p, double scale, Tensor& out, Tensor& ls
       for (int64_t t = start; t < end; ++t) {
         std::vector<double> scores;
         double m = -INFINITY;
-        for (int64_t u = start; u <= t; ++u) {
+        const int64_t from = window > 0 ? std::max(start, t - window + 1) : start;
+        for (int64_t u = from; u <= t; ++u) {
           double x = 0;
           for (int64_t c = 0; c < d; ++c) {
             x += p.q.element_as_double((t * nq + h) * d + c) * p.k.element_as_double((u * nkv + g) * d + c);
@@ -68,10 +81,10 @@ void reference_attention(const Problem& p, double scale, Tensor& out, Tensor& ls
         }
         double l = 0;
         for (double& x : scores) l += (x = std::exp(x - m));
-        for (int64_t u = start; u <= t; ++u) {
+        for (int64_t u = from; u <= t; ++u) {
           for (int64_t c = 0; c < d; ++c) {
             out.data<double>()[(t * nq + h) * d + c] +=
-                scores[u - start] / l * p.v.element_as_double((u * nkv + g) * d + c);
+                scores[u - from] / l * p.v.element_as_double((u * nkv + g) * d + c);
           }
         }
         lse.data<double>()[h * t_all + t] = m + std::log(l);
@@ -287,6 +300,137 @@ TEST(Attention, ErrorsNameTheTensors) {
   EXPECT_THAT([&] {
     attention_bwd(ok.q, ok.k, ok.v, ok.cu, out, lse, out, Tensor::empty({7, 2, 4}, DType::kFloat64), ok.k, ok.v);
   }, ThrowsMessage<Error>(HasSubstr("attention_bwd: dq is float64[7, 2, 4]")));
+}
+
+// Sliding windows (AttentionOptions::window): shorter than a tile (1, 5), about a tile (64), longer
+// than most sequences (100) and than all (1000), over packed sequences that cross tiles, with GQA.
+TEST(AttentionWindow, ForwardMatchesMaskedReference) {
+  struct Case {
+    std::vector<int64_t> lens;
+    int64_t nq, nkv, d;
+  };
+  const Case cases[] = {{{70, 1, 130, 64}, 4, 2, 16}, {{33, 170}, 2, 1, 128}};
+  double worst = 0;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (const Case& c : cases) {
+      Problem p = make_problem(c.lens, c.nq, c.nkv, c.d, dtype, 21);
+      for (int64_t window : {1, 5, 64, 100, 1000}) {
+        Forward f = run_fwd(p, {.window = window});
+        Tensor out, lse;
+        reference_attention(p, 1.0 / std::sqrt(static_cast<double>(c.d)), out, lse, window);
+        const double tol = dtype == DType::kFloat32 ? 2e-5 : 1e-12;
+        const std::string what = std::string(dtype_name(dtype)) + " D=" + std::to_string(c.d) + " window " +
+                                 std::to_string(window);
+        EXPECT_TRUE(all_close(f.out, out, tol, tol, "out " + what));
+        EXPECT_TRUE(all_close(f.lse, lse, tol, tol, "lse " + what));
+        if (dtype == DType::kFloat32) worst = std::max(worst, max_relative_error(f.out, out));
+      }
+    }
+  }
+  std::cout << "[ window ] float32 out max relative error vs the masked reference: " << worst << "\n";
+}
+
+TEST(AttentionWindow, OneKeyWindowCopiesV) {
+  Problem p = make_problem({9, 70}, 2, 2, 4, DType::kFloat64, 22);
+  EXPECT_TRUE(all_close(run_fwd(p, {.window = 1}).out, p.v, 1e-15, 1e-15, "window 1 out"));
+}
+
+TEST(AttentionWindow, WindowCoveringEverySequenceIsPlainCausal) {
+  Problem p = make_problem({70, 1, 130}, 4, 2, 16, DType::kFloat32, 23);
+  Tensor dout = random_tensor(p.q.shape(), DType::kFloat32, 24);
+  Forward f0 = run_fwd(p), fw = run_fwd(p, {.window = 130});
+  Grads g0 = run_bwd(p, f0, dout), gw = run_bwd(p, fw, dout, {.window = 130});
+  EXPECT_TRUE(bitwise_equal(f0.out, fw.out, "out"));
+  EXPECT_TRUE(bitwise_equal(f0.lse, fw.lse, "lse"));
+  EXPECT_TRUE(bitwise_equal(g0.dq, gw.dq, "dq"));
+  EXPECT_TRUE(bitwise_equal(g0.dk, gw.dk, "dk"));
+  EXPECT_TRUE(bitwise_equal(g0.dv, gw.dv, "dv"));
+}
+
+TEST(AttentionWindow, BackwardMatchesFiniteDifferences) {
+  // GQA; the 150-token sequence crosses key chunks, so windows of 7 and 40 skip whole chunks and
+  // mask the first and last chunk a tile sees; 3 tokens is shorter than every window.
+  Problem p = make_problem({150, 1, 3}, 2, 1, 4, DType::kFloat64, 25);
+  Tensor w = random_tensor(p.q.shape(), DType::kFloat64, 26);
+  for (int64_t window : {2, 7, 40}) {
+    const AttentionOptions o{.window = window};
+    Grads g = run_bwd(p, run_fwd(p, o), w, o);
+    auto loss = [&] { return dot(run_fwd(p, o).out, w); };
+    const std::string what = " window " + std::to_string(window);
+    const double eq = max_relative_error(g.dq, numeric_gradient(loss, p.q));
+    const double ek = max_relative_error(g.dk, numeric_gradient(loss, p.k));
+    const double ev = max_relative_error(g.dv, numeric_gradient(loss, p.v));
+    EXPECT_LT(eq, 1e-6) << "dq" << what;
+    EXPECT_LT(ek, 1e-6) << "dk" << what;
+    EXPECT_LT(ev, 1e-6) << "dv" << what;
+    std::cout << "[ window " << window << " ] max relative error vs finite differences: dq " << eq << ", dk " << ek
+              << ", dv " << ev << "\n";
+  }
+}
+
+TEST(AttentionWindow, Float32BackwardAgreesWithFloat64) {
+  Problem p64 = make_problem({300, 20}, 4, 2, 32, DType::kFloat64, 27);
+  Problem p32{converted(p64.q, DType::kFloat32), converted(p64.k, DType::kFloat32),
+              converted(p64.v, DType::kFloat32), p64.cu};
+  Tensor w64 = random_tensor(p64.q.shape(), DType::kFloat64, 28);
+  const AttentionOptions o{.window = 50};
+  Grads g64 = run_bwd(p64, run_fwd(p64, o), w64, o);
+  Grads g32 = run_bwd(p32, run_fwd(p32, o), converted(w64, DType::kFloat32), o);
+  EXPECT_LT(max_relative_error(g32.dq, g64.dq), 2e-5);
+  EXPECT_LT(max_relative_error(g32.dk, g64.dk), 2e-5);
+  EXPECT_LT(max_relative_error(g32.dv, g64.dv), 2e-5);
+}
+
+TEST(AttentionWindow, PackedSequencesEqualEachAloneAndThreadsDoNotMatter) {
+  const std::vector<int64_t> lens{5, 170, 1, 64};
+  Problem p = make_problem(lens, 4, 2, 16, DType::kFloat32, 29);
+  Tensor dout = random_tensor(p.q.shape(), DType::kFloat32, 30);
+  const AttentionOptions o{.window = 33};
+  const int saved = num_threads();
+  set_num_threads(1);
+  Forward f1 = run_fwd(p, o);
+  Grads g1 = run_bwd(p, f1, dout, o);
+  set_num_threads(2);
+  Forward f = run_fwd(p, o);
+  Grads g = run_bwd(p, f, dout, o);
+  set_num_threads(saved);
+  EXPECT_TRUE(bitwise_equal(f1.out, f.out, "out, 1 vs 2 threads"));
+  EXPECT_TRUE(bitwise_equal(g1.dk, g.dk, "dk, 1 vs 2 threads"));
+  int64_t start = 0;
+  for (int64_t len : lens) {
+    Problem one{p.q.narrow(0, start, len), p.k.narrow(0, start, len), p.v.narrow(0, start, len),
+                Tensor::from_vector<int32_t>({2}, {0, static_cast<int32_t>(len)})};
+    Forward fo = run_fwd(one, o);
+    Grads go = run_bwd(one, fo, dout.narrow(0, start, len), o);
+    const std::string what = " of the sequence at " + std::to_string(start);
+    EXPECT_TRUE(bitwise_equal(fo.out, f.out.narrow(0, start, len), "out" + what));
+    EXPECT_TRUE(bitwise_equal(go.dq, g.dq.narrow(0, start, len), "dq" + what));
+    EXPECT_TRUE(bitwise_equal(go.dk, g.dk.narrow(0, start, len), "dk" + what));
+    EXPECT_TRUE(bitwise_equal(go.dv, g.dv.narrow(0, start, len), "dv" + what));
+    start += len;
+  }
+}
+
+// bf16 operands round q, k, v, dout as the tiles copy them: inputs that are bf16 values already give
+// bitwise the results of the plain float32 kernel.
+TEST(AttentionWindow, Bf16OperandsRoundTheInputs) {
+  Problem p = make_problem({130, 40}, 4, 2, 16, DType::kFloat32, 31);
+  Problem r{bf16_values(p.q), bf16_values(p.k), bf16_values(p.v), p.cu};
+  Tensor dout = random_tensor(p.q.shape(), DType::kFloat32, 32);
+  Tensor dout_r = bf16_values(dout);
+  const AttentionOptions plain{.window = 20}, bf16{.bf16_operands = true, .window = 20};
+  Forward fb = run_fwd(p, bf16), fr = run_fwd(r, plain);
+  EXPECT_TRUE(bitwise_equal(fb.out, fr.out, "out"));
+  Grads gb = run_bwd(p, fb, dout, bf16), gr = run_bwd(r, fr, dout_r, plain);
+  EXPECT_TRUE(bitwise_equal(gb.dq, gr.dq, "dq"));
+  EXPECT_TRUE(bitwise_equal(gb.dk, gr.dk, "dk"));
+  EXPECT_TRUE(bitwise_equal(gb.dv, gr.dv, "dv"));
+}
+
+TEST(AttentionWindow, NegativeWindowIsAnError) {
+  Problem p = make_problem({3}, 2, 2, 4, DType::kFloat32, 33);
+  EXPECT_THAT([&] { run_fwd(p, {.window = -1}); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("attention_fwd: window -1 must be >= 0")));
 }
 
 TEST(Attention, VectorizedExpIsAccurate) {

@@ -150,6 +150,23 @@ TEST(ContextAttention, Bf16OperandsOnEveryRankMatchTheSingleRankBf16Kernel) {
   check_against_single_rank({{160, 160}, {10, 70, 80, 160}, 2, 4, 2, 16}, DType::kFloat32, {.bf16_operands = true});
 }
 
+// A sliding window on both sides: shorter than the zigzag chunks (7), about a chunk or a tile (40,
+// 64), and longer than most documents (200); a rank's two runs then need keys from the other runs'
+// chunks, or none of them.
+TEST(ContextAttention, SlidingWindowOnEveryRankMatchesTheSingleRankKernel) {
+  const CpCase cases[] = {
+      {{160, 160}, {10, 70, 80, 160}, 2, 4, 2, 16},
+      {{256, 128}, {256, 3, 5, 120}, 2, 4, 1, 8},
+      {{48, 96}, {1, 1, 46, 30, 66}, 3, 2, 2, 7},
+  };
+  for (int64_t window : {1, 7, 40, 64, 200}) {
+    for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+      for (const CpCase& c : cases) check_against_single_rank(c, dtype, {.window = window});
+    }
+  }
+  check_against_single_rank(cases[0], DType::kFloat32, {.bf16_operands = true, .window = 40});
+}
+
 TEST(ContextAttention, IdentityIndicesArePlainAttentionBitwise) {
   const int64_t t = 90;
   const Tensor cu = int64_tensor({0, 20, 90});

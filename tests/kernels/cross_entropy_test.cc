@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -210,6 +211,77 @@ TEST(CrossEntropy, VocabShardsCombineToTheWholeRow) {
                                           {.vocab_start = 10, .vocab_size = 13});
               }),
               ::testing::HasSubstr("does not fit a vocabulary of 13"));
+}
+
+// Soft-capping (Gemma's final_logit_softcapping): the loss of cap * tanh(logits / cap), dlogits of
+// the raw logits.
+Tensor soft_capped(const Tensor& logits, double cap) {
+  Tensor out = Tensor::empty(logits.shape(), DType::kFloat64);
+  for (int64_t i = 0; i < out.numel(); ++i) out.data<double>()[i] = cap * std::tanh(logits.element_as_double(i) / cap);
+  return out;
+}
+
+TEST(CrossEntropySoftcap, MatchesTheReferenceOnCappedLogits) {
+  const double cap = 5.0;
+  double worst = 0;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    Tensor logits = random_tensor({5, 37}, dtype, 30, -20, 20);
+    Tensor targets = targets_with_ignored({5}, DType::kInt64, 37, 31);
+    const CrossEntropyOptions o{.softcap = cap};
+    const Tensor capped = soft_capped(logits, cap);
+    const Reference r = reference(capped, targets);
+    const Forward f = fwd(logits, targets, o);
+    const double tol = dtype == DType::kFloat32 ? 2e-6 : 1e-13;
+    EXPECT_TRUE(all_close(f.losses, r.losses, tol, tol, "losses"));
+    EXPECT_TRUE(all_close(f.lse, r.lse, tol, tol, "lse"));
+    Tensor expected = r.dlogits.clone();
+    for (int64_t i = 0; i < expected.numel(); ++i) {
+      const double t = capped.data<double>()[i] / cap;
+      expected.data<double>()[i] *= 1 - t * t;
+    }
+    const Tensor grad = bwd(logits, targets, Tensor::full({5}, dtype, 1.0), o);
+    EXPECT_TRUE(all_close(grad, expected, tol, tol, "dlogits"));
+    if (dtype == DType::kFloat32) worst = std::max(worst, max_relative_error(f.losses, r.losses));
+  }
+  std::cout << "[ softcap ] float32 losses max relative error vs the long double reference: " << worst << "\n";
+}
+
+TEST(CrossEntropySoftcap, BackwardMatchesFiniteDifferencesAndMayOverwriteTheLogits) {
+  Tensor logits = random_tensor({4, 9}, DType::kFloat64, 32, -6, 6);
+  Tensor targets = Tensor::from_vector<int32_t>({4}, {3, kIgnore, 0, 8});
+  Tensor probe = random_tensor({4}, DType::kFloat64, 33);
+  const CrossEntropyOptions o{.softcap = 2.0};
+  Tensor numeric = numeric_gradient([&] { return dot(fwd(logits, targets, o).losses, probe); }, logits);
+  const Tensor grad = bwd(logits, targets, probe, o);
+  const double e = max_relative_error(grad, numeric);
+  EXPECT_LT(e, 1e-6);
+  std::cout << "[ softcap ] dlogits max relative error vs finite differences: " << e << "\n";
+  // In place, as the fused lm head runs it.
+  Tensor lse = fwd(logits, targets, o).lse;
+  cross_entropy_bwd(logits, targets, lse, probe, logits, o);
+  EXPECT_TRUE(all_close(logits, grad, 0, 0, "dlogits written over the logits"));
+}
+
+TEST(CrossEntropySoftcap, VocabShardsCombineToTheWholeRow) {
+  const int64_t rows = 4, vocab = 11;
+  Tensor logits = random_tensor({rows, vocab}, DType::kFloat64, 34, -40, 40);
+  Tensor targets = targets_with_ignored({rows}, DType::kInt64, vocab, 35);
+  const Forward whole = fwd(logits, targets, {.softcap = 30.0});
+  Tensor all = Tensor::empty({2, 3, rows}, DType::kFloat64);
+  for (int64_t i = 0; i < 2; ++i) {
+    const int64_t start = i * 6, columns = i == 0 ? 6 : 5;
+    Tensor part = Tensor::empty({rows, columns}, DType::kFloat64);
+    slice(logits, 1, start, columns, part);
+    cross_entropy_shard_stats(part, targets, all.narrow(0, i, 1),
+                              {.vocab_start = start, .vocab_size = vocab, .softcap = 30.0});
+  }
+  Forward combined{Tensor::empty({rows}, DType::kFloat64), Tensor::empty({rows}, DType::kFloat64)};
+  cross_entropy_combine(all, targets, combined.losses, combined.lse);
+  EXPECT_TRUE(all_close(combined.losses, whole.losses, 1e-14, 1e-14, "losses"));
+  EXPECT_TRUE(all_close(combined.lse, whole.lse, 1e-14, 1e-14, "lse"));
+  using ::testing::HasSubstr;
+  EXPECT_THAT([&] { fwd(logits, targets, {.softcap = -1.0}); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("cross_entropy_fwd: softcap -1 must be finite and >= 0")));
 }
 
 TEST(CrossEntropy, BadInputsNameKernelTensorAndPosition) {

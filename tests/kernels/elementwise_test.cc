@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -215,6 +216,86 @@ TEST(Elementwise, RejectsMismatchedTensors) {
   EXPECT_THAT([&] { scale(ids, 2.0, ids); },
               ThrowsMessage<Error>(HasSubstr("scale: 'a' is int64[3, 4], expected float32, float64 or bfloat16")));
   EXPECT_THAT([&] { swiglu_fwd(a, Tensor(), out); }, ThrowsMessage<Error>(HasSubstr("swiglu_fwd: tensor 'up'")));
+}
+
+// geglu_tanh (Gemma's MLP): float32 runs the SIMD loops (gelu_tanh as x sigmoid(2u)), float64 and
+// bfloat16 the tanh form; both against float64 reference math, on sizes that end in a partial
+// vector and one above the SIMD chunk and the parallel threshold.
+TEST(Geglu, ForwardMatchesReference) {
+  set_num_threads(2);
+  double worst = 0;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (const Shape& shape : {Shape{7, 13}, Shape{1}, Shape{0, 4}, Shape{100003}}) {
+      Tensor g = random_tensor(shape, dtype, 40, -6, 6), u = random_tensor(shape, dtype, 41, -3, 3);
+      Tensor y = Tensor::empty(shape, dtype);
+      geglu_tanh_fwd(g, u, y);
+      Tensor expected = reference(
+          shape, [&](int64_t i) { return gelu_tanh(g.element_as_double(i)) * u.element_as_double(i); });
+      EXPECT_TRUE(all_close(y, expected, rtol(dtype), atol(dtype), "geglu_tanh_fwd " + y.to_string()));
+      if (dtype == DType::kFloat32 && y.numel() > 0) worst = std::max(worst, max_relative_error(y, expected));
+    }
+  }
+  set_num_threads(1);
+  std::cout << "[ geglu_tanh ] float32 forward max relative error vs float64 reference: " << worst << "\n";
+}
+
+TEST(Geglu, BackwardMatchesFiniteDifferencesAndFloat32MatchesFloat64) {
+  const Shape shape{7, 13};
+  Tensor g = random_tensor(shape, DType::kFloat64, 42, -4, 4), u = random_tensor(shape, DType::kFloat64, 43, -2, 2);
+  Tensor w = random_tensor(shape, DType::kFloat64, 44);
+  Tensor y = Tensor::empty(shape, DType::kFloat64);
+  Tensor dgate = Tensor::empty(shape, DType::kFloat64), dup = Tensor::empty(shape, DType::kFloat64);
+  geglu_tanh_bwd(g, u, w, dgate, dup);
+  auto loss = [&] { geglu_tanh_fwd(g, u, y); return dot(y, w); };
+  const double eg = max_relative_error(dgate, numeric_gradient(loss, g));
+  const double eu = max_relative_error(dup, numeric_gradient(loss, u));
+  EXPECT_LT(eg, 1e-6) << "geglu_tanh dgate";
+  EXPECT_LT(eu, 1e-6) << "geglu_tanh dup";
+
+  auto to32 = [](const Tensor& t) {
+    Tensor out = Tensor::empty(t.shape(), DType::kFloat32);
+    for (int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = static_cast<float>(t.data<double>()[i]);
+    return out;
+  };
+  Tensor g32 = to32(g), u32 = to32(u), w32 = to32(w);
+  Tensor dgate32 = Tensor::empty(shape, DType::kFloat32), dup32 = Tensor::empty(shape, DType::kFloat32);
+  geglu_tanh_bwd(g32, u32, w32, dgate32, dup32);
+  EXPECT_TRUE(all_close(dgate32, dgate, 1e-5, 1e-6, "geglu_tanh_bwd dgate float32"));
+  EXPECT_TRUE(all_close(dup32, dup, 1e-5, 1e-6, "geglu_tanh_bwd dup float32"));
+  std::cout << "[ geglu_tanh ] float64 vs finite differences: dgate " << eg << ", dup " << eu
+            << "; float32 vs float64: dgate " << max_relative_error(dgate32, dgate) << ", dup "
+            << max_relative_error(dup32, dup) << "\n";
+}
+
+// bfloat16 computes in float32 with the tanh form: within one bfloat16 rounding of the float32 kernel.
+TEST(Geglu, BFloat16IsFloat32RoundedToBFloat16) {
+  const Shape shape{7, 13};
+  Tensor g = random_tensor(shape, DType::kBFloat16, 45, -3, 3), u = random_tensor(shape, DType::kBFloat16, 46, -3, 3);
+  Tensor d = random_tensor(shape, DType::kBFloat16, 47);
+  Tensor y = Tensor::empty(shape, DType::kBFloat16), y32 = Tensor::empty(shape, DType::kFloat32);
+  geglu_tanh_fwd(g, u, y);
+  geglu_tanh_fwd(widen(g), widen(u), y32);
+  EXPECT_TRUE(all_close(widen(y), y32, 1.0 / 128, 1e-6, "geglu_tanh_fwd bfloat16"));
+  Tensor dg = Tensor::empty(shape, DType::kBFloat16), du = Tensor::empty(shape, DType::kBFloat16);
+  Tensor dg32 = Tensor::empty(shape, DType::kFloat32), du32 = Tensor::empty(shape, DType::kFloat32);
+  geglu_tanh_bwd(g, u, d, dg, du);
+  geglu_tanh_bwd(widen(g), widen(u), widen(d), dg32, du32);
+  EXPECT_TRUE(all_close(widen(dg), dg32, 1.0 / 128, 1e-6, "geglu_tanh_bwd dgate bfloat16"));
+  EXPECT_TRUE(all_close(widen(du), du32, 1.0 / 128, 1e-6, "geglu_tanh_bwd dup bfloat16"));
+}
+
+TEST(Geglu, GradientsMayOverwriteTheInputs) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    Tensor g = random_tensor({37}, dtype, 48), u = random_tensor({37}, dtype, 49), d = random_tensor({37}, dtype, 50);
+    Tensor dg = Tensor::empty({37}, dtype), du = Tensor::empty({37}, dtype);
+    geglu_tanh_bwd(g, u, d, dg, du);
+    geglu_tanh_bwd(g, u, d, g, u);
+    EXPECT_TRUE(all_close(g, dg, 0, 0, "geglu_tanh_bwd dgate in place"));
+    EXPECT_TRUE(all_close(u, du, 0, 0, "geglu_tanh_bwd dup in place"));
+  }
+  Tensor a = random_tensor({3, 4}, DType::kFloat32, 51);
+  EXPECT_THAT([&] { geglu_tanh_fwd(a, Tensor::empty({5}, DType::kFloat32), a); },
+              ThrowsMessage<Error>(HasSubstr("geglu_tanh_fwd: 'gate' float32[3, 4] and 'up' float32[5] differ")));
 }
 
 }  // namespace

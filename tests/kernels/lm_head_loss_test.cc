@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <vector>
 
 #include "hspmd/kernels/matmul.h"
@@ -40,13 +41,14 @@ struct HeadResult {
 Tensor per_token(DType dtype, double value) { return Tensor::full({T}, dtype, value); }
 
 // The unfused head: logits = x w^T, then cross_entropy_fwd / _bwd.
-HeadResult unfused(const Tensor& x, const Tensor& w, const Tensor& targets, bool bf16 = false) {
+HeadResult unfused(const Tensor& x, const Tensor& w, const Tensor& targets, bool bf16 = false,
+                   const CrossEntropyOptions& loss = {}) {
   const DType dt = x.dtype();
   Tensor logits = Tensor::empty({T, V}, dt), dlogits = Tensor::empty({T, V}, dt);
   matmul(x, w, logits, {.trans_b = true, .bf16_operands = bf16});
   HeadResult r{Tensor::empty({T}, dt), Tensor::empty({T}, dt), Tensor::empty({T, H}, dt), Tensor::empty({V, H}, dt)};
-  cross_entropy_fwd(logits, targets, r.losses, r.lse);
-  cross_entropy_bwd(logits, targets, r.lse, per_token(dt, 0.5), dlogits);
+  cross_entropy_fwd(logits, targets, r.losses, r.lse, loss);
+  cross_entropy_bwd(logits, targets, r.lse, per_token(dt, 0.5), dlogits, loss);
   matmul(dlogits, w, r.dx, {.bf16_operands = bf16});
   matmul(dlogits, x, r.dw, {.trans_a = true, .bf16_operands = bf16});
   return r;
@@ -127,6 +129,38 @@ TEST(LmHeadLoss, BackwardMatchesFiniteDifferences) {
   const HeadResult r = fused(x, w, targets, {.loss = {}, .chunk_rows = 5});
   EXPECT_LT(max_relative_error(r.dx, numeric_gradient(loss, x)), 1e-7);
   EXPECT_LT(max_relative_error(r.dw, numeric_gradient(loss, w)), 1e-7);
+}
+
+// Soft-capped logits (Gemma): the unfused head with the same cross-entropy option, over chunk sizes;
+// and finite differences through the cap.
+TEST(LmHeadLoss, SoftCappedEqualsTheUnfusedSoftCappedHead) {
+  for (DType dtype : {DType::kFloat64, DType::kFloat32}) {
+    Tensor x = random_tensor({T, H}, dtype, 11, -2, 2), w = random_tensor({V, H}, dtype, 12, -2, 2);
+    const CrossEntropyOptions loss{.softcap = 3.0};
+    const HeadResult want = unfused(x, w, head_targets(), false, loss);
+    for (int64_t chunk : {0, 4, 13}) {
+      expect_same(fused(x, w, head_targets(), {.loss = loss, .chunk_rows = chunk}), want,
+                  dtype == DType::kFloat64 ? 1e-12 : 2e-6,
+                  std::string(dtype_name(dtype)) + " softcap, chunk " + std::to_string(chunk));
+    }
+  }
+  Tensor x = random_tensor({T, H}, DType::kFloat64, 13, -2, 2), w = random_tensor({V, H}, DType::kFloat64, 14, -2, 2);
+  const Tensor targets = head_targets();
+  const LmHeadLossOptions o{.loss = {.softcap = 3.0}, .chunk_rows = 5};
+  auto loss = [&] {
+    Tensor stats = Tensor::empty({3, T}, DType::kFloat64);
+    lm_head_loss_stats(x, w, targets, stats, o);
+    Tensor losses = Tensor::empty({T}, DType::kFloat64), lse = Tensor::empty({T}, DType::kFloat64);
+    cross_entropy_combine(stats, targets, losses, lse);
+    return 0.5 * sum_all(losses);
+  };
+  const HeadResult r = fused(x, w, targets, o);
+  const double ex = max_relative_error(r.dx, numeric_gradient(loss, x));
+  const double ew = max_relative_error(r.dw, numeric_gradient(loss, w));
+  EXPECT_LT(ex, 1e-7);
+  EXPECT_LT(ew, 1e-7);
+  std::cout << "[ lm_head_loss softcap 3 ] max relative error vs finite differences: dx " << ex << ", dw " << ew
+            << "\n";
 }
 
 // bf16 operands round x, w and dlogits where matmul's option does: the unfused head's bf16 run, up to

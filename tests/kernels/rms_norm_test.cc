@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <tuple>
 
@@ -135,6 +136,40 @@ TEST(RmsNorm, DweightIsBitwiseIndependentOfThreadCount) {
   omp_set_num_threads(saved);
   EXPECT_EQ(std::memcmp(dw[0].raw_data(), dw[1].raw_data(), dw[0].nbytes()), 0);
   EXPECT_EQ(std::memcmp(dx[0].raw_data(), dx[1].raw_data(), dx[0].nbytes()), 0);
+}
+
+// Gemma's (1 + weight): the reference with the shifted weight, and finite differences through the
+// offset (dweight is the same as without it; dx sees 1 + weight).
+TEST(RmsNorm, WeightOffsetScalesByOffsetPlusWeight) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    const double tol = dtype == DType::kFloat32 ? 1e-5 : 1e-12;
+    Tensor x = random_tensor({5, 37}, dtype, 20, -2, 2);
+    Tensor w = random_tensor({37}, dtype, 21, -0.5, 0.5);
+    Tensor shifted = Tensor::empty({37}, DType::kFloat64);
+    for (int64_t i = 0; i < 37; ++i) shifted.data<double>()[i] = 1.0 + w.element_as_double(i);
+    Outputs o{Tensor::empty(x.shape(), dtype), Tensor::empty({5}, dtype)};
+    rms_norm_fwd(x, w, kEps, o.y, o.rstd, 1.0);
+    Tensor y_ref, rstd_ref;
+    reference_fwd(x, shifted, y_ref, rstd_ref);
+    EXPECT_TRUE(all_close(o.y, y_ref, tol, tol, std::string("y with offset 1, ") + std::string(dtype_name(dtype))));
+  }
+  Tensor x = random_tensor({3, 5}, DType::kFloat64, 22, -2, 2);
+  Tensor w = random_tensor({5}, DType::kFloat64, 23, -0.5, 0.5);
+  Tensor probe = random_tensor({3, 5}, DType::kFloat64, 24);
+  auto fwd = [&] {
+    Outputs o{Tensor::empty(x.shape(), DType::kFloat64), Tensor::empty({3}, DType::kFloat64)};
+    rms_norm_fwd(x, w, kEps, o.y, o.rstd, 1.0);
+    return o;
+  };
+  auto loss = [&] { return dot(fwd().y, probe); };
+  Tensor dx_num = numeric_gradient(loss, x), dw_num = numeric_gradient(loss, w);
+  Tensor dx = Tensor::empty(x.shape(), DType::kFloat64), dw = Tensor::empty({5}, DType::kFloat64);
+  rms_norm_bwd(x, w, fwd().rstd, probe, dx, dw, 1.0);
+  const double ex = max_relative_error(dx, dx_num), ew = max_relative_error(dw, dw_num);
+  EXPECT_LT(ex, 1e-6);
+  EXPECT_LT(ew, 1e-6);
+  std::cout << "[ rms_norm offset 1 ] max relative error vs finite differences: dx " << ex << ", dweight " << ew
+            << "\n";
 }
 
 TEST(RmsNorm, BadInputsNameKernelAndTensor) {

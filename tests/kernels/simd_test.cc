@@ -187,6 +187,68 @@ TEST_P(SimdLevelTest, CrossEntropyMatchesScalarAndFloat64) {
   }
 }
 
+TEST_P(SimdLevelTest, SlidingWindowAttentionMatchesScalarAndFloat64) {
+  // Windows mask both ends of a row, at every offset from the vector lanes.
+  Tensor q = random_tensor({150, 4, 16}, DType::kFloat32, 21), k = random_tensor({150, 2, 16}, DType::kFloat32, 22);
+  Tensor v = random_tensor({150, 2, 16}, DType::kFloat32, 23), dout = random_tensor({150, 4, 16}, DType::kFloat32, 24);
+  Tensor cu = Tensor::from_vector<int64_t>({3}, {0, 71, 150});
+  auto run = [&](DType dtype) {
+    Tensor qd = as(q, dtype), kd = as(k, dtype), vd = as(v, dtype), dd = as(dout, dtype);
+    Tensor out = Tensor::empty(q.shape(), dtype), lse = Tensor::empty({4, 150}, dtype);
+    Tensor dq = Tensor::empty(q.shape(), dtype), dk = Tensor::empty(k.shape(), dtype);
+    Tensor dv = Tensor::empty(k.shape(), dtype);
+    attention_fwd(qd, kd, vd, cu, out, lse, {.window = 37});
+    attention_bwd(qd, kd, vd, cu, out, lse, dd, dq, dk, dv, {.window = 37});
+    return std::vector<Tensor>{out, lse, dq, dk, dv};
+  };
+  expect_close([&] { return run(DType::kFloat32); }, 1e-5, 1e-5, "windowed attention");
+  set_simd_level(GetParam());
+  std::vector<Tensor> f32 = run(DType::kFloat32), f64 = run(DType::kFloat64);
+  for (size_t i = 0; i < f32.size(); ++i) {
+    EXPECT_TRUE(all_close(to64(f32[i]), f64[i], 1e-4, 1e-5, "windowed attention vs f64"));
+  }
+}
+
+TEST_P(SimdLevelTest, GegluMatchesScalarAndFloat64) {
+  // As SwiGLU's: split over threads, with a tail; gates reach the clamped exp range.
+  Tensor g = random_tensor({3, 5001}, DType::kFloat32, 25, -30.0, 30.0);
+  Tensor u = random_tensor({3, 5001}, DType::kFloat32, 26);
+  Tensor dy = random_tensor({3, 5001}, DType::kFloat32, 27);
+  auto run = [&](DType dtype) {
+    Tensor gd = as(g, dtype), ud = as(u, dtype), dyd = as(dy, dtype);
+    Tensor y = Tensor::empty(g.shape(), dtype), dg = Tensor::empty(g.shape(), dtype);
+    Tensor du = Tensor::empty(g.shape(), dtype);
+    geglu_tanh_fwd(gd, ud, y);
+    geglu_tanh_bwd(gd, ud, dyd, dg, du);
+    return std::vector<Tensor>{y, dg, du};
+  };
+  expect_close([&] { return run(DType::kFloat32); }, 1e-6, 1e-6, "geglu_tanh");
+  set_simd_level(GetParam());
+  std::vector<Tensor> f32 = run(DType::kFloat32), f64 = run(DType::kFloat64);
+  for (size_t i = 0; i < f32.size(); ++i) EXPECT_TRUE(all_close(to64(f32[i]), f64[i], 1e-5, 1e-6, "geglu_tanh vs f64"));
+}
+
+TEST_P(SimdLevelTest, SoftCappedCrossEntropyMatchesScalarAndFloat64) {
+  Tensor logits = random_tensor({6, 1003}, DType::kFloat32, 28, -60.0, 60.0);
+  Tensor targets = random_ints({6}, DType::kInt64, 29, 0, 1003);
+  Tensor dlosses = random_tensor({6}, DType::kFloat32, 30);
+  const CrossEntropyOptions o{.softcap = 30.0};
+  auto run = [&](DType dtype) {
+    Tensor ld = as(logits, dtype), dl = as(dlosses, dtype);
+    Tensor losses = Tensor::empty({6}, dtype), lse = Tensor::empty({6}, dtype);
+    Tensor dlogits = Tensor::empty(logits.shape(), dtype);
+    cross_entropy_fwd(ld, targets, losses, lse, o);
+    cross_entropy_bwd(ld, targets, lse, dl, dlogits, o);
+    return std::vector<Tensor>{losses, lse, dlogits};
+  };
+  expect_close([&] { return run(DType::kFloat32); }, 1e-5, 1e-7, "soft-capped cross_entropy");
+  set_simd_level(GetParam());
+  std::vector<Tensor> f32 = run(DType::kFloat32), f64 = run(DType::kFloat64);
+  for (size_t i = 0; i < f32.size(); ++i) {
+    EXPECT_TRUE(all_close(to64(f32[i]), f64[i], 1e-5, 1e-7, "soft-capped cross_entropy vs f64"));
+  }
+}
+
 TEST_P(SimdLevelTest, AdamwMatchesScalarAndFloat64) {
   Tensor p0 = random_tensor({10007}, DType::kFloat32, 14), g = random_tensor({10007}, DType::kFloat32, 15);
   Tensor m0 = random_tensor({10007}, DType::kFloat32, 16), v0 = random_tensor({10007}, DType::kFloat32, 17, 0.0, 1.0);

@@ -51,8 +51,15 @@ struct OpAttrs {
   bool trans_a = false;         // matmul: use a^T
   bool trans_b = false;         // matmul: use b^T
   double eps = 0.0;             // rms_norm
+  double weight_offset = 0.0;   // rms_norm: y = x * rstd * (weight_offset + weight); Gemma's norms use 1
   std::vector<double> inv_freq;  // rope: inverse frequency of each rotate-half pair (D/2 values)
-  double scale = 0.0;           // attention softmax scale, 0 = 1/sqrt(D)
+  double scale = 0.0;           // attention softmax scale, 0 = 1/sqrt(D); scale: the factor
+  // attention, context_attention (and their backward ops): the sliding window, a query at position i
+  // of its document keeps the keys i - window < j <= i; 0: every earlier key (plain causal).
+  int64_t window = 0;
+  // cross_entropy, lm_head_loss (and their backward ops): the logits are soft-capped first,
+  // softcap * tanh(logits / softcap) (Gemma's final_logit_softcapping); 0: not capped.
+  double softcap = 0.0;
   int64_t ignore_index = -100;  // cross_entropy
   int64_t vocab_start = 0;      // embedding, cross_entropy: first vocabulary entry this rank holds
   int64_t vocab_size = 0;       // cross_entropy: whole vocabulary when a rank holds a shard (0: no shard)

@@ -17,6 +17,8 @@
 //   kCrossEntropy (loss, lse)     kCrossEntropyBwd
 //   kLmHeadLoss (loss, lse)       kLmHeadLossBwd (dx, dw)   (the head's matmul and cross_entropy in one)
 //   kBiasAdd                      kBiasAddBwd (dbias)
+//   kGegluTanh                    kGegluTanhBwd (dgate, dup)   (Gemma's MLP activation)
+//   kScale                        kScale (the same factor)
 // Leaves: kPlaceholder (fed per run), kParameter (trained), kFull (a constant, e.g. the seed 1.0
 // of d loss / d loss).
 #pragma once
@@ -52,8 +54,11 @@ enum class OpKind : uint8_t {
   kContextAttentionBwd,
   kLmHeadLoss,
   kLmHeadLossBwd,
+  kGegluTanh,
+  kGegluTanhBwd,
+  kScale,
 };
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kLmHeadLossBwd) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kScale) + 1;
 
 // Canonical snake_case name ("rms_norm_bwd"), as used in logs, dumps and error messages.
 std::string_view op_kind_name(OpKind kind);

@@ -36,6 +36,9 @@ OpDef def_for(OpKind kind) {
     case OpKind::kContextAttentionBwd: return detail::context_attention_bwd_def();
     case OpKind::kLmHeadLoss: return detail::lm_head_loss_def();
     case OpKind::kLmHeadLossBwd: return detail::lm_head_loss_bwd_def();
+    case OpKind::kGegluTanh: return detail::geglu_tanh_def();
+    case OpKind::kGegluTanhBwd: return detail::geglu_tanh_bwd_def();
+    case OpKind::kScale: return detail::scale_def();
   }
   HSPMD_ASSERT(false) << "OpKind " << static_cast<int>(kind) << " has no registry entry";
   return {};

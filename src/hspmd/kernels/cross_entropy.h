@@ -27,6 +27,9 @@ struct CrossEntropyOptions {
   int64_t ignore_index = -100;
   int64_t vocab_start = 0;  // first vocabulary column the logits hold
   int64_t vocab_size = 0;   // width of a whole row; 0: the logits hold the whole row
+  // > 0: every logit z is replaced by softcap * tanh(z / softcap) first (Gemma's final logit
+  // soft-capping); the backward returns the gradient of the raw logits. 0: no capping.
+  double softcap = 0.0;
 };
 
 // Row statistics of one vocabulary shard, float64 [3, T]: stats[0, t] = max_j logits[t, j],

@@ -1,4 +1,5 @@
-// Causal varlen attention with grouped-query heads (attrs.scale, 0 = 1/sqrt(D)):
+// Causal varlen attention with grouped-query heads (attrs.scale, 0 = 1/sqrt(D); attrs.window, the
+// sliding window of kernels/attention.h, 0 = none):
 //   attention(q [T, Nq, D], k [T, Nkv, D], v [T, Nkv, D], cu_seqlens [N + 1])
 //       -> (out [T, Nq, D], lse [Nq, T])      lse saved for the backward
 //   attention_bwd(q, k, v, cu_seqlens, out, lse, dout) -> (dq, dk, dv)
@@ -10,6 +11,7 @@
 // parallelism, each group packing its own whole sequences and feeding its own cu_seqlens, which
 // is then annotated hdim 0 as well (duplicated otherwise). D is never split, and nothing may be
 // partial (softmax is not linear). out is sharded like q; lse [Nq, T] like q with dims swapped.
+// A window changes no rule: heads stay independent and a group still holds whole sequences.
 #include "hspmd/core/error.h"
 #include "hspmd/graph/ops.h"
 #include "hspmd/graph/ops/op_defs.h"
@@ -34,6 +36,7 @@ void check_qkv(const ShapeContext& ctx) {
       << ctx.where() << ": kv heads " << nkv.to_string() << " must divide query heads " << nq.to_string();
   expect_rank(ctx, 3, 1);
   expect_integer(ctx, 3);
+  expect_window(ctx);
   HSPMD_CHECK(!ctx.op.attrs.bf16_operands || ctx.inputs[0].dtype == DType::kFloat32)
       << ctx.where() << ": bf16 operands are rounded from float32, q is " << dtype_name(ctx.inputs[0].dtype);
 }
@@ -64,6 +67,15 @@ sharding::Annotation lse_annotation(const DeduceContext& ctx, const sharding::An
 }
 }  // namespace
 
+kernels::AttentionOptions attention_options(const OpAttrs& attrs) {
+  return {.scale = attrs.scale, .bf16_operands = attrs.bf16_operands, .window = attrs.window};
+}
+
+void expect_window(const ShapeContext& ctx) {
+  HSPMD_CHECK(ctx.op.attrs.window >= 0) << ctx.where() << ": window " << ctx.op.attrs.window
+                                        << " must be >= 0 (0: no sliding window)";
+}
+
 OpDef attention_def() {
   OpDef d{OpKind::kAttention, "attention", 4, 2, nullptr, nullptr, nullptr};
   d.infer = [](const ShapeContext& ctx) {
@@ -75,6 +87,7 @@ OpDef attention_def() {
     OpAttrs a;
     a.scale = c.op.attrs.scale;
     a.bf16_operands = c.op.attrs.bf16_operands;
+    a.window = c.op.attrs.window;
     auto g = c.graph.add_op(OpKind::kAttentionBwd, c.name("bwd"),
                             {c.input(0), c.input(1), c.input(2), c.input(3), c.output(0), c.output(1),
                              c.output_grads[0]},
@@ -109,14 +122,14 @@ OpDef attention_bwd_def() {
 void add_attention_kernels(KernelRegistry& r) {
   r.add(OpKind::kAttention, DeviceType::kCPU, kFloat, [](KernelContext& k) {
     Tensor out = k.new_output(0), lse = k.new_output(1);
-    kernels::attention_fwd(k.inputs[0], k.inputs[1], k.inputs[2], k.inputs[3], out, lse, {.scale = k.op.attrs.scale, .bf16_operands = k.op.attrs.bf16_operands});
+    kernels::attention_fwd(k.inputs[0], k.inputs[1], k.inputs[2], k.inputs[3], out, lse, attention_options(k.op.attrs));
     k.outputs = {out, lse};
   });
   r.add(OpKind::kAttentionBwd, DeviceType::kCPU, kFloat, [](KernelContext& k) {
     Tensor dq = k.new_output(0), dk = k.new_output(1), dv = k.new_output(2);
     const auto& in = k.inputs;
     kernels::attention_bwd(in[0], in[1], in[2], in[3], in[4], in[5], in[6], dq, dk, dv,
-                           {.scale = k.op.attrs.scale, .bf16_operands = k.op.attrs.bf16_operands});
+                           attention_options(k.op.attrs));
     k.outputs = {dq, dk, dv};
   });
 }
@@ -124,10 +137,11 @@ void add_attention_kernels(KernelRegistry& r) {
 }  // namespace detail
 
 TensorRef ops::attention(Graph& g, TensorRef q, TensorRef k, TensorRef v, TensorRef cu_seqlens,
-                         const std::string& name, double scale, bool bf16_operands) {
+                         const std::string& name, double scale, bool bf16_operands, int64_t window) {
   OpAttrs a;
   a.scale = scale;
   a.bf16_operands = bf16_operands;
+  a.window = window;
   return g.add_op(OpKind::kAttention, name, {q, k, v, cu_seqlens}, a)[0];
 }
 

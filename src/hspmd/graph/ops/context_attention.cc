@@ -1,5 +1,6 @@
 // Causal varlen attention over tokens addressed by their packed position (context parallelism,
-// docs/context-parallelism.md; kernels/context_attention.h), attrs.scale as for attention:
+// docs/context-parallelism.md; kernels/context_attention.h), attrs.scale and attrs.window as for
+// attention:
 //   context_attention(q [T, Nq, D], k [T, Nkv, D], v [T, Nkv, D], cu_seqlens [N + 1], q_index [T],
 //                     kv_index [T]) -> (out [T, Nq, D], lse [Nq, T])
 //   context_attention_bwd(q, k, v, cu_seqlens, q_index, kv_index, out, lse, dout) -> (dq, dk, dv)
@@ -11,7 +12,8 @@
 // documents. Heads (dim 1) may be split in either tier (TP); D never; nothing may be partial.
 // out is sharded like q, lse like q with dims 0 and 1 swapped. In the backward dk and dv are PARTIAL
 // where q's tokens are split inside a group: each rank's share is what its own queries contribute,
-// and the Reshard's backward sums them (a reduce-scatter).
+// and the Reshard's backward sums them (a reduce-scatter). A window changes no rule (each rank
+// still gathers every key; its kernel skips those outside its queries' windows).
 #include "hspmd/core/error.h"
 #include "hspmd/graph/ops.h"
 #include "hspmd/graph/ops/op_defs.h"
@@ -40,6 +42,7 @@ void check_inputs(const ShapeContext& ctx) {
   }
   expect_dim_eq(ctx, 0, 0, 4, 0);
   expect_dim_eq(ctx, 1, 0, 5, 0);
+  expect_window(ctx);
 }
 
 // `a` with its bottom-tier entries mapped and its hdim kept (the top tier is data parallelism:
@@ -86,6 +89,7 @@ OpDef context_attention_def() {
     OpAttrs a;
     a.scale = c.op.attrs.scale;
     a.bf16_operands = c.op.attrs.bf16_operands;
+    a.window = c.op.attrs.window;
     auto g = c.graph.add_op(OpKind::kContextAttentionBwd, c.name("bwd"),
                             {c.input(0), c.input(1), c.input(2), c.input(3), c.input(4), c.input(5), c.output(0),
                              c.output(1), c.output_grads[0]},
@@ -124,14 +128,14 @@ void add_context_attention_kernels(KernelRegistry& r) {
     Tensor out = k.new_output(0), lse = k.new_output(1);
     const auto& in = k.inputs;
     kernels::context_attention_fwd(in[0], in[1], in[2], in[3], in[4], in[5], out, lse,
-                                   {.scale = k.op.attrs.scale, .bf16_operands = k.op.attrs.bf16_operands});
+                                   attention_options(k.op.attrs));
     k.outputs = {out, lse};
   });
   r.add(OpKind::kContextAttentionBwd, DeviceType::kCPU, kFloat, [](KernelContext& k) {
     Tensor dq = k.new_output(0), dk = k.new_output(1), dv = k.new_output(2);
     const auto& in = k.inputs;
     kernels::context_attention_bwd(in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], dq, dk, dv,
-                                   {.scale = k.op.attrs.scale, .bf16_operands = k.op.attrs.bf16_operands});
+                                   attention_options(k.op.attrs));
     k.outputs = {dq, dk, dv};
   });
 }
@@ -140,10 +144,11 @@ void add_context_attention_kernels(KernelRegistry& r) {
 
 TensorRef ops::context_attention(Graph& g, TensorRef q, TensorRef k, TensorRef v, TensorRef cu_seqlens,
                                  TensorRef q_index, TensorRef kv_index, const std::string& name, double scale,
-                                 bool bf16_operands) {
+                                 bool bf16_operands, int64_t window) {
   OpAttrs a;
   a.scale = scale;
   a.bf16_operands = bf16_operands;
+  a.window = window;
   return g.add_op(OpKind::kContextAttention, name, {q, k, v, cu_seqlens, q_index, kv_index}, a)[0];
 }
 

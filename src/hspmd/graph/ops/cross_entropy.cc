@@ -1,4 +1,5 @@
-// Token cross-entropy summed and scaled (attrs.ignore_index):
+// Token cross-entropy summed and scaled (attrs.ignore_index; attrs.softcap > 0: the logits are
+// soft-capped first, softcap * tanh(logits / softcap), and dlogits are those of the raw logits):
 //   cross_entropy(logits [T, V], targets [T], loss_scale [])  -> (loss [], lse [T])
 //       loss = loss_scale * sum_t (logsumexp(logits[t]) - logits[t, targets[t]])   (ignored tokens add 0)
 //   cross_entropy_bwd(logits, targets, lse, loss_scale, dloss [])  -> dlogits [T, V]
@@ -15,7 +16,10 @@
 // and every shard combines them into the same loss and lse. Targets, lse and loss are then
 // duplicated over the vocabulary split: "S1:2" logits -> "D:2" targets, lse and loss. The backward
 // needs no communication: each shard's dlogits use the whole-row lse. Ranks learn their vocabulary
-// range from attrs.vocab_start / vocab_size (set per rank by specialize::ExecGraph).
+// range from attrs.vocab_start / vocab_size (set per rank by specialize::ExecGraph). Soft-capping
+// is elementwise, so it changes no rule (each shard caps its own columns).
+#include <cmath>
+
 #include "hspmd/core/error.h"
 #include "hspmd/graph/ops.h"
 #include "hspmd/graph/ops/op_defs.h"
@@ -32,6 +36,7 @@ void check_logits_targets(const ShapeContext& ctx) {
   expect_rank(ctx, 1, 1);
   expect_integer(ctx, 1);
   expect_dim_eq(ctx, 0, 0, 1, 0);
+  expect_softcap(ctx);
 }
 void check_scalar(const ShapeContext& ctx, int i) {
   expect_rank(ctx, i, 0);
@@ -39,8 +44,15 @@ void check_scalar(const ShapeContext& ctx, int i) {
 }
 }  // namespace
 
+void expect_softcap(const ShapeContext& ctx) {
+  const double cap = ctx.op.attrs.softcap;
+  HSPMD_CHECK(cap >= 0 && std::isfinite(cap)) << ctx.where() << ": softcap " << cap
+                                              << " must be finite and >= 0 (0: no soft-capping)";
+}
+
 kernels::CrossEntropyOptions token_loss_options(const OpAttrs& a) {
-  return {.ignore_index = a.ignore_index, .vocab_start = a.vocab_start, .vocab_size = a.vocab_size};
+  return {.ignore_index = a.ignore_index, .vocab_start = a.vocab_start, .vocab_size = a.vocab_size,
+          .softcap = a.softcap};
 }
 
 void finish_token_loss(KernelContext& k, Tensor stats, const Tensor& targets, const Tensor& loss_scale) {
@@ -141,9 +153,10 @@ void add_cross_entropy_kernels(KernelRegistry& r) {
 }  // namespace detail
 
 TensorRef ops::cross_entropy(Graph& g, TensorRef logits, TensorRef targets, TensorRef loss_scale,
-                             int64_t ignore_index, const std::string& name) {
+                             int64_t ignore_index, const std::string& name, double softcap) {
   OpAttrs a;
   a.ignore_index = ignore_index;
+  a.softcap = softcap;
   return g.add_op(OpKind::kCrossEntropy, name, {logits, targets, loss_scale}, a)[0];
 }
 

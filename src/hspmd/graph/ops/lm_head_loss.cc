@@ -3,7 +3,8 @@
 //   lm_head_loss(x [T, H], w [V, H], targets [T], loss_scale [])  -> (loss [], lse [T])
 //       loss = loss_scale * sum_t cross_entropy(x[t] @ w^T, targets[t])      (= cross_entropy(matmul(x, w^T)))
 //   lm_head_loss_bwd(x, w, targets, lse, loss_scale, dloss [])     -> (dx [T, H], dw [V, H])
-// attrs: ignore_index, bf16_operands (the products' operands, as matmul's), and vocab_start /
+// attrs: ignore_index, softcap (the logits soft-capped first, as cross_entropy's), bf16_operands
+// (the products' operands, as matmul's), and vocab_start /
 // vocab_size set per rank by specialize::ExecGraph under vocabulary parallelism.
 // Deduction: the logits' annotation is what matmul(x, w^T) would deduce (sharding::deduce_matmul),
 // and from there the rules of cross_entropy: w split on V inside a subgroup gives vocab-parallel
@@ -38,6 +39,7 @@ void check_head_inputs(const ShapeContext& ctx, std::initializer_list<int> scala
   }
   HSPMD_CHECK(!ctx.op.attrs.bf16_operands || ctx.inputs[0].dtype == DType::kFloat32)
       << ctx.where() << ": bf16 operands are rounded from float32, input 0 is " << dtype_name(ctx.inputs[0].dtype);
+  expect_softcap(ctx);
 }
 
 // Where a Reshard fixes the logits' layout: the product's operands.
@@ -112,9 +114,10 @@ void add_lm_head_loss_kernels(KernelRegistry& r) {
 }  // namespace detail
 
 TensorRef ops::lm_head_loss(Graph& g, TensorRef x, TensorRef w, TensorRef targets, TensorRef loss_scale,
-                            int64_t ignore_index, bool bf16_operands, const std::string& name) {
+                            int64_t ignore_index, bool bf16_operands, const std::string& name, double softcap) {
   OpAttrs a;
   a.ignore_index = ignore_index;
+  a.softcap = softcap;
   a.bf16_operands = bf16_operands;
   return g.add_op(OpKind::kLmHeadLoss, name, {x, w, targets, loss_scale}, a)[0];
 }

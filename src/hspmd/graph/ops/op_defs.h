@@ -9,6 +9,7 @@
 
 #include "hspmd/graph/kernel_registry.h"
 #include "hspmd/graph/op_registry.h"
+#include "hspmd/kernels/attention.h"
 #include "hspmd/kernels/cross_entropy.h"
 
 namespace hspmd::graph::detail {
@@ -28,6 +29,9 @@ OpDef attention_bwd_def();  // attention.cc
 OpDef swiglu_def();         // elementwise.cc
 OpDef swiglu_bwd_def();     // elementwise.cc
 OpDef add_def();            // elementwise.cc
+OpDef geglu_tanh_def();     // elementwise.cc
+OpDef geglu_tanh_bwd_def(); // elementwise.cc
+OpDef scale_def();          // elementwise.cc
 OpDef reshape_def();        // reshape.cc
 OpDef reshard_def();        // reshape.cc
 OpDef cross_entropy_def();      // cross_entropy.cc
@@ -69,6 +73,11 @@ void expect_same_shape(const ShapeContext& ctx, int a, int b);
 // Input a's dim da equals input b's dim db (structurally, after simplification).
 void expect_dim_eq(const ShapeContext& ctx, int a, int da, int b, int db);
 
+// Shared by attention.cc and context_attention.cc (defined in attention.cc): the kernels' options
+// from the op's attributes, and the shape rules' check of attrs.window (>= 0).
+kernels::AttentionOptions attention_options(const OpAttrs& attrs);
+void expect_window(const ShapeContext& ctx);
+
 }  // namespace hspmd::graph::detail
 
 // Deduction-rule helpers (deduce_helpers.cc): errors are prefixed with ctx.where().
@@ -99,7 +108,9 @@ sharding::Annotation deduce_loss_rows(const DeduceContext& ctx, const sharding::
                                       int scale, const std::string& source);
 // The summed loss: partial over every token split of `rows`.
 sharding::Annotation deduce_loss_sum(const DeduceContext& ctx, const sharding::Annotation& rows);
-// The kernels' options from the op's attributes (ignore_index, this rank's vocabulary columns).
+// The shape rules' check of attrs.softcap (finite, >= 0).
+void expect_softcap(const ShapeContext& ctx);
+// The kernels' options from the op's attributes (ignore_index, softcap, this rank's vocabulary columns).
 kernels::CrossEntropyOptions token_loss_options(const OpAttrs& attrs);
 // From this shard's row statistics [3, T]: gathers the other shards' (vocab-parallel), combines
 // them and sets k.outputs = {loss_scale * sum of token losses, lse}.

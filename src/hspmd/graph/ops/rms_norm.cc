@@ -1,4 +1,5 @@
-// RMSNorm over the last dim (attrs.eps):
+// RMSNorm over the last dim (attrs.eps; attrs.weight_offset, y = x * rstd * (weight_offset + weight),
+// 1 for Gemma's norms):
 //   rms_norm(x [..., H], weight [H])            -> (y [..., H], rstd [...])   rstd saved for the backward
 //   rms_norm_bwd(x, weight, rstd, dy)            -> (dx [..., H], dweight [H])
 // Deduction: x may be split on any dim but the normalized H (sequence parallelism splits T) and
@@ -6,7 +7,10 @@
 // like x, rstd like x's leading dims. dweight sums over the leading dims, so each split of a
 // leading dim (in either tier) becomes partial: x "(S0:2)" -> dweight "(P:2)". The backward is
 // linear in dy, so dy may be partial where x is duplicated (the gradient arriving from a
-// column-parallel matmul such as lm_head); dx and dweight are then partial there too.
+// column-parallel matmul such as lm_head); dx and dweight are then partial there too. The weight
+// offset changes no rule (it is added to the duplicated weight).
+#include <cmath>
+
 #include "hspmd/core/error.h"
 #include "hspmd/graph/ops.h"
 #include "hspmd/graph/ops/op_defs.h"
@@ -73,12 +77,15 @@ OpDef rms_norm_def() {
   d.infer = [](const ShapeContext& ctx) {
     check_x_weight(ctx);
     HSPMD_CHECK(ctx.op.attrs.eps > 0) << ctx.where() << ": eps must be positive, got " << ctx.op.attrs.eps;
+    HSPMD_CHECK(std::isfinite(ctx.op.attrs.weight_offset))
+        << ctx.where() << ": weight_offset must be finite, got " << ctx.op.attrs.weight_offset;
     const TensorInfo& x = ctx.inputs[0];
     return std::vector<TensorInfo>{x, {rows_of(x.shape), x.dtype}};
   };
   d.grad = [](GradContext& c) {
     OpAttrs a;
     a.eps = c.op.attrs.eps;
+    a.weight_offset = c.op.attrs.weight_offset;
     auto g = c.graph.add_op(OpKind::kRmsNormBwd, c.name("bwd"), {c.input(0), c.input(1), c.output(1),
                                                                   c.output_grads[0]}, a);
     return std::vector<TensorRef>{g[0], g[1]};
@@ -112,21 +119,23 @@ OpDef rms_norm_bwd_def() {
 void add_rms_norm_kernels(KernelRegistry& r) {
   r.add(OpKind::kRmsNorm, DeviceType::kCPU, kFloat, [](KernelContext& k) {
     Tensor y = k.new_output(0), rstd = k.new_output(1);
-    kernels::rms_norm_fwd(k.inputs[0], k.inputs[1], k.op.attrs.eps, y, rstd);
+    kernels::rms_norm_fwd(k.inputs[0], k.inputs[1], k.op.attrs.eps, y, rstd, k.op.attrs.weight_offset);
     k.outputs = {y, rstd};
   });
   r.add(OpKind::kRmsNormBwd, DeviceType::kCPU, kFloat, [](KernelContext& k) {
     Tensor dx = k.new_output(0), dw = k.new_output(1);
-    kernels::rms_norm_bwd(k.inputs[0], k.inputs[1], k.inputs[2], k.inputs[3], dx, dw);
+    kernels::rms_norm_bwd(k.inputs[0], k.inputs[1], k.inputs[2], k.inputs[3], dx, dw, k.op.attrs.weight_offset);
     k.outputs = {dx, dw};
   });
 }
 
 }  // namespace detail
 
-TensorRef ops::rms_norm(Graph& g, TensorRef x, TensorRef weight, double eps, const std::string& name) {
+TensorRef ops::rms_norm(Graph& g, TensorRef x, TensorRef weight, double eps, const std::string& name,
+                        double weight_offset) {
   OpAttrs a;
   a.eps = eps;
+  a.weight_offset = weight_offset;
   return g.add_op(OpKind::kRmsNorm, name, {x, weight}, a)[0];
 }
 

@@ -66,6 +66,7 @@ AttentionDims check_attention(const char* kernel, const Tensor& q, const Tensor&
                                        << a.tokens << " tokens";
   HSPMD_CHECK(!options.bf16_operands || q.dtype() == DType::kFloat32)
       << kernel << ": bf16 operands are rounded from float32 inputs, q is " << q.to_string();
+  HSPMD_CHECK(options.window >= 0) << kernel << ": window " << options.window << " must be >= 0 (0: none)";
   a.scale = options.scale != 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(a.d));
   return a;
 }
@@ -97,7 +98,8 @@ void run_typed(const AttentionDims& a, const Tensor& q, const Tensor& k, const T
                            .d = a.d,
                            .scale = static_cast<T>(a.scale),
                            .block = cpu::attention_blocks(q.dtype(), a.d),
-                           .round_operands = options.bf16_operands};
+                           .round_operands = options.bf16_operands,
+                           .window = options.window};
   const std::vector<cpu::QueryTile> tiles = sequence_tiles(a, x.block.queries);
   if (!dout.defined()) return cpu::attention_forward(x, tiles);
   x.dout = dout.data<T>();

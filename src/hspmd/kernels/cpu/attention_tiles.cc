@@ -40,8 +40,9 @@ struct TileScratch {
   std::vector<T> q, o;    // B_q x D: a query tile's Q, and its O (forward) or dO (backward)
   std::vector<T> k, v;    // keys and values: of one key chunk (backward), or of a document (forward)
   std::vector<T> dk, dv;  // B_k x D: a key chunk's gradients (backward)
-  // Forward: k, v hold rows [kv_start, kv_start + kv_rows) of kv head kv_head.
-  int64_t kv_start = -1, kv_head = -1, kv_rows = 0;
+  // Forward: k, v hold the packed positions [kv_start, kv_start + kv_rows) of kv head kv_head of the
+  // document starting at kv_doc.
+  int64_t kv_doc = -1, kv_start = -1, kv_head = -1, kv_rows = 0;
   TileScratch(AttentionBlocks b, int64_t d)
       : s(b.queries * b.keys), p(b.queries * b.keys), m(b.queries), l(b.queries), q(b.queries * d),
         o(b.queries * d), k(b.keys * d), v(b.keys * d), dk(b.keys * d), dv(b.keys * d) {}
@@ -141,23 +142,26 @@ double dot_f64(const T* a, const T* b, int64_t n) {
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
-// Packs the keys and values of the tile's document for kv head g into w.k, w.v, from the document's
-// first token through the tile's last. What a thread packed stays for its next tasks: those of one
-// (document, kv head) come in a row, the longest first, so a thread packs each row at most once.
+// Packs the keys and values of the tile's document for kv head g into w.k, w.v, from the tile's first
+// key (its document's first token without a window) through its last query. What a thread packed
+// stays for its next tasks: those of one (document, kv head) come in a row, the longest first, so a
+// thread packs each row at most once (without a window; with one, once per run of later tiles).
 template <typename T>
 void pack_document_keys(const AttentionTiles<T>& x, const QueryTile& tile, int64_t g, TileScratch<T>& w) {
-  if (w.kv_start != tile.seq_start || w.kv_head != g) {
-    w.kv_start = tile.seq_start;
+  const int64_t first = x.first_key(tile);
+  if (w.kv_doc != tile.seq_start || w.kv_head != g || first < w.kv_start) {
+    w.kv_doc = tile.seq_start;
+    w.kv_start = first;
     w.kv_head = g;
     w.kv_rows = 0;
   }
-  const int64_t rows = tile.span(), done = w.kv_rows, d = x.d, ldk = x.ldk();
+  const int64_t rows = tile.last() + 1 - w.kv_start, done = w.kv_rows, d = x.d, ldk = x.ldk();
   if (rows <= done) return;
   if (static_cast<int64_t>(w.k.size()) < rows * d) {
     w.k.resize(rows * d);
     w.v.resize(rows * d);
   }
-  const int64_t from = (tile.seq_start + done) * ldk + g * d;
+  const int64_t from = (w.kv_start + done) * ldk + g * d;
   copy_operand_rows(x, x.k + from, ldk, rows - done, w.k.data() + done * d);
   copy_operand_rows(x, x.v + from, ldk, rows - done, w.v.data() + done * d);
   w.kv_rows = rows;
@@ -168,6 +172,7 @@ template <typename T>
 void forward_tile(const AttentionTiles<T>& x, const QueryTile& tile, int64_t h, const QueryTile* next,
                   int64_t next_h, TileScratch<T>& w) {
   const int64_t b = x.block.keys, d = x.d, g = h / x.group(), n = tile.len, last = tile.last(), ldq = x.ldq();
+  const int64_t first = x.first_key(tile);  // of the tile's key chunks
   T *q = w.q.data(), *o = w.o.data(), *s = w.s.data(), *m = w.m.data(), *l = w.l.data();
   copy_operand_rows(x, x.q + tile.row * ldq + h * d, ldq, n, q);
   pack_document_keys(x, tile, g, w);
@@ -178,32 +183,34 @@ void forward_tile(const AttentionTiles<T>& x, const QueryTile& tile, int64_t h, 
   // Rows of the next task to prefetch: its queries, and its keys and values unless they are packed.
   const T* next_q = next != nullptr ? x.q + next->row * ldq + next_h * d : nullptr;
   const bool next_keys = next != nullptr && (next->seq_start != tile.seq_start || next_h / x.group() != g);
-  const int64_t next_kv = next_keys ? next->seq_start * x.ldk() + next_h / x.group() * d : 0;
-  const int64_t iterations = n * ((last - tile.seq_start) / b + 1);  // of the row loop, over all chunks
-  for (int64_t k0 = tile.seq_start; k0 <= last; k0 += b) {
+  const int64_t next_kv = next_keys ? x.first_key(*next) * x.ldk() + next_h / x.group() * d : 0;
+  const int64_t iterations = n * ((last - first) / b + 1);  // of the row loop, over all chunks
+  for (int64_t k0 = first; k0 <= last; k0 += b) {
     const int64_t nk = std::min(b, last + 1 - k0);
-    const T* k = w.k.data() + (k0 - tile.seq_start) * d;
-    const T* v = w.v.data() + (k0 - tile.seq_start) * d;
+    const T* k = w.k.data() + (k0 - w.kv_start) * d;
+    const T* v = w.v.data() + (k0 - w.kv_start) * d;
     gemm(false, true, n, nk, d, x.scale, q, d, k, d, T(0), s, b);
     for (int64_t r = 0; r < n; ++r) {
-      if (next_q != nullptr && k0 == tile.seq_start && r < next->len) prefetch_row(next_q + r * ldq, d);
+      if (next_q != nullptr && k0 == first && r < next->len) prefetch_row(next_q + r * ldq, d);
       if (next_keys) {
-        const int64_t i = (k0 - tile.seq_start) / b * n + r;
-        prefetch_share(x.k + next_kv, x.ldk(), next->span(), d, i, iterations);
-        prefetch_share(x.v + next_kv, x.ldk(), next->span(), d, i, iterations);
+        const int64_t i = (k0 - first) / b * n + r;
+        prefetch_share(x.k + next_kv, x.ldk(), x.span(*next), d, i, iterations);
+        prefetch_share(x.v + next_kv, x.ldk(), x.span(*next), d, i, iterations);
       }
       T* row = s + r * b;
-      const int64_t cols = tile.kept_columns(r, k0, nk);
-      if (cols == 0) {  // a later key than this query: nothing to add
+      const auto [begin, end] = x.kept_columns(tile, r, k0, nk);
+      if (begin == end) {  // every key here is later than this query or outside its window
         std::fill(row, row + nk, T(0));
         continue;
       }
-      const bool first = l[r] == T(0);
-      const int64_t padded = padded_columns(row, cols, nk);
-      const T m_new = first ? row_max(row, padded) : std::max(m[r], row_max(row, padded));
-      const T sum = exp_shift_sum(row, padded, m_new);
-      std::fill(row + cols, row + nk, T(0));
-      if (first) {
+      const bool first_kept = l[r] == T(0);
+      T* kept = row + begin;
+      const int64_t padded = padded_columns(kept, end - begin, nk - begin);
+      const T m_new = first_kept ? row_max(kept, padded) : std::max(m[r], row_max(kept, padded));
+      const T sum = exp_shift_sum(kept, padded, m_new);
+      std::fill(row, kept, T(0));
+      std::fill(row + end, row + nk, T(0));
+      if (first_kept) {
         l[r] = sum;
       } else {
         const T correction = std::exp(m[r] - m_new);
@@ -214,8 +221,8 @@ void forward_tile(const AttentionTiles<T>& x, const QueryTile& tile, int64_t h, 
       }
       m[r] = m_new;
     }
-    // The first key chunk overwrites O: every row keeps at least its document's first key.
-    gemm(false, false, n, d, nk, T(1), s, b, v, d, k0 == tile.seq_start ? T(0) : T(1), o, d);
+    // The first key chunk overwrites O (with zeros in the rows that keep none of it).
+    gemm(false, false, n, d, nk, T(1), s, b, v, d, k0 == first ? T(0) : T(1), o, d);
   }
   for (int64_t r = 0; r < n; ++r) {
     const T inv = T(1) / l[r];
@@ -244,15 +251,18 @@ void backward_document(const AttentionTiles<T>& x, const std::vector<const Query
   std::vector<std::pair<int64_t, const QueryTile*>> work;  // (head, tile) of one chunk, in order
   for (int64_t k0 = first; k0 <= last; k0 += b) {
     const int64_t chunk = std::min(b, last + 1 - k0);
-    copy_operand_rows(x, x.k + k0 * ldk + g * d, ldk, chunk, k);
-    copy_operand_rows(x, x.v + k0 * ldk + g * d, ldk, chunk, v);
     std::fill(dk, dk + chunk * d, T(0));
     std::fill(dv, dv + chunk * d, T(0));
     work.clear();
     for (int64_t h = g * x.group(); h < (g + 1) * x.group(); ++h) {
       for (const QueryTile* t : tiles) {
-        if (t->last() >= k0) work.emplace_back(h, t);  // the others' queries all precede these keys
+        // The others' queries all precede these keys, or their windows all start after them.
+        if (t->last() >= k0 && x.first_key(*t) < k0 + chunk) work.emplace_back(h, t);
       }
+    }
+    if (!work.empty()) {
+      copy_operand_rows(x, x.k + k0 * ldk + g * d, ldk, chunk, k);
+      copy_operand_rows(x, x.v + k0 * ldk + g * d, ldk, chunk, v);
     }
     // What comes after this chunk, to prefetch: the next chunk, or the next task's first one and tile.
     const bool last_chunk = k0 + b > last;
@@ -267,21 +277,27 @@ void backward_document(const AttentionTiles<T>& x, const std::vector<const Query
     after_rows = std::clamp<int64_t>(after_rows, 0, b);
     for (size_t j = 0; j < work.size(); ++j) {
       const auto [h, t] = work[j];
-      const int64_t n = t->len, nk = std::min(chunk, t->last() + 1 - k0);  // keys after the tile: masked
+      // The tile's keys in this chunk: [k0 + skip, k0 + skip + nk); before its window or after its
+      // last query, none of its rows keeps a key.
+      const int64_t skip = std::max<int64_t>(x.first_key(*t) - k0, 0);
+      const int64_t n = t->len, nk = std::min(chunk, t->last() + 1 - k0) - skip;
+      const bool first_visit = x.first_key(*t) >= k0;  // the first chunk the tile sees
       copy_operand_rows(x, x.q + t->row * ldq + h * d, ldq, n, q);
       copy_operand_rows(x, x.dout + t->row * ldq + h * d, ldq, n, dout);
       T* dq = x.dq + t->row * ldq + h * d;
       const T* lse = x.lse + h * x.tq + t->row;
       T* dl = delta + h * x.tq + t->row;
-      if (k0 == first) {  // every tile sees the first chunk: Delta = rowsum(dO * O), accumulated in double
+      if (first_visit) {  // Delta = rowsum(dO * O), accumulated in double
         const T* o = x.out + t->row * ldq + h * d;
         for (int64_t r = 0; r < n; ++r) dl[r] = static_cast<T>(dot_f64(o + r * ldq, dout + r * d, d));
       }
-      gemm(false, true, n, nk, d, x.scale, q, d, k, d, T(0), p, b);
+      const T *kt = k + skip * d, *vt = v + skip * d;
+      T *dkt = dk + skip * d, *dvt = dv + skip * d;
+      gemm(false, true, n, nk, d, x.scale, q, d, kt, d, T(0), p, b);
       // The next (head, tile), and whether it is in its first chunk (where Delta reads its O rows).
       const bool within = j + 1 < work.size();
       const auto [nh, nt] = within ? work[j + 1] : after_tile;
-      const bool next_reads_out = within ? k0 == first : true;
+      const bool next_reads_out = within ? x.first_key(*nt) >= k0 : true;
       for (int64_t r = 0; r < n; ++r) {
         if (nt != nullptr && r < nt->len) {  // the next tile's rows
           const int64_t at = (nt->row + r) * ldq + nh * d;
@@ -294,16 +310,18 @@ void backward_document(const AttentionTiles<T>& x, const std::vector<const Query
           prefetch_share(x.k + after_k0 * ldk + after_g * d, ldk, after_rows, d, i, count);
           prefetch_share(x.v + after_k0 * ldk + after_g * d, ldk, after_rows, d, i, count);
         }
-        const int64_t cols = t->kept_columns(r, k0, nk);
-        exp_shift_sum(p + r * b, padded_columns(p + r * b, cols, nk), lse[r]);
-        std::fill(p + r * b + cols, p + r * b + nk, T(0));
+        T* row = p + r * b;
+        const auto [begin, end] = x.kept_columns(*t, r, k0 + skip, nk);
+        exp_shift_sum(row + begin, padded_columns(row + begin, end - begin, nk - begin), lse[r]);
+        std::fill(row, row + begin, T(0));
+        std::fill(row + end, row + nk, T(0));
       }
-      gemm(true, false, nk, d, n, T(1), p, b, dout, d, T(1), dv, d);
-      gemm(false, true, n, nk, d, T(1), dout, d, v, d, T(0), dp, b);
+      gemm(true, false, nk, d, n, T(1), p, b, dout, d, T(1), dvt, d);
+      gemm(false, true, n, nk, d, T(1), dout, d, vt, d, T(0), dp, b);
       for (int64_t r = 0; r < n; ++r) softmax_grad_row(dp + r * b, p + r * b, nk, dl[r]);
-      // The first chunk overwrites dQ, later ones add to it.
-      gemm(false, false, n, d, nk, x.scale, dp, b, k, d, k0 == first ? T(0) : T(1), dq, ldq);
-      gemm(true, false, nk, d, n, x.scale, dp, b, q, d, T(1), dk, d);
+      // The tile's first chunk overwrites dQ, later ones add to it.
+      gemm(false, false, n, d, nk, x.scale, dp, b, kt, d, first_visit ? T(0) : T(1), dq, ldq);
+      gemm(true, false, nk, d, n, x.scale, dp, b, q, d, T(1), dkt, d);
     }
     copy_rows(dk, d, chunk, d, x.dk + k0 * ldk + g * d, ldk);
     copy_rows(dv, d, chunk, d, x.dv + k0 * ldk + g * d, ldk);
@@ -316,7 +334,7 @@ template <typename T>
 void attention_forward(const AttentionTiles<T>& x, const std::vector<QueryTile>& tiles) {
   // Task i: tile i / nq, head i % nq; S = Q K^T and P V, 2 * len * span * D flops each.
   const int64_t n = static_cast<int64_t>(tiles.size()) * x.nq;
-  auto cost = [&](int64_t i) { return 4 * tiles[i / x.nq].len * tiles[i / x.nq].span() * x.d; };
+  auto cost = [&](int64_t i) { return 4 * tiles[i / x.nq].len * x.span(tiles[i / x.nq]) * x.d; };
   int64_t flops = 0;
   for (int64_t i = 0; i < n; ++i) flops += cost(i);
   // The tasks of one (document, kv head) in a row, the most costly first: they share keys and values.
@@ -340,7 +358,7 @@ void attention_backward(const AttentionTiles<T>& x, const std::vector<QueryTile>
       doc_costs.push_back(0);
     }
     docs[it->second].push_back(&t);
-    doc_costs[it->second] += 10 * t.len * t.span() * x.d * x.group();
+    doc_costs[it->second] += 10 * t.len * x.span(t) * x.d * x.group();
   }
   // Task i: document i / nkv, kv head i % nkv; the most costly first.
   const int64_t n = static_cast<int64_t>(docs.size()) * x.nkv;

@@ -8,6 +8,11 @@
 // columns at packed positions <= pos + r (the causal mask; a row may keep none of a late chunk). The
 // plain kernel's tiles are the blocks of B_q tokens of each sequence, so only the last chunk a tile
 // sees is masked, and it computes at most B_q x B_q / 2 masked scores.
+// A sliding window W also drops the keys before pos + r - W + 1 from row r: a tile's keys start at
+// first_key(tile) = pos - W + 1 (or its document's start), so the forward's chunks start there and
+// the backward's chunks (fixed per document) skip the tiles whose keys they do not hold and give
+// the others only the columns from first_key on. Keys outside every row's window are never
+// multiplied; the band's two triangles (B_q x B_q / 2 scores each) are masked.
 //
 // Products are GEMMs of the project's backend (cpu/blas.h) on B_q x D, B_k x D and B_q x B_k
 // operands. Each thread copies what they read into contiguous scratch (a head's rows in [T, N, D] are
@@ -31,6 +36,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "hspmd/core/dtype.h"
@@ -50,13 +56,7 @@ struct QueryTile {
   int64_t pos = 0;        // its packed position
   int64_t len = 0;        // rows, consecutive in the packed batch
   int64_t seq_start = 0;  // packed position of the document's first token
-  // Key columns the causal mask keeps of row r in the key chunk of nk columns at packed position k0.
-  int64_t kept_columns(int64_t r, int64_t k0, int64_t nk) const {
-    return std::clamp<int64_t>(pos + r - k0 + 1, 0, nk);
-  }
   int64_t last() const { return pos + len - 1; }  // packed position of the last row
-  // Key positions this tile attends to (for every row of it, at most): the work of one task.
-  int64_t span() const { return pos + len - seq_start; }
 };
 
 // Raw pointers of one call; T is float or double.
@@ -70,9 +70,22 @@ struct AttentionTiles {
   // bf16 operands (float only): q, k, v and dout are rounded to bfloat16 values as the tiles copy
   // them into scratch, so no rounded copy of a whole tensor is made. Every product reads a copy.
   bool round_operands = false;
+  // Sliding window (kernels/attention.h): the row at packed position p keeps the keys
+  // p - window < j <= p of its document; 0: every key of its document up to p.
+  int64_t window = 0;
   const T* dout = nullptr;                        // backward only: like q
   T *dq = nullptr, *dk = nullptr, *dv = nullptr;  // backward only: like q, k, v (dk, dv packed)
   int64_t group() const { return nq / nkv; }
+  // Packed position of the first key row r of tile t keeps.
+  int64_t first_key(const QueryTile& t, int64_t r = 0) const {
+    return window > 0 ? std::max(t.seq_start, t.pos + r - window + 1) : t.seq_start;
+  }
+  // Keys some row of t keeps, the first row's first through the last row: the work of one task.
+  int64_t span(const QueryTile& t) const { return t.last() + 1 - first_key(t); }
+  // Columns [begin, end) that the mask keeps of row r of t among the nk keys from packed position k0.
+  std::pair<int64_t, int64_t> kept_columns(const QueryTile& t, int64_t r, int64_t k0, int64_t nk) const {
+    return {std::clamp<int64_t>(first_key(t, r) - k0, 0, nk), std::clamp<int64_t>(t.pos + r - k0 + 1, 0, nk)};
+  }
   int64_t ldq() const { return nq * d; }
   int64_t ldk() const { return nkv * d; }
 };

@@ -67,6 +67,7 @@ ContextDims check_context(const char* kernel, const Tensor& q, const Tensor& k, 
   HSPMD_CHECK(lse.defined() && lse.shape() == Shape({a.nq, a.tq}) && lse.dtype() == q.dtype())
       << kernel << ": lse is " << (lse.defined() ? lse.to_string() : "undefined") << ", expected "
       << dtype_name(q.dtype()) << Shape({a.nq, a.tq}).to_string();
+  HSPMD_CHECK(options.window >= 0) << kernel << ": window " << options.window << " must be >= 0 (0: none)";
   a.scale = options.scale != 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(a.d));
   a.block = cpu::attention_blocks(q.dtype(), a.d);
 
@@ -137,7 +138,8 @@ void run_typed(const ContextDims& a, const Tensor& q, const Tensor& k, const Ten
                            .d = a.d,
                            .scale = static_cast<T>(a.scale),
                            .block = a.block,
-                           .round_operands = options.bf16_operands};
+                           .round_operands = options.bf16_operands,
+                           .window = options.window};
   if (!dout.defined()) return cpu::attention_forward(x, a.tiles);
   // Keys after their document's last query here get no gradient: zero, as the backward leaves them.
   std::vector<T> dkp(kp.size(), T(0)), dvp(vp.size(), T(0));

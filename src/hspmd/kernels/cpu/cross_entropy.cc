@@ -3,11 +3,14 @@
 // loss keeps full accuracy for vocabularies of 1e5+ entries. Targets are validated in one serial
 // pass before any output is written; rows then run in parallel.
 // Leading dims of logits flatten into T (logits [B, S, V] with targets [B, S] works too).
+// Soft-capping (options.softcap) caps a copy of each row in the thread's scratch, so the logits stay
+// const and the backward may still write dlogits over them.
 #include "hspmd/kernels/cross_entropy.h"
 
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include "hspmd/kernels/cpu/simd/row_ops.h"
 #include "hspmd/kernels/cpu/typed_visit.h"
@@ -70,28 +73,60 @@ int64_t local_target(I target, RowsShape s, const CrossEntropyOptions& options) 
   return j >= 0 && j < s.vocab ? j : -1;
 }
 
+void check_softcap(const char* kernel, const CrossEntropyOptions& options) {
+  HSPMD_CHECK(options.softcap >= 0 && std::isfinite(options.softcap))
+      << kernel << ": softcap " << options.softcap << " must be finite and >= 0 (0: no capping)";
+}
+
+// The row as the loss sees it: the logits themselves, or softcap * tanh(logits / softcap) in `capped`.
+template <typename T>
+const T* loss_row(const T* row, int64_t n, double softcap, std::vector<T>& capped) {
+  if (softcap == 0.0) return row;
+  capped.assign(row, row + n);
+  if constexpr (std::is_same_v<T, float>) {
+    cpu::row_ops().softcap(capped.data(), n, static_cast<float>(softcap));
+  } else {
+    for (T& v : capped) v = static_cast<T>(softcap * std::tanh(v / softcap));
+  }
+  return capped.data();
+}
+
+// d capped / d logit = 1 - tanh^2 = 1 - (capped / softcap)^2: out[j] *= that.
+template <typename T>
+void softcap_grad(const T* capped, int64_t n, double softcap, T* out) {
+  const T inv = static_cast<T>(1.0 / softcap);
+  for (int64_t j = 0; j < n; ++j) {
+    const T y = capped[j] * inv;
+    out[j] *= T(1) - y * y;
+  }
+}
+
 template <typename T, typename I>
 void stats_rows(const T* logits, const I* targets, const CrossEntropyOptions& options, double* stats, RowsShape s) {
   double* maxes = stats;
   double* sums = stats + s.rows;
   double* target_logits = stats + 2 * s.rows;
-#pragma omp parallel for schedule(static) if (s.rows * s.vocab >= kParallelThreshold)
-  for (int64_t t = 0; t < s.rows; ++t) {
-    const T* row = logits + t * s.vocab;
-    T max;
-    double sum = 0;
-    if constexpr (std::is_same_v<T, float>) {  // the SIMD row loops (cpu/simd/row_ops.h)
-      const cpu::RowOps& ops = cpu::row_ops();
-      max = ops.row_max(row, s.vocab);
-      sum = ops.exp_shift_sum_f64(row, s.vocab, max);
-    } else {
-      max = *std::max_element(row, row + s.vocab);
-      for (int64_t j = 0; j < s.vocab; ++j) sum += std::exp(row[j] - max);
+#pragma omp parallel if (s.rows * s.vocab >= kParallelThreshold)
+  {
+    std::vector<T> capped;  // this thread's soft-capped row
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < s.rows; ++t) {
+      const T* row = loss_row(logits + t * s.vocab, s.vocab, options.softcap, capped);
+      T max;
+      double sum = 0;
+      if constexpr (std::is_same_v<T, float>) {  // the SIMD row loops (cpu/simd/row_ops.h)
+        const cpu::RowOps& ops = cpu::row_ops();
+        max = ops.row_max(row, s.vocab);
+        sum = ops.exp_shift_sum_f64(row, s.vocab, max);
+      } else {
+        max = *std::max_element(row, row + s.vocab);
+        for (int64_t j = 0; j < s.vocab; ++j) sum += std::exp(row[j] - max);
+      }
+      const int64_t j = local_target(targets[t], s, options);
+      maxes[t] = max;
+      sums[t] = sum;
+      target_logits[t] = j < 0 ? 0.0 : static_cast<double>(row[j]);
     }
-    const int64_t j = local_target(targets[t], s, options);
-    maxes[t] = max;
-    sums[t] = sum;
-    target_logits[t] = j < 0 ? 0.0 : static_cast<double>(row[j]);
   }
 }
 
@@ -119,22 +154,27 @@ void combine_rows(const double* all, int64_t k, const I* targets, int64_t ignore
 template <typename T, typename I>
 void bwd_rows(const T* logits, const I* targets, const CrossEntropyOptions& options, const T* lse, const T* dlosses,
               T* dlogits, RowsShape s) {
-#pragma omp parallel for schedule(static) if (s.rows * s.vocab >= kParallelThreshold)
-  for (int64_t t = 0; t < s.rows; ++t) {
-    const T* row = logits + t * s.vocab;
-    T* out = dlogits + t * s.vocab;
-    if (static_cast<int64_t>(targets[t]) == options.ignore_index) {
-      std::fill(out, out + s.vocab, T(0));
-      continue;
+#pragma omp parallel if (s.rows * s.vocab >= kParallelThreshold)
+  {
+    std::vector<T> capped;  // this thread's soft-capped row
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < s.rows; ++t) {
+      T* out = dlogits + t * s.vocab;
+      if (static_cast<int64_t>(targets[t]) == options.ignore_index) {
+        std::fill(out, out + s.vocab, T(0));
+        continue;
+      }
+      const T* row = loss_row(logits + t * s.vocab, s.vocab, options.softcap, capped);
+      const T dl = dlosses[t];
+      if constexpr (std::is_same_v<T, float>) {
+        cpu::row_ops().exp_shift_scale(row, s.vocab, lse[t], dl, out);
+      } else {
+        for (int64_t j = 0; j < s.vocab; ++j) out[j] = dl * std::exp(row[j] - lse[t]);
+      }
+      const int64_t j = local_target(targets[t], s, options);
+      if (j >= 0) out[j] -= dl;
+      if (options.softcap != 0.0) softcap_grad(row, s.vocab, options.softcap, out);
     }
-    const T dl = dlosses[t];
-    if constexpr (std::is_same_v<T, float>) {
-      cpu::row_ops().exp_shift_scale(row, s.vocab, lse[t], dl, out);
-    } else {
-      for (int64_t j = 0; j < s.vocab; ++j) out[j] = dl * std::exp(row[j] - lse[t]);
-    }
-    const int64_t j = local_target(targets[t], s, options);
-    if (j >= 0) out[j] -= dl;
   }
 }
 
@@ -147,6 +187,7 @@ void shard_stats(const char* kernel, const Tensor& logits, const Tensor& targets
   const RowsShape s = check_logits(kernel, logits, targets);
   HSPMD_CHECK(stats.defined() && stats.dtype() == DType::kFloat64 && stats.numel() == 3 * s.rows)
       << kernel << ": stats " << stats.to_string() << " must be float64 [3, " << s.rows << "]";
+  check_softcap(kernel, options);
   check_targets(kernel, targets, row_width(kernel, s, options), options);
   cpu::visit_floating(logits, [&](auto* pl) {
     cpu::visit_index(kernel, "targets", targets,
@@ -211,6 +252,7 @@ void cross_entropy_bwd(const Tensor& logits, const Tensor& targets, const Tensor
   cpu::check_same_dtype(kernel, "logits", logits, "dlogits", dlogits);
   HSPMD_CHECK(dlogits.shape() == logits.shape()) << kernel << ": dlogits " << dlogits.to_string()
                                                  << " must be shaped like logits " << logits.to_string();
+  check_softcap(kernel, options);
   check_targets(kernel, targets, row_width(kernel, s, options), options);
   cpu::visit_floating(logits, [&](auto* pl) {
     using T = std::remove_pointer_t<decltype(pl)>;

@@ -99,6 +99,21 @@ V silu_grad(V x) {
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 constexpr double kGeluCoef = 0.044715;
 
+template <typename V>
+V gelu_tanh(V v) {
+  V u = V(kSqrt2OverPi) * (v + V(kGeluCoef) * v * v * v);
+  return V(0.5) * v * (V(1) + std::tanh(u));
+}
+
+// d/dx [x/2 (1 + tanh u)] = (1 + t)/2 + x/2 (1 - t^2) du/dx,  du/dx = c (1 + 3 k x^2).
+template <typename V>
+V gelu_tanh_grad(V v) {
+  V c = V(kSqrt2OverPi), k = V(kGeluCoef);
+  V t = std::tanh(c * (v + k * v * v * v));
+  V du = c * (V(1) + V(3) * k * v * v);
+  return V(0.5) * (V(1) + t) + V(0.5) * v * (V(1) - t * t) * du;
+}
+
 }  // namespace
 
 void add(const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -131,22 +146,12 @@ void silu_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx) {
 }
 
 void gelu_tanh_fwd(const Tensor& x, const Tensor& y) {
-  unary("gelu_tanh_fwd", "x", x, "y", y, kCostlyGrain, [](auto v) {
-    using V = decltype(v);
-    V u = V(kSqrt2OverPi) * (v + V(kGeluCoef) * v * v * v);
-    return V(0.5) * v * (V(1) + std::tanh(u));
-  });
+  unary("gelu_tanh_fwd", "x", x, "y", y, kCostlyGrain, [](auto v) { return gelu_tanh(v); });
 }
 
-// d/dx [x/2 (1 + tanh u)] = (1 + t)/2 + x/2 (1 - t^2) du/dx,  du/dx = c (1 + 3 k x^2).
 void gelu_tanh_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx) {
-  binary("gelu_tanh_bwd", "x", x, "dy", dy, "dx", dx, kCostlyGrain, [](auto v, auto g) {
-    using V = decltype(v);
-    V c = V(kSqrt2OverPi), k = V(kGeluCoef);
-    V t = std::tanh(c * (v + k * v * v * v));
-    V du = c * (V(1) + V(3) * k * v * v);
-    return g * (V(0.5) * (V(1) + t) + V(0.5) * v * (V(1) - t * t) * du);
-  });
+  binary("gelu_tanh_bwd", "x", x, "dy", dy, "dx", dx, kCostlyGrain,
+         [](auto v, auto g) { return g * gelu_tanh_grad(v); });
 }
 
 // float32 runs the SIMD loops (cpu/simd/row_ops.h) over chunks that the threads share.
@@ -203,6 +208,62 @@ void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dy, const Te
       V s = sigmoid(g);
       pdg[i] = static_cast<T>(d * u * s * (V(1) + g * (V(1) - s)));
       pdu[i] = static_cast<T>(d * g * s);
+    }
+  });
+}
+
+// float32 runs the SIMD loops (gelu_tanh as x sigmoid(2u), cpu/simd/row_ops.inc); the others the
+// tanh form above.
+void geglu_tanh_fwd(const Tensor& gate, const Tensor& up, const Tensor& y) {
+  check_like("geglu_tanh_fwd", "gate", gate, "up", up);
+  check_like("geglu_tanh_fwd", "gate", gate, "y", y);
+  if (gate.dtype() == DType::kFloat32) {
+    const float *g = gate.data<float>(), *u = up.data<float>();
+    float* out = y.data<float>();
+    const cpu::RowOps& ops = cpu::row_ops();
+    const int64_t n = gate.numel(), chunks = (n + kSimdChunk - 1) / kSimdChunk;
+#pragma omp parallel for schedule(static) if (n >= kCostlyGrain)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t i = c * kSimdChunk;
+      ops.geglu_tanh_fwd(g + i, u + i, out + i, std::min(kSimdChunk, n - i));
+    }
+    return;
+  }
+  binary("geglu_tanh_fwd", "gate", gate, "up", up, "y", y, kCostlyGrain,
+         [](auto g, auto u) { return gelu_tanh(g) * u; });
+}
+
+// y = gelu_tanh(g) u:  dgate = dy u gelu_tanh'(g),  dup = dy gelu_tanh(g); the outputs may alias the
+// inputs, as swiglu_bwd's.
+void geglu_tanh_bwd(const Tensor& gate, const Tensor& up, const Tensor& dy, const Tensor& dgate, const Tensor& dup) {
+  const char* kernel = "geglu_tanh_bwd";
+  check_like(kernel, "gate", gate, "up", up);
+  check_like(kernel, "gate", gate, "dy", dy);
+  check_like(kernel, "gate", gate, "dgate", dgate);
+  check_like(kernel, "gate", gate, "dup", dup);
+  visit_elementwise(kernel, "gate", gate, [&](auto* pg) {
+    using T = std::remove_pointer_t<decltype(pg)>;
+    using V = Compute<T>;
+    const T* pu = up.data<T>();
+    const T* pd = dy.data<T>();
+    T* pdg = dgate.data<T>();
+    T* pdu = dup.data<T>();
+    const int64_t n = gate.numel();
+    if constexpr (std::is_same_v<T, float>) {
+      const cpu::RowOps& ops = cpu::row_ops();
+      const int64_t chunks = (n + kSimdChunk - 1) / kSimdChunk;
+#pragma omp parallel for schedule(static) if (n >= kCostlyGrain)
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t i = c * kSimdChunk;
+        ops.geglu_tanh_bwd(pg + i, pu + i, pd + i, pdg + i, pdu + i, std::min(kSimdChunk, n - i));
+      }
+      return;
+    }
+#pragma omp parallel for schedule(static) if (n >= kCostlyGrain)
+    for (int64_t i = 0; i < n; ++i) {
+      V g = static_cast<V>(pg[i]), u = static_cast<V>(pu[i]), d = static_cast<V>(pd[i]);
+      pdg[i] = static_cast<T>(d * u * gelu_tanh_grad(g));
+      pdu[i] = static_cast<T>(d * gelu_tanh(g));
     }
   });
 }

@@ -1,11 +1,14 @@
 // RMSNorm on the CPU (spec in kernels/rms_norm.h). Rows are independent and run in parallel; the
 // sum of squares is accumulated in double. dweight, a sum over rows, is computed column block by
 // column block with the rows added in order, so it is bitwise the same for every thread count.
+// A weight offset (Gemma's 1 + weight) is added to a copy of the weight once per call; dweight does
+// not read the weight, so only y and dx see it.
 #include "hspmd/kernels/rms_norm.h"
 
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include "hspmd/kernels/cpu/simd/row_ops.h"
 #include "hspmd/kernels/cpu/typed_visit.h"
@@ -103,9 +106,20 @@ void dx_rows(const T* x, const T* w, const T* rstd, const T* dy, T* dx, RowsShap
   }
 }
 
+// weight_offset + weight: the weight itself when the offset is 0, else a copy held in `storage`.
+template <typename T>
+const T* offset_weight(const Tensor& weight, double weight_offset, std::vector<T>& storage) {
+  const T* w = weight.data<T>();
+  if (weight_offset == 0.0) return w;
+  storage.resize(static_cast<size_t>(weight.numel()));
+  for (size_t i = 0; i < storage.size(); ++i) storage[i] = static_cast<T>(weight_offset + static_cast<double>(w[i]));
+  return storage.data();
+}
+
 }  // namespace
 
-void rms_norm_fwd(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) {
+void rms_norm_fwd(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd,
+                  double weight_offset) {
   const char* kernel = "rms_norm_fwd";
   const RowsShape s = check_x_weight(kernel, x, weight);
   HSPMD_CHECK(eps >= 0) << kernel << ": eps " << eps << " must be >= 0";
@@ -113,12 +127,13 @@ void rms_norm_fwd(const Tensor& x, const Tensor& weight, double eps, const Tenso
   check_rstd(kernel, x, rstd, s.rows);
   cpu::visit_floating(x, [&](auto* px) {
     using T = std::remove_pointer_t<decltype(px)>;
-    fwd_rows<T>(px, weight.data<T>(), eps, y.data<T>(), rstd.data<T>(), s);
+    std::vector<T> storage;
+    fwd_rows<T>(px, offset_weight<T>(weight, weight_offset, storage), eps, y.data<T>(), rstd.data<T>(), s);
   });
 }
 
 void rms_norm_bwd(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                  const Tensor& dweight) {
+                  const Tensor& dweight, double weight_offset) {
   const char* kernel = "rms_norm_bwd";
   const RowsShape s = check_x_weight(kernel, x, weight);
   check_rstd(kernel, x, rstd, s.rows);
@@ -131,7 +146,8 @@ void rms_norm_bwd(const Tensor& x, const Tensor& weight, const Tensor& rstd, con
     using T = std::remove_pointer_t<decltype(px)>;
     // dweight first: it reads dy and x, which dx may overwrite when the caller computes in place.
     dweight_columns<T>(px, rstd.data<T>(), dy.data<T>(), dweight.data<T>(), s);
-    dx_rows<T>(px, weight.data<T>(), rstd.data<T>(), dy.data<T>(), dx.data<T>(), s);
+    std::vector<T> storage;
+    dx_rows<T>(px, offset_weight<T>(weight, weight_offset, storage), rstd.data<T>(), dy.data<T>(), dx.data<T>(), s);
   });
 }
 

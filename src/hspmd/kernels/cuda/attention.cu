@@ -32,7 +32,15 @@ __device__ int64_t sequence_start(const I* cu_seqlens, int64_t sequences, int64_
 struct Dims {
   int64_t q_heads, kv_heads, head_dim, sequences;
   float scale;
+  int64_t window;  // 0: none
 };
+
+// The first key token t attends to: its sequence's first, or the first of its sliding window.
+template <typename I>
+__device__ int64_t first_key(const I* cu_seqlens, const Dims& d, int64_t t) {
+  const int64_t start = sequence_start(cu_seqlens, d.sequences, t);
+  return d.window > 0 && t - d.window + 1 > start ? t - d.window + 1 : start;
+}
 
 // Block (query token i = blockIdx.x, query head h = blockIdx.y).
 template <typename T, typename I>
@@ -45,7 +53,7 @@ __global__ void attention_fwd_rows(const T* q, const T* k, const T* v, const I* 
   const int64_t D = d.head_dim;
   for (int64_t x = threadIdx.x; x < D; x += blockDim.x) q_row[x] = to_float(q[(i * d.q_heads + h) * D + x]);
   __syncthreads();
-  const int64_t start = sequence_start(cu_seqlens, d.sequences, i);
+  const int64_t start = first_key(cu_seqlens, d, i);
   float running_max = -INFINITY, running_sum = 0.0f;
   float acc[kMaxHeadDim / kThreads] = {};  // out[x] for x = threadIdx.x + r * kThreads
   for (int64_t chunk = start; chunk <= i; chunk += kThreads) {
@@ -103,7 +111,7 @@ __global__ void attention_bwd_rows(const T* q, const T* k, const T* v, const I* 
   }
   const float delta = device::block_sum(dot_out, scratch);  // also makes q_row, do_row visible
   const float row_lse = lse[h * tokens + i];
-  const int64_t start = sequence_start(cu_seqlens, d.sequences, i);
+  const int64_t start = first_key(cu_seqlens, d, i);
   float dq_acc[kMaxHeadDim / kThreads] = {};
   for (int64_t chunk = start; chunk <= i; chunk += kThreads) {
     const int64_t j = chunk + threadIdx.x;
@@ -152,7 +160,7 @@ Dims checked_dims(const char* kernel, DType cu_seqlens_dtype, const AttentionSha
   HSPMD_CHECK(cu_seqlens_dtype == DType::kInt64 || cu_seqlens_dtype == DType::kInt32)
       << kernel << ": cu_seqlens must be int64 or int32, got " << dtype_name(cu_seqlens_dtype);
   const double scale = s.scale != 0.0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim));
-  return Dims{s.q_heads, s.kv_heads, s.head_dim, s.sequences, static_cast<float>(scale)};
+  return Dims{s.q_heads, s.kv_heads, s.head_dim, s.sequences, static_cast<float>(scale), s.window};
 }
 
 template <typename F>

@@ -7,7 +7,8 @@
 //   q [T, Nq, D], k and v [T, Nkv, D], out [T, Nq, D] of `dtype` (float32 or bfloat16, computed
 //   in float32); Nkv divides Nq (query head h reads kv head h / (Nq / Nkv)); cu_seqlens
 //   [nseq + 1] int32 or int64 (sequence s is tokens [cu_seqlens[s], cu_seqlens[s + 1]));
-//   lse [Nq, T] float32, saved for the backward. D <= 256.
+//   lse [Nq, T] float32, saved for the backward. D <= 256. A sliding window (shape.window) starts
+//   each query's keys at its window.
 //   Backward: dq [T, Nq, D], dk and dv [T, Nkv, D] float32 (dk and dv sum over the queries and
 //   the query heads of a group with atomics, so their last bits may vary from run to run).
 #pragma once
@@ -27,6 +28,7 @@ struct AttentionShape {
   int64_t head_dim = 0;
   int64_t sequences = 0;  // cu_seqlens holds sequences + 1 offsets
   double scale = 0.0;     // 0: 1 / sqrt(head_dim)
+  int64_t window = 0;     // sliding window as in kernels/attention.h (keys i - window < j <= i); 0: none
 };
 
 void attention_fwd(DType dtype, const void* q, const void* k, const void* v, DType cu_seqlens_dtype,

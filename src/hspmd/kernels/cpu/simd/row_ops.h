@@ -1,6 +1,6 @@
 // Internal to the CPU backend: the inner loops of the hot kernels (attention's softmax rows, RMSNorm
-// rows, SwiGLU, cross-entropy's exponentials, AdamW, bf16 rounding), float32 only, as one table per
-// SIMD level.
+// rows, SwiGLU and GeGLU, cross-entropy's exponentials and soft-capping, AdamW, bf16 rounding),
+// float32 only, as one table per SIMD level.
 // row_ops() returns the table of the level in use (kernels/simd.h).
 //
 //   const cpu::RowOps& ops = cpu::row_ops();
@@ -41,6 +41,12 @@ struct RowOps {
   void (*swiglu_fwd)(const float* g, const float* u, float* y, int64_t n);
   // dg = dy * u * silu'(g), du = dy * silu(g); outputs may alias inputs
   void (*swiglu_bwd)(const float* g, const float* u, const float* dy, float* dg, float* du, int64_t n);
+  // y = gelu_tanh(g) * u; all may alias
+  void (*geglu_tanh_fwd)(const float* g, const float* u, float* y, int64_t n);
+  // dg = dy * u * gelu_tanh'(g), du = dy * gelu_tanh(g); outputs may alias inputs
+  void (*geglu_tanh_bwd)(const float* g, const float* u, const float* dy, float* dg, float* du, int64_t n);
+  // x[i] = cap * tanh(x[i] / cap) (logit soft-capping)
+  void (*softcap)(float* x, int64_t n, float cap);
   // r = 1 / sqrt(mean(x^2) + eps) (sum of squares in double), y = x * r * w; returns r
   float (*rms_norm_row)(const float* x, const float* w, int64_t n, double eps, float* y);
   // dx = r * dy * w - x * r^3 * dot(dy * w, x) / n (the dot in double)
