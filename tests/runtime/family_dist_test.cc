@@ -3,6 +3,7 @@
 // 2-stage pipeline, ZeRO-1) that switches to TP 2 x PP 2 mid-run exactly as in one process: every
 // step's loss and gradient norm, and the final weights. Their own parameters (q_norm / k_norm,
 // shared by the heads every TP rank splits; Gemma's extra norms) are among the weights compared.
+// Under context parallelism (CP 2 x TP 2) too, sliding windows included.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -91,7 +92,38 @@ TEST_P(FamilyDist, HeterogeneousThenSwitchedEqualsOneProcess) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, FamilyDist, ::testing::Values("qwen3"));
+// Context parallelism 2 x TP 2: each rank holds half of every document's tokens (load-balanced), and
+// the sliding windows (16, shorter than the 64-token sequences) reach across the halves.
+TEST_P(FamilyDist, ContextParallelEqualsOneProcess) {
+  const std::shared_ptr<const models::Model> model =
+      models::load_model((testing::source_dir() / "configs" / (GetParam() + "-tiny.json")).string());
+  data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
+  const TrainerOptions o = dist_options(2);
+  Trainer single(model, ds, o);
+  std::vector<StepMetrics> expected;
+  while (!single.done()) expected.push_back(single.step());
+
+  const sharding::AnnotationPlan plan = model->compile_plan(strategy(R"({"name": "cp2-tp2", "pipelines": [
+    {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "0-3", "layers": "0-3", "cp": 2}]}]})"));
+  std::vector<std::vector<StepMetrics>> got(4);
+  comm::run_thread_ranks(4, [&](int rank, comm::GroupCache& groups) {
+    DistOptions options;
+    options.train = o;
+    DistTrainer t(model, ds, plan, options, rank, 4, groups);
+    while (!t.done()) got[rank].push_back(t.step());
+  });
+  for (int rank = 0; rank < 4; ++rank) {
+    ASSERT_EQ(got[rank].size(), expected.size()) << "rank " << rank;
+    for (size_t s = 0; s < expected.size(); ++s) {
+      EXPECT_NEAR(got[rank][s].loss, expected[s].loss, 1e-5 * std::abs(expected[s].loss))
+          << "rank " << rank << ", step " << s + 1;
+      EXPECT_NEAR(got[rank][s].grad_norm, expected[s].grad_norm, 1e-5 * std::abs(expected[s].grad_norm))
+          << "rank " << rank << ", step " << s + 1;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FamilyDist, ::testing::Values("qwen3", "mistral", "gemma3"));
 
 }  // namespace
 }  // namespace hspmd::runtime

@@ -55,7 +55,7 @@ struct Builder {
 
   // Every RMSNorm of the model, (offset + weight) as the family scales.
   TensorRef norm(TensorRef x, const std::string& module) {
-    return ops::rms_norm(g, x, w.at(module + ".weight"), c.rms_norm_eps, module);
+    return ops::rms_norm(g, x, w.at(module + ".weight"), c.rms_norm_eps, module, c.decoder.norm_weight_offset);
   }
 
   TensorRef linear(TensorRef x, const std::string& weight_name, const std::string& name) {
@@ -96,7 +96,7 @@ struct Builder {
     k = ops::reshard(g, k, p + "self_attn.k_all");
     v = ops::reshard(g, v, p + "self_attn.v_all");
     TensorRef o = ops::context_attention(g, q, k, v, cu_seqlens, q_index, kv_index, p + "self_attn.attention",
-                                         attention_scale_of(c, rope), bf16);
+                                         attention_scale_of(c, rope), bf16, c.decoder.window_of(layer));
     o = ops::reshape(g, o, {T, nq * D}, p + "self_attn.merge_heads");
     return linear(o, p + "self_attn.o_proj.weight", p + "self_attn.o_proj");
   }
@@ -104,7 +104,8 @@ struct Builder {
   TensorRef mlp_block(TensorRef h, const std::string& p) {
     TensorRef gate = projection(h, p + "mlp.gate_proj", c.mlp_bias);
     TensorRef up = projection(h, p + "mlp.up_proj", c.mlp_bias);
-    TensorRef a = ops::swiglu(g, gate, up, p + "mlp.act");
+    TensorRef a = c.decoder.activation == MlpActivation::kSilu ? ops::swiglu(g, gate, up, p + "mlp.act")
+                                                               : ops::geglu_tanh(g, gate, up, p + "mlp.act");
     return linear(a, p + "mlp.down_proj.weight", p + "mlp.down_proj");
   }
 
@@ -142,12 +143,6 @@ LlamaModel build_llama(const LlamaConfig& config, const LlamaBuildOptions& optio
               (options.precision == DType::kBFloat16 && options.dtype == DType::kFloat32))
       << "build_llama: precision must be float32, or bfloat16 over float32 parameters; got precision "
       << dtype_name(options.precision) << " with dtype " << dtype_name(options.dtype);
-  // What the ops of this build cannot compute yet is refused rather than approximated.
-  const DecoderOptions& d = config.decoder;
-  HSPMD_CHECK(d.sliding_window == 0 && d.norm_weight_offset == 0 && d.activation == MlpActivation::kSilu &&
-              !d.scale_embeddings && d.final_logit_softcap == 0)
-      << "build_llama: the " << d.model_type << " model needs sliding-window attention, (1 + weight) norms, "
-      << "gelu_tanh, embedding scaling or logit soft-capping, which this build does not compute";
   LlamaModel m;
   m.config = config;
   Graph& g = m.graph;
@@ -180,6 +175,10 @@ LlamaModel build_llama(const LlamaConfig& config, const LlamaBuildOptions& optio
 
   TensorRef x = ops::embedding(g, b.w.at("model.embed_tokens.weight"), m.input_ids, "model.embed_tokens");
   x = ops::reshard(g, x, "model.embed_out");
+  // Gemma: sqrt(hidden) as transformers holds it, a float32 buffer.
+  if (config.decoder.scale_embeddings) {
+    x = ops::scale(g, x, static_cast<float>(std::sqrt(static_cast<double>(config.hidden_size))), "model.embed_scale");
+  }
   for (int l = 0; l < config.num_hidden_layers; ++l) x = b.decoder_layer(x, l);
   x = b.norm(x, "model.norm");
   // A tied head reads the embedding table through a Reshard, so a pipeline may keep the table on
@@ -187,11 +186,12 @@ LlamaModel build_llama(const LlamaConfig& config, const LlamaBuildOptions& optio
   TensorRef head = config.tie_word_embeddings ? ops::reshard(g, b.w.at("model.embed_tokens.weight"), "lm_head.tied_weight")
                                               : b.w.at("lm_head.weight");
   if (options.fused_head_loss.value_or(config.vocab_size >= kFusedHeadLossVocab)) {
-    m.loss = ops::lm_head_loss(g, x, head, m.targets, m.loss_scale, -100, b.bf16, "loss");
+    m.loss = ops::lm_head_loss(g, x, head, m.targets, m.loss_scale, -100, b.bf16, "loss",
+                               config.decoder.final_logit_softcap);
   } else {
     TensorRef logits = ops::matmul(g, x, head, {.trans_b = true, .bf16_operands = b.bf16}, "lm_head");  // [T, V]
     logits = ops::reshard(g, logits, "lm_head_out");
-    m.loss = ops::cross_entropy(g, logits, m.targets, m.loss_scale, -100, "loss");
+    m.loss = ops::cross_entropy(g, logits, m.targets, m.loss_scale, -100, "loss", config.decoder.final_logit_softcap);
   }
   if (options.with_backward) m.grads = graph::build_backward(g, m.loss, m.params);
   return m;
