@@ -93,6 +93,8 @@ TEST(Gemma3Config, ReadsTheTransformers4Keys) {
 TEST(Gemma3Config, RefusesWhatItDoesNotComputeNamingTheKey) {
   EXPECT_THAT(error_parsing(R"("attn_logit_softcapping": 50.0)"),
               AllOf(HasSubstr("gemma/config.json"), HasSubstr("\"attn_logit_softcapping\" is 50.0")));
+  EXPECT_THAT(error_parsing(R"("query_pre_attn_scalar": 24.5)"),
+              HasSubstr("\"query_pre_attn_scalar\" must be an integer"));
   EXPECT_THAT(error_parsing(R"("use_bidirectional_attention": true)"),
               HasSubstr("\"use_bidirectional_attention\" is true"));
   EXPECT_THAT(error_parsing(R"("hidden_activation": "gelu")"), HasSubstr("\"hidden_activation\" is \"gelu\""));

@@ -79,8 +79,11 @@ LlamaConfig read_gemma3_config(const ConfigReader& r) {
   d.sandwich_norms = true;
   d.activation = MlpActivation::kGeluTanh;
   d.scale_embeddings = true;
-  d.query_pre_attn_scalar = 256;
-  r.read("query_pre_attn_scalar", d.query_pre_attn_scalar);
+  int64_t query_pre_attn_scalar = 256;  // an integer in transformers (its config refuses 24.0)
+  r.read("query_pre_attn_scalar", query_pre_attn_scalar);
+  HSPMD_CHECK(query_pre_attn_scalar > 0) << r.source() << ": \"query_pre_attn_scalar\" must be positive, got "
+                                         << query_pre_attn_scalar;
+  d.query_pre_attn_scalar = static_cast<double>(query_pre_attn_scalar);
   r.read("final_logit_softcapping", d.final_logit_softcap);
   d.sliding_window = r.json().contains("sliding_window") ? 0 : 4096;  // null: no window
   r.read("sliding_window", d.sliding_window);
@@ -99,7 +102,7 @@ nlohmann::json gemma3_config_json(const LlamaConfig& c) {
   nlohmann::json j = shared_decoder_json(c, "Gemma3ForCausalLM");
   j["hidden_activation"] = "gelu_pytorch_tanh";
   j["attention_bias"] = c.attention_bias;
-  j["query_pre_attn_scalar"] = d.query_pre_attn_scalar;
+  j["query_pre_attn_scalar"] = static_cast<int64_t>(d.query_pre_attn_scalar);
   j["sliding_window"] = d.sliding_window > 0 ? nlohmann::json(d.sliding_window) : nlohmann::json();
   j["layer_types"] = d.layer_types(c.num_hidden_layers);
   j["rope_parameters"] = {{"full_attention", c.rope.to_json()},
