@@ -26,7 +26,7 @@ TEST(OpRegistry, OneEntryPerKindWithUniqueNames) {
   // Every forward kind that takes floating inputs has a gradient builder.
   for (OpKind k : {OpKind::kEmbedding, OpKind::kRmsNorm, OpKind::kMatmul, OpKind::kRope, OpKind::kAttention,
                    OpKind::kSwiglu, OpKind::kAdd, OpKind::kReshape, OpKind::kReshard, OpKind::kCrossEntropy,
-                   OpKind::kBiasAdd}) {
+                   OpKind::kBiasAdd, OpKind::kGegluTanh, OpKind::kScale}) {
     EXPECT_TRUE(r.get(k).grad) << op_kind_name(k);
   }
 }

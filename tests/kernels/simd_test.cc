@@ -228,6 +228,20 @@ TEST_P(SimdLevelTest, GegluMatchesScalarAndFloat64) {
   for (size_t i = 0; i < f32.size(); ++i) EXPECT_TRUE(all_close(to64(f32[i]), f64[i], 1e-5, 1e-6, "geglu_tanh vs f64"));
 }
 
+// cap tanh(x / cap) keeps its relative accuracy near 0 too (where 2 sigmoid(2z) - 1 would not).
+TEST_P(SimdLevelTest, SoftcapIsRelativelyAccurateEverywhere) {
+  set_simd_level(GetParam());
+  std::vector<float> x;
+  for (double v = -200; v <= 200; v += 0.0371) x.push_back(static_cast<float>(v));
+  for (double v = 1e-6; v < 1; v *= 1.7) x.push_back(static_cast<float>(v));
+  std::vector<float> y = x;
+  cpu::row_ops().softcap(y.data(), static_cast<int64_t>(y.size()), 30.0f);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double exact = 30.0 * std::tanh(static_cast<double>(x[i]) / 30.0);
+    ASSERT_NEAR(y[i], exact, 1e-6 * std::abs(exact) + 1e-30) << "x " << x[i];
+  }
+}
+
 TEST_P(SimdLevelTest, SoftCappedCrossEntropyMatchesScalarAndFloat64) {
   Tensor logits = random_tensor({6, 1003}, DType::kFloat32, 28, -60.0, 60.0);
   Tensor targets = random_ints({6}, DType::kInt64, 29, 0, 1003);

@@ -153,6 +153,9 @@ void run_op(Sim& sim, const DeviceOps& all, int dev, const CommOp& op) {
         if (sim.read(dev, p.region, vals)) sim.write(dev, p.region, vals);
       }
       return;
+    case CommKind::kZeroFill:
+      for (const Piece& p : op.pieces) sim.write(dev, p.region, std::vector<int64_t>(p.region.numel(), 0));
+      return;
     case CommKind::kSend:
       return;  // data moves when the matching Recv runs
     case CommKind::kRecv: {

@@ -95,8 +95,28 @@ TEST(BottomTier, PartialMovesSummandBySummand) {
   EXPECT_EQ(ops_text(tied, 6), (V{"Send peer=2 [0:4, 0:4] bytes=64", "Send peer=3 [0:4, 0:4] bytes=64"}));
   // Across two pipelines too (the top tier partial as well), and beside a subgroup without CP.
   checked(A("partial{[4-7](P:2,S0:2);[8]()}"), A("partial{[0-3](P:2,D:2);[9]()}"), kShape);
-  // Different summand counts stay refused: a device would need a sum it holds no part of.
-  EXPECT_THROW(resolve(A("dup{[2-3](P:2)}"), A("dup{[0-3](P:4)}"), kShape, "T"), Error);
+}
+
+// Other summand counts: reduced inside the source subgroup first, then moved (into summand 0, zeros
+// in the others where the destination is partial). A tied head's gradient, partial over the CP 2
+// ranks of the last stage (TP 2 there), going to a first stage of one rank; across two pipelines
+// too (the top tier stays partial); to a first stage of CP 4.
+TEST(BottomTier, PartialReducedThenMovedToOtherSummandCounts) {
+  Resolution tied = checked(A("dup{[4-7](P:2,S0:2)}"), A("dup{[0]()}"), kShape);
+  EXPECT_EQ(tied.classification(), "bottom[AR]+bottom[BSR]");
+  EXPECT_EQ(ops_text(tied, 5), (V{"AllReduce group=[5,7] [4:8, 0:4] bytes=64", "Send peer=0 [4:8, 0:4] bytes=64"}));
+  EXPECT_EQ(ops_text(tied, 7), V{"AllReduce group=[5,7] [4:8, 0:4] bytes=64"});
+  EXPECT_EQ(checked(A("partial{[4-7](P:2,S0:2);[8]()}"), A("partial{[0]();[9]()}"), kShape).classification(),
+            "bottom[AR,Identity]+bottom[BSR,SR]");
+  Resolution more = checked(A("dup{[2-3](P:2)}"), A("dup{[4-7](P:4)}"), kShape);
+  EXPECT_EQ(more.classification(), "bottom[AR]+bottom[BSR]");
+  EXPECT_EQ(ops_text(more, 2), (V{"AllReduce group=[2,3] [0:8, 0:4] bytes=128", "Send peer=4 [0:8, 0:4] bytes=128"}));
+  EXPECT_EQ(ops_text(more, 5), V{"ZeroFill [0:8, 0:4] bytes=0"});
+  // One summand to two on the same devices: a local copy and zeros.
+  Resolution split = checked(A("dup{[0-1](D:2)}"), A("dup{[0-1](P:2)}"), kShape);
+  EXPECT_EQ(split.classification(), "bottom[BSR]");
+  EXPECT_EQ(ops_text(split, 0), V{"LocalCopy [0:8, 0:4] bytes=0"});
+  EXPECT_EQ(ops_text(split, 1), V{"ZeroFill [0:8, 0:4] bytes=0"});
 }
 
 TEST(BottomTier, BsrPerSubgroupWhenNoCollectiveApplies) {
@@ -203,10 +223,11 @@ TEST(Bsr, EverythingElseAndPartialNeverGoesToBsr) {
     }
     return std::string("no error");
   };
-  std::string e = error_of(A("dup{[0-1](P:2)}"), A("dup{[2-3](S0:2)}"));
+  // (Inside the tiers a partial source is reduced first: PartialReducedThenMovedToOtherSummandCounts.)
+  std::string e = error_of(A("split0{[0-1](P:2);[2]()}"), A("dup{[4]();[5]()}"));
   EXPECT_NE(e.find("tensor grad.w"), std::string::npos) << e;
+  EXPECT_NE(e.find("hdim and dg_union change"), std::string::npos) << e;
   EXPECT_NE(e.find("Partial never goes to BSR"), std::string::npos) << e;
-  EXPECT_NE(error_of(A("dup{[0-1](D:2)}"), A("dup{[0-1](P:2)}")).find("Partial never goes to BSR"), std::string::npos);
   EXPECT_NE(error_of(A("partial{[0](P:1);[1]()}"), A("dup{[0-1](D:2)}")).find("hsize changes"), std::string::npos);
   EXPECT_NE(error_of(A("dup{[0-2](S0:3)}"), A("dup{[0]()}")).find("does not divide dim 0 of size 8"), std::string::npos);
 }

@@ -143,6 +143,43 @@ TEST(ContextParallel, Cp2TiedEmbeddingsOverTwoStages) {
   expect_matches_single_process(run(st, testing::dist_options(kSteps), {.tied = true}), kSteps, 1, /*tied=*/true);
 }
 
+// Stages of different CP degrees in one pipeline: the pipeline is fed in the zigzag order of the
+// least common multiple of its stages' degrees, each stage splits it evenly over its CP ranks, and
+// the hand-over between degrees is a BSR of the tokens (its gradient one back). Two steps each.
+constexpr int64_t kMixedCpSteps = 2;
+
+// CP 2, then one rank; on documents of many lengths packed several to a row; untied, and tied (the
+// head's gradient, one summand, becomes the first stage's CP rank 0's; CP rank 1 adds zeros).
+TEST(ContextParallel, Cp2StageThenOneRankStage) {
+  sharding::Strategy st = strategy(R"({"name": "cp2-then-1", "pipelines": [
+    {"micro_batch_size": 2, "num_micro_batches": 2,
+     "stages": [{"ranks": "0-1", "layers": "0-1", "cp": 2}, {"ranks": "2", "layers": "2-3"}]}]})");
+  for (const bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    const testing::DistRun r =
+        run(st, testing::dist_options(kMixedCpSteps), {.tied = tied, .dataset = mixed_length_dataset()});
+    expect_matches_single_process(r, kMixedCpSteps, 1, tied, mixed_length_dataset(), kMixedLengthWeights);
+  }
+}
+
+// One rank, then CP 2 x TP 2, tied: the head's gradient, partial over the last stage's CP ranks,
+// is all-reduced there and sent to the first stage, where the lookup's gradient is whole.
+TEST(ContextParallel, OneRankStageThenCp2Tp2StageTied) {
+  sharding::Strategy st = strategy(R"({"name": "1-then-cp2-tp2-tied", "pipelines": [
+    {"micro_batch_size": 2, "num_micro_batches": 2,
+     "stages": [{"ranks": "0", "layers": "0-1"}, {"ranks": "1-4", "layers": "2-3", "tp": 2, "cp": 2}]}]})");
+  expect_matches_single_process(run(st, testing::dist_options(kMixedCpSteps), {.tied = true}), kMixedCpSteps, 1,
+                                /*tied=*/true);
+}
+
+// CP 2, then CP 3: fed in the order of CP 6, which neither stage has.
+TEST(ContextParallel, Cp2StageThenCp3Stage) {
+  sharding::Strategy st = strategy(R"({"name": "cp2-then-cp3", "pipelines": [
+    {"micro_batch_size": 1, "num_micro_batches": 2,
+     "stages": [{"ranks": "0-1", "layers": "0-2", "cp": 2}, {"ranks": "2-4", "layers": "3", "cp": 3}]}]})");
+  expect_matches_single_process(run(st, testing::dist_options(kMixedCpSteps)), kMixedCpSteps);
+}
+
 // Graph switching into and out of CP: weights and Adam moments move like any other layout change.
 TEST(ContextParallel, SwitchesFromTensorParallelToCpAndBack) {
   sharding::Strategy tp = strategy(R"({"name": "tp2", "pipelines": [

@@ -31,7 +31,7 @@ int64_t from_environment(const char* name, int64_t fallback) {
 
 // The refusal's reason without the tensor, rank or file that names its instance, to count by.
 std::string reason_kind(const std::string& error) {
-  for (const char* known : {"same context-parallel degree", "does not divide", "is not divisible", "tied",
+  for (const char* known : {"does not divide", "is not divisible", "tied",
                             "Partial never goes to BSR", "needs a BSR"}) {
     if (error.find(known) != std::string::npos) return known;
   }

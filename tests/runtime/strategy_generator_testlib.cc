@@ -71,9 +71,10 @@ sharding::Strategy generate_strategy(std::mt19937& rng, int world, const std::st
                          ranks.begin() + static_cast<std::ptrdiff_t>(next_rank + sizes[s]));
       std::sort(stage.ranks.begin(), stage.ranks.end());
       next_rank += sizes[s];
-      // The pipeline's CP where the stage's rank count allows it; now and then another one.
+      // The pipeline's CP where the stage's rank count allows it; often another one (stages of
+      // different CP degrees hand their tokens over by a Reshard): 1 <-> 2, or 4 on 4 ranks.
       int cp = sizes[s] % pipeline_cp == 0 ? pipeline_cp : 1;
-      if (sizes[s] % 2 == 0 && chance(rng, 0.1)) cp = 3 - cp;
+      if (sizes[s] % 2 == 0 && chance(rng, 0.35)) cp = sizes[s] == 4 && cp == 2 ? 4 : 3 - cp;
       stage.cp = cp;
       stage.first_layer = layer;
       stage.last_layer = layer + layer_counts[s] - 1;

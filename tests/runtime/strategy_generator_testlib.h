@@ -7,8 +7,8 @@
 //   c.describe();                           // one line: seed-independent text of both strategies
 //
 // What varies: 2 to 6 ranks; 1 to 3 pipelines (a DS union whose members differ) of 1 to 4 stages
-// each, with uneven layer splits; per stage TP 1 or 2 and CP 1 or 2 (sometimes a CP that differs
-// from the pipeline's other stages, or a TP of 3 or 4 that the heads do not divide: such strategies
+// each, with uneven layer splits; per stage TP 1 or 2 and CP 1, 2 or 4 (often a CP that differs
+// from the pipeline's other stages; sometimes a TP of 3 or 4 that the heads do not divide, which
 // must be refused, with a reason); micro-batch sizes and counts per pipeline; ZeRO-1; recompute;
 // tied or untied embeddings; GPipe or 1F1B; float32 or bf16. Strategy b is generated the same way
 // on at most as many ranks (a rank it leaves out waits as a spare).

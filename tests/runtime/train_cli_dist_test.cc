@@ -230,12 +230,12 @@ TEST_F(TrainCli, UnrunnableStrategiesAreRefusedOnceBeforeLaunch) {
     }
     EXPECT_EQ(errors, 1u) << r.output;
   };
-  const std::string mixed_cp = path("mixed-cp.json");
-  std::ofstream(mixed_cp) << R"({"name": "mixed-cp", "pipelines": [{"micro_batch_size": 2, "num_micro_batches": 2,
-      "stages": [{"ranks": "0-1", "layers": "0-1", "cp": 2}, {"ranks": "2", "layers": "2-3"}]}]})";
-  testing::CommandResult r = run_hspmd(common(2) + " --nproc 3 --strategy " + mixed_cp);
+  const std::string tp3 = path("tp3.json");
+  std::ofstream(tp3) << R"({"name": "tp3", "pipelines": [{"micro_batch_size": 2, "num_micro_batches": 2,
+      "stages": [{"ranks": "0", "layers": "0-1"}, {"ranks": "1-3", "layers": "2-3", "tp": 3}]}]})";
+  testing::CommandResult r = run_hspmd(common(2) + " --nproc 4 --strategy " + tp3);
   refused_once(r);
-  EXPECT_THAT(r.output, HasSubstr("every stage of a pipeline must have the same context-parallel degree"));
+  EXPECT_THAT(r.output, HasSubstr("pipelines[0].stages[1]: TP degree 3 (ranks [1-3]) does not divide num_attention_heads 4"));
   const std::string typo = path("typo.json");
   std::ofstream(typo) << R"({"name": "typo", "pipelines": [{"micro_batch_size": 2, "num_micro_batches": 2,
       "stages": [{"ranks": "0-1", "layers": "0-3", "tpp": 2}]}]})";

@@ -130,11 +130,10 @@ TEST(Strategy, BadContextParallelDegreesAreRefused) {
   const std::string zero = error_of([&] { parse(R"({"ranks": "0-3", "layers": "0-3", "tp": 2, "cp": 0})"); });
   EXPECT_NE(zero.find("cp.json: pipelines[0].stages[0]"), std::string::npos) << zero;
   EXPECT_NE(zero.find("cp"), std::string::npos) << zero;
+  // Stages of one pipeline may differ in CP (the boundary between them is a Reshard of the tokens).
   Strategy mixed = parse(R"({"ranks": "0-1", "layers": "0-1", "cp": 2}, {"ranks": "2-3", "layers": "2-3"})");
-  EXPECT_NE(error_of([&] { mixed.validate(4); })
-                .find("pipelines[0].stages[1]: cp 1 differs from stages[0]'s cp 2; every stage of a pipeline must "
-                      "have the same context-parallel degree"),
-            std::string::npos);
+  EXPECT_NO_THROW(mixed.validate(4));
+  EXPECT_EQ(mixed.pipelines[0].stages[1].cp, 1);
 }
 
 // Strict reading: a key hspmd does not read is refused where it is, with the nearest known key,

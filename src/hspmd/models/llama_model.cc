@@ -86,9 +86,8 @@ graph::TensorMap Llama::feeds(const data::Batch& batch, int64_t label_tokens, co
 }
 
 int Llama::context_parallel_degree(const sharding::AnnotationPlan& plan, int rank) const {
-  const sharding::Annotation& a = plan.at("token_index");
-  const auto where = a.locate(rank);
-  return where ? a.ds(where->first).degree(0) : 1;
+  const auto where = plan.at("token_index").locate(rank);  // the pipeline (subgroup) `rank` is in
+  return where ? plan.pipelines.at(where->first).token_order_degree : 1;
 }
 
 namespace {

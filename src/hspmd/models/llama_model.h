@@ -41,7 +41,7 @@ class Llama final : public Model {
   sharding::AnnotationPlan compile_plan(const sharding::Strategy& strategy) const override;
   graph::TensorMap feeds(const data::Batch& batch, int64_t label_tokens,
                          const std::vector<int64_t>& order) const override;
-  // The pipeline's token_index is split over its CP ranks (models/llama_plan.h).
+  // Its pipeline's token_order_degree: the least common multiple of its stages' CP degrees (llama_plan.h).
   int context_parallel_degree(const sharding::AnnotationPlan& plan, int rank) const override;
 
  private:

@@ -146,20 +146,23 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
     return stages_where([&](size_t p) { return &st.pipelines[p].stages[st.stage_of_layer(static_cast<int>(p), l)]; });
   };
   // Every rank of a pipeline reads the batch layout (positions, document offsets) for its own layers.
-  // The pipeline's group lists its ranks CP coordinate first (every stage's CP-rank-0 ranks, then
-  // the CP-rank-1 ones, ...), so per-token values split over CP reach each rank as its own tokens.
+  // Every stage splits the pipeline's fed token order evenly over its CP ranks, so a split of that
+  // order into g = gcd of the stages' CP degrees parts gives part k to stage ranks of every stage
+  // (CP coordinates k*c/g to (k+1)*c/g - 1 of a stage with CP c). The pipeline's group lists those
+  // ranks part by part, so per-token values split g ways reach each rank with its own tokens in them.
   std::vector<DeviceGroup> pipeline_groups;
   std::vector<DistState> pipeline_tokens, pipeline_dup;
   for (const auto& pipe : st.pipelines) {
-    const int cp = pipe.stages.front().cp;
+    const int g = pipe.common_cp();
     std::vector<int> ranks;
-    for (int c = 0; c < cp; ++c) {
+    for (int k = 0; k < g; ++k) {
       for (const auto& stage : pipe.stages) {
-        ranks.insert(ranks.end(), stage.ranks.begin() + c * stage.tp(), stage.ranks.begin() + (c + 1) * stage.tp());
+        const int part = static_cast<int>(stage.ranks.size()) / g;
+        ranks.insert(ranks.end(), stage.ranks.begin() + k * part, stage.ranks.begin() + (k + 1) * part);
       }
     }
     const int n = static_cast<int>(ranks.size());
-    pipeline_tokens.push_back(DistState::make({{0, cp}, {kDuplicate, n / cp}}));
+    pipeline_tokens.push_back(DistState::make({{0, g}, {kDuplicate, n / g}}));
     pipeline_dup.push_back(DistState::dup(n));
     pipeline_groups.emplace_back(std::move(ranks));
   }
@@ -208,7 +211,9 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
                                             },
                                             hdim));
   }
-  for (const auto& pipe : st.pipelines) plan.pipelines.push_back({pipe.micro_batch_size, pipe.num_micro_batches});
+  for (const auto& pipe : st.pipelines) {
+    plan.pipelines.push_back({pipe.micro_batch_size, pipe.num_micro_batches, pipe.token_order_degree()});
+  }
   plan.recompute = st.recompute;
   return plan;
 }

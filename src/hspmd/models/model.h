@@ -121,8 +121,10 @@ class Model {
   // is the batch's token order[i].
   virtual graph::TensorMap feeds(const data::Batch& batch, int64_t label_tokens,
                                  const std::vector<int64_t>& order) const = 0;
-  // How many ranks of `rank`'s pipeline split each sequence's tokens under `plan` (context
-  // parallelism, docs/context-parallelism.md); 1 without CP or on a rank the plan does not feed.
+  // The degree of the load-balanced token order `rank`'s pipeline is fed in under `plan` (context
+  // parallelism, docs/context-parallelism.md): a multiple of the CP degree of each of its stages,
+  // which split that order evenly (the least common multiple of those degrees when they differ);
+  // 1 without CP or on a rank the plan does not feed.
   virtual int context_parallel_degree(const sharding::AnnotationPlan& plan, int rank) const = 0;
 };
 

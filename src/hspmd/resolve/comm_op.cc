@@ -13,6 +13,7 @@ std::string_view comm_kind_name(CommKind kind) {
     case CommKind::kAllReduce: return "AllReduce";
     case CommKind::kReduceScatter: return "ReduceScatter";
     case CommKind::kAllGather: return "AllGather";
+    case CommKind::kZeroFill: return "ZeroFill";
   }
   return "?";
 }

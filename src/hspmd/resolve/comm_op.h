@@ -32,6 +32,8 @@ enum class CommKind {
   kAllReduce,      // sum `region` over `group`
   kReduceScatter,  // sum `region` over `group`; member j keeps part j along `dim`
   kAllGather,      // member j holds part j of `region` along `dim`; all get the whole region
+  kZeroFill,       // the pieces of the destination shard are zeros: a summand this device does not
+                   // hold (a sum moved to devices that split it into more summands)
 };
 std::string_view comm_kind_name(CommKind kind);
 

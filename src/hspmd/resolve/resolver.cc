@@ -86,6 +86,35 @@ GroupReshard group_reshard(const Annotation& src, const Annotation& dst, int g, 
   return {src.group(g), src.ds(g), dst.group(g), dst.ds(g), src.group_part(g, shape), o.element_size};
 }
 
+// A subgroup's BSR, summand by summand (a partial top tier is fine: each subgroup moves its own
+// summand). Destination summand c is the source's summand c, moved among the devices with partial
+// coordinate c on each side (a tied head's gradient, partial over the CP ranks of the last stage,
+// going to the first stage's CP ranks), or zeros where the source has fewer summands: a source of
+// one summand (reduced first, if need be) going to a destination that splits it into several.
+// The source holds as many summands as the destination, or one.
+void bsr_by_summand(const GroupReshard& r, const std::string& tensor, const ResolveOptions& o, DeviceOps& ops) {
+  const int held = r.src_ds.degree(sharding::kPartial);
+  for (int c = 0; c < r.dst_ds.degree(sharding::kPartial); ++c) {
+    BsrTable::DeviceRegions from, to;
+    for (int i = 0; i < r.src_group.size(); ++i) {
+      if (r.src_ds.coord(i, sharding::kPartial) == c) from.emplace_back(r.src_group[i], r.src_ds.region(i, r.part));
+    }
+    for (int i = 0; i < r.dst_group.size(); ++i) {
+      if (r.dst_ds.coord(i, sharding::kPartial) == c) to.emplace_back(r.dst_group[i], r.dst_ds.region(i, r.part));
+    }
+    if (c >= held) {
+      for (const auto& [dev, region] : to) ops[dev].push_back({CommKind::kZeroFill, {{0, region}}, {}, -1, -1, 0});
+      continue;
+    }
+    BsrTable table;  // one tensor per table: the executor runs one tensor's pieces per Reshard
+    table.add_regions(tensor, from, to, o.element_size);
+    for (auto& [dev, dev_ops] : plan_bsr(table, o.topology, o.bsr_policy).device_ops(table)) {
+      auto& list = ops[dev];
+      list.insert(list.end(), dev_ops.begin(), dev_ops.end());
+    }
+  }
+}
+
 // The bottom tier of src -> dst (same hsize and hdim). With collectives_only, returns false
 // instead of using a BSR for a subgroup.
 bool bottom_step(const Annotation& src, const Annotation& dst, const Shape& shape, const std::string& tensor,
@@ -99,33 +128,14 @@ bool bottom_step(const Annotation& src, const Annotation& dst, const Shape& shap
       continue;
     }
     if (collectives_only) return false;
-    // A partial top tier is fine here: this BSR moves one subgroup's own summand inside the
-    // subgroup. A partial bottom tier is fine when source and destination hold as many summands:
-    // summand c moves on its own (one BSR per summand, among the devices with partial coordinate
-    // c on each side), e.g. a tied head's gradient, partial over the CP ranks of the last stage,
-    // going to the first stage's CP ranks. Otherwise a device would need a sum it has no part of.
     const int summands = r.src_ds.degree(sharding::kPartial);
-    if (summands != r.dst_ds.degree(sharding::kPartial)) {
+    if (summands != 1 && summands != r.dst_ds.degree(sharding::kPartial)) {
       partial_to_bsr(src, dst, tensor,
                      "subgroup " + std::to_string(g) + ": " + r.src_group.to_string() + r.src_ds.to_string() + " -> " +
                          r.dst_group.to_string() + r.dst_ds.to_string() +
                          " matches no bottom-tier collective and the summand counts differ");
     }
-    for (int c = 0; c < summands; ++c) {
-      BsrTable table;  // one tensor per table: the executor runs one tensor's pieces per Reshard
-      BsrTable::DeviceRegions from, to;
-      for (int i = 0; i < r.src_group.size(); ++i) {
-        if (r.src_ds.coord(i, sharding::kPartial) == c) from.emplace_back(r.src_group[i], r.src_ds.region(i, r.part));
-      }
-      for (int i = 0; i < r.dst_group.size(); ++i) {
-        if (r.dst_ds.coord(i, sharding::kPartial) == c) to.emplace_back(r.dst_group[i], r.dst_ds.region(i, r.part));
-      }
-      table.add_regions(tensor, from, to, o.element_size);
-      for (auto& [dev, ops] : plan_bsr(table, o.topology, o.bsr_policy).device_ops(table)) {
-        auto& list = step.ops[dev];
-        list.insert(list.end(), ops.begin(), ops.end());
-      }
-    }
+    bsr_by_summand(r, tensor, o, step.ops);
     step.kinds.push_back(ReshardKind::kBSR);
   }
   return true;
@@ -216,6 +226,29 @@ std::optional<std::vector<ResolveStep>> bottom_collectives(const Annotation& src
   return std::nullopt;
 }
 
+// A partial source whose subgroup matches no collective and holds another number of summands than
+// the destination's: each subgroup reduces its summands by a collective first, then a BSR of each
+// subgroup moves the sums (into summand 0 where the destination is partial, zeros in the others),
+// e.g. a tied head's gradient, partial over the CP 2 ranks of a pipeline's last stage, going to a
+// first stage without CP (or with CP 4). nullopt when src -> dst is not such a Reshard or no
+// collective reduces src.
+std::optional<std::vector<ResolveStep>> reduced_then_moved(const Annotation& src, const Annotation& dst,
+                                                           const Shape& shape, const std::string& tensor,
+                                                           const ResolveOptions& o) {
+  bool differs = false;
+  for (int g = 0; g < src.hsize(); ++g) {
+    const int held = src.ds(g).degree(sharding::kPartial);
+    differs = differs || (held > 1 && held != dst.ds(g).degree(sharding::kPartial) &&
+                      !match_bottom_rule(group_reshard(src, dst, g, shape, o)));
+  }
+  const std::optional<Annotation> mid = reduced_first(src);
+  if (!differs || !mid || !fits(*mid, shape)) return std::nullopt;
+  std::vector<ResolveStep> steps(2);
+  if (!bottom_step(src, *mid, shape, tensor, o, true, steps[0])) return std::nullopt;
+  bottom_step(*mid, dst, shape, tensor, o, false, steps[1]);
+  return steps;
+}
+
 bool top_step(const Annotation& src, const Annotation& dst, const Shape& shape, const ResolveOptions& o,
               ResolveStep& step) {
   const TopReshard r{src, dst, shape, o.element_size};
@@ -237,6 +270,10 @@ Resolution resolve(const Annotation& src, const Annotation& dst, const Shape& sh
     res.tier = Tier::kBottom;
     if (src.has_partial()) {
       if (auto steps = bottom_collectives(src, dst, shape, tensor, o)) {
+        res.steps = std::move(*steps);
+        return res;
+      }
+      if (auto steps = reduced_then_moved(src, dst, shape, tensor, o)) {
         res.steps = std::move(*steps);
         return res;
       }

@@ -12,9 +12,13 @@
 // the tensor. A bottom-tier BSR moves summands as they are: each subgroup's own under a partial top
 // tier (a tied embedding's gradient going back to its pipeline's first stage), and each summand on
 // its own when a subgroup's source and destination hold as many (the same gradient under CP,
-// partial over the CP ranks of both stages). A partial source whose subgroup must also be sliced
+// partial over the CP ranks of both stages); a source of one summand going to several puts it in
+// summand 0 and zeros in the others (ZeroFill). A partial source whose subgroup must also be sliced
 // is sliced locally first, then reduced ((P:2,D:2) -> (D:2,S0:2): Slice, then AR); a DS union whose
-// members differ is aligned that way inside each subgroup before the top tier runs.
+// members differ is aligned that way inside each subgroup before the top tier runs. A partial source
+// whose subgroup holds another number of summands than the destination's (a tied head's gradient
+// from a last stage of CP 2 to a first stage without CP, or of CP 4) is reduced by a collective
+// inside each subgroup first, then moved by a BSR of each subgroup ("bottom[AR]+bottom[BSR]").
 //
 //   Resolution r = resolve(src, dst, Shape{8, 4}, "W", {});
 //   r.classification()  // "bottom[RS,BSR]", "top[SplitAG]", "bottom[RS]+top[SplitAG]" or "BSR"

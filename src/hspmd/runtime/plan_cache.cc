@@ -102,7 +102,8 @@ std::unique_ptr<SpecializedPlan> PlanCache::specialize(const sharding::Annotatio
     const int num_stages = static_cast<int>(p->pipelines.pipelines[pipeline].stages.size());
     const sharding::PipelineSchedule& mb = plan.pipelines[exec.data_group()];
     p->schedule = specialize::make_schedule(options_.schedule, mb.num_micro_batches, num_stages, stage);
-    p->memory = specialize::estimate_memory(exec, {.micro_batch_tokens = mb.micro_batch_size * options_.seq_len,
+    const int64_t tokens = mb.micro_batch_size * mb.row_tokens(options_.seq_len);  // rows padded under CP
+    p->memory = specialize::estimate_memory(exec, {.micro_batch_tokens = tokens,
                                                    .micro_batches_in_flight = specialize::max_in_flight(p->schedule)});
     HSPMD_CHECK(options_.device.memory_bytes == 0 || p->memory.total() <= options_.device.memory_bytes)
         << "plan " << name << ": rank " << rank_ << " ("
@@ -121,7 +122,7 @@ void PlanCache::connect(const SpecializedPlan& p, const std::vector<int>& member
   const sharding::AnnotationPlan& plan = p.exec->plan();
   std::vector<SymBinding> bindings;
   for (const sharding::PipelineSchedule& mb : plan.pipelines) {
-    bindings.push_back({{"T", mb.micro_batch_size * options_.seq_len}, {"N", mb.micro_batch_size}});
+    bindings.push_back({{"T", mb.micro_batch_size * mb.row_tokens(options_.seq_len)}, {"N", mb.micro_batch_size}});
   }
   ChannelGroups groups{{"post", members}};
   for (int id = 0; id < model_.graph.num_ops(); ++id) {

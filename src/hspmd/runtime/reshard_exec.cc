@@ -379,6 +379,7 @@ Tensor run_step(const StepContext& ctx, const resolve::ResolveStep& step, const 
       case CommKind::kAllReduce:
       case CommKind::kReduceScatter:
       case CommKind::kAllGather: collectives.push_back(&op); break;
+      case CommKind::kZeroFill: break;  // the destination shard starts as zeros
     }
   }
 

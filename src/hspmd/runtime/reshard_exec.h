@@ -11,6 +11,7 @@
 // Per step of the resolution, the device's ops run in order:
 //   Identity          the destination shard is the source shard (same storage, no copy)
 //   LocalCopy         pieces of the source shard copied into the destination shard
+//   ZeroFill          nothing: the destination shard starts as zeros (a summand the device lacks)
 //   Send / Recv       one send_recv per peer on the pair communicator {device, peer} of the
 //                     channel, all peers posted before any is waited on; a peer that both sends to
 //                     and receives from this device gets ONE send_recv holding both directions (no

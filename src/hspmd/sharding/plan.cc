@@ -8,6 +8,12 @@
 
 namespace hspmd::sharding {
 
+int64_t PipelineSchedule::row_tokens(int64_t seq_len) const {
+  if (token_order_degree == 1) return seq_len;
+  const int64_t chunks = 2 * static_cast<int64_t>(token_order_degree);
+  return (seq_len + chunks - 1) / chunks * chunks;
+}
+
 void AnnotationPlan::set(const std::string& name, Annotation annotation) {
   HSPMD_CHECK(!annotation.is_null()) << "plan entry " << name << " has no annotation";
   tensors_[name] = std::move(annotation);
@@ -42,7 +48,10 @@ std::string AnnotationPlan::to_json_text() const {
   if (!pipelines.empty()) {
     j["pipelines"] = nlohmann::ordered_json::array();
     for (const PipelineSchedule& p : pipelines) {
-      j["pipelines"].push_back({{"micro_batch_size", p.micro_batch_size}, {"num_micro_batches", p.num_micro_batches}});
+      nlohmann::ordered_json pj = {{"micro_batch_size", p.micro_batch_size},
+                                   {"num_micro_batches", p.num_micro_batches}};
+      if (p.token_order_degree > 1) pj["token_order_degree"] = p.token_order_degree;
+      j["pipelines"].push_back(std::move(pj));
     }
   }
   j["recompute"] = recompute;
@@ -95,7 +104,10 @@ AnnotationPlan AnnotationPlan::from_json_text(const std::string& text, const std
       const std::string where = source + ": pipelines[" + std::to_string(i) + "]";
       HSPMD_CHECK(pipes[i].is_object()) << where << ": expected an object";
       plan.pipelines.push_back({json_positive_int(pipes[i], "micro_batch_size", where),
-                                json_positive_int(pipes[i], "num_micro_batches", where)});
+                                json_positive_int(pipes[i], "num_micro_batches", where),
+                                pipes[i].contains("token_order_degree")
+                                    ? json_positive_int(pipes[i], "token_order_degree", where)
+                                    : 1});
     }
   }
   if (j.contains("recompute")) {

@@ -20,6 +20,7 @@
 //   "plan.json: tensors.\"lm_head.weight\": cannot parse annotation 'dup{[0-3' ..."
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -31,6 +32,11 @@ namespace hspmd::sharding {
 struct PipelineSchedule {
   int micro_batch_size = 1;   // sequences per micro-batch
   int num_micro_batches = 1;  // micro-batches per step
+  // Context parallelism: the degree of the zigzag order (data/context_parallel.h) the pipeline's
+  // tokens are fed in, a multiple of every stage's CP degree (each stage splits the order evenly).
+  int token_order_degree = 1;
+  // Tokens a fed row of seq_len takes: padded to a multiple of 2 x token_order_degree under CP.
+  int64_t row_tokens(int64_t seq_len) const;
   friend bool operator==(const PipelineSchedule&, const PipelineSchedule&) = default;
 };
 

@@ -23,7 +23,9 @@
 // ranks ("cp" alone: T = ranks / C). Its rank i has CP coordinate i / T and TP coordinate i % T, so
 // ranks "0-3" with tp 2, cp 2 form the TP groups {0,1}, {2,3} and the CP groups {0,2}, {1,3}: each
 // CP rank holds 1/C of every sequence's tokens (zigzag chunks), each TP group splits the heads.
-// Every stage of a pipeline must have the same cp (the pipeline's tokens are laid out once).
+// Stages of one pipeline may have different cp: the pipeline feeds its tokens in the zigzag order
+// of the least common multiple of its stages' cp, each stage splits that order evenly over its own
+// CP ranks, and the activation crossing a boundary between two degrees is an ordinary Reshard.
 //
 // Every object may also carry a "comment". Any other key is refused, naming it, where it is and
 // the nearest known key ("s.json: pipelines[0].stages[1]: unknown key "tpp" (did you mean "tp"?)
@@ -53,6 +55,11 @@ struct PipelineSpec {
   int micro_batch_size = 1;
   int num_micro_batches = 1;
   std::vector<StageSpec> stages;  // in pipeline order
+  // The degree of the zigzag order its tokens are fed in: the least common multiple of its stages'
+  // cp (each stage splits that order evenly over its CP ranks).
+  int token_order_degree() const;
+  // The greatest common divisor of its stages' cp: the split of the fed order every stage refines.
+  int common_cp() const;
   friend bool operator==(const PipelineSpec&, const PipelineSpec&) = default;
 };
 

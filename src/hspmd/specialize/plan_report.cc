@@ -83,6 +83,31 @@ std::string tier_of(const resolve::CommOp& op, int device, const resolve::Topolo
   return std::string(resolve::link_tier_name(worst));
 }
 
+// What a rank computes in the forward pass: the decoder layers of its compute ops (a Reshard tagged
+// with layer l may put its output on the next stage, so only compute ops count) and how many ways
+// their outputs split the token dim 0: its stage's CP degree.
+struct RankWork {
+  std::set<int> layers;
+  int cp = 1;
+};
+
+std::map<int, RankWork> work_by_rank(const Graph& g, const graph::DeducedAnnotations& deduced) {
+  std::map<int, RankWork> out;
+  for (int id = 0; id < g.num_ops(); ++id) {
+    const Op& op = g.op(id);
+    if (op.backward || op.kind == OpKind::kPlaceholder || op.kind == OpKind::kParameter ||
+        op.kind == OpKind::kReshard) {
+      continue;
+    }
+    const Annotation& a = deduced.by_op()[id][0];
+    for (int d : a.devices()) {
+      if (op.layer >= 0) out[d].layers.insert(op.layer);
+      if (const auto where = a.locate(d)) out[d].cp = std::max(out[d].cp, a.ds(where->first).degree(0));
+    }
+  }
+  return out;
+}
+
 class Builder {
  public:
   Builder(const models::ModelGraph& m, const sharding::AnnotationPlan& plan, const PlanReportOptions& o)
@@ -148,37 +173,29 @@ class Builder {
     HSPMD_CHECK(planned == 0 || planned == layout.pipelines.size())
         << "the plan schedules " << planned << " pipelines but its annotations form " << layout.pipelines.size()
         << ":\n" << layout.to_string();
-    std::map<int, std::set<int>> layers_of;  // rank -> decoder layers it computes
-    for (int id = 0; id < g.num_ops(); ++id) {
-      const Op& op = g.op(id);
-      // Compute ops only: a Reshard tagged with layer l may put its output on the next stage.
-      if (op.backward || op.layer < 0 || op.kind == OpKind::kPlaceholder || op.kind == OpKind::kParameter ||
-          op.kind == OpKind::kReshard) {
-        continue;
-      }
-      for (int d : deduced.by_op()[id][0].devices()) layers_of[d].insert(op.layer);
-    }
+    std::map<int, RankWork> work = work_by_rank(g, deduced);
     for (const PipelineStages& p : layout.pipelines) {
       PipelineReport pr;
       const auto where = loss.locate(p.stages.back()[0]);
       HSPMD_CHECK(where.has_value()) << "the loss " << loss.to_string() << " is not on the last stage "
                                      << sharding::DeviceGroup(p.stages.back()).to_string() << " of a pipeline";
       pr.subgroup = where->first;
-      pr.cp = loss.ds(pr.subgroup).degree(sharding::kPartial);
       if (planned > 0) {
         pr.micro_batch_size = plan_.pipelines.at(pr.subgroup).micro_batch_size;
         pr.num_micro_batches = plan_.pipelines.at(pr.subgroup).num_micro_batches;
       }
-      pr.binding = {{"T", pr.micro_batch_size * o_.seq_len}, {"N", pr.micro_batch_size}};
+      const int64_t row = planned > 0 ? plan_.pipelines.at(pr.subgroup).row_tokens(o_.seq_len) : o_.seq_len;
+      pr.binding = {{"T", pr.micro_batch_size * row}, {"N", pr.micro_batch_size}};
       for (size_t s = 0; s < p.stages.size(); ++s) {
         StageReport sr;
         sr.ranks = p.stages[s];
         std::set<int> layers;
         for (int d : sr.ranks) {
-          layers.insert(layers_of[d].begin(), layers_of[d].end());
+          layers.insert(work[d].layers.begin(), work[d].layers.end());
           runs_[d] = pr.num_micro_batches;
         }
         sr.layers = sharding::runs_text({layers.begin(), layers.end()});
+        sr.cp = work[sr.ranks.front()].cp;
         sr.schedule = make_schedule(o_.schedule, pr.num_micro_batches, static_cast<int>(p.stages.size()),
                                     static_cast<int>(s));
         pr.stages.push_back(std::move(sr));
@@ -368,8 +385,8 @@ std::string to_string(const PlanReport& r) {
       char head[160];
       std::snprintf(head, sizeof head, "    stage %zu  ranks %-8s layers %-7s TP %-3zu ", s,
                     sharding::DeviceGroup(st.ranks).to_string().c_str(),
-                    st.layers.empty() ? "-" : st.layers.c_str(), st.ranks.size() / p.cp);
-      if (p.cp > 1) std::snprintf(head + std::strlen(head) - 1, sizeof head - std::strlen(head) + 1, "CP %-3d ", p.cp);
+                    st.layers.empty() ? "-" : st.layers.c_str(), st.ranks.size() / st.cp);
+      if (st.cp > 1) std::snprintf(head + std::strlen(head) - 1, sizeof head - std::strlen(head) + 1, "CP %-3d ", st.cp);
       out << head << to_short_string(st.schedule) << "\n";
     }
   }

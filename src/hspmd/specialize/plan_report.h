@@ -15,7 +15,9 @@
 //   std::cout << to_string(r);
 //
 // Symbols: activations are [T, ...] per micro-batch; pipeline p binds T = micro_batch_size_p *
-// seq_len and N = micro_batch_size_p (documents per micro-batch), one binding per sharding subgroup
+// seq_len (under CP, seq_len padded as the zigzag layout pads each row: PipelineSchedule::row_tokens)
+// and N = micro_batch_size_p
+// (documents per micro-batch), one binding per sharding subgroup
 // (the plan's pipelines are its subgroups, in order). Bytes are what senders put on the wire
 // (resolve/comm_op.h), at the element size of each tensor's dtype.
 // Per step: an activation Reshard (forward or backward, on data) runs once per micro-batch of the
@@ -48,6 +50,7 @@ struct PlanReportOptions {
 struct StageReport {
   std::vector<int> ranks;  // ascending
   std::string layers;      // decoder layers computed here: "0-6", "" when none
+  int cp = 1;              // context-parallel degree: how many ways its computed values split the token dim 0
   std::vector<Task> schedule;
 };
 
@@ -55,7 +58,6 @@ struct PipelineReport {
   int subgroup = 0;  // index of this pipeline in the plan (and in every activation's dg_union)
   int micro_batch_size = 1;
   int num_micro_batches = 1;
-  int cp = 1;          // context-parallel degree of its stages (the loss is partial over it)
   SymBinding binding;  // {T, N}
   std::vector<StageReport> stages;
 };
