@@ -197,9 +197,9 @@ int main(int argc, char** argv) {
   std::printf("profiled the emulated devices in %.1f s\n",
               std::chrono::duration<double>(Clock::now() - profile_start).count());
   const resolve::Topology topo = resolve::Topology::from_file(kRoot + "/examples/clusters/local-hetero-4.json");
-  const planner::CostModel cm(config, topo, profile, {.seq_len = o.seq_len});
+  const planner::CostModel cm(models::Llama(config), topo, profile, {.seq_len = o.seq_len});
   const planner::LengthStrategies set(
-      config, cm,
+      models::Llama(config), cm,
       {{384, sharding::Strategy::from_file(kRoot + "/examples/strategies/local-mixed-short.json")},
        {512, sharding::Strategy::from_file(kRoot + "/examples/strategies/local-mixed-long.json")}},
       {.seq_len = o.seq_len});

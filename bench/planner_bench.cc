@@ -69,7 +69,7 @@ void paper() {
               "Table 9 step", "ratio");
   for (const char* model : {"32b", "70b"}) {
     const models::LlamaConfig config = models::LlamaConfig::from_file(kRoot + "/configs/llama-" + model + ".json");
-    const planner::Profile profile = planner::derive_profile(config, topo, {});
+    const planner::Profile profile = planner::derive_profile(models::Llama(config), topo, {});
     for (const char* set : {"16h800-16h20", "16h800-24h20", "16h800-32h20"}) {
       const sharding::Strategy table9 = sharding::Strategy::from_file(kRoot + "/examples/strategies/table9-" + model +
                                                                       "-" + set + ".json");
@@ -77,7 +77,7 @@ void paper() {
       o.global_batch = 64;
       o.seq_len = 4096;
       o.devices = table9.ranks();
-      const planner::Planner planner(config, topo, profile, o);
+      const planner::Planner planner(models::Llama(config), topo, profile, o);
       const std::clock_t cpu = std::clock();
       const planner::Plan plan = planner.plan();
       const double cpu_seconds = static_cast<double>(std::clock() - cpu) / CLOCKS_PER_SEC;
@@ -248,7 +248,7 @@ void emulated(int steps, int rounds) {
   o.seq_len = kSeqLen;
   o.zero1 = false;
   o.name = "planned";
-  const planner::Plan plan = planner::Planner(config, topo, profile, o).plan();
+  const planner::Plan plan = planner::Planner(models::Llama(config), topo, profile, o).plan();
   std::printf("planner (%.3f s): %s", plan.planning_seconds, planner::describe_plan(plan).c_str());
 
   std::vector<Candidate> all = candidates();
@@ -257,7 +257,7 @@ void emulated(int steps, int rounds) {
   std::vector<std::vector<double>> predicted(all.size()), measured(all.size());
   for (int round = 0; round < rounds; ++round) {
     if (round > 0) profile = profile_now(round);
-    const planner::CostModel cost(config, topo, profile, {.seq_len = kSeqLen});
+    const planner::CostModel cost(models::Llama(config), topo, profile, {.seq_len = kSeqLen});
     for (size_t i = 0; i < all.size(); ++i) {
       const Measure m = measure(config, ds, all[i].strategy, devices, steps);
       const planner::Prediction pred = cost.predict(all[i].strategy);

@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
         o.time_limit_seconds = time_limit;
         o.progress_interval_seconds = 30;
         o.progress = [](const planner::PlanningProgress& p) { std::fprintf(stderr, "  %s\n", p.to_string().c_str()); };
-        const planner::Planner planner(c32, topo, profile, o);
+        const planner::Planner planner(models::Llama(c32), topo, profile, o);
         const auto t = std::chrono::steady_clock::now();
         const planner::Plan plan = planner.plan();
         const double s = seconds_since(t);

@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "error_of.h"
 #include "hspmd/models/llama_config.h"
@@ -58,6 +61,30 @@ TEST(ModelFactory, UnknownModelTypeNamesFileAndType) {
   EXPECT_NE(e.find("gpt2.json"), std::string::npos) << e;
   EXPECT_NE(e.find("\"gpt2\""), std::string::npos) << e;
   EXPECT_NE(e.find("\"llama\""), std::string::npos) << e;
+}
+
+// What the planner prices a model by and what the CLI prints of it come from Llama's own config:
+// the width of a head and the norm weights of a layer (the derived profile's FLOPs), the parameter
+// count and names (checkpoints, switch plans), the one-line summary (`hspmd checkpoint info`).
+TEST(ModelFactory, LlamaSizesCountsAndSummaryFollowItsConfig) {
+  LlamaConfig config = LlamaConfig::from_file(kRoot + "/configs/llama-tiny.json");
+  config.explicit_head_dim = 48;  // not hidden / heads (128 / 4)
+  const Llama m(config);
+  const ModelSizes s = m.sizes();
+  EXPECT_EQ(s.head_dim, 48);
+  EXPECT_EQ(s.layer_norm_parameters, 2.0 * static_cast<double>(config.hidden_size));  // two RMSNorm weights
+  EXPECT_EQ(num_parameters(m), config.num_parameters());
+  const std::vector<std::pair<std::string, Shape>> shapes = parameter_shapes(m);
+  const std::vector<LlamaParam> expected = llama_parameters(config);
+  ASSERT_EQ(shapes.size(), expected.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    EXPECT_EQ(shapes[i].first, expected[i].name);
+    EXPECT_EQ(shapes[i].second, expected[i].shape);
+  }
+  EXPECT_EQ(m.summary(), "4 layers, hidden 128, 4 heads (2 key/value), intermediate 352, vocab 260, " +
+                             std::to_string(config.num_parameters()) + " parameters");
+  config.tie_word_embeddings = true;
+  EXPECT_TRUE(Llama(config).summary().ends_with(" parameters, tied embeddings")) << Llama(config).summary();
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "hspmd/core/error.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/planner/cost_model.h"
 #include "planner/planner_testlib.h"
 
@@ -26,7 +27,7 @@ TEST(CostModelTest, StageTimesBubbleAndSync) {
   const models::LlamaConfig config = testing::tiny_config();
   const resolve::Topology topo = testing::two_kind_cluster(2, 2, 1e9);
   const Profile profile = testing::two_kind_profile(3.0);
-  const CostModel cm(config, topo, profile, {.seq_len = 64});
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 64});
   const Prediction p = cm.predict(hetero());
   ASSERT_EQ(p.pipelines.size(), 2u);
 
@@ -57,8 +58,9 @@ TEST(CostModelTest, MemoryFollowsMicroBatchesInFlight) {
   const models::LlamaConfig config = testing::tiny_config();
   const resolve::Topology topo = testing::two_kind_cluster(2, 2, 1e9);
   const Profile profile = testing::two_kind_profile();
-  const CostModel one_f_one_b(config, topo, profile, {.seq_len = 64});
-  const CostModel gpipe(config, topo, profile, {.seq_len = 64, .schedule = specialize::ScheduleKind::kGPipe});
+  const CostModel one_f_one_b(models::Llama(config), topo, profile, {.seq_len = 64});
+  const CostModel gpipe(models::Llama(config), topo, profile,
+                        {.seq_len = 64, .schedule = specialize::ScheduleKind::kGPipe});
   const Prediction a = one_f_one_b.predict(hetero()), b = gpipe.predict(hetero());
   // Rank 2: first of 2 stages, 4 micro-batches: 1F1B keeps 2 in flight, GPipe 4.
   const ActivationFit& act = profile.at("slow", 1).activations;
@@ -66,11 +68,12 @@ TEST(CostModelTest, MemoryFollowsMicroBatchesInFlight) {
   EXPECT_NEAR(a.ranks[2].memory.activations, 2 * keep + act.transient_per_token * 64, 1e-9);
   EXPECT_NEAR(b.ranks[2].memory.activations, 4 * keep + act.transient_per_token * 64, 1e-9);
   // ZeRO-1 over 2 pipelines halves the optimizer states.
-  const double params = ModelShape::of(config).layer_parameters + ModelShape::of(config).embedding_parameters;
+  const ModelShape shape = ModelShape::of(models::Llama(config));
+  const double params = shape.layer_parameters + shape.embedding_parameters;
   EXPECT_NEAR(a.ranks[2].memory.zero_states, params * 12 / 2, 1e-6);
   EXPECT_TRUE(a.fits);
   const resolve::Topology small = testing::two_kind_cluster(2, 2, 4e6);
-  const Prediction c = CostModel(config, small, profile, {.seq_len = 64}).predict(hetero());
+  const Prediction c = CostModel(models::Llama(config), small, profile, {.seq_len = 64}).predict(hetero());
   EXPECT_FALSE(c.fits);
   ASSERT_FALSE(c.overflows.empty());
   EXPECT_THAT(c.overflows.front(), HasSubstr("of 3.81 MiB"));
@@ -80,7 +83,7 @@ TEST(CostModelTest, MemoryFollowsMicroBatchesInFlight) {
 // split of the layers into stages counts every parameter of the model once.
 TEST(CostModelTest, StageParametersCoverTheModelOnce) {
   const models::LlamaConfig config = testing::tiny_config();  // 4 layers
-  const ModelShape m = ModelShape::of(config);
+  const ModelShape m = ModelShape::of(models::Llama(config));
   const double total = static_cast<double>(config.num_parameters());
   EXPECT_EQ(m.stage_parameters(4, true, true), total);
   const double split = m.stage_parameters(1, true, false) + m.stage_parameters(2, false, false) +
@@ -103,7 +106,7 @@ TEST(CostModelTest, ContextParallelStageIsPricedByItsTpAndCpDegrees) {
         "cp.json");
   };
   // 62 tokens: the zigzag layout pads them to 64, a multiple of 2 x CP = 4.
-  const CostModel cm(config, topo, profile, {.seq_len = 62});
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 62});
   const Prediction cp2 = cm.predict(strategy(2, "0-3"));
   const Prediction tp2 = cm.predict(strategy(1, "0-1"));
   const StagePrediction& st = cp2.pipelines[0].stages[0];
@@ -156,7 +159,7 @@ TEST(CostModelTest, LargeGroupsFindTheSlowestLinkOfEveryPair) {
   const resolve::Topology topo = resolve::Topology::from_json_text(j + "]}", "big.json");
   const models::LlamaConfig config = testing::tiny_config();
   const Profile profile = testing::two_kind_profile();
-  const CostModel cm(config, topo, profile, {.seq_len = 64});
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 64});
   auto brute = [&](const std::vector<int>& g) {
     double bus = 1e300;
     for (int a : g) {
@@ -181,10 +184,12 @@ TEST(CostModelTest, UnknownKindOrRankIsAnError) {
   const resolve::Topology topo = testing::two_kind_cluster(2, 2, 1e9);
   Profile profile = testing::two_kind_profile();
   profile.devices.erase("slow");
-  const CostModel cm(config, topo, profile, {.seq_len = 64});
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 64});
   EXPECT_THROW(cm.predict(hetero()), Error);
   const Profile full = testing::two_kind_profile();
-  const CostModel cm2(config, testing::two_kind_cluster(1, 1, 1e9), full, {.seq_len = 64});
+  // The cost model keeps a reference to its topology: a temporary one would dangle.
+  const resolve::Topology two = testing::two_kind_cluster(1, 1, 1e9);
+  const CostModel cm2(models::Llama(config), two, full, {.seq_len = 64});
   EXPECT_THROW(cm2.predict(hetero()), Error);
 }
 

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "hspmd/planner/cost_model.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/planner/dispatcher.h"
 #include "hspmd/planner/length_strategies.h"
 #include "planner/planner_testlib.h"
@@ -62,7 +63,7 @@ TEST(DispatcherTest, PipelineModelReproducesTheCostModel) {
   const models::LlamaConfig config = testing::tiny_config();
   const resolve::Topology topo = cluster(1e9, 1e9);
   const Profile profile = testing::two_kind_profile(3.0);
-  const CostModel cm(config, topo, profile, {.seq_len = 64});
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 64});
   const std::vector<PipelineModel> pipes = pipeline_models(cm, two_pipelines(), {.seq_len = 64});
   const Prediction whole = cm.predict(two_pipelines());
   ASSERT_EQ(pipes.size(), 2u);
@@ -79,7 +80,7 @@ TEST(DispatcherTest, BalancesTheSlowestPipelineNearTheExhaustiveOptimum) {
   const models::LlamaConfig config = testing::tiny_config();
   const resolve::Topology topo = cluster(1e9, 1e9);
   const Profile profile = testing::two_kind_profile(3.0);
-  const CostModel cm(config, topo, profile, {.seq_len = 64});
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 64});
   const std::vector<PipelineModel> pipes = pipeline_models(cm, two_pipelines(), {.seq_len = 64});
   std::mt19937 rng(7);
   std::uniform_int_distribution<int64_t> length(2, 64);
@@ -106,7 +107,7 @@ TEST(DispatcherTest, LongSequencesGoWhereTheMemoryHoldsThem) {
   const Profile profile = testing::two_kind_profile(3.0);
   // Ranks 0-1 (the fast pipeline) hold little beyond the weights; 2-3 hold plenty.
   const resolve::Topology topo = cluster(18.5e6, 1e9);
-  const CostModel cm(config, topo, profile, {.seq_len = 512});
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 512});
   const std::vector<PipelineModel> pipes = pipeline_models(cm, two_pipelines(), {.seq_len = 512});
   ASSERT_GT(pipes[0].max_tokens, 10);
   ASSERT_LT(pipes[0].max_tokens, 400);
@@ -137,7 +138,7 @@ TEST(DispatcherTest, RefusesASequenceLongerThanEveryPipelineHolds) {
   const models::LlamaConfig config = testing::tiny_config();
   const Profile profile = testing::two_kind_profile(3.0);
   const resolve::Topology topo = cluster(18.5e6, 10e6);
-  const CostModel cm(config, topo, profile, {.seq_len = 512});
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 512});
   const std::vector<PipelineModel> pipes = pipeline_models(cm, two_pipelines(), {.seq_len = 512});
   const int64_t limit = std::max(pipes[0].max_tokens, pipes[1].max_tokens);
   ASSERT_LT(limit, 512);
@@ -156,11 +157,12 @@ TEST(DispatcherTest, StrategiesPerMaximumLengthCountTheSwitch) {
   const models::LlamaConfig config = testing::tiny_config();
   const Profile profile = testing::two_kind_profile(3.0);
   const resolve::Topology topo = cluster(1e9, 1e9);
-  const CostModel cm(config, topo, profile, {.seq_len = 64});
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 64});
   // "short": the slow ranks alone (max length 32); "long": both pipelines above (max length 64).
   const sharding::Strategy short_one = sharding::Strategy::from_json_text(R"({"name": "short", "pipelines": [
       {"micro_batch_size": 1, "num_micro_batches": 1, "stages": [{"ranks": "2-3", "layers": "0-3"}]}]})", "s.json");
-  const LengthStrategies set(config, cm, {{32, short_one}, {64, two_pipelines("long")}}, {.seq_len = 64});
+  const LengthStrategies set(models::Llama(config), cm, {{32, short_one}, {64, two_pipelines("long")}},
+                             {.seq_len = 64});
   EXPECT_GT(set.switch_bytes(0, 1), 0);
   EXPECT_GT(set.switch_seconds(0, 1), 0);
   EXPECT_EQ(set.switch_seconds(1, 1), 0);

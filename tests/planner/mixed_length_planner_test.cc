@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "hspmd/planner/cost_model.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/planner/dispatcher.h"
 #include "hspmd/planner/mixed_length_planner.h"
 #include "planner/planner_testlib.h"
@@ -27,7 +28,8 @@ TEST(MixedLengthPlannerTest, IntervalsMethodsAndStrategiesPerMaximumLength) {
   const resolve::Topology topo = testing::two_kind_cluster(4, 4, 1e9);
   const Profile profile = testing::two_kind_profile(3.0);
   const MixedLengthPlan plan =
-      plan_mixed_length(config, topo, profile, long_tail(), {.seq_len = 256, .global_batch_tokens = 4096});
+      plan_mixed_length(models::Llama(config), topo, profile, long_tail(),
+                        {.seq_len = 256, .global_batch_tokens = 4096});
   std::cout << plan.to_string();  // for the log
   ASSERT_FALSE(plan.intervals.empty());
   EXPECT_NO_THROW(plan.heterogeneous.validate(config.num_hidden_layers));
@@ -42,8 +44,8 @@ TEST(MixedLengthPlannerTest, IntervalsMethodsAndStrategiesPerMaximumLength) {
   // length-strategy set (which also checks every pipeline fits the model).
   ASSERT_FALSE(plan.per_max_length.empty());
   EXPECT_EQ(plan.per_max_length.back().max_len, 256);
-  const CostModel cm(config, topo, profile, {.seq_len = 256});
-  const LengthStrategies set(config, cm, plan.per_max_length, {.seq_len = 256});
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 256});
+  const LengthStrategies set(models::Llama(config), cm, plan.per_max_length, {.seq_len = 256});
   const Choice c = set.choose(std::vector<int64_t>{200, 30, 8, 8, 4}, 0);
   EXPECT_GE(set.at(c.strategy).max_len, 200);
   EXPECT_THAT(plan.to_string(), HasSubstr("lengths [4, "));
@@ -56,7 +58,8 @@ TEST(MixedLengthPlannerTest, RefusesLengthsNoMethodHolds) {
   const resolve::Topology topo = testing::two_kind_cluster(2, 2, 17.0e6);
   const Profile profile = testing::two_kind_profile(3.0);
   try {
-    plan_mixed_length(config, topo, profile, {{8, 10}, {100000, 1}}, {.seq_len = 100000, .global_batch_tokens = 200000});
+    plan_mixed_length(models::Llama(config), topo, profile, {{8, 10}, {100000, 1}},
+                      {.seq_len = 100000, .global_batch_tokens = 200000});
     FAIL() << "a 100000-token segment was planned for";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("holds the segments of up to 100000 tokens"));

@@ -16,6 +16,7 @@
 #include <map>
 
 #include "hspmd/core/error.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/planner/cluster_generator.h"
 #include "hspmd/planner/derived_profile.h"
@@ -194,7 +195,7 @@ TEST_P(PlannerExhaustiveTest, PlanIsTheCheapestValidStrategy) {
   PlannerOptions o;
   o.global_batch = 8;
   o.seq_len = 64;
-  const Planner planner(config, topo, profile, o);
+  const Planner planner(models::Llama(config), topo, profile, o);
   const Brute brute = exhaustive(config, topo, planner.cost_model(), o.global_batch, o.zero1);
   ASSERT_LT(brute.best, std::numeric_limits<double>::infinity()) << "no strategy fits: the case is mis-sized";
   const Plan plan = planner.plan();
@@ -224,13 +225,13 @@ TEST(PlannerMemoryTest, LimitsAreRespectedAndChangeThePlan) {
   o.global_batch = 8;
   o.seq_len = 64;
   const resolve::Topology roomy = two_kind_cluster(2, 2, 1e9);
-  const Plan free_plan = Planner(config, roomy, profile, o).plan();
+  const Plan free_plan = Planner(models::Llama(config), roomy, profile, o).plan();
   double most = 0;
   for (const RankPrediction& r : free_plan.prediction.ranks) most = std::max(most, r.memory.total());
   // Give every device less than the unconstrained plan needs somewhere.
   const double capacity = 0.9 * most;
   const resolve::Topology tight = two_kind_cluster(2, 2, capacity);
-  const Plan plan = Planner(config, tight, profile, o).plan();
+  const Plan plan = Planner(models::Llama(config), tight, profile, o).plan();
   ASSERT_TRUE(plan.prediction.fits) << describe_plan(plan);
   for (const RankPrediction& r : plan.prediction.ranks) {
     EXPECT_LE(r.memory.total(), capacity) << describe_memory(r);
@@ -246,7 +247,7 @@ TEST(PlannerMemoryTest, ModelThatCannotFitIsRefusedWithTheFigures) {
   o.seq_len = 64;
   const resolve::Topology tiny = two_kind_cluster(2, 2, 2e6);  // 2 MB a device
   try {
-    Planner(tiny_config(), tiny, profile, o).plan();
+    Planner(models::Llama(tiny_config()), tiny, profile, o).plan();
     FAIL() << "a 4-layer model with 3.7 MB of states per layer fitted in 4 x 2 MB";
   } catch (const Error& e) {
     const std::string what = e.what();
@@ -260,13 +261,13 @@ TEST(PlannerMemoryTest, ModelThatCannotFitIsRefusedWithTheFigures) {
 TEST(PlannerReplanTest, AfterALossEverySurvivorIsUsedOrDeliberatelyIdle) {
   const models::LlamaConfig config = models::LlamaConfig::from_file(kRoot + "/configs/llama-32b.json");
   const resolve::Topology topo = resolve::Topology::from_file(kRoot + "/examples/clusters/paper-16h800-32h20.json");
-  const Profile profile = derive_profile(config, topo, {});
+  const Profile profile = derive_profile(models::Llama(config), topo, {});
   const sharding::Strategy previous =
       sharding::Strategy::from_file(kRoot + "/examples/strategies/table9-32b-16h800-32h20.json");
   PlannerOptions o;
   o.global_batch = 64;
   o.seq_len = 4096;
-  const Planner planner(config, topo, profile, o);
+  const Planner planner(models::Llama(config), topo, profile, o);
   std::vector<int> survivors;
   for (int r = 0; r < 48; ++r) {
     if (r != 15) survivors.push_back(r);
@@ -293,7 +294,7 @@ TEST(PlannerReplanTest, AfterALossEverySurvivorIsUsedOrDeliberatelyIdle) {
   fresh.devices = survivors;
   fresh.micro_batch_sizes = {1};
   fresh.tp_per_kind = {{"H800", 4}, {"H20", 4}};
-  const Plan fastest = Planner(config, topo, profile, fresh).plan();
+  const Plan fastest = Planner(models::Llama(config), topo, profile, fresh).plan();
   EXPECT_LE(plan.prediction.step_seconds, fastest.prediction.step_seconds * (1 + o.replan_tolerance) + 1e-9);
   EXPECT_LE(plan.moved_bytes, planner.moved_bytes(previous, fastest.strategy));
   EXPECT_GT(planner.moved_bytes(previous, plan.strategy), 0);
@@ -308,7 +309,7 @@ TEST(PlannerReplanTest, AddedRanksAreUsedOrDeliberatelyIdle) {
   o.global_batch = 8;
   o.seq_len = 64;
   o.devices = {0, 1, 2, 3};
-  const Planner small(config, topo, profile, o);
+  const Planner small(models::Llama(config), topo, profile, o);
   const Plan before = small.plan();
   const Plan after = small.replan(before.strategy, {0, 1, 2, 3, 4, 5});
   after.strategy.validate(4);
@@ -325,11 +326,11 @@ TEST(PlannerTest, RejectsBadOptions) {
   PlannerOptions odd;
   odd.global_batch = 8;
   odd.micro_batch_sizes = {3};
-  EXPECT_THROW(Planner(tiny_config(), topo, profile, odd), Error);
+  EXPECT_THROW(Planner(models::Llama(tiny_config()), topo, profile, odd), Error);
   PlannerOptions outside;
   outside.global_batch = 8;
   outside.devices = {7};
-  EXPECT_THROW(Planner(tiny_config(), topo, profile, outside), Error);
+  EXPECT_THROW(Planner(models::Llama(tiny_config()), topo, profile, outside), Error);
 }
 
 }  // namespace
@@ -347,14 +348,14 @@ TEST(PlannerProgressTest, TimeLimitReturnsTheBestPlanFoundMarkedAsSuch) {
   PlannerOptions o;
   o.global_batch = 8;
   o.seq_len = 64;
-  const Plan full = Planner(config, topo, profile, o).plan();
+  const Plan full = Planner(models::Llama(config), topo, profile, o).plan();
   EXPECT_TRUE(full.complete);
   EXPECT_GT(full.candidates_solved, 1);
   std::vector<PlanningProgress> reports;
   o.time_limit_seconds = 1e-9;  // stop at the first candidate after a plan fits
   o.progress_interval_seconds = 1e-9;
   o.progress = [&](const PlanningProgress& p) { reports.push_back(p); };
-  const Plan limited = Planner(config, topo, profile, o).plan();
+  const Plan limited = Planner(models::Llama(config), topo, profile, o).plan();
   EXPECT_FALSE(limited.complete);
   EXPECT_TRUE(limited.prediction.fits);
   EXPECT_GE(limited.prediction.step_seconds, full.prediction.step_seconds);
@@ -404,7 +405,7 @@ TEST(PlannerScaleTest, GeneratedClusterIsPlannedCompletely) {
   PlannerOptions o;
   o.global_batch = 64;
   o.seq_len = 4096;
-  const Plan plan = Planner(config, topo, profile, o).plan();
+  const Plan plan = Planner(models::Llama(config), topo, profile, o).plan();
   EXPECT_TRUE(plan.complete);
   EXPECT_TRUE(plan.prediction.fits);
   EXPECT_EQ(plan.strategy.ranks().size() + plan.idle.size(), 64u) << describe_plan(plan);
@@ -427,9 +428,9 @@ TEST(PlannerContextParallelTest, LongSequencesGetCpStages) {
   PlannerOptions o;
   o.global_batch = 1;
   o.seq_len = 8192;
-  const Plan plain = Planner(config, topo, profile, o).plan();
+  const Plan plain = Planner(models::Llama(config), topo, profile, o).plan();
   o.cp_degrees = {1, 2};
-  const Plan cp = Planner(config, topo, profile, o).plan();
+  const Plan cp = Planner(models::Llama(config), topo, profile, o).plan();
   ASSERT_TRUE(cp.prediction.fits);
   EXPECT_LT(cp.prediction.step_seconds, plain.prediction.step_seconds) << describe_plan(cp);
   bool has_cp = false;
@@ -439,7 +440,9 @@ TEST(PlannerContextParallelTest, LongSequencesGetCpStages) {
   EXPECT_TRUE(has_cp) << describe_plan(cp);
   // The planner's objective is the cost model's prediction of its strategy.
   EXPECT_DOUBLE_EQ(cp.prediction.step_seconds,
-                   CostModel(config, topo, profile, {.seq_len = 8192}).predict(cp.strategy).step_seconds);
+                   CostModel(models::Llama(config), topo, profile, {.seq_len = 8192})
+                       .predict(cp.strategy)
+                       .step_seconds);
   EXPECT_NO_THROW(models::compile_llama_plan(config, cp.strategy));
   for (const auto& pipe : plain.strategy.pipelines) {
     for (const auto& s : pipe.stages) EXPECT_EQ(s.cp, 1);

@@ -7,6 +7,7 @@
 
 #include "error_of.h"
 #include "hspmd/core/error.h"
+#include "hspmd/models/llama_model.h"
 #include "hspmd/planner/derived_profile.h"
 #include "hspmd/planner/profile.h"
 #include "planner/planner_testlib.h"
@@ -50,7 +51,7 @@ TEST(DerivedProfileTest, ComputeFromFlopsOverPeak) {
   const resolve::Topology topo = testing::two_kind_cluster(2, 2, 1e9);  // peak 1e11
   DerivationOptions o;
   o.efficiency = 0.5;
-  const Profile p = derive_profile(c, topo, o);
+  const Profile p = derive_profile(models::Llama(c), topo, o);
   EXPECT_THAT(p.source, HasSubstr("DERIVED"));
   // One layer, fwd + bwd, one 64-token sequence at TP 1: 3 * (2 * 64 * matmul params + 2 * 64^2 * hidden) FLOPs.
   const double matmul = 184576 - 2 * 128;
@@ -68,7 +69,7 @@ TEST(DerivedProfileTest, ShippedPaperProfilesAreCurrent) {
     const models::LlamaConfig c = models::LlamaConfig::from_file(root + "/configs/llama-" + model + ".json");
     const Profile shipped =
         Profile::from_file(root + "/examples/profiles/paper-h800-h20-llama-" + std::string(model) + ".json");
-    const Profile derived = derive_profile(c, topo, {});
+    const Profile derived = derive_profile(models::Llama(c), topo, {});
     EXPECT_THAT(shipped.source, HasSubstr("DERIVED from datasheet figures, not measured"));
     ASSERT_EQ(shipped.devices.size(), derived.devices.size());
     for (const auto& [kind, k] : derived.devices) {

@@ -154,6 +154,14 @@ TEST(ModelContractSizes, SecondModelSizesAddUpToItsParametersAtEveryDepth) {
   EXPECT_EQ(mlp_lm()->with_num_layers(3)->config_json(), mlp_lm(MlpLmConfig{.num_blocks = 3})->config_json());
 }
 
+// A model's one-line summary (`hspmd checkpoint info`) by default: its sizes and parameter count,
+// without attention heads it has not got.
+TEST(ModelContractSummary, SecondModelIsSummarizedByItsSizes) {
+  const std::shared_ptr<const models::Model> model = mlp_lm();
+  EXPECT_EQ(model->summary(), "4 layers, hidden 32, intermediate 64, vocab 260, " +
+                                  std::to_string(models::num_parameters(*model)) + " parameters");
+}
+
 TEST(ModelContractPlan, RefusesContextParallelismForTheModelWithoutSequences) {
   const std::string e = testing::error_of([&] {
     mlp_lm()->compile_plan(strategy(R"({"name": "cp2", "pipelines": [

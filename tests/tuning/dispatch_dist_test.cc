@@ -60,8 +60,8 @@ TEST_F(DispatchDistTest, TwoStrategiesSwitchingPerBatchByMaxLengthMatchSinglePro
   const models::LlamaConfig config = dist_config();
   const resolve::Topology topo = four_ranks();
   const Profile profile = planner::testing::two_kind_profile(3.0);
-  const CostModel cm(config, topo, profile, {.seq_len = o.seq_len});
-  const LengthStrategies set(config, cm, {{48, short_st}, {64, long_st}}, {.seq_len = o.seq_len});
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = o.seq_len});
+  const LengthStrategies set(models::Llama(config), cm, {{48, short_st}, {64, long_st}}, {.seq_len = o.seq_len});
 
   std::vector<std::vector<double>> losses(4), norms(4);
   std::vector<std::vector<size_t>> chosen(4);

@@ -21,8 +21,8 @@
 #include "hspmd/core/error.h"
 #include "hspmd/core/json_file.h"
 #include "hspmd/core/safetensors.h"
+#include "hspmd/models/model_factory.h"
 #include "hspmd/runtime/hf_export.h"
-#include "hspmd/models/llama_config.h"
 #include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
 
@@ -49,12 +49,7 @@ bool is_optimizer_moment(const std::string& name) {
 }
 
 std::string model_summary(const nlohmann::json& config_json, const std::string& source) {
-  const models::LlamaConfig c = models::LlamaConfig::from_json_text(config_json.dump(), source);
-  std::ostringstream s;
-  s << c.num_hidden_layers << " layers, hidden " << c.hidden_size << ", " << c.num_attention_heads << " heads ("
-    << c.num_key_value_heads << " key/value), intermediate " << c.intermediate_size << ", vocab " << c.vocab_size
-    << ", " << c.num_parameters() << " parameters" << (c.tie_word_embeddings ? ", tied embeddings" : "");
-  return s.str();
+  return models::model_from_config_text(config_json.dump(), source)->summary();
 }
 
 // "lr=0.001 steps=8 ..." in the JSON's (sorted) key order.

@@ -64,7 +64,9 @@ void add_eval_command(CLI::App& app) {
   auto args = std::make_shared<EvalArgs>();
   CLI::App* sub = app.add_subcommand("eval", "Mean token loss and perplexity of a model on a token dataset");
   sub->add_option("--model", args->model,
-                  "model config.json (Hugging Face Llama keys), or a save_pretrained directory")->required();
+                  "model config.json (Hugging Face keys; its model_type picks the model), or a save_pretrained "
+                  "directory")
+      ->required();
   sub->add_option("--weights", args->weights,
                   "checkpoint directory (hspmd train --save), Hugging Face safetensors file or save_pretrained "
                   "directory (default: --model, when it is a save_pretrained directory)");

@@ -1,6 +1,6 @@
 // `hspmd explain --strategy S.json --model CONFIG [--cluster C.json] [--seq-len 4096]
 //  [--schedule 1f1b|gpipe]`: what a strategy does, for a person to check by eye
-// (specialize/plan_report.h): the Llama graph (with backward) is annotated by the strategy's plan
+// (specialize/plan_report.h): the model's graph (with backward) is annotated by the strategy's plan
 // and deduced; then the pipelines found in it (A.2) with each stage's ranks, layers, TP degree and
 // schedule; every Reshard that is not the identity everywhere, forward and backward, with its
 // classification and per device its comm ops and bytes (identical Reshards of different layers
@@ -13,7 +13,7 @@
 // (planner/cost_model.h): "predicted step time: X s" and the memory of every rank.
 //
 // `hspmd explain --switch A.json B.json --model CONFIG --cluster C.json [--states params|params+adam]
-//  [--no-heuristics]`: the fused BSR (§7) that moves every Llama parameter (and its Adam states)
+//  [--no-heuristics]`: the fused BSR (§7) that moves every parameter of the model (and its Adam states)
 // from strategy A's plan to strategy B's — per sender the bytes on each link tier, per
 // (sender, receiver) pair the bytes — computed from names and shapes only, no tensor allocated.
 //
@@ -30,16 +30,14 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "hspmd/core/byte_size.h"
 #include "hspmd/core/error.h"
-#include "hspmd/models/llama.h"
-#include "hspmd/models/llama_config.h"
-#include "hspmd/models/llama_model.h"
-#include "hspmd/models/llama_plan.h"
+#include "hspmd/models/model_factory.h"
 #include "hspmd/planner/cost_model.h"
 #include "hspmd/planner/profile.h"
 #include "hspmd/resolve/fused_bsr.h"
@@ -68,23 +66,23 @@ struct ExplainOptions {
 
 void run_strategy(const ExplainOptions& o) {
   const auto start = std::chrono::steady_clock::now();
-  const models::LlamaConfig config = models::LlamaConfig::from_file(o.model);
+  const std::shared_ptr<const models::Model> model = models::load_model(o.model);
   const sharding::Strategy st = sharding::Strategy::from_file(o.strategy);
   std::optional<resolve::Topology> topo;
   if (!o.cluster.empty()) topo = resolve::Topology::from_file(o.cluster);
-  const models::ModelGraph model = models::Llama(config).build({});
-  const sharding::AnnotationPlan plan = models::compile_llama_plan(config, st);
+  const models::ModelGraph graph = model->build({});
+  const sharding::AnnotationPlan plan = model->compile_plan(st);
   const specialize::PlanReport report = specialize::make_plan_report(
-      model, plan, {specialize::parse_schedule_kind(o.schedule), o.seq_len, topo ? &*topo : nullptr});
+      graph, plan, {specialize::parse_schedule_kind(o.schedule), o.seq_len, topo ? &*topo : nullptr});
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::cout << "strategy " << st.name << " (" << o.strategy << "), model " << o.model << " ("
-            << config.num_hidden_layers << " layers, " << model.graph.num_ops() << " ops with backward), "
+            << model->num_layers() << " layers, " << graph.graph.num_ops() << " ops with backward), "
             << st.ranks().size() << " ranks, ZeRO-1 " << (st.zero1 ? "on" : "off") << "\n"
             << specialize::to_string(report) << "explained in " << ms << " ms\n";
   if (!o.profile.empty()) {
     HSPMD_CHECK(topo.has_value()) << "explain --profile needs --cluster C.json (device kinds, memory, links)";
     const planner::Profile profile = planner::Profile::from_file(o.profile);
-    const planner::CostModel cost(config, *topo, profile, {o.seq_len, specialize::parse_schedule_kind(o.schedule)});
+    const planner::CostModel cost(*model, *topo, profile, {o.seq_len, specialize::parse_schedule_kind(o.schedule)});
     std::cout << "cost model (profile " << o.profile << ": " << profile.source << ")\n"
               << planner::to_string(cost.predict(st));
   }
@@ -96,20 +94,19 @@ void run_switch(const ExplainOptions& o) {
       << "--states must be 'params' or 'params+adam', got '" << o.states << "'";
   HSPMD_CHECK(!o.cluster.empty()) << "--switch needs --cluster C.json (link bandwidths decide the senders)";
   const auto start = std::chrono::steady_clock::now();
-  const models::LlamaConfig config = models::LlamaConfig::from_file(o.model);
+  const std::shared_ptr<const models::Model> model = models::load_model(o.model);
   const resolve::Topology topo = resolve::Topology::from_file(o.cluster);
   const sharding::Strategy sa = sharding::Strategy::from_file(o.switch_files[0]);
   const sharding::Strategy sb = sharding::Strategy::from_file(o.switch_files[1]);
-  const sharding::AnnotationPlan a = models::compile_llama_plan(config, sa);
-  const sharding::AnnotationPlan b = models::compile_llama_plan(config, sb);
+  const sharding::AnnotationPlan a = model->compile_plan(sa);
+  const sharding::AnnotationPlan b = model->compile_plan(sb);
   for (const auto* st : {&sa, &sb}) {
     for (int r : st->ranks()) {
       HSPMD_CHECK(r < topo.num_devices()) << "strategy " << st->name << " uses rank " << r << " but cluster "
                                           << topo.name() << " has " << topo.num_devices() << " devices";
     }
   }
-  std::vector<std::pair<std::string, Shape>> params;
-  for (const models::LlamaParam& p : models::llama_parameters(config)) params.emplace_back(p.name, p.shape);
+  const std::vector<std::pair<std::string, Shape>> params = models::parameter_shapes(*model);
   switching::SwitchOptions options;
   options.optimizer_states = o.states == "params+adam";
   options.topology = &topo;
@@ -124,7 +121,7 @@ void run_switch(const ExplainOptions& o) {
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
   std::cout << "switch " << sa.name << " -> " << sb.name << "\n"
-            << "model " << o.model << ": " << models::llama_parameters(config).size() << " parameters, states "
+            << "model " << o.model << ": " << params.size() << " parameters, states "
             << o.states << " (" << plan.tensors.size() << " tensors, float32), cluster " << topo.name() << "\n"
             << "scheme: "
             << resolve::bsr_algorithm_name(options.algorithm) << " ("
@@ -178,7 +175,7 @@ void add_explain_command(CLI::App& app) {
   cmd->add_option("--seq-len", opts->seq_len, "tokens per sequence (--strategy)")->capture_default_str();
   cmd->add_option("--schedule", opts->schedule, "pipeline schedule: 1f1b or gpipe (--strategy)")->capture_default_str();
   cmd->add_option("--switch", opts->switch_files, "two strategy files: from A.json to B.json")->expected(2);
-  cmd->add_option("--model", opts->model, "Llama config.json (Hugging Face style)")->required();
+  cmd->add_option("--model", opts->model, "model config.json (Hugging Face style)")->required();
   cmd->add_option("--cluster", opts->cluster, "cluster spec JSON (devices, link bandwidths)");
   cmd->add_option("--profile", opts->profile,
                   "profile JSON (--strategy, with --cluster): print the predicted step time and memory per rank");

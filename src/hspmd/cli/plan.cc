@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include "hspmd/core/atomic_file.h"
@@ -25,7 +26,7 @@
 #include "hspmd/core/error.h"
 #include "hspmd/data/length_histogram.h"
 #include "hspmd/data/token_dataset.h"
-#include "hspmd/models/llama_config.h"
+#include "hspmd/models/model_factory.h"
 #include "hspmd/planner/mixed_length_planner.h"
 #include "hspmd/planner/planner.h"
 #include "hspmd/planner/profile.h"
@@ -53,7 +54,7 @@ void write_strategy(const sharding::Strategy& st, const std::string& path) {
   out.commit();
 }
 
-void run_mixed_length_plan(const PlanOptions& o, const models::LlamaConfig& config, const resolve::Topology& topo,
+void run_mixed_length_plan(const PlanOptions& o, const models::Model& model, const resolve::Topology& topo,
                            const planner::Profile& profile) {
   HSPMD_CHECK(o.global_batch_tokens > 0) << "--data needs --global-batch-tokens N (tokens per step)";
   HSPMD_CHECK(o.previous.empty() && o.ranks.empty()) << "--data plans for every device; --previous/--ranks do not apply";
@@ -65,7 +66,7 @@ void run_mixed_length_plan(const PlanOptions& o, const models::LlamaConfig& conf
             << h.to_string();
   const auto start = std::chrono::steady_clock::now();
   const planner::MixedLengthPlan plan = planner::plan_mixed_length(
-      config, topo, profile, h.segment_lengths,
+      model, topo, profile, h.segment_lengths,
       {.seq_len = o.seq_len, .global_batch_tokens = o.global_batch_tokens, .name = o.name.empty() ? "mixed" : o.name});
   std::cout << plan.to_string() << "planning time: "
             << seconds_since(start) << " s\n";
@@ -84,10 +85,10 @@ void run_mixed_length_plan(const PlanOptions& o, const models::LlamaConfig& conf
 }
 
 void run_plan(const PlanOptions& o) {
-  const models::LlamaConfig config = models::LlamaConfig::from_file(o.model);
+  const std::shared_ptr<const models::Model> model = models::load_model(o.model);
   const resolve::Topology topo = resolve::Topology::from_file(o.cluster);
   const planner::Profile profile = planner::Profile::from_file(o.profile);
-  if (!o.data.empty()) return run_mixed_length_plan(o, config, topo, profile);
+  if (!o.data.empty()) return run_mixed_length_plan(o, *model, topo, profile);
   HSPMD_CHECK(o.global_batch > 0) << "--global-batch N (sequences per step) is required without --data";
   planner::PlannerOptions po;
   po.global_batch = o.global_batch;
@@ -108,7 +109,7 @@ void run_plan(const PlanOptions& o) {
       HSPMD_THROW() << "--ranks: " << e.what();
     }
   }
-  std::cout << "planning " << o.model << " (" << config.num_hidden_layers << " layers) on " << topo.name() << " ("
+  std::cout << "planning " << o.model << " (" << model->num_layers() << " layers) on " << topo.name() << " ("
             << topo.num_devices() << " devices), global batch " << o.global_batch << " x " << o.seq_len
             << " tokens, profile " << o.profile << " (" << profile.source << ")\n";
   planner::Plan plan;
@@ -116,11 +117,11 @@ void run_plan(const PlanOptions& o) {
     HSPMD_CHECK(!ranks.empty()) << "--previous needs --ranks: the ranks available to the new plan";
     const sharding::Strategy previous = sharding::Strategy::from_file(o.previous);
     po.devices = ranks;
-    const planner::Planner planner(config, topo, profile, po);
+    const planner::Planner planner(*model, topo, profile, po);
     plan = planner.replan(previous, ranks);
   } else {
     po.devices = ranks;
-    const planner::Planner planner(config, topo, profile, po);
+    const planner::Planner planner(*model, topo, profile, po);
     plan = planner.plan();
   }
   std::cout << planner::describe_plan(plan) << planner::to_string(plan.prediction);
@@ -135,10 +136,7 @@ void run_plan(const PlanOptions& o) {
   std::cout << "planning time: " << plan.planning_seconds << " s (" << plan.candidates
             << " pipeline configurations, " << plan.candidates_solved << " solved at level 2, " << plan.milps
             << " integer programs solved by CBC)\n";
-  const std::string text = plan.strategy.to_json_text() + "\n";
-  AtomicFile out(o.out);
-  out.write(text.data(), text.size());
-  out.commit();
+  write_strategy(plan.strategy, o.out);
   std::cout << "wrote " << o.out << "\n";
 }
 
@@ -147,7 +145,7 @@ void run_plan(const PlanOptions& o) {
 void add_plan_command(CLI::App& app) {
   auto opts = std::make_shared<PlanOptions>();
   CLI::App* cmd = app.add_subcommand("plan", "Generate a strategy file from a cluster spec and a profile (planner)");
-  cmd->add_option("--model", opts->model, "Llama config.json (Hugging Face style)")->required();
+  cmd->add_option("--model", opts->model, "model config.json (Hugging Face style)")->required();
   cmd->add_option("--cluster", opts->cluster, "cluster spec JSON (devices, memory, link bandwidths)")->required();
   cmd->add_option("--profile", opts->profile, "profile JSON from `hspmd profile` (or examples/profiles/)")->required();
   cmd->add_option("--global-batch", opts->global_batch, "sequences per step (without --data)")

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -20,8 +21,7 @@
 #include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
 #include "hspmd/core/json_file.h"
-#include "hspmd/models/llama_config.h"
-#include "hspmd/models/llama_model.h"
+#include "hspmd/models/model_factory.h"
 #include "hspmd/planner/derived_profile.h"
 #include "hspmd/resolve/topology.h"
 #include "hspmd/runtime/emulation.h"
@@ -49,12 +49,12 @@ void write_profile(const planner::Profile& p, const std::string& path) {
 
 void run_profile(const ProfileOptions& o) {
   const auto start = std::chrono::steady_clock::now();
-  const models::LlamaConfig config = models::LlamaConfig::from_file(o.model);
+  const std::shared_ptr<const models::Model> model = models::load_model(o.model);
   if (!o.from_cluster.empty()) {
     HSPMD_CHECK(o.devices.empty()) << "profile: --from-cluster derives figures; --devices measures: give one";
     const resolve::Topology cluster = resolve::Topology::from_file(o.from_cluster);
     const planner::Profile p = planner::derive_profile(
-        config, cluster, {.model = o.model, .efficiency = o.efficiency, .cluster = o.from_cluster});
+        *model, cluster, {.model = o.model, .efficiency = o.efficiency, .cluster = o.from_cluster});
     write_profile(p, o.out);
     std::cout << "derived (not measured) a profile of " << o.model << " from " << o.from_cluster << "; wrote " << o.out
               << "\n";
@@ -79,7 +79,7 @@ void run_profile(const ProfileOptions& o) {
   po.kind = o.kind;
   po.devices = devices ? &*devices : nullptr;
   po.progress = [](const std::string& line) { std::cerr << line << std::flush; };
-  const planner::Profile p = tuning::profile_host(models::Llama(config), po);
+  const planner::Profile p = tuning::profile_host(*model, po);
   write_profile(p, o.out);
   const double s = seconds_since(start);
   std::cout << "profiled " << o.model << " (" << p.source << ") in " << s << " s; wrote " << o.out << "\n";
@@ -91,7 +91,7 @@ void add_profile_command(CLI::App& app) {
   auto opts = std::make_shared<ProfileOptions>();
   CLI::App* cmd =
       app.add_subcommand("profile", "Measure compute, memory and links on this host and fit the planner's cost model");
-  cmd->add_option("--model", opts->model, "Llama config.json (Hugging Face style)")->required();
+  cmd->add_option("--model", opts->model, "model config.json (Hugging Face style)")->required();
   cmd->add_option("--out", opts->out, "where to write the profile JSON")->required();
   cmd->add_option("--devices", opts->devices, "emulated devices JSON: one device kind per device name (CPU emulation)");
   cmd->add_option("--kind", opts->kind, "device kind name without --devices (the cluster spec's \"type\")")

@@ -1,4 +1,4 @@
-// `hspmd train`: single-process training of the built-in Llama on a token dataset
+// `hspmd train`: single-process training of a model (its config's model_type) on a token dataset
 // (runtime/trainer.h), with checkpoints, resume, Hugging Face weights and per-step metrics. It
 // trains through the same loop as every distributed mode (runtime/training_loop.h), as its
 // one-rank case; this file sets the run up and reports it.
@@ -32,7 +32,6 @@
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/kernels/gemm_backend.h"
 #include "hspmd/kernels/simd.h"
-#include "hspmd/models/llama_config.h"
 #include "hspmd/models/model_factory.h"
 #include "hspmd/resolve/fused_bsr.h"
 #include "hspmd/runtime/checkpoint.h"
@@ -114,13 +113,13 @@ void run_train(TrainArgs args, const CLI::App& sub) {
   HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty() && args.switches.empty() && !args.dispatch &&
               !args.elastic)
       << "--nproc, --devices, --trace, --switch, --dispatch and --elastic need --strategy (distributed training)";
-  models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
+  const std::shared_ptr<const models::Model> model = models::load_model(args.model);
   data::TokenDataset dataset = data::TokenDataset::open(args.data);
 
   const runtime::TrainerOptions& options = args.options;
   std::optional<data::TokenDataset> validation;
   if (args.eval_every > 0) validation = data::TokenDataset::open_validation(args.data);
-  runtime::Trainer trainer(models::load_model(args.model), dataset, options);
+  runtime::Trainer trainer(model, dataset, options);
   if (!args.dump_init_weights.empty()) {
     const graph::TensorMap params = trainer.parameters();
     std::vector<std::pair<std::string, Tensor>> tensors(params.begin(), params.end());
@@ -141,8 +140,8 @@ void run_train(TrainArgs args, const CLI::App& sub) {
                                        .append = !args.resume.empty(),
                                        .terminal = ::isatty(STDOUT_FILENO) != 0});
   std::cout << kernels_line(options.precision) << "\n";
-  std::cout << "model: " << config.num_parameters() << " parameters, " << config.num_hidden_layers
-            << " layers, hidden " << config.hidden_size << "; data: " << dataset.num_tokens() << " tokens in "
+  std::cout << "model: " << models::num_parameters(*model) << " parameters, " << model->num_layers()
+            << " layers, hidden " << model->sizes().hidden << "; data: " << dataset.num_tokens() << " tokens in "
             << dataset.num_documents() << " documents; " << options.steps << " steps of <= "
             << options.global_batch_tokens << " tokens, seq_len " << options.seq_len << "\n";
 
@@ -165,8 +164,9 @@ void add_train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   runtime::TrainerOptions& o = args->options;
   CLI::App* sub = app.add_subcommand(
-      "train", "Train the built-in Llama on a token dataset: one process, or distributed with --strategy");
-  sub->add_option("--model", args->model, "model config.json (Hugging Face Llama keys)")->required();
+      "train", "Train a model on a token dataset: one process, or distributed with --strategy");
+  sub->add_option("--model", args->model, "model config.json (Hugging Face keys; its model_type picks the model)")
+      ->required();
   sub->add_option("--data", args->data, "token dataset directory (made by `hspmd data prepare`)")->required();
   sub->add_option("--steps", o.steps, "optimizer steps of the whole run")->capture_default_str();
   sub->add_option("--seq-len", o.seq_len, "context length (packed row size)")->capture_default_str();
@@ -196,7 +196,7 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   sub->add_option("--resume", args->resume, "continue the run saved in this checkpoint directory");
   sub->add_option("--init-weights", args->init_weights,
-                  "start from Hugging Face Llama weights (a .safetensors file, a sharded set's index.json, or a "
+                  "start from Hugging Face weights (a .safetensors file, a sharded set's index.json, or a "
                   "directory with either), fresh optimizer state; distributed ranks read only their slices");
   sub->add_option("--metrics", args->metrics, "append one JSON line of metrics per step to this file");
   // For bench/pytorch_compare.py: the initial weights, to load the same model elsewhere.

@@ -38,7 +38,7 @@ void LengthDispatchRun::before_step(runtime::TrainingLoop& loop) {
   if (r) loop.log().line(r->to_string(), r->to_json());
 }
 
-std::unique_ptr<LengthDispatchRun> make_length_dispatch(const TrainArgs& args, const models::LlamaConfig& config) {
+std::unique_ptr<LengthDispatchRun> make_length_dispatch(const TrainArgs& args, const models::Model& model) {
   if (!uses_length_dispatch(args)) return nullptr;
   HSPMD_CHECK(!args.cluster.empty())
       << "--strategy-for-max-len and --dispatch need --cluster C.json (devices, memory and links for the cost model)";
@@ -50,11 +50,11 @@ std::unique_ptr<LengthDispatchRun> make_length_dispatch(const TrainArgs& args, c
       << "--strategy and --strategy-for-max-len exclude each other: give every strategy with its maximum length";
   auto run = std::make_unique<LengthDispatchRun>(resolve::Topology::from_file(args.cluster));
   run->profile = args.profile.empty()
-                     ? planner::derive_profile(config, run->topology,
+                     ? planner::derive_profile(model, run->topology,
                                                {.model = args.model, .reserved_bytes = 0, .cluster = args.cluster})
                      : planner::Profile::from_file(args.profile);
   run->cost_model = std::make_unique<planner::CostModel>(
-      config, run->topology, run->profile,
+      model, run->topology, run->profile,
       planner::CostOptions{.seq_len = args.options.seq_len, .schedule = specialize::parse_schedule_kind(args.schedule)});
   std::vector<planner::LengthStrategy> set;
   if (args.dispatch) {
@@ -63,7 +63,7 @@ std::unique_ptr<LengthDispatchRun> make_length_dispatch(const TrainArgs& args, c
     for (const std::string& spec : args.strategies_for_max_len) set.push_back(planner::parse_length_strategy(spec));
     std::stable_sort(set.begin(), set.end(), [](const auto& a, const auto& b) { return a.max_len < b.max_len; });
   }
-  run->strategies = std::make_unique<planner::LengthStrategies>(config, *run->cost_model, std::move(set),
+  run->strategies = std::make_unique<planner::LengthStrategies>(model, *run->cost_model, std::move(set),
                                                                 planner::PipelineModelOptions{.seq_len = args.options.seq_len});
   run->training = std::make_unique<tuning::DispatchedTraining>(*run->strategies, args.dispatch_ahead);
   return run;

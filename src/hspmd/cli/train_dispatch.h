@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "hspmd/cli/train_args.h"
-#include "hspmd/models/llama_config.h"
+#include "hspmd/models/model.h"
 #include "hspmd/planner/cost_model.h"
 #include "hspmd/planner/length_strategies.h"
 #include "hspmd/runtime/training_loop.h"
@@ -42,6 +42,6 @@ struct LengthDispatchRun : runtime::TrainingHook {
 // Whether the arguments ask for dispatch by length.
 bool uses_length_dispatch(const TrainArgs& args);
 // Error naming the flag at fault (no --cluster, --switch given too, bad MAXLEN:FILE).
-std::unique_ptr<LengthDispatchRun> make_length_dispatch(const TrainArgs& args, const models::LlamaConfig& config);
+std::unique_ptr<LengthDispatchRun> make_length_dispatch(const TrainArgs& args, const models::Model& model);
 
 }  // namespace hspmd::cli

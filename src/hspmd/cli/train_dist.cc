@@ -1,4 +1,4 @@
-// `hspmd train --strategy S.json`: distributed training of the built-in Llama (runtime/dist_trainer.h).
+// `hspmd train --strategy S.json`: distributed training of a model (runtime/dist_trainer.h).
 //
 //   hspmd train --model configs/llama-tiny.json --data runs/kjv --nproc 4
 //       --strategy examples/strategies/local-hetero-4.json
@@ -35,7 +35,6 @@
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/elastic/elastic_hook.h"
 #include "hspmd/elastic/elastic_run.h"
-#include "hspmd/models/llama_plan.h"
 #include "hspmd/models/model_factory.h"
 #include "hspmd/planner/planner.h"
 #include "hspmd/runtime/fault_injection.h"
@@ -101,7 +100,7 @@ void check_single_process(const TrainArgs& args, const std::shared_ptr<const mod
 }
 
 // --strategy, then every --switch STEP:FILE in step order; Error naming the flag at fault.
-std::vector<runtime::ScheduledPlan> scheduled_plans(const TrainArgs& args, const models::LlamaConfig& config) {
+std::vector<runtime::ScheduledPlan> scheduled_plans(const TrainArgs& args, const models::Model& model) {
   if (args.strategy.empty()) return {};  // strategies per maximum length only (cli/train_dispatch.h)
   std::vector<std::pair<int64_t, std::string>> files{{1, args.strategy}};
   for (const std::string& spec : args.switches) {
@@ -120,7 +119,7 @@ std::vector<runtime::ScheduledPlan> scheduled_plans(const TrainArgs& args, const
   std::vector<runtime::ScheduledPlan> out;
   for (const auto& [step, file] : files) {
     sharding::Strategy st = sharding::Strategy::from_file(file);
-    sharding::AnnotationPlan plan = models::compile_llama_plan(config, st);
+    sharding::AnnotationPlan plan = model.compile_plan(st);
     out.push_back({step, file, std::move(st), std::move(plan)});
   }
   return out;
@@ -142,11 +141,11 @@ struct ElasticParts {
   elastic::ElasticRun run;
   elastic::ElasticHook hook{run};  // its part of the training loop
 
-  ElasticParts(const TrainArgs& args, const models::LlamaConfig& config, std::shared_ptr<comm::Store> store, int rank,
+  ElasticParts(const TrainArgs& args, const models::Model& model, std::shared_ptr<comm::Store> store, int rank,
                int world, comm::GroupCache& groups, const elastic::Admission* admission)
       : topology(resolve::Topology::from_file(args.cluster)),
         profile(planner::Profile::from_file(args.profile)),
-        planner(config, topology, profile, planner_options(args)),
+        planner(model, topology, profile, planner_options(args)),
         run(std::move(store), rank, world, groups, planner,
             {.heartbeat_timeout = comm::Millis(static_cast<int64_t>(args.heartbeat_timeout * 1000)),
              .checkpoint_dir = args.save},
@@ -169,88 +168,92 @@ int restart_count() {
   return v == nullptr ? 0 : std::atoi(v);
 }
 
-void run_worker(const TrainArgs& args) {
-  const comm::WorkerEnv env = comm::WorkerEnv::from_environment();
-  const models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
-  const data::TokenDataset dataset = data::TokenDataset::open(args.data);
-  std::optional<data::TokenDataset> validation;
-  if (args.eval_every > 0) validation = data::TokenDataset::open_validation(args.data);
-  std::vector<runtime::ScheduledPlan> plans = scheduled_plans(args, config);
-  const std::unique_ptr<LengthDispatchRun> by_length = make_length_dispatch(args, config);
-  if (by_length) {  // start under the strategy chosen for the first batch
-    by_length->first = by_length->training->first_strategy(dataset, args.options, {});
-    const size_t f = by_length->first;
-    plans = {{1, "", by_length->strategies->at(f).strategy, by_length->strategies->plan(f)}};
-  }
-  const int world = by_length ? by_length->world() : world_of(plans);
-  HSPMD_CHECK(env.world_size == world)
-      << "the strategies (" << args.strategy << (plans.size() > 1 ? " and the --switch ones" : "") << ") use ranks 0.."
-      << world - 1 << " but the run has " << env.world_size << " workers (ranks 0.." << env.world_size - 1 << ")";
-  const runtime::EmulatedDevices devices =
-      args.devices.empty() ? runtime::EmulatedDevices(world) : runtime::EmulatedDevices::from_file(args.devices, world);
+// The strategies a worker trains under: the scheduled ones (--strategy, then each --switch), or the
+// one dispatch by length chooses for the first batch; the ranks they use.
+struct WorkerPlans {
+  std::vector<runtime::ScheduledPlan> plans;
+  std::unique_ptr<LengthDispatchRun> by_length;  // null without dispatch by length
+  int world = 0;
+  size_t in_force = 0;  // the plan of the run's next step
+};
 
-  // A resumed run starts under the strategy in force at its next step.
-  int64_t first_step = 1;
-  if (!args.resume.empty()) first_step = runtime::ShardedCheckpoint::open(args.resume).state().at("step").get<int64_t>() + 1;
+// Error when the strategies' ranks are not the run's workers.
+WorkerPlans worker_plans(const TrainArgs& args, const models::Model& model, const data::TokenDataset& dataset,
+                         int world_size) {
+  WorkerPlans w{scheduled_plans(args, model), make_length_dispatch(args, model)};
+  if (w.by_length) {  // start under the strategy chosen for the first batch
+    w.by_length->first = w.by_length->training->first_strategy(dataset, args.options, {});
+    const size_t f = w.by_length->first;
+    w.plans = {{1, "", w.by_length->strategies->at(f).strategy, w.by_length->strategies->plan(f)}};
+  }
+  w.world = w.by_length ? w.by_length->world() : world_of(w.plans);
+  HSPMD_CHECK(world_size == w.world)
+      << "the strategies (" << args.strategy << (w.plans.size() > 1 ? " and the --switch ones" : "") << ") use ranks 0.."
+      << w.world - 1 << " but the run has " << world_size << " workers (ranks 0.." << world_size - 1 << ")";
+  return w;
+}
+
+// A resumed run starts under the strategy in force at its next step.
+size_t plan_in_force(const TrainArgs& args, const std::vector<runtime::ScheduledPlan>& plans) {
+  const int64_t first_step =
+      args.resume.empty() ? 1 : runtime::ShardedCheckpoint::open(args.resume).state().at("step").get<int64_t>() + 1;
   size_t in_force = 0;
   while (in_force + 1 < plans.size() && plans[in_force + 1].step <= first_step) ++in_force;
+  return in_force;
+}
 
-  const auto timeout = std::chrono::duration_cast<comm::Millis>(std::chrono::duration<double>(args.comm_timeout));
-  const std::shared_ptr<comm::Store> store = comm::open_run_store(env);
-  // A restarted worker of an elastic run joins the running ones: it starts from their progress
-  // and strategy (holding nothing) and receives state in the switch that admits it.
-  std::optional<elastic::Admission> admission;
-  if (args.elastic && restart_count() > 0) {
-    std::cout << "rank " << env.rank << ": restarted; asking the running workers to admit it" << std::endl;
-    admission = elastic::ElasticRun::join(*store, env.rank, world, comm::Millis(600'000));
-  }
-  comm::GroupCache groups(store, env.rank, comm::gloo_backend({.timeout = timeout, .host = env.host}),
-                          admission ? admission->generation : 0);
-  // The cluster's link tiers (--cluster): switches and elastic re-plans weigh links by them
-  // (heuristic (ii) of the BSR); without --cluster every link counts as equal.
-  std::optional<resolve::Topology> cluster;
-  if (!args.cluster.empty()) {
-    cluster = resolve::Topology::from_file(args.cluster);
-    HSPMD_CHECK(cluster->num_devices() >= world)
-        << "--cluster " << args.cluster << " has " << cluster->num_devices() << " devices, the run " << world << " ranks";
-  }
+// The cluster's link tiers (--cluster): switches and elastic re-plans weigh links by them
+// (heuristic (ii) of the BSR); without --cluster every link counts as equal.
+std::optional<resolve::Topology> cluster_of(const TrainArgs& args, int world) {
+  if (args.cluster.empty()) return std::nullopt;
+  resolve::Topology cluster = resolve::Topology::from_file(args.cluster);
+  HSPMD_CHECK(cluster.num_devices() >= world)
+      << "--cluster " << args.cluster << " has " << cluster.num_devices() << " devices, the run " << world << " ranks";
+  return cluster;
+}
+
+// A restarted worker of an elastic run joins the running ones: it starts from their progress
+// and strategy (holding nothing) and receives state in the switch that admits it.
+std::optional<elastic::Admission> admission_of(const TrainArgs& args, comm::Store& store, int rank, int world) {
+  if (!args.elastic || restart_count() == 0) return std::nullopt;
+  std::cout << "rank " << rank << ": restarted; asking the running workers to admit it" << std::endl;
+  return elastic::ElasticRun::join(store, rank, world, comm::Millis(600'000));
+}
+
+// The trainer's options for this worker: the run's flags, its emulated device, and the plan it
+// starts under (a joining worker's is the running workers').
+runtime::DistOptions worker_options(const TrainArgs& args, const WorkerPlans& w, const runtime::EmulatedDevice& device,
+                                    const resolve::Topology* cluster, const elastic::Admission* admission) {
   runtime::DistOptions options{.train = args.options,
                                .schedule = specialize::parse_schedule_kind(args.schedule),
-                               .device = devices.of(env.rank),
+                               .device = device,
                                .trace = !args.trace.empty(),
-                               .plan_name = plans[in_force].strategy.name};
-  if (cluster) options.topology = &*cluster;
+                               .plan_name = w.plans[w.in_force].strategy.name};
+  options.topology = cluster;
   if (admission) {
     options.members = admission->members;
     options.plan_name = admission->strategy.name;
   }
-  if (by_length) by_length->training->install(options);
-  const sharding::Strategy& initial = admission ? admission->strategy : plans[in_force].strategy;
-  const std::shared_ptr<const models::Model> model = models::load_model(args.model);
-  runtime::DistTrainer trainer(model, dataset, admission ? model->compile_plan(initial) : plans[in_force].plan, options,
-                               env.rank, world, groups);
-  std::unique_ptr<ElasticParts> elastic;
-  if (args.elastic) {
-    elastic = std::make_unique<ElasticParts>(args, config, store, env.rank, world, groups,
-                                             admission ? &*admission : nullptr);
-    elastic->run.attach(trainer, initial);
+  if (w.by_length) w.by_length->training->install(options);
+  return options;
+}
+
+// The rank-0 lines that open a run: its strategy and switches, devices and kernels.
+void print_run_header(const TrainArgs& args, const WorkerPlans& w, const runtime::EmulatedDevices& devices) {
+  const sharding::Strategy& strategy = w.plans[w.in_force].strategy;
+  std::cout << "strategy " << strategy.name << ": " << strategy.pipelines.size() << " pipeline(s) on "
+            << strategy.ranks().size() << " of " << w.world << " ranks; schedule " << args.schedule
+            << (strategy.zero1 ? "; ZeRO-1" : "") << "\n";
+  for (size_t i = w.in_force + 1; i < w.plans.size(); ++i) {
+    std::cout << "switch before step " << w.plans[i].step << " to strategy " << w.plans[i].strategy.name << " ("
+              << w.plans[i].file << ")\n";
   }
-  // The lowest live rank reports (rank 0 may die in an elastic run).
-  auto is_lead = [&] { return env.rank == (elastic ? elastic->run.members().front() : 0); };
-  const bool lead = is_lead();
-  if (lead) {
-    const sharding::Strategy& strategy = plans[in_force].strategy;
-    std::cout << "strategy " << strategy.name << ": " << strategy.pipelines.size() << " pipeline(s) on "
-              << strategy.ranks().size() << " of " << world << " ranks; schedule " << args.schedule
-              << (strategy.zero1 ? "; ZeRO-1" : "") << "\n";
-    for (size_t i = in_force + 1; i < plans.size(); ++i) {
-      std::cout << "switch before step " << plans[i].step << " to strategy " << plans[i].strategy.name << " ("
-                << plans[i].file << ")\n";
-    }
-    if (!args.devices.empty()) std::cout << devices.describe() << "\n";
-    std::cout << kernels_line(args.options.precision) << "\n";
-  }
-  std::cout << trainer.describe() << std::endl;
+  if (!args.devices.empty()) std::cout << devices.describe() << "\n";
+  std::cout << kernels_line(args.options.precision) << "\n";
+}
+
+// --resume or --init-weights: where the trainer starts from (it starts fresh without either).
+void start_from(runtime::DistTrainer& trainer, const TrainArgs& args, bool lead) {
   if (!args.resume.empty()) {
     trainer.restore(args.resume);
     if (lead) std::cout << "resumed from " << args.resume << " at step " << trainer.step_count() << std::endl;
@@ -259,25 +262,80 @@ void run_worker(const TrainArgs& args) {
     trainer.load_weights(runtime::HfWeights(args.init_weights, trainer.model()));  // each rank reads its own slices
     if (lead) std::cout << "loaded weights from " << args.init_weights << std::endl;
   }
+}
+
+// A restarted worker of an elastic run, once its trainer is built: takes the run's progress and
+// receives its state in the switch that admits it.
+void join_run(runtime::DistTrainer& trainer, ElasticParts& parts, const elastic::Admission& admission, int rank) {
+  trainer.adopt_progress(admission.step, admission.loader);
+  const elastic::RecoveryReport r = parts.run.complete_join(trainer);
+  std::cout << "rank " << rank << ": joined the run after step " << r.resume_step << "\n"
+            << trainer.describe() << std::endl;
+}
+
+// Dispatch by length: starts deciding from the trainer's data position and hooks into the loop.
+void start_dispatch(LengthDispatchRun& by_length, runtime::TrainingLoop& loop, const runtime::DistTrainer& trainer,
+                    const data::TokenDataset& dataset, const TrainArgs& args, bool lead) {
+  if (lead) std::cout << by_length.describe() << std::endl;
+  by_length.training->start(dataset, args.options, trainer.loader_state(), by_length.first, trainer.step_count() + 1);
+  loop.add_hook(by_length);
+}
+
+// --trace: this rank's Chrome trace and where its time went.
+void write_trace(runtime::DistTrainer& trainer, const TrainArgs& args, int rank) {
+  trainer.tracer().write(rank_path(args.trace, rank));
+  // F/B spans contain their Reshards' comm spans; waiting for a peer's data counts as comm, and
+  // the optimizer span holds the gradient sync (and the wait for the slowest pipeline).
+  const runtime::TraceSummary s = trainer.tracer().summary();
+  std::printf("trace %s: compute %.0f%%, communication and waiting %.0f%%, optimizer and gradient sync %.0f%% of %.2fs\n",
+              rank_path(args.trace, rank).c_str(), 100 * (s.share("compute") - s.share("comm")),
+              100 * s.share("comm"), 100 * s.share("optimizer"), s.window_seconds);
+}
+
+void run_worker(const TrainArgs& args) {
+  const comm::WorkerEnv env = comm::WorkerEnv::from_environment();
+  const std::shared_ptr<const models::Model> model = models::load_model(args.model);
+  const data::TokenDataset dataset = data::TokenDataset::open(args.data);
+  std::optional<data::TokenDataset> validation;
+  if (args.eval_every > 0) validation = data::TokenDataset::open_validation(args.data);
+  WorkerPlans w = worker_plans(args, *model, dataset, env.world_size);
+  const int world = w.world;
+  const runtime::EmulatedDevices devices =
+      args.devices.empty() ? runtime::EmulatedDevices(world) : runtime::EmulatedDevices::from_file(args.devices, world);
+  w.in_force = plan_in_force(args, w.plans);
+
+  const auto timeout = std::chrono::duration_cast<comm::Millis>(std::chrono::duration<double>(args.comm_timeout));
+  const std::shared_ptr<comm::Store> store = comm::open_run_store(env);
+  const std::optional<elastic::Admission> admission = admission_of(args, *store, env.rank, world);
+  comm::GroupCache groups(store, env.rank, comm::gloo_backend({.timeout = timeout, .host = env.host}),
+                          admission ? admission->generation : 0);
+  const std::optional<resolve::Topology> cluster = cluster_of(args, world);
+  const runtime::DistOptions options = worker_options(args, w, devices.of(env.rank), cluster ? &*cluster : nullptr,
+                                                      admission ? &*admission : nullptr);
+  const sharding::Strategy& initial = admission ? admission->strategy : w.plans[w.in_force].strategy;
+  runtime::DistTrainer trainer(model, dataset, admission ? model->compile_plan(initial) : w.plans[w.in_force].plan,
+                               options, env.rank, world, groups);
+  std::unique_ptr<ElasticParts> elastic;
+  if (args.elastic) {
+    elastic = std::make_unique<ElasticParts>(args, *model, store, env.rank, world, groups,
+                                             admission ? &*admission : nullptr);
+    elastic->run.attach(trainer, initial);
+  }
+  // The lowest live rank reports (rank 0 may die in an elastic run).
+  auto is_lead = [&] { return env.rank == (elastic ? elastic->run.members().front() : 0); };
+  const bool lead = is_lead();
+  if (lead) print_run_header(args, w, devices);
+  std::cout << trainer.describe() << std::endl;
+  start_from(trainer, args, lead);
 
   runtime::TrainingLog log(std::cout, {.total_steps = args.options.steps,
                                        .metrics_path = lead ? args.metrics : "",
                                        .append = !args.resume.empty()});
   log.set_reporting(is_lead);
-  if (admission) {
-    trainer.adopt_progress(admission->step, admission->loader);
-    const elastic::RecoveryReport r = elastic->run.complete_join(trainer);
-    std::cout << "rank " << env.rank << ": joined the run after step " << r.resume_step << "\n"
-              << trainer.describe() << std::endl;
-  }
+  if (admission) join_run(trainer, *elastic, *admission, env.rank);
   runtime::TrainingLoop loop(trainer, log, loop_options(args, validation ? &*validation : nullptr));
-  if (by_length) {
-    if (lead) std::cout << by_length->describe() << std::endl;
-    by_length->training->start(dataset, args.options, trainer.loader_state(), by_length->first,
-                               trainer.step_count() + 1);
-    loop.add_hook(*by_length);
-  }
-  runtime::ScheduledSwitches switches(std::move(plans), in_force);
+  if (w.by_length) start_dispatch(*w.by_length, loop, trainer, dataset, args, lead);
+  runtime::ScheduledSwitches switches(std::move(w.plans), w.in_force);
   switches.set_bsr_algorithm(resolve::parse_bsr_algorithm(args.switch_bsr));
   loop.add_hook(switches);
   if (elastic) {
@@ -285,15 +343,7 @@ void run_worker(const TrainArgs& args) {
     loop.add_hook(elastic->hook);
   }
   loop.run();
-  if (!args.trace.empty()) {
-    trainer.tracer().write(rank_path(args.trace, env.rank));
-    // F/B spans contain their Reshards' comm spans; waiting for a peer's data counts as comm, and
-    // the optimizer span holds the gradient sync (and the wait for the slowest pipeline).
-    const runtime::TraceSummary s = trainer.tracer().summary();
-    std::printf("trace %s: compute %.0f%%, communication and waiting %.0f%%, optimizer and gradient sync %.0f%% of %.2fs\n",
-                rank_path(args.trace, env.rank).c_str(), 100 * (s.share("compute") - s.share("comm")),
-                100 * s.share("comm"), 100 * s.share("optimizer"), s.window_seconds);
-  }
+  if (!args.trace.empty()) write_trace(trainer, args, env.rank);
   if (is_lead() && args.check_single) check_single_process(args, model, dataset, loop.losses());
 }
 
@@ -303,11 +353,10 @@ void run_dist_train(const TrainArgs& args) {
   HSPMD_CHECK(args.dump_init_weights.empty()) << "--dump-init-weights is single-process only";
   if (std::getenv("RANK") != nullptr || args.nproc == 0) return run_worker(args);
   // Bad files and flags fail here, once, before any worker starts.
-  const models::LlamaConfig config = models::LlamaConfig::from_file(args.model);
-  const std::unique_ptr<LengthDispatchRun> by_length = make_length_dispatch(args, config);
-  const int world = by_length ? by_length->world() : world_of(scheduled_plans(args, config));
-  resolve_before_launch(args, config, by_length.get());
   const std::shared_ptr<const models::Model> model = models::load_model(args.model);
+  const std::unique_ptr<LengthDispatchRun> by_length = make_length_dispatch(args, *model);
+  const int world = by_length ? by_length->world() : world_of(scheduled_plans(args, *model));
+  resolve_before_launch(args, *model, by_length.get());
   if (!args.init_weights.empty()) const runtime::HfWeights checked(args.init_weights, *model);
   if (!args.devices.empty()) const runtime::EmulatedDevices checked = runtime::EmulatedDevices::from_file(args.devices, world);
   runtime::validate_options(args.options, *model);

@@ -5,8 +5,6 @@
 #include <vector>
 
 #include "hspmd/core/error.h"
-#include "hspmd/models/llama_model.h"
-#include "hspmd/models/llama_plan.h"
 #include "hspmd/specialize/plan_report.h"
 #include "hspmd/switching/switch_plan.h"
 
@@ -31,7 +29,7 @@ void naming(const std::string& flag, const std::string& strategy, Fn&& fn) {
   }
 }
 
-std::vector<Candidate> candidates(const TrainArgs& args, const models::LlamaConfig& config,
+std::vector<Candidate> candidates(const TrainArgs& args, const models::Model& model,
                                   const LengthDispatchRun* by_length) {
   std::vector<Candidate> out;
   if (by_length) {
@@ -47,7 +45,7 @@ std::vector<Candidate> candidates(const TrainArgs& args, const models::LlamaConf
   for (const auto& [flag, file] : files) {
     sharding::Strategy st = sharding::Strategy::from_file(file);
     Candidate c{flag, st, {}};
-    naming(flag, st.name, [&] { c.plan = models::compile_llama_plan(config, st); });
+    naming(flag, st.name, [&] { c.plan = model.compile_plan(st); });
     out.push_back(std::move(c));
   }
   return out;
@@ -55,19 +53,18 @@ std::vector<Candidate> candidates(const TrainArgs& args, const models::LlamaConf
 
 }  // namespace
 
-void resolve_before_launch(const TrainArgs& args, const models::LlamaConfig& config, const LengthDispatchRun* by_length) {
-  const std::vector<Candidate> plans = candidates(args, config, by_length);
-  const models::ModelGraph model = models::Llama(config).build({});
+void resolve_before_launch(const TrainArgs& args, const models::Model& model, const LengthDispatchRun* by_length) {
+  const std::vector<Candidate> plans = candidates(args, model, by_length);
+  const models::ModelGraph graph = model.build({});
   const specialize::PlanReportOptions options{.schedule = specialize::parse_schedule_kind(args.schedule),
                                               .seq_len = args.options.seq_len};
   for (const Candidate& c : plans) {
-    naming(c.flag, c.strategy.name, [&] { specialize::make_plan_report(model, c.plan, options); });
+    naming(c.flag, c.strategy.name, [&] { specialize::make_plan_report(graph, c.plan, options); });
   }
   // Dispatch by length planned the switches between its strategies when it priced them
   // (planner/length_strategies.h); scheduled switches go from each plan to the next.
   if (by_length) return;
-  std::vector<std::pair<std::string, Shape>> params;
-  for (const models::LlamaParam& p : models::llama_parameters(config)) params.emplace_back(p.name, p.shape);
+  const std::vector<std::pair<std::string, Shape>> params = models::parameter_shapes(model);
   for (size_t i = 1; i < plans.size(); ++i) {
     naming(plans[i].flag, plans[i].strategy.name, [&] {
       switching::plan_switch(switching::param_layouts(plans[i - 1].plan, params),

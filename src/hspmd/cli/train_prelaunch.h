@@ -9,11 +9,11 @@
 
 #include "hspmd/cli/train_args.h"
 #include "hspmd/cli/train_dispatch.h"
-#include "hspmd/models/llama_config.h"
+#include "hspmd/models/model.h"
 
 namespace hspmd::cli {
 
 // Error naming the flag and strategy at fault; `by_length` is null without dispatch by length.
-void resolve_before_launch(const TrainArgs& args, const models::LlamaConfig& config, const LengthDispatchRun* by_length);
+void resolve_before_launch(const TrainArgs& args, const models::Model& model, const LengthDispatchRun* by_length);
 
 }  // namespace hspmd::cli

@@ -3,7 +3,7 @@
 // in graph/kernel_registry.h); the registry is built by a switch over this enum, so adding a kind
 // without an entry fails to compile (-Wswitch, part of -Wall, with no default label).
 //
-// Forward kinds (Llama):        backward kinds they emit:
+// Forward kinds:                backward kinds they emit:
 //   kEmbedding                    kEmbeddingBwd
 //   kRmsNorm  (y, rstd)           kRmsNormBwd (dx, dweight)
 //   kMatmul                       kMatmul (transposed operands)

@@ -9,7 +9,7 @@
 // total > max_grad_norm, every gradient is scaled by max_grad_norm / total (in place);
 // (2) lr = schedule.at(step); (3) kernels::adamw_step per parameter. Weight decay applies to
 // matrices only (rank >= 2) unless decay_vectors: norm weights are not decayed, as is usual for
-// Llama training. State (m, v per parameter, step) is exposed for checkpoints.
+// decoder language-model training. State (m, v per parameter, step) is exposed for checkpoints.
 #pragma once
 
 #include <cstdint>

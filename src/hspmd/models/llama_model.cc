@@ -1,6 +1,5 @@
 #include "hspmd/models/llama_model.h"
 
-#include <numeric>
 #include <utility>
 
 #include "hspmd/core/error.h"
@@ -9,12 +8,6 @@
 #include "hspmd/models/llama_plan.h"
 
 namespace hspmd::models {
-
-std::vector<int64_t> packed_order(int64_t tokens) {
-  std::vector<int64_t> order(static_cast<size_t>(tokens));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  return order;
-}
 
 Llama::Llama(LlamaConfig config) : config_(std::move(config)) { config_.validate(); }
 
@@ -48,10 +41,12 @@ ModelSizes Llama::sizes() const {
   s.heads = config_.num_attention_heads;
   s.kv_heads = config_.num_key_value_heads;
   s.vocab = config_.vocab_size;
+  s.head_dim = config_.head_dim();
   for (const LlamaParam& p : llama_parameters(config_)) {
     const double n = static_cast<double>(p.shape.numel());
     if (p.layer == 0) {
       s.layer_parameters += n;
+      if (p.role == LlamaParamRole::kNorm || p.role == LlamaParamRole::kHeadNorm) s.layer_norm_parameters += n;
     } else if (p.layer < 0) {
       (p.role == LlamaParamRole::kEmbedding ? s.embedding_parameters : s.head_parameters) += n;
     }
@@ -79,6 +74,10 @@ ModelGraph Llama::build(const ModelBuildOptions& options) const {
 
 sharding::AnnotationPlan Llama::compile_plan(const sharding::Strategy& strategy) const {
   return compile_llama_plan(config_, strategy);
+}
+
+std::string Llama::summary() const {
+  return Model::summary() + (config_.tie_word_embeddings ? ", tied embeddings" : "");
 }
 
 graph::TensorMap Llama::feeds(const data::Batch& batch, int64_t label_tokens, const std::vector<int64_t>& order) const {

@@ -37,6 +37,7 @@ class Llama final : public Model {
   std::string describe() const override;  // models/llama_description.h
   ModelSizes sizes() const override;
   std::shared_ptr<const Model> with_num_layers(int layers) const override;
+  std::string summary() const override;  // ", tied embeddings" when they are
   ModelGraph build(const ModelBuildOptions& options) const override;
   sharding::AnnotationPlan compile_plan(const sharding::Strategy& strategy) const override;
   graph::TensorMap feeds(const data::Batch& batch, int64_t label_tokens,

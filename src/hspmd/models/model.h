@@ -24,13 +24,15 @@
 //                rather than loads) and the dtype its config says they are stored in, so the import,
 //                audit and export of runtime/hf_weights.h and runtime/hf_export.h need no model names;
 //   sizes        what the planner's cost model prices it by, and the same model with fewer layers
-//                (the profiler times 1- and 3-layer models to tell a layer from the ends).
+//                (the profiler times 1- and 3-layer models to tell a layer from the ends);
+//   summary      the line `hspmd checkpoint info` prints about it (a default from sizes()).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -74,7 +76,13 @@ struct ParamSpec {
 struct ModelSizes {
   int64_t layers = 0, hidden = 0, ffn = 0, vocab = 0;
   int64_t heads = 0, kv_heads = 0;  // attention heads and key/value heads; 0 without attention
+  // The width of one attention head (0 without attention). Not always hidden / heads (a config's
+  // "head_dim"): the derived profile (planner/derived_profile.h) prices K and V by it.
+  int64_t head_dim = 0;
   double layer_parameters = 0;      // one decoder layer
+  // Of layer_parameters, the normalization weights: the derived profile counts matmul FLOPs by the
+  // rest of them.
+  double layer_norm_parameters = 0;
   double embedding_parameters = 0;  // the input embedding
   double head_parameters = 0;       // what follows the last layer (final norm, output head)
 };
@@ -113,6 +121,9 @@ class Model {
   virtual ModelSizes sizes() const = 0;
   // This model with `layers` decoder layers, everything else alike; Error when it cannot have them.
   virtual std::shared_ptr<const Model> with_num_layers(int layers) const = 0;
+  // One line for listings (`hspmd checkpoint info`): "4 layers, hidden 128, 4 heads (2 key/value),
+  // intermediate 352, vocab 260, 1234 parameters" from sizes(), plus what a model adds to it.
+  virtual std::string summary() const;
 
   virtual ModelGraph build(const ModelBuildOptions& options) const = 0;
   // Error naming the pipeline or stage at fault when the strategy does not fit the model.
@@ -130,5 +141,11 @@ class Model {
 
 // 0, 1, ..., tokens - 1: the order of a batch fed as packed.
 std::vector<int64_t> packed_order(int64_t tokens);
+
+// The elements of every parameter together.
+int64_t num_parameters(const Model& model);
+// (name, global shape) of every parameter, in the model's order: what checkpoints, switching plans
+// and the planner's switch costs are keyed by.
+std::vector<std::pair<std::string, Shape>> parameter_shapes(const Model& model);
 
 }  // namespace hspmd::models

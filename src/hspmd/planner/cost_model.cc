@@ -8,7 +8,6 @@
 
 #include "hspmd/core/byte_size.h"
 #include "hspmd/core/error.h"
-#include "hspmd/models/llama_model.h"
 
 namespace hspmd::planner {
 
@@ -22,8 +21,6 @@ std::string tier_name(resolve::LinkTier tier) { return std::string(resolve::link
 const LinkProfile* link_of(const std::optional<LinkProfile>& l) { return l ? &*l : nullptr; }
 
 }  // namespace
-
-ModelShape ModelShape::of(const models::LlamaConfig& c) { return of(models::Llama(c)); }
 
 ModelShape ModelShape::of(const models::Model& model) { return ModelShape{model.sizes()}; }
 
@@ -42,9 +39,9 @@ bool ModelShape::tp_divides(int t) const {
   return true;
 }
 
-CostModel::CostModel(const models::LlamaConfig& config, const resolve::Topology& topology, const Profile& profile,
+CostModel::CostModel(const models::Model& model, const resolve::Topology& topology, const Profile& profile,
                      CostOptions options)
-    : shape_(ModelShape::of(config)),
+    : shape_(ModelShape::of(model)),
       topology_(topology),
       profile_(profile),
       options_(options),

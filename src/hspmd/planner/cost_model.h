@@ -1,7 +1,7 @@
 // CostModel: predicts the step time and each rank's peak memory of a strategy (sharding/strategy.h)
 // on a cluster (resolve/topology.h) from a profile (planner/profile.h), without running anything.
 //
-//   CostModel cm(config, topology, profile, {.seq_len = 4096});
+//   CostModel cm(*load_model("configs/llama-32b.json"), topology, profile, {.seq_len = 4096});
 //   Prediction p = cm.predict(Strategy::from_file("table9-32b-16h800-32h20.json"));
 //   p.step_seconds;              // the slowest pipeline, its gradient sync and optimizer
 //   p.ranks[r].memory.total();   // peak bytes of rank r
@@ -39,7 +39,6 @@
 #include <string>
 #include <vector>
 
-#include "hspmd/models/llama_config.h"
 #include "hspmd/models/model.h"
 #include "hspmd/planner/profile.h"
 #include "hspmd/resolve/topology.h"
@@ -100,21 +99,21 @@ struct Prediction {
 
 // The model's sizes (models::Model::sizes) with what the planner derives from them.
 struct ModelShape : models::ModelSizes {
-  static ModelShape of(const models::LlamaConfig& config);
   static ModelShape of(const models::Model& model);
   // The parameters a pipeline stage of `layers` decoder layers holds: the embedding on the first
   // stage, the final norm and lm_head on the last (both for the whole model in one stage). Every
   // price of a stage's memory, gradient sync and optimizer step starts from this one count.
   double stage_parameters(int layers, bool first, bool last) const;
   // Whether TP degree t splits the heads, KV heads, hidden size, FFN and vocabulary evenly (the
-  // degrees the runtime's Llama plans accept, so the ones worth profiling and planning).
+  // degrees a model's plans accept, so the ones worth profiling and planning).
   bool tp_divides(int t) const;
 };
 
 class CostModel {
  public:
-  // Keeps references: the topology and profile must outlive the model.
-  CostModel(const models::LlamaConfig& config, const resolve::Topology& topology, const Profile& profile,
+  // Keeps references: the topology and profile must outlive the cost model (the model need not:
+  // it is priced by its sizes, copied).
+  CostModel(const models::Model& model, const resolve::Topology& topology, const Profile& profile,
             CostOptions options = {});
 
   // Errors: a rank outside the cluster, a (kind, TP) the profile lacks, a strategy that does not

@@ -8,15 +8,17 @@
 
 namespace hspmd::planner {
 
-Profile derive_profile(const models::LlamaConfig& c, const resolve::Topology& cluster, const DerivationOptions& o) {
+Profile derive_profile(const models::Model& model, const resolve::Topology& cluster, const DerivationOptions& o) {
   HSPMD_CHECK(o.efficiency > 0 && o.efficiency <= 1) << "derived profile: efficiency must be in (0, 1], got "
                                                       << o.efficiency;
-  const ModelShape shape = ModelShape::of(c);
-  const double h = static_cast<double>(c.hidden_size), f = static_cast<double>(c.intermediate_size);
-  const double kv_width = static_cast<double>(c.num_key_value_heads * c.head_dim());
-  const double V = static_cast<double>(c.vocab_size);
-  // Matmul parameters of one layer: everything but the two norm weights.
-  const double matmul_params = shape.layer_parameters - 2 * h;
+  const ModelShape shape = ModelShape::of(model);
+  HSPMD_CHECK(shape.kv_heads == 0 || shape.head_dim > 0)
+      << "derived profile: model " << model.model_type() << " gives no head_dim for its key/value heads";
+  const double h = static_cast<double>(shape.hidden), f = static_cast<double>(shape.ffn);
+  const double kv_width = static_cast<double>(shape.kv_heads * shape.head_dim);
+  const double V = static_cast<double>(shape.vocab);
+  // Matmul parameters of one layer: everything but the norm weights.
+  const double matmul_params = shape.layer_parameters - shape.layer_norm_parameters;
 
   std::map<std::string, std::pair<double, std::map<int, int>>> kinds;  // type -> peak, node -> count
   for (int r = 0; r < cluster.num_devices(); ++r) {

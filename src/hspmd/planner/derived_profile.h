@@ -19,7 +19,7 @@
 
 #include <vector>
 
-#include "hspmd/models/llama_config.h"
+#include "hspmd/models/model.h"
 #include "hspmd/planner/profile.h"
 #include "hspmd/resolve/topology.h"
 
@@ -34,7 +34,7 @@ struct DerivationOptions {
 
 // One device kind per "type" of the cluster, TP degrees: powers of two up to the kind's largest
 // node that divide the model's heads, KV heads, hidden, FFN and vocabulary.
-Profile derive_profile(const models::LlamaConfig& config, const resolve::Topology& cluster,
+Profile derive_profile(const models::Model& model, const resolve::Topology& cluster,
                        const DerivationOptions& options);
 
 }  // namespace hspmd::planner

@@ -159,7 +159,8 @@ double predicted(const std::vector<size_t>& items, std::span<const int64_t> leng
 
 }  // namespace
 
-Dispatch dispatch(std::span<const int64_t> lengths, std::span<const PipelineModel> pipelines) {
+std::optional<std::string> sequence_too_long(std::span<const int64_t> lengths,
+                                             std::span<const PipelineModel> pipelines) {
   HSPMD_CHECK(!pipelines.empty()) << "dispatch: the strategy has no pipeline";
   size_t roomiest = 0;
   for (size_t p = 1; p < pipelines.size(); ++p) {
@@ -168,12 +169,17 @@ Dispatch dispatch(std::span<const int64_t> lengths, std::span<const PipelineMode
   const int64_t limit = pipelines[roomiest].max_tokens;
   for (size_t i = 0; i < lengths.size(); ++i) {
     if (lengths[i] > limit) {
-      throw SequenceTooLong("sequence " + std::to_string(i) + " of the batch has " + std::to_string(lengths[i]) +
-                            " tokens, longer than any pipeline of the strategy can hold: the limit is " +
-                            std::to_string(limit) + " tokens (pipeline " + std::to_string(roomiest) +
-                            "'s memory); use a strategy for longer sequences or a shorter --seq-len");
+      return "sequence " + std::to_string(i) + " of the batch has " + std::to_string(lengths[i]) +
+             " tokens, longer than any pipeline of the strategy can hold: the limit is " + std::to_string(limit) +
+             " tokens (pipeline " + std::to_string(roomiest) +
+             "'s memory); use a strategy for longer sequences or a shorter --seq-len";
     }
   }
+  return std::nullopt;
+}
+
+Dispatch dispatch(std::span<const int64_t> lengths, std::span<const PipelineModel> pipelines) {
+  if (std::optional<std::string> why = sequence_too_long(lengths, pipelines)) throw SequenceTooLong(*why);
   std::vector<size_t> order(lengths.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lengths[a] > lengths[b]; });

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -93,5 +94,9 @@ struct Dispatch {
 
 // Throws SequenceTooLong naming the sequence's index and length and the longest a pipeline holds.
 Dispatch dispatch(std::span<const int64_t> lengths, std::span<const PipelineModel> pipelines);
+// What dispatch() would refuse the batch with, asked beforehand (a caller weighing several strategies
+// skips one that cannot hold the batch): none when every sequence fits some pipeline.
+std::optional<std::string> sequence_too_long(std::span<const int64_t> lengths,
+                                             std::span<const PipelineModel> pipelines);
 
 }  // namespace hspmd::planner

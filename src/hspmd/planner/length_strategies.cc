@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <optional>
 
-#include "hspmd/models/llama_plan.h"
 #include "hspmd/switching/switch_plan.h"
 
 namespace hspmd::planner {
@@ -28,12 +28,11 @@ double bsr_seconds(const resolve::FusedBsr& bsr, const resolve::Topology& topolo
 
 }  // namespace
 
-LengthStrategies::LengthStrategies(const models::LlamaConfig& config, const CostModel& cost_model,
+LengthStrategies::LengthStrategies(const models::Model& model, const CostModel& cost_model,
                                    std::vector<LengthStrategy> set, const PipelineModelOptions& options)
     : set_(std::move(set)) {
   HSPMD_CHECK(!set_.empty()) << "strategies per maximum length: none given";
-  std::vector<std::pair<std::string, Shape>> params;
-  for (const models::LlamaParam& p : models::llama_parameters(config)) params.emplace_back(p.name, p.shape);
+  const std::vector<std::pair<std::string, Shape>> params = models::parameter_shapes(model);
   std::vector<std::vector<switching::ParamLayout>> layouts;
   for (size_t i = 0; i < set_.size(); ++i) {
     const LengthStrategy& s = set_[i];
@@ -47,7 +46,7 @@ LengthStrategies::LengthStrategies(const models::LlamaConfig& config, const Cost
           << "strategy " << s.strategy.name << " uses rank " << r << " but cluster " << cost_model.topology().name()
           << " has " << cost_model.topology().num_devices() << " devices";
     }
-    plans_.push_back(models::compile_llama_plan(config, s.strategy));
+    plans_.push_back(model.compile_plan(s.strategy));
     models_.push_back(pipeline_models(cost_model, s.strategy, options));
     layouts.push_back(switching::param_layouts(plans_.back(), params));
   }
@@ -74,13 +73,11 @@ Choice LengthStrategies::choose(std::span<const int64_t> lengths, size_t current
   std::string refusals;
   for (size_t i = 0; i < set_.size(); ++i) {
     if (longest > set_[i].max_len) continue;
-    Dispatch d;
-    try {
-      d = dispatch(lengths, models_[i]);
-    } catch (const SequenceTooLong& e) {
-      refusals += "; strategy " + set_[i].strategy.name + ": " + e.what();
+    if (std::optional<std::string> why = sequence_too_long(lengths, models_[i])) {
+      refusals += "; strategy " + set_[i].strategy.name + ": " + *why;
       continue;
     }
+    Dispatch d = dispatch(lengths, models_[i]);
     const double sw = current == kNone || i == current ? 0.0 : switch_seconds_[current][i];
     best.predicted[i] = d.step_seconds + sw;
     if (!found || best.predicted[i] < best.predicted[best.strategy]) {

@@ -3,7 +3,7 @@
 // batch: the one with the lowest predicted time for that batch (its dispatch, planner/dispatcher.h),
 // counting the switch from the strategy in force (runtime/dist_trainer.h switch_to).
 //
-//   LengthStrategies set(config, cost_model, {{4096, a}, {32768, b}}, {.seq_len = 32768});
+//   LengthStrategies set(model, cost_model, {{4096, a}, {32768, b}}, {.seq_len = 32768});
 //   Choice c = set.choose(lengths, /*current=*/0);  // c.strategy, c.dispatch, c.predicted[k]
 //
 // Switch cost: the bytes of the one fused BSR that moves every parameter and both AdamW moments
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "hspmd/models/llama_config.h"
+#include "hspmd/models/model.h"
 #include "hspmd/planner/cost_model.h"
 #include "hspmd/planner/dispatcher.h"
 #include "hspmd/sharding/plan.h"
@@ -42,7 +42,7 @@ class LengthStrategies {
  public:
   // Strategies in increasing max_len (Error otherwise, or when one does not fit the model).
   // `options.seq_len` is the run's context length (how micro-batches are packed).
-  LengthStrategies(const models::LlamaConfig& config, const CostModel& cost_model, std::vector<LengthStrategy> set,
+  LengthStrategies(const models::Model& model, const CostModel& cost_model, std::vector<LengthStrategy> set,
                    const PipelineModelOptions& options);
 
   // Error (SequenceTooLong) when the batch's longest sequence exceeds every strategy's max_len or

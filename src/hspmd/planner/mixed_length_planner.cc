@@ -164,14 +164,14 @@ std::string MixedLengthPlan::to_string() const {
   return out.str();
 }
 
-MixedLengthPlan plan_mixed_length(const models::LlamaConfig& config, const resolve::Topology& topology,
+MixedLengthPlan plan_mixed_length(const models::Model& model, const resolve::Topology& topology,
                                   const Profile& profile, const std::vector<std::pair<int64_t, uint64_t>>& lengths,
                                   const MixedLengthOptions& options) {
   HSPMD_CHECK(!lengths.empty()) << "mixed-length planner: the dataset has no segment";
   HSPMD_CHECK(options.seq_len > 0 && options.global_batch_tokens > 0)
       << "mixed-length planner: seq_len and global_batch_tokens must be positive";
-  const int layers = config.num_hidden_layers;
-  const CostModel cm(config, topology, profile, {.seq_len = options.seq_len});
+  const int layers = model.num_layers();
+  const CostModel cm(model, topology, profile, {.seq_len = options.seq_len});
 
   // Device kinds and methods.
   std::vector<Kind> kinds;

@@ -2,7 +2,7 @@
 // a heterogeneous strategy whose pipelines are tailored to length intervals, plus one strategy per
 // maximum-length bucket (for `hspmd train --strategy-for-max-len`, docs/dispatch.md).
 //
-//   MixedLengthPlan p = plan_mixed_length(config, cluster, profile, histogram.segment_lengths,
+//   MixedLengthPlan p = plan_mixed_length(model, cluster, profile, histogram.segment_lengths,
 //                                         {.seq_len = 4096, .global_batch_tokens = 65536});
 //   p.heterogeneous               // every interval's pipelines together
 //   p.per_max_length[i]           // {max_len, strategy planned for batches up to max_len}
@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "hspmd/models/llama_config.h"
+#include "hspmd/models/model.h"
 #include "hspmd/planner/length_strategies.h"
 #include "hspmd/planner/profile.h"
 #include "hspmd/resolve/topology.h"
@@ -55,7 +55,7 @@ struct MixedLengthPlan {
 
 // `lengths`: (segment length, count) pairs (data::LengthHistogram::segment_lengths). Error when no
 // method on the cluster holds the longest segment, naming its length.
-MixedLengthPlan plan_mixed_length(const models::LlamaConfig& config, const resolve::Topology& topology,
+MixedLengthPlan plan_mixed_length(const models::Model& model, const resolve::Topology& topology,
                                   const Profile& profile, const std::vector<std::pair<int64_t, uint64_t>>& lengths,
                                   const MixedLengthOptions& options);
 

@@ -29,13 +29,12 @@ std::string join_ranks(const std::vector<int>& ranks) {
 
 }  // namespace
 
-Planner::Planner(const models::LlamaConfig& config, const resolve::Topology& topology, const Profile& profile,
+Planner::Planner(const models::Model& model, const resolve::Topology& topology, const Profile& profile,
                  PlannerOptions options)
-    : config_(config),
-      topology_(topology),
+    : topology_(topology),
       profile_(profile),
       options_(std::move(options)),
-      cost_(config, topology, profile, {.seq_len = options_.seq_len, .schedule = options_.schedule}) {
+      cost_(model, topology, profile, {.seq_len = options_.seq_len, .schedule = options_.schedule}) {
   HSPMD_CHECK(options_.global_batch > 0) << "planner: the global batch must be positive, got " << options_.global_batch;
   for (int b : options_.micro_batch_sizes) {
     HSPMD_CHECK(b > 0 && options_.global_batch % b == 0)

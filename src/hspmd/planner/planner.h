@@ -1,7 +1,8 @@
 // Planner: writes a (possibly heterogeneous) strategy for a model on a cluster from a profile, by
 // the two-level optimization of the paper's Appendix A.1, with the cost model as the objective.
 //
-//   Planner planner(config, topology, profile, {.global_batch = 64, .seq_len = 4096});
+//   Planner planner(*load_model("configs/llama-32b.json"), topology, profile,
+//                   {.global_batch = 64, .seq_len = 4096});
 //   Plan plan = planner.plan();          // Error with the figures when nothing fits in memory
 //   plan.strategy.to_json_text();        // a strategy file `hspmd train --strategy` accepts
 //   plan.prediction.step_seconds;
@@ -27,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "hspmd/models/llama_config.h"
+#include "hspmd/models/model.h"
 #include "hspmd/planner/cost_model.h"
 #include "hspmd/planner/profile.h"
 #include "hspmd/resolve/topology.h"
@@ -88,8 +89,9 @@ struct Plan {
 
 class Planner {
  public:
-  // Keeps references: topology and profile must outlive the planner.
-  Planner(const models::LlamaConfig& config, const resolve::Topology& topology, const Profile& profile,
+  // Keeps references: topology and profile must outlive the planner (the model need not: the
+  // cost model keeps its sizes).
+  Planner(const models::Model& model, const resolve::Topology& topology, const Profile& profile,
           PlannerOptions options);
 
   // The fastest plan found. Error when no candidate fits in memory, with the model's and the
@@ -107,7 +109,6 @@ class Planner {
  private:
   Plan run(const std::vector<int>& devices, const sharding::Strategy* previous) const;
 
-  models::LlamaConfig config_;
   const resolve::Topology& topology_;
   const Profile& profile_;
   PlannerOptions options_;

@@ -79,12 +79,6 @@ std::vector<std::pair<std::string, Tensor>> ordered(const graph::TensorMap& tens
   return out;
 }
 
-std::vector<std::pair<std::string, Shape>> model_tensors(const models::Model& model) {
-  std::vector<std::pair<std::string, Shape>> out;
-  for (const models::ParamSpec& p : model.parameters()) out.emplace_back(p.name, p.shape);
-  return out;
-}
-
 std::vector<std::pair<std::string, Shape>> optimizer_tensors(const models::Model& model) {
   std::vector<std::pair<std::string, Shape>> out;
   for (const models::ParamSpec& p : model.parameters()) {
@@ -212,7 +206,7 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c, const models::
   HSPMD_CHECK(!dir.empty()) << "checkpoint directory is empty";
   check_same_config(c.state.config, m, "the checkpoint to save");
   const nlohmann::json config = m.config_json();
-  auto model = ordered(c.model, model_tensors(m), "model");
+  auto model = ordered(c.model, models::parameter_shapes(m), "model");
   // m and v live in one file, under "<param>.exp_avg" / "<param>.exp_avg_sq".
   graph::TensorMap opt;
   for (const auto& [name, t] : c.exp_avg) opt.emplace(name + ".exp_avg", t);
@@ -280,7 +274,7 @@ Checkpoint load_checkpoint(const std::string& dir, const models::Model& model) {
   }
   check_same_config(j.at("config"), model, dir);
 
-  c.model = read_exact(dir + "/" + kModelFile, model_tensors(model));
+  c.model = read_exact(dir + "/" + kModelFile, models::parameter_shapes(model));
   graph::TensorMap opt = read_exact(dir + "/" + kOptimizerFile, optimizer_tensors(model));
   for (const models::ParamSpec& p : model.parameters()) {
     c.exp_avg.emplace(p.name, opt.at(p.name + ".exp_avg"));

@@ -52,7 +52,13 @@ DistTrainer::DistTrainer(std::shared_ptr<const models::Model> model, const data:
              session_, cache_),
       lr_schedule_(optimizer_options(options_.train).schedule),
       pacer_(options_.device.speed),
-      tracer_(rank, options_.trace) {
+      tracer_(rank, options_.trace),
+      runner_(*model_, graph_, rank,
+              {.seq_len = options_.train.seq_len,
+               .schedule = options_.schedule,
+               .layout = options_.layout,
+               .split_batch = options_.split_batch},
+              {*allocator_, session_, cache_, pacer_, tracer_}) {
   const TrainerOptions& o = options_.train;
   members_ = options_.members.empty() ? all_ranks(world_size_) : options_.members;
   check_dataset_fits(dataset, *model_);
@@ -108,7 +114,7 @@ double DistTrainer::evaluate(const data::TokenDataset& dataset, int64_t max_toke
     tokens += global.num_tokens();
     if (labels == 0) continue;
     const double loss = run_passes(segments, labels, /*train=*/false);
-    if (counts_loss()) totals[0] += loss * static_cast<double>(labels);
+    if (runner_.counts_loss(*current_)) totals[0] += loss * static_cast<double>(labels);
     totals[1] += static_cast<double>(labels);
   }
   session_.wait_deferred();
@@ -166,7 +172,7 @@ double DistTrainer::post(double loss_sum) {
   // Kept until the update: if the totals reach another rank but not this one, it can still apply
   // the step after a failure (finish_interrupted_step).
   synced_grads_ = grads;
-  std::vector<double> totals{squares, counts_loss() ? loss_sum : 0.0};
+  std::vector<double> totals{squares, runner_.counts_loss(*current_) ? loss_sum : 0.0};
   all_ranks_group()->allreduce({.data = comm::CommBuffer::of(totals)}).wait();
   if (commits_.step) commits_.step(step_ + 1, totals);  // before any weight changes anywhere
   apply_update(grads, totals, /*gather=*/true);
@@ -207,11 +213,15 @@ void DistTrainer::apply_update(std::vector<Tensor>& grads, const std::vector<dou
                            offsets_in(s.region, s.state_region), s.state_region.shape().dims());
       continue;
     }
-    pace();
+    pacer_.pad();
     const resolve::Resolution& r = cache_.resolve(s.state_annotation, s.annotation, s.shape, s.name);
     s.value.copy_from(execute_reshard(r, s.shape, rank_, slice, session_, "post"));
   }
-  pace();
+  pacer_.pad();
+}
+
+double DistTrainer::run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train) {
+  return runner_.run(*current_, state_, segments, labels, {.train = train, .step = step_ + 1});
 }
 
 }  // namespace hspmd::runtime

@@ -14,8 +14,8 @@
 // The trainer sequences a few parts, each in its own file:
 //   runtime/plan_cache.h       specialized plans (executable graph, schedule, memory, communicators)
 //   runtime/training_state.h   this rank's slices of every parameter and its AdamW moments
-//   runtime/step_runner.cc     one global batch through this rank's schedule (F, B, each op)
-//   dist_trainer.cc            construction, step (run, Post, AdamW), evaluation
+//   runtime/step_runner.h      one global batch through this rank's schedule (F, B, each op)
+//   dist_trainer.cc            construction, step (the runner's passes, Post, AdamW), evaluation
 //   dist_trainer_checkpoint.cc save, restore, weight loading
 //   dist_trainer_switch.cc     graph switching and what elastic recovery adds to it
 //
@@ -76,6 +76,7 @@
 #include "hspmd/runtime/trace.h"
 #include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/plan_cache.h"
+#include "hspmd/runtime/step_runner.h"
 #include "hspmd/runtime/train_options.h"
 #include "hspmd/runtime/training_state.h"
 #include "hspmd/specialize/exec_graph.h"
@@ -244,7 +245,6 @@ class DistTrainer {
   const models::ModelGraph& model_graph() const { return graph_; }
 
  private:
-  struct MicroBatch;
   // ---- graph switching (dist_trainer_switch.cc) ----
   // This rank's shards of every tensor of a switch plan, before and after: sources[i] and
   // destinations[i] for the plan's tensor i.
@@ -259,18 +259,9 @@ class DistTrainer {
                                         resolve::BsrAlgorithm algorithm, const std::vector<int>& dead) const;
   // Allocates `moved` (a shard kept in place is the old tensor, not a copy).
   StateTransfer state_transfer(const switching::SwitchPlan& sp, ShardedState& moved, bool after_failure);
-  // ---- the step runner (step_runner.cc) ----
-  // This rank's part of one global batch, in its schedule's order: forward passes (and the backward
-  // ones when `train`); returns the sum of the losses of its micro-batches.
+  // This rank's part of one global batch under the current plan (the step runner's run); returns
+  // the sum of its micro-batch losses.
   double run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train);
-  void forward(MicroBatch& mb);
-  void backward(MicroBatch& mb);
-  void run_op(int id, MicroBatch& mb);
-  Tensor run_reshard(int id, const Tensor& src, const SymBinding& binding, const std::string& channel);
-  bool counts_loss() const;  // whether this rank's micro-batch losses enter the global loss
-  Tensor own_part(const sharding::Annotation& a, const Tensor& fed) const;  // this rank's part of a fed tensor
-  void pace();                                     // sleeps the emulated slowdown of the compute so far
-  std::string where(const std::string& op) const;  // "rank 2, op 'x': " for errors
 
   // Restores the state from `read` after checking that the saved run (its options and seed) had this
   // run's data stream; `source` names it in errors.
@@ -306,6 +297,7 @@ class DistTrainer {
   ComputePacer pacer_;
   double last_grad_norm_ = 0;
   Tracer tracer_;
+  StepRunner runner_;  // computes with the members above
 };
 
 }  // namespace hspmd::runtime

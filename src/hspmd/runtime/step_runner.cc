@@ -1,19 +1,16 @@
-#include "hspmd/runtime/dist_trainer.h"
+#include "hspmd/runtime/step_runner.h"
 
 #include <string>
+#include <utility>
 
 #include "hspmd/core/error.h"
 #include "hspmd/data/context_parallel.h"
-#include "hspmd/data/packing.h"
-#include "hspmd/graph/op_registry.h"
 #include "hspmd/graph/run_kernel.h"
+#include "hspmd/graph/token_loss.h"
 #include "hspmd/kernels/elementwise.h"
 #include "hspmd/runtime/fault_injection.h"
 #include "hspmd/specialize/reshard_resolution.h"
 
-// DistTrainer (runtime/dist_trainer.h): the step runner. One global batch through this rank's
-// schedule: each micro-batch packed and fed, F and B op by op (each value freed after its last
-// reader), the Reshards executed, parameter gradients summed over micro-batches.
 namespace hspmd::runtime {
 
 using graph::OpKind;
@@ -22,7 +19,7 @@ using sharding::Annotation;
 using sharding::Region;
 
 // The forward values of one micro-batch, kept from F until B.
-struct DistTrainer::MicroBatch {
+struct StepRunner::MicroBatch {
   int index = 0;
   graph::TensorMap feeds;
   SymBinding binding;
@@ -30,49 +27,143 @@ struct DistTrainer::MicroBatch {
   double loss = 0;
 };
 
-void DistTrainer::pace() { pacer_.pad(); }
+struct StepRunner::Share {
+  std::vector<data::MicroBatchSegments> micro_batches;  // none on a spare
+  std::vector<specialize::Task> schedule;               // the order that runs them
+};
 
-Tensor DistTrainer::run_reshard(int id, const Tensor& src, const SymBinding& binding, const std::string& channel) {
-  const graph::Op& op = current_->exec->op(id);
-  const TensorRef in = op.inputs[0], out{id, 0};
-  const SymShape& shape = graph_.graph.info(out).shape;
-  std::vector<specialize::GroupResolution> all =
-      specialize::resolve_reshard(current_->exec->annotation(in), current_->exec->annotation(out), shape, {binding}, op.name, cache_);
-  const specialize::GroupResolution* mine = specialize::resolution_of(all, rank_);
-  if (mine == nullptr) return Tensor();
-  // A whole-tensor resolution was computed from this rank's symbols alone: only sound when the
-  // shape has none (another pipeline may bind them differently).
-  HSPMD_CHECK(mine->group >= 0 || is_static(shape))
-      << "Reshard '" << op.name << "' changes the top tier of an activation (" << current_->exec->annotation(in).to_string()
-      << " -> " << current_->exec->annotation(out).to_string()
-      << "); pipelines with their own micro-batch shapes cannot do that";
-  return execute_reshard(*mine->resolution, mine->shape, rank_, src, session_, channel, graph_.graph.info(out).dtype);
+StepRunner::StepRunner(const models::Model& model, const models::ModelGraph& graph, int rank,
+                       StepRunnerOptions options, StepRunnerParts parts)
+    : model_(model), graph_(graph), rank_(rank), options_(std::move(options)), parts_(parts) {}
+
+StepRunner::~StepRunner() = default;
+
+double StepRunner::run(const SpecializedPlan& plan, ShardedState& state, const std::vector<data::Segment>& segments,
+                       int64_t labels, StepPass pass) {
+  plan_ = &plan;
+  step_ = pass.step;
+  const Share share = share_of(plan, segments, pass.train);
+  std::vector<MicroBatch> batches(share.micro_batches.size());
+  double loss_sum = 0;
+  for (const specialize::Task& task : share.schedule) {
+    MicroBatch& mb = batches.at(task.micro_batch);
+    if (!task.forward) {
+      if (pass.train) backward(mb, state);
+      continue;
+    }
+    mb.index = task.micro_batch;
+    feed(mb, share.micro_batches[task.micro_batch], labels);
+    forward(mb, state);
+    loss_sum += mb.loss;
+    if (!pass.train) mb.values.clear();  // no backward pass will read them
+  }
+  plan_ = nullptr;
+  return loss_sum;
 }
 
-std::string DistTrainer::where(const std::string& op) const {
-  std::string s = "rank ";
-  return s.append(std::to_string(rank_)).append(", op '").append(op).append("': ");
+StepRunner::Share StepRunner::share_of(const SpecializedPlan& plan, const std::vector<data::Segment>& segments,
+                                       bool train) const {
+  std::vector<data::PartSpec> parts;
+  for (const sharding::PipelineSchedule& p : plan.exec->plan().pipelines) {
+    parts.push_back({static_cast<double>(p.micro_batch_size) * p.num_micro_batches, p.num_micro_batches});
+  }
+  const bool dispatched = train && options_.split_batch;
+  data::BatchSplit split = dispatched ? options_.split_batch(segments) : data::split_global_batch(segments, parts);
+  HSPMD_CHECK(split.size() == parts.size()) << "rank " << rank_ << ": the dispatch split the batch over "
+                                            << split.size() << " pipelines, plan " << plan.name << " has "
+                                            << parts.size();
+  if (!plan.active) return {};  // a spare runs no micro-batch
+  const int group = plan.exec->data_group();
+  Share share{std::move(split.at(group)), plan.schedule};
+  // A dispatched pipeline runs as many micro-batches as it was given, under the plan's schedule kind.
+  const int given = static_cast<int>(share.micro_batches.size());
+  if (dispatched && given != parts[group].micro_batches) {
+    const auto [pipeline, stage] = plan.pipelines.locate(rank_);
+    const int stages = static_cast<int>(plan.pipelines.pipelines[pipeline].stages.size());
+    share.schedule = given == 0 ? std::vector<specialize::Task>{}
+                                : specialize::make_schedule(options_.schedule, given, stages, stage);
+  }
+  return share;
 }
 
-void DistTrainer::run_op(int id, MicroBatch& mb) {
-  const graph::Op& op = current_->exec->op(id);
+void StepRunner::feed(MicroBatch& mb, const data::MicroBatchSegments& segments, int64_t labels) const {
+  // A context-parallel pipeline feeds its tokens in one load-balanced order, which each of its
+  // stages splits evenly over its CP ranks (models::Model::context_parallel_degree).
+  const data::ContextParallelBatch laid_out = data::zigzag_for_context_parallel(
+      data::pack(segments, {.seq_len = options_.seq_len, .layout = options_.layout}),
+      model_.context_parallel_degree(plan_->exec->plan(), rank_));
+  graph::TensorMap feeds = model_.feeds(laid_out.batch, labels, laid_out.order);
+  for (int id : plan_->exec->placeholders()) {
+    const std::string& name = graph_.graph.op(id).name;
+    mb.feeds[name] = feeds.at(name);
+  }
+  mb.binding = graph_.graph.bind(mb.feeds);
+  for (int id : plan_->exec->placeholders()) {  // after binding: the symbols are the pipeline's
+    const std::string& name = graph_.graph.op(id).name;
+    mb.feeds[name] = own_part(plan_->exec->annotation({id, 0}), mb.feeds[name]);
+  }
+}
+
+void StepRunner::forward(MicroBatch& mb, ShardedState& state) {
+  fault_point(rank_, step_, "forward");
+  const double start = parts_.tracer.now_us();
+  mb.values.assign(graph_.graph.num_ops(), {});
+  for (int id : plan_->exec->placeholders()) mb.values[id] = {mb.feeds.at(graph_.graph.op(id).name)};
+  for (const TensorState& s : state.tensors) mb.values[graph_.params[s.param].op] = {s.value};
+  const std::vector<int>& ops = plan_->exec->forward_ops();
+  for (size_t k = 0; k < ops.size(); ++k) {
+    run_op(ops[k], mb);
+    for (TensorRef t : plan_->forward_releases[k]) mb.values[t.op][t.index] = Tensor();  // B keeps what it reads
+  }
+  parts_.pacer.pad();
+  if (plan_->exec->holds(graph_.loss)) mb.loss = mb.values[graph_.loss.op][graph_.loss.index].element_as_double(0);
+  parts_.tracer.record(std::string("F").append(std::to_string(mb.index)), "compute", start, parts_.tracer.now_us());
+}
+
+void StepRunner::backward(MicroBatch& mb, ShardedState& state) {
+  fault_point(rank_, step_, "backward");
+  const double start = parts_.tracer.now_us();
+  const auto& steps = plan_->exec->backward_steps();
+  for (size_t k = 0; k < steps.size(); ++k) {
+    run_op(steps[k].op, mb);
+    for (TensorRef t : plan_->backward_releases[k]) mb.values[t.op][t.index] = Tensor();
+  }
+  parts_.pacer.begin();  // accumulating the gradients is the device's compute too
+  for (TensorState& s : state.tensors) {
+    const TensorRef g = graph_.grads[s.param];
+    const Tensor& value = mb.values[g.op][g.index];
+    HSPMD_ASSERT(value.defined()) << "rank " << rank_ << ": no gradient of '" << s.name << "' after B" << mb.index;
+    if (!s.grad.defined()) {
+      s.grad = value.clone(&parts_.allocator);
+    } else {
+      kernels::add(s.grad, value, s.grad);
+    }
+  }
+  parts_.pacer.end();
+  parts_.pacer.pad();
+  mb.values.clear();
+  parts_.tracer.record(std::string("B").append(std::to_string(mb.index)), "compute", start, parts_.tracer.now_us());
+}
+
+void StepRunner::run_op(int id, MicroBatch& mb) {
+  const graph::Op& op = plan_->exec->op(id);
   std::vector<Tensor>& outs = mb.values[id];
   if (op.kind == OpKind::kReshard) {
-    pace();
+    parts_.pacer.pad();
     const TensorRef in = op.inputs[0];
-    const Tensor src = current_->exec->holds(in) ? mb.values[in.op][in.index] : Tensor();
-    const double start = tracer_.now_us();
+    const Tensor src = plan_->exec->holds(in) ? mb.values[in.op][in.index] : Tensor();
+    const double start = parts_.tracer.now_us();
     Tensor out = run_reshard(id, src, mb.binding, op.backward ? "B" : "F");
-    tracer_.record(op.name, "comm", start, tracer_.now_us());
+    parts_.tracer.record(op.name, "comm", start, parts_.tracer.now_us());
     outs = {out};
     return;
   }
   // After a peer's death (elastic training aborts the groups) this step is lost: stop computing
   // it now rather than at the next communication, which on a large model is seconds away.
-  if (std::string why = session_.groups().aborted(); !why.empty()) {
+  if (std::string why = parts_.session.groups().aborted(); !why.empty()) {
     throw Error(where(op.name) + "step abandoned: communication was aborted (" + why + ")");
   }
-  pacer_.begin();
+  parts_.pacer.begin();
   std::vector<Tensor> inputs;
   for (TensorRef in : op.inputs) {
     HSPMD_ASSERT(mb.values[in.op].size() > static_cast<size_t>(in.index) && mb.values[in.op][in.index].defined())
@@ -81,142 +172,71 @@ void DistTrainer::run_op(int id, MicroBatch& mb) {
   }
   std::vector<Shape> shapes;
   for (int i = 0; i < static_cast<int>(op.outputs.size()); ++i)
-    shapes.push_back(current_->exec->local_shape({id, i}, mb.binding));
-  graph::KernelContext ctx{op, inputs, shapes, allocator_.get(), {}, {}};
-  const std::vector<int>& vocab_shards = current_->exec->vocab_shard_ranks(id);
+    shapes.push_back(plan_->exec->local_shape({id, i}, mb.binding));
+  graph::KernelContext ctx{op, inputs, shapes, &parts_.allocator, {}, {}};
+  const std::vector<int>& vocab_shards = plan_->exec->vocab_shard_ranks(id);
   if (graph::gathers_vocab_shards(op.kind) && !vocab_shards.empty()) {
-    // Vocab-parallel loss: the shards' row statistics meet in one all-gather (graph/ops/cross_entropy.cc).
-    ctx.gather_vocab_shards = [&](const Tensor& mine) {
-      pacer_.end();
-      pace();
-      const double begin = tracer_.now_us();
-      Tensor all = Tensor::empty(Shape{static_cast<int64_t>(vocab_shards.size()), mine.numel()}, mine.dtype(),
-                                 allocator_.get());
-      session_.group(vocab_shards, "F")
-          ->allgather({.input = comm::CommBuffer::of(mine), .output = comm::CommBuffer::of(all)})
-          .wait();
-      tracer_.record(op.name + ".vocab_gather", "comm", begin, tracer_.now_us());
-      pacer_.begin();
-      return all;
-    };
+    ctx.gather_vocab_shards = [&](const Tensor& mine) { return gather_vocab_shards(op, vocab_shards, mine); };
   }
   graph::run_kernel(ctx, {.rank = rank_});
   outs = std::move(ctx.outputs);
-  pacer_.end();
+  parts_.pacer.end();
 }
 
-void DistTrainer::forward(MicroBatch& mb) {
-  fault_point(rank_, step_ + 1, "forward");
-  const double start = tracer_.now_us();
-  mb.values.assign(graph_.graph.num_ops(), {});
-  for (int id : current_->exec->placeholders()) mb.values[id] = {mb.feeds.at(graph_.graph.op(id).name)};
-  for (const TensorState& s : state_.tensors) mb.values[graph_.params[s.param].op] = {s.value};
-  const std::vector<int>& ops = current_->exec->forward_ops();
-  for (size_t k = 0; k < ops.size(); ++k) {
-    run_op(ops[k], mb);
-    for (TensorRef t : current_->forward_releases[k]) mb.values[t.op][t.index] = Tensor();  // B keeps what it reads
-  }
-  pace();
-  if (current_->exec->holds(graph_.loss)) mb.loss = mb.values[graph_.loss.op][graph_.loss.index].element_as_double(0);
-  tracer_.record(std::string("F").append(std::to_string(mb.index)), "compute", start, tracer_.now_us());
+Tensor StepRunner::gather_vocab_shards(const graph::Op& op, const std::vector<int>& shards, const Tensor& mine) {
+  // Vocab-parallel loss: the shards' row statistics meet in one all-gather (graph/ops/cross_entropy.cc).
+  parts_.pacer.end();
+  parts_.pacer.pad();
+  const double begin = parts_.tracer.now_us();
+  Tensor all =
+      Tensor::empty(Shape{static_cast<int64_t>(shards.size()), mine.numel()}, mine.dtype(), &parts_.allocator);
+  parts_.session.group(shards, "F")
+      ->allgather({.input = comm::CommBuffer::of(mine), .output = comm::CommBuffer::of(all)})
+      .wait();
+  parts_.tracer.record(op.name + ".vocab_gather", "comm", begin, parts_.tracer.now_us());
+  parts_.pacer.begin();
+  return all;
 }
 
-void DistTrainer::backward(MicroBatch& mb) {
-  fault_point(rank_, step_ + 1, "backward");
-  const double start = tracer_.now_us();
-  const auto& steps = current_->exec->backward_steps();
-  for (size_t k = 0; k < steps.size(); ++k) {
-    run_op(steps[k].op, mb);
-    for (TensorRef t : current_->backward_releases[k]) mb.values[t.op][t.index] = Tensor();
-  }
-  pacer_.begin();  // accumulating the gradients is the device's compute too
-  for (TensorState& s : state_.tensors) {
-    const TensorRef g = graph_.grads[s.param];
-    const Tensor& value = mb.values[g.op][g.index];
-    HSPMD_ASSERT(value.defined()) << "rank " << rank_ << ": no gradient of '" << s.name << "' after B" << mb.index;
-    if (!s.grad.defined()) {
-      s.grad = value.clone(allocator_.get());
-    } else {
-      kernels::add(s.grad, value, s.grad);
-    }
-  }
-  pacer_.end();
-  pace();
-  mb.values.clear();
-  tracer_.record(std::string("B").append(std::to_string(mb.index)), "compute", start, tracer_.now_us());
+Tensor StepRunner::run_reshard(int id, const Tensor& src, const SymBinding& binding, const std::string& channel) {
+  const specialize::ExecGraph& exec = *plan_->exec;
+  const graph::Op& op = exec.op(id);
+  const TensorRef in = op.inputs[0], out{id, 0};
+  const SymShape& shape = graph_.graph.info(out).shape;
+  std::vector<specialize::GroupResolution> all = specialize::resolve_reshard(
+      exec.annotation(in), exec.annotation(out), shape, {binding}, op.name, parts_.resolutions);
+  const specialize::GroupResolution* mine = specialize::resolution_of(all, rank_);
+  if (mine == nullptr) return Tensor();
+  // A whole-tensor resolution was computed from this rank's symbols alone: only sound when the
+  // shape has none (another pipeline may bind them differently).
+  HSPMD_CHECK(mine->group >= 0 || is_static(shape))
+      << "Reshard '" << op.name << "' changes the top tier of an activation (" << exec.annotation(in).to_string()
+      << " -> " << exec.annotation(out).to_string() << "); pipelines with their own micro-batch shapes cannot do that";
+  return execute_reshard(*mine->resolution, mine->shape, rank_, src, parts_.session, channel,
+                         graph_.graph.info(out).dtype);
 }
 
-double DistTrainer::run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train) {
-  const TrainerOptions& o = options_.train;
-  std::vector<data::PartSpec> parts;
-  for (const sharding::PipelineSchedule& p : current_->exec->plan().pipelines) {
-    parts.push_back({static_cast<double>(p.micro_batch_size) * p.num_micro_batches, p.num_micro_batches});
-  }
-  const bool dispatched = train && options_.split_batch;
-  const data::BatchSplit split =
-      dispatched ? options_.split_batch(segments) : data::split_global_batch(segments, parts);
-  HSPMD_CHECK(split.size() == parts.size()) << "rank " << rank_ << ": the dispatch split the batch over " << split.size()
-                                            << " pipelines, plan " << current_->name << " has " << parts.size();
-  const std::vector<data::MicroBatchSegments> none;  // a spare runs no micro-batch
-  const std::vector<data::MicroBatchSegments>& mine = current_->active ? split.at(current_->exec->data_group()) : none;
-  // A dispatched pipeline runs as many micro-batches as it was given, under the plan's schedule kind.
-  const std::vector<specialize::Task>* schedule = &current_->schedule;
-  std::vector<specialize::Task> dispatched_schedule;
-  if (dispatched && current_->active && static_cast<int>(mine.size()) != parts[current_->exec->data_group()].micro_batches) {
-    const auto [pipeline, stage] = current_->pipelines.locate(rank_);
-    const int stages = static_cast<int>(current_->pipelines.pipelines[pipeline].stages.size());
-    if (!mine.empty()) {
-      dispatched_schedule = specialize::make_schedule(options_.schedule, static_cast<int>(mine.size()), stages, stage);
-    }
-    schedule = &dispatched_schedule;
-  }
-
-  std::vector<MicroBatch> batches(mine.size());
-  double loss_sum = 0;
-  for (const specialize::Task& task : *schedule) {
-    MicroBatch& mb = batches.at(task.micro_batch);
-    if (!task.forward) {
-      if (train) backward(mb);
-      continue;
-    }
-    mb.index = task.micro_batch;
-    // A context-parallel pipeline feeds its tokens in the load-balanced order of its CP group.
-    const data::ContextParallelBatch laid_out = data::zigzag_for_context_parallel(
-        data::pack(mine[task.micro_batch], {.seq_len = o.seq_len, .layout = options_.layout}),
-        model_->context_parallel_degree(current_->exec->plan(), rank_));
-    graph::TensorMap feeds = model_->feeds(laid_out.batch, labels, laid_out.order);
-    for (int id : current_->exec->placeholders()) {
-      const std::string& name = graph_.graph.op(id).name;
-      mb.feeds[name] = feeds.at(name);
-    }
-    mb.binding = graph_.graph.bind(mb.feeds);
-    for (int id : current_->exec->placeholders()) {  // after binding: the symbols are the pipeline's
-      const std::string& name = graph_.graph.op(id).name;
-      mb.feeds[name] = own_part(current_->exec->annotation({id, 0}), mb.feeds[name]);
-    }
-    forward(mb);
-    loss_sum += mb.loss;
-    if (!train) mb.values.clear();  // no backward pass will read them
-  }
-  return loss_sum;
-}
-
-bool DistTrainer::counts_loss() const {
+bool StepRunner::counts_loss(const SpecializedPlan& plan) const {
   // Each pipeline's last stage counts its micro-batches once: the first rank of its TP group (of
   // each CP rank, whose losses are partial sums over its own tokens).
-  const Annotation& loss = current_->exec->annotation(graph_.loss);
+  const Annotation& loss = plan.exec->annotation(graph_.loss);
   const auto where = loss.locate(rank_);
   return where && loss.ds(where->first).coord(where->second, sharding::kDuplicate) == 0 &&
          (loss.hdim() == sharding::kPartial || where->first == 0);
 }
 
-Tensor DistTrainer::own_part(const Annotation& a, const Tensor& fed) const {
+Tensor StepRunner::own_part(const Annotation& a, const Tensor& fed) const {
   // A pipeline feeds whole tensors; a placeholder split inside its group (tokens over CP) is cut.
   const auto where = a.locate(rank_);
   if (!where || a.ds(where->first).is_trivial()) return fed;
   const Region whole = Region::full(fed.shape());
   const Region mine = a.ds(where->first).region(where->second, whole);
-  return mine == whole ? fed : copy_out(fed, whole, mine, allocator_.get());
+  return mine == whole ? fed : copy_out(fed, whole, mine, &parts_.allocator);
+}
+
+std::string StepRunner::where(const std::string& op) const {
+  std::string s = "rank ";
+  return s.append(std::to_string(rank_)).append(", op '").append(op).append("': ");
 }
 
 }  // namespace hspmd::runtime

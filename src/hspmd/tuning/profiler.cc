@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <ctime>
 #include <thread>
@@ -37,8 +38,9 @@ using planner::TpProfile;
 
 namespace {
 
-// Solves the n x n system m x = y (Gaussian elimination with partial pivoting).
-std::vector<double> solve_linear(std::vector<std::vector<double>> m, std::vector<double> y) {
+// Solves the n x n system m x = y (Gaussian elimination with partial pivoting); none when m is
+// singular (the samples do not determine the coefficients).
+std::optional<std::vector<double>> solve_linear(std::vector<std::vector<double>> m, std::vector<double> y) {
   const size_t n = y.size();
   for (size_t c = 0; c < n; ++c) {
     size_t pivot = c;
@@ -47,8 +49,7 @@ std::vector<double> solve_linear(std::vector<std::vector<double>> m, std::vector
     }
     std::swap(m[c], m[pivot]);
     std::swap(y[c], y[pivot]);
-    HSPMD_CHECK(std::abs(m[c][c]) > 1e-300) << "profile fit: the samples do not determine the coefficients "
-                                               "(measure more sequence lengths or micro-batch sizes)";
+    if (!(std::abs(m[c][c]) > 1e-300)) return std::nullopt;
     for (size_t r = 0; r < n; ++r) {
       if (r == c) continue;
       const double f = m[r][c] / m[c][c];
@@ -60,8 +61,9 @@ std::vector<double> solve_linear(std::vector<std::vector<double>> m, std::vector
   return y;
 }
 
-// Least squares of y = sum_k x_k * features_k.
-std::vector<double> least_squares(const std::vector<std::vector<double>>& features, const std::vector<double>& y) {
+// Least squares of y = sum_k x_k * features_k; none when the samples do not determine them.
+std::optional<std::vector<double>> least_squares(const std::vector<std::vector<double>>& features,
+                                                 const std::vector<double>& y) {
   const size_t k = features.front().size();
   std::vector<std::vector<double>> ata(k, std::vector<double>(k, 0));
   std::vector<double> aty(k, 0);
@@ -257,16 +259,12 @@ std::vector<double> non_negative_fit(const std::vector<std::vector<double>>& fea
       f.push_back(r);
     }
     if (f.front().size() > y.size()) continue;
-    std::vector<double> x;
-    try {
-      x = least_squares(f, y);
-    } catch (const Error&) {
-      continue;  // these samples do not determine this subset
-    }
-    if (std::any_of(x.begin(), x.end(), [](double v) { return v < 0; })) continue;
+    const std::optional<std::vector<double>> x = least_squares(f, y);
+    if (!x) continue;  // these samples do not determine this subset
+    if (std::any_of(x->begin(), x->end(), [](double v) { return v < 0; })) continue;
     std::vector<double> full(k, 0);
     for (size_t c = 0, i = 0; c < k; ++c) {
-      if (mask & (1u << c)) full[c] = x[i++];
+      if (mask & (1u << c)) full[c] = (*x)[i++];
     }
     double residual = 0;
     for (size_t i = 0; i < y.size(); ++i) {
@@ -308,56 +306,74 @@ LinearFit fit_linear(const std::vector<std::pair<double, double>>& tokens_second
   return {x[0], x[1]};
 }
 
-Profile profile_host(const models::Model& model, const ProfilerOptions& options) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<int> tps = options.tp_degrees;
-  if (tps.empty()) {
+namespace {
+
+// What profile_host times: every TP degree x sequence length x micro-batch size.
+struct Grid {
+  std::vector<int> tps;
+  std::vector<int64_t> seqs;
+  std::vector<int> micro_batch_sizes;
+  int64_t longest = 0;  // sequence length
+  int biggest_b = 0;    // micro-batch size
+  int points() const { return static_cast<int>(tps.size() * seqs.size() * micro_batch_sizes.size()); }
+};
+
+// The options' grid; unset TP degrees and sequence lengths default as ProfilerOptions says.
+Grid grid_of(const models::Model& model, const ProfilerOptions& options, int cores) {
+  Grid g{options.tp_degrees, options.seq_lens, options.micro_batch_sizes};
+  if (g.tps.empty()) {
     const ModelShape shape = ModelShape::of(model);
     for (int t = 1; t <= cores; t *= 2) {
-      if (shape.tp_divides(t)) tps.push_back(t);
+      if (shape.tp_divides(t)) g.tps.push_back(t);
     }
   }
-  std::vector<int64_t> seqs = options.seq_lens;
-  if (seqs.empty()) {
+  if (g.seqs.empty()) {
     for (int64_t s : {64, 128, 256}) {
-      if (s <= model.max_sequence_length()) seqs.push_back(s);
+      if (s <= model.max_sequence_length()) g.seqs.push_back(s);
     }
   }
-  HSPMD_CHECK(!tps.empty() && !seqs.empty() && !options.micro_batch_sizes.empty())
+  HSPMD_CHECK(!g.tps.empty() && !g.seqs.empty() && !g.micro_batch_sizes.empty())
       << "profile: nothing to measure (TP degrees, sequence lengths and micro-batch sizes must be non-empty)";
-  const int64_t longest = *std::max_element(seqs.begin(), seqs.end());
-  const int biggest_b = *std::max_element(options.micro_batch_sizes.begin(), options.micro_batch_sizes.end());
-  const std::string dir = temp_dataset(model, longest * biggest_b);
-  const data::TokenDataset ds = data::TokenDataset::open(dir);
+  g.longest = *std::max_element(g.seqs.begin(), g.seqs.end());
+  g.biggest_b = *std::max_element(g.micro_batch_sizes.begin(), g.micro_batch_sizes.end());
+  return g;
+}
 
-  const std::shared_ptr<const models::Model> one = model.with_num_layers(1), three = model.with_num_layers(3);
-  const ModelShape shape = ModelShape::of(model);
-  // The kinds to fit: one per emulated device name with its speed, or the host itself.
+// The kinds to fit and their speeds: one per emulated device name, or the host itself.
+std::map<std::string, double> kind_speeds(const ProfilerOptions& options) {
   std::map<std::string, double> speed_of;
   if (!options.devices) {
     speed_of[options.kind] = 1.0;
-  } else {
-    for (int r = 0; r < options.devices->world_size(); ++r) {
-      const runtime::EmulatedDevice& d = options.devices->of(r);
-      auto [it, fresh] = speed_of.emplace(d.name, d.speed);
-      HSPMD_CHECK(fresh || it->second == d.speed)
-          << "profile: emulated devices named \"" << d.name << "\" have different speeds (" << it->second << " and "
-          << d.speed << "); a device kind needs one speed";
-    }
+    return speed_of;
   }
-  // An emulated device computes in bursts between sleeps, and a burst finds the caches other
-  // processes used meanwhile: the same work takes more CPU time than back to back. Each emulated
-  // kind's factor is measured once, on the 3-layer model at the longest sequences and largest
-  // micro-batch, running as that device, and scales its compute.
+  for (int r = 0; r < options.devices->world_size(); ++r) {
+    const runtime::EmulatedDevice& d = options.devices->of(r);
+    auto [it, fresh] = speed_of.emplace(d.name, d.speed);
+    HSPMD_CHECK(fresh || it->second == d.speed)
+        << "profile: emulated devices named \"" << d.name << "\" have different speeds (" << it->second << " and "
+        << d.speed << "); a device kind needs one speed";
+  }
+  return speed_of;
+}
+
+// An emulated device computes in bursts between sleeps, and a burst finds the caches other
+// processes used meanwhile: the same work takes more CPU time than back to back. Each emulated
+// kind's factor is measured once, on the 3-layer model at the longest sequences and largest
+// micro-batch, running as that device, and scales its compute.
+std::map<std::string, double> burst_factors(const std::shared_ptr<const models::Model>& three,
+                                            const data::TokenDataset& ds, const Grid& grid,
+                                            const std::map<std::string, double>& speed_of,
+                                            const ProfilerOptions& options) {
   std::map<std::string, double> burst_factor;
   for (const auto& [name, speed] : speed_of) {
     burst_factor[name] = 1.0;
     if (speed >= 1.0) continue;
     // Alternating, so that a drift of the host's speed meets both sides alike.
     StepTimes plain_steps, paced_steps;
+    const int repeats = std::max(2, options.repeats / 3);
     for (int pass = 0; pass < 3; ++pass) {
-      plain_steps.add(time_steps(three, ds, 1, longest, biggest_b, std::max(2, options.repeats / 3)));
-      paced_steps.add(time_steps(three, ds, 1, longest, biggest_b, std::max(2, options.repeats / 3), speed));
+      plain_steps.add(time_steps(three, ds, 1, grid.longest, grid.biggest_b, repeats));
+      paced_steps.add(time_steps(three, ds, 1, grid.longest, grid.biggest_b, repeats, speed));
     }
     const StepTime plain(plain_steps), paced(paced_steps);
     if (plain.compute > 0) burst_factor[name] = paced.compute / plain.compute;
@@ -368,14 +384,22 @@ Profile profile_host(const models::Model& model, const ProfilerOptions& options)
                   name.c_str(), speed, burst_factor[name], paced.compute * 1e3, plain.compute * 1e3);
     say(options, line);
   }
-  // Every point is timed in `passes` rounds over all points (repeats / passes steps each), so that a
-  // drift of the host's speed over the seconds the profile takes meets every point alike.
+  return burst_factor;
+}
+
+// The timed steps of every point of the grid, by (t, s, b, layers), for the 1- and 3-layer models.
+using StepTable = std::map<std::tuple<int, int64_t, int, int>, StepTimes>;
+
+// Every point is timed in `passes` rounds over all points (repeats / passes steps each), so that a
+// drift of the host's speed over the seconds the profile takes meets every point alike.
+StepTable time_grid(const std::shared_ptr<const models::Model>& one, const std::shared_ptr<const models::Model>& three,
+                    const data::TokenDataset& ds, const Grid& grid, const ProfilerOptions& options) {
   const int passes = options.repeats >= 6 ? 3 : 1;
-  std::map<std::tuple<int, int64_t, int, int>, StepTimes> steps;  // (t, s, b, layers)
+  StepTable steps;
   for (int pass = 0; pass < passes; ++pass) {
-    for (int t : tps) {
-      for (int64_t s : seqs) {
-        for (int b : options.micro_batch_sizes) {
+    for (int t : grid.tps) {
+      for (int64_t s : grid.seqs) {
+        for (int b : grid.micro_batch_sizes) {
           const int n = std::max(1, options.repeats / passes);
           steps[{t, s, b, 1}].add(time_steps(one, ds, t, s, b, n));
           steps[{t, s, b, 3}].add(time_steps(three, ds, t, s, b, n));
@@ -383,108 +407,161 @@ Profile profile_host(const models::Model& model, const ProfilerOptions& options)
       }
     }
   }
-  // The step's post phase (gradient sync into the optimizer layout, the norm for clipping, AdamW)
-  // per parameter, from the trainer's own post on one rank (the 3-layer model, no peer to wait
-  // for): it runs once per step, not per micro-batch, and costs several times a bare AdamW loop
-  // over one tensor (tens of tensors, each resharded, its squares summed, its state touched cold).
-  const double optimizer = [&] {
-    const int t = tps.front();
-    const double params = shape.stage_parameters(3, true, true) / t;
-    return StepTime(steps.at({t, longest, biggest_b, 3})).post / params;
-  }();
-  {
-    char line[200];
-    std::snprintf(line, sizeof line, "profile: post phase (gradient sync, clipping, AdamW) %.3g s per parameter\n",
-                  optimizer);
-    say(options, line);
+  return steps;
+}
+
+// The step's post phase (gradient sync into the optimizer layout, the norm for clipping, AdamW)
+// per parameter, from the trainer's own post on one rank (the 3-layer model, no peer to wait
+// for): it runs once per step, not per micro-batch, and costs several times a bare AdamW loop
+// over one tensor (tens of tensors, each resharded, its squares summed, its state touched cold).
+double post_seconds_per_parameter(const StepTable& steps, const Grid& grid, const ModelShape& shape,
+                                  const ProfilerOptions& options) {
+  const int t = grid.tps.front();
+  const double params = shape.stage_parameters(3, true, true) / t;
+  const double optimizer = StepTime(steps.at({t, grid.longest, grid.biggest_b, 3})).post / params;
+  char line[200];
+  std::snprintf(line, sizeof line, "profile: post phase (gradient sync, clipping, AdamW) %.3g s per parameter\n",
+                optimizer);
+  say(options, line);
+  return optimizer;
+}
+
+// One point of the grid at TP degree t: the layer's and the ends' compute (stretched by an
+// emulated device) and the rest of the rank's CPU time (dispatch, data; the host's own speed
+// whatever the device).
+struct Point {
+  double seq_len = 0;
+  int b = 1;
+  double layer_compute = 0, layer_rest = 0, ends_compute = 0, ends_rest = 0;
+};
+
+// The points of TP degree t, the per-step post phase taken out; `done` counts the points reported.
+std::vector<Point> points_at(int t, const StepTable& steps, const Grid& grid, const ModelShape& shape,
+                             double optimizer, int& done, const ProfilerOptions& options) {
+  std::vector<Point> measured;
+  // A step's optimizer covers the rank's shard of the layers and of the embedding and head; it is
+  // per step, not per micro-batch, so it is taken out of the per-micro-batch figures.
+  const double layer_optimizer = optimizer * shape.layer_parameters / t;
+  const double ends_optimizer = optimizer * (shape.embedding_parameters + shape.head_parameters) / t;
+  for (int64_t s : grid.seqs) {
+    for (int b : grid.micro_batch_sizes) {
+      const StepTime t1(steps.at({t, s, b, 1})), t3(steps.at({t, s, b, 3}));
+      Point p{static_cast<double>(s), b};
+      p.layer_compute = std::max(0.0, (t3.compute - t1.compute) / 2 - layer_optimizer);
+      p.layer_rest = std::max(0.0, ((t3.cpu - t3.compute) - (t1.cpu - t1.compute)) / 2);
+      p.ends_compute = std::max(0.0, t1.compute - p.layer_compute - layer_optimizer - ends_optimizer);
+      p.ends_rest = std::max(0.0, (t1.cpu - t1.compute) - p.layer_rest);
+      measured.push_back(p);
+      char line[240];
+      std::snprintf(line, sizeof line,
+                    "profile: [%d/%d] TP %d, seq %lld, micro-batch %d: step %.2f ms (1 layer), %.2f ms (3 layers), "
+                    "of it compute %.2f ms, %.2f ms: layer %.2f ms + %.2f ms host\n",
+                    ++done, grid.points(), t, static_cast<long long>(s), b, t1.cpu * 1e3, t3.cpu * 1e3,
+                    t1.compute * 1e3, t3.compute * 1e3, p.layer_compute * 1e3, p.layer_rest * 1e3);
+      say(options, line);
+    }
   }
-  const int points = static_cast<int>(tps.size() * seqs.size() * options.micro_batch_sizes.size());
+  return measured;
+}
+
+// A kind's times at TP degree t: compute stretched by `stretch` (burst factor / speed) plus the
+// host's rest, fitted.
+TpProfile fit_kind(const std::vector<Point>& measured, double stretch, const std::string& name, int t,
+                   const ProfilerOptions& options) {
+  std::vector<TimeSample> layer_samples;
+  std::vector<std::pair<double, double>> ends_samples;
+  for (const Point& p : measured) {
+    layer_samples.push_back({p.seq_len, p.b, p.layer_compute * stretch + p.layer_rest});
+    ends_samples.push_back({p.b * p.seq_len, p.ends_compute * stretch + p.ends_rest});
+  }
+  TpProfile tp;
+  tp.layer = fit_layer_time(layer_samples);
+  tp.ends = fit_linear(ends_samples);
+  tp.samples = static_cast<int>(layer_samples.size());
+  for (const TimeSample& s : layer_samples) {
+    const double fit = tp.layer.seconds(s.micro_batch_size, s.seq_len);
+    if (s.seconds > 0) tp.fit_error = std::max(tp.fit_error, std::abs(fit - s.seconds) / s.seconds);
+  }
+  char line[260];
+  std::snprintf(line, sizeof line,
+                "profile: %s TP %d fit: layer = b (%.3g s^2 + %.3g s) + %.3g s (largest error %.1f%%); ends %.3g "
+                "s/token + %.3g s\n",
+                name.c_str(), t, tp.layer.a, tp.layer.c1, tp.layer.c0, 100 * tp.fit_error, tp.ends.per_token,
+                tp.ends.constant);
+  say(options, line);
+  return tp;
+}
+
+// Activation memory at TP degree t from the runtime's estimate (see the header); the same for
+// every kind (the emulated devices differ in speed and capacity, not in layout).
+ActivationFit fit_activations(const models::Model& model, int t) {
+  ActivationFit a;
+  const int64_t T1 = 128, T2 = 256;
+  auto act = [&](int layers, int64_t tokens, int k) {
+    return estimate(model, t, layers, tokens, k, 1, false).activations;
+  };
+  auto keep = [&](int layers, int64_t tokens) { return act(layers, tokens, 2) - act(layers, tokens, 1); };
+  const double d1 = keep(2, T1) - keep(1, T1), d2 = keep(2, T2) - keep(1, T2);
+  // d = alpha T + alpha2 T^2 at T1 and T2.
+  const double alpha2 = (d2 / T2 - d1 / T1) / static_cast<double>(T2 - T1);
+  const double alpha = d1 / T1 - alpha2 * T1;
+  a.keep_per_token = std::max(0.0, alpha);
+  a.keep_per_token2 = std::max(0.0, alpha2);
+  a.ends_keep_per_token = std::max(0.0, (keep(1, T1) - d1) / T1);
+  const double tr1 = act(1, T1, 1) - keep(1, T1), tr2 = act(2, T1, 1) - keep(2, T1);
+  a.transient_per_token = std::max(0.0, (tr2 - tr1) / T1);
+  a.ends_transient_per_token = std::max(0.0, (tr1 - (tr2 - tr1)) / T1);
+  return a;
+}
+
+// Bytes per parameter of the training state, without and with ZeRO-1: the states of the 1-layer
+// model over its parameters (rank 0's shard at TP degree t).
+void fit_state_bytes(const models::Model& model, const ModelShape& shape, int t, DeviceKindProfile& host) {
+  const int64_t T1 = 128;
+  const double n = shape.stage_parameters(1, true, true) / t;
+  const double plain = estimate(model, t, 1, T1, 1, 1, false).states;
+  const double zero = estimate(model, t, 1, T1, 1, 2, true).states;
+  host.zero_bytes_per_parameter = 2 * (plain - zero) / n;
+  host.bytes_per_parameter = plain / n - host.zero_bytes_per_parameter;
+}
+
+// How the profile was made, for its "source".
+std::string measured_source(int cores, bool emulated) {
+  std::string how = "measured on this host (" + std::to_string(cores) +
+                    " cores; ranks as threads, one kernel thread each, Gloo; thread CPU time); memory from the "
+                    "runtime's estimate";
+  if (emulated) {
+    how += "; emulated device kinds (CPU emulation, not GPUs): the host's compute divided by each kind's speed";
+  }
+  return how;
+}
+
+}  // namespace
+
+Profile profile_host(const models::Model& model, const ProfilerOptions& options) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const Grid grid = grid_of(model, options, cores);
+  const std::string dir = temp_dataset(model, grid.longest * grid.biggest_b);
+  const data::TokenDataset ds = data::TokenDataset::open(dir);
+  const std::shared_ptr<const models::Model> one = model.with_num_layers(1), three = model.with_num_layers(3);
+  const ModelShape shape = ModelShape::of(model);
+  const std::map<std::string, double> speed_of = kind_speeds(options);
+  const std::map<std::string, double> burst_factor = burst_factors(three, ds, grid, speed_of, options);
+  const StepTable steps = time_grid(one, three, ds, grid, options);
+  const double optimizer = post_seconds_per_parameter(steps, grid, shape, options);
+
   int done = 0;
   DeviceKindProfile host;
   host.activation_element_bytes = 4;  // float32 activations
   std::map<std::string, DeviceKindProfile> kinds;
-  for (int t : tps) {
-    // Per point, the layer's and the ends' compute (stretched by an emulated device) and the rest of
-    // the rank's CPU time (dispatch, data; the host's own speed whatever the device).
-    struct Point {
-      double seq_len = 0;
-      int b = 1;
-      double layer_compute = 0, layer_rest = 0, ends_compute = 0, ends_rest = 0;
-    };
-    std::vector<Point> measured;
-    // A step's optimizer covers the rank's shard of the layers and of the embedding and head; it is
-    // per step, not per micro-batch, so it is taken out of the per-micro-batch figures.
-    const double layer_optimizer = optimizer * shape.layer_parameters / t;
-    const double ends_optimizer = optimizer * (shape.embedding_parameters + shape.head_parameters) / t;
-    for (int64_t s : seqs) {
-      for (int b : options.micro_batch_sizes) {
-        const StepTime t1(steps.at({t, s, b, 1})), t3(steps.at({t, s, b, 3}));
-        Point p{static_cast<double>(s), b};
-        p.layer_compute = std::max(0.0, (t3.compute - t1.compute) / 2 - layer_optimizer);
-        p.layer_rest = std::max(0.0, ((t3.cpu - t3.compute) - (t1.cpu - t1.compute)) / 2);
-        p.ends_compute = std::max(0.0, t1.compute - p.layer_compute - layer_optimizer - ends_optimizer);
-        p.ends_rest = std::max(0.0, (t1.cpu - t1.compute) - p.layer_rest);
-        measured.push_back(p);
-        char line[240];
-        std::snprintf(line, sizeof line,
-                      "profile: [%d/%d] TP %d, seq %lld, micro-batch %d: step %.2f ms (1 layer), %.2f ms (3 layers), "
-                      "of it compute %.2f ms, %.2f ms: layer %.2f ms + %.2f ms host\n",
-                      ++done, points, t, static_cast<long long>(s), b, t1.cpu * 1e3, t3.cpu * 1e3, t1.compute * 1e3,
-                      t3.compute * 1e3, p.layer_compute * 1e3, p.layer_rest * 1e3);
-        say(options, line);
-      }
-    }
-    // Each kind: compute at its speed plus the host's rest, fitted per kind.
+  for (int t : grid.tps) {
+    const std::vector<Point> measured = points_at(t, steps, grid, shape, optimizer, done, options);
     for (const auto& [name, speed] : speed_of) {
-      std::vector<TimeSample> layer_samples;
-      std::vector<std::pair<double, double>> ends_samples;
-      for (const Point& p : measured) {
-        const double stretch = burst_factor.at(name) / speed;
-        layer_samples.push_back({p.seq_len, p.b, p.layer_compute * stretch + p.layer_rest});
-        ends_samples.push_back({p.b * p.seq_len, p.ends_compute * stretch + p.ends_rest});
-      }
-      TpProfile tp;
-      tp.layer = fit_layer_time(layer_samples);
-      tp.ends = fit_linear(ends_samples);
-      tp.samples = static_cast<int>(layer_samples.size());
-      for (const TimeSample& s : layer_samples) {
-        const double fit = tp.layer.seconds(s.micro_batch_size, s.seq_len);
-        if (s.seconds > 0) tp.fit_error = std::max(tp.fit_error, std::abs(fit - s.seconds) / s.seconds);
-      }
-      kinds[name].tp[t] = tp;
+      kinds[name].tp[t] = fit_kind(measured, burst_factor.at(name) / speed, name, t, options);
       kinds[name].optimizer_seconds_per_parameter = optimizer * burst_factor.at(name) / speed;
-      char line[260];
-      std::snprintf(line, sizeof line,
-                    "profile: %s TP %d fit: layer = b (%.3g s^2 + %.3g s) + %.3g s (largest error %.1f%%); ends %.3g "
-                    "s/token + %.3g s\n",
-                    name.c_str(), t, tp.layer.a, tp.layer.c1, tp.layer.c0, 100 * tp.fit_error, tp.ends.per_token,
-                    tp.ends.constant);
-      say(options, line);
     }
-    // Memory from the runtime's estimate (see the header); the same for every kind (the emulated
-    // devices differ in speed and capacity, not in layout).
-    ActivationFit a;
-    const int64_t T1 = 128, T2 = 256;
-    auto act = [&](int layers, int64_t tokens, int k) { return estimate(model, t, layers, tokens, k, 1, false).activations; };
-    auto keep = [&](int layers, int64_t tokens) { return act(layers, tokens, 2) - act(layers, tokens, 1); };
-    const double d1 = keep(2, T1) - keep(1, T1), d2 = keep(2, T2) - keep(1, T2);
-    // d = alpha T + alpha2 T^2 at T1 and T2.
-    const double alpha2 = (d2 / T2 - d1 / T1) / static_cast<double>(T2 - T1);
-    const double alpha = d1 / T1 - alpha2 * T1;
-    a.keep_per_token = std::max(0.0, alpha);
-    a.keep_per_token2 = std::max(0.0, alpha2);
-    a.ends_keep_per_token = std::max(0.0, (keep(1, T1) - d1) / T1);
-    const double tr1 = act(1, T1, 1) - keep(1, T1), tr2 = act(2, T1, 1) - keep(2, T1);
-    a.transient_per_token = std::max(0.0, (tr2 - tr1) / T1);
-    a.ends_transient_per_token = std::max(0.0, (tr1 - (tr2 - tr1)) / T1);
-    if (t == tps.front()) {
-      // The states of the 1-layer model over its parameters (rank 0's shard).
-      const double n = shape.stage_parameters(1, true, true) / t;
-      const double plain = estimate(model, t, 1, T1, 1, 1, false).states;
-      const double zero = estimate(model, t, 1, T1, 1, 2, true).states;
-      host.zero_bytes_per_parameter = 2 * (plain - zero) / n;
-      host.bytes_per_parameter = plain / n - host.zero_bytes_per_parameter;
-    }
+    const ActivationFit a = fit_activations(model, t);
+    if (t == grid.tps.front()) fit_state_bytes(model, shape, t, host);
     for (auto& [name, k] : kinds) k.tp[t].activations = a;
   }
   std::filesystem::remove_all(dir);
@@ -499,13 +576,7 @@ Profile profile_host(const models::Model& model, const ProfilerOptions& options)
     k.activation_element_bytes = host.activation_element_bytes;
     p.devices[name] = k;
   }
-  std::string how = "measured on this host (" + std::to_string(cores) +
-                    " cores; ranks as threads, one kernel thread each, Gloo; thread CPU time); memory from the "
-                    "runtime's estimate";
-  if (options.devices) {
-    how += "; emulated device kinds (CPU emulation, not GPUs): the host's compute divided by each kind's speed";
-  }
-  p.source = how;
+  p.source = measured_source(cores, options.devices != nullptr);
   return p;
 }
 
