@@ -1,4 +1,5 @@
-// Model config.json (models/llama_config.h), including validate() and the parameter count.
+// Model config.json of every decoder family (models/llama_config.h, models/decoder_families.h),
+// including validate(), the parameter count and the written config.
 #include "fuzz/fuzz_input.h"
 #include "hspmd/models/llama_config.h"
 

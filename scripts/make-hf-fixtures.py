@@ -76,7 +76,7 @@ REFUSED = {
     "longrope": {"head_dim": 4, "rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0,
                                                     "short_factor": [1.0, 1.0], "long_factor": [2.0, 2.0],
                                                     "original_max_position_embeddings": 64}},
-    "qwen2": {},
+    "gemma2": {},
 }
 
 DOC_LENGTHS = [48, 21]
@@ -151,8 +151,8 @@ def make_supported(out, name, overrides, edit, seed):
 
 
 def make_refused(out, name, overrides):
-    if name == "qwen2":  # another architecture: q/k/v bias without o_proj bias, sliding windows
-        config = transformers.Qwen2Config(**BASE)
+    if name == "gemma2":  # another architecture: soft-capped attention logits, its own norms
+        config = transformers.Gemma2Config(**BASE)
     else:
         config = LlamaConfig(**{**BASE, **overrides})
     os.makedirs(os.path.join(out, name), exist_ok=True)

@@ -125,7 +125,7 @@ TEST(LlamaConfig, EveryKeyThatChangesTheMathIsReadOrRefused) {
               AllOf(HasSubstr("my/config.json"), HasSubstr("\"attention_bias\" has the wrong type")));
   EXPECT_THAT(error_parsing(R"("hidden_act": "gelu")"), HasSubstr("\"hidden_act\" is \"gelu\""));
   EXPECT_THAT(error_parsing(R"("attention_dropout": 0.1)"), HasSubstr("\"attention_dropout\" is 0.1"));
-  EXPECT_THAT(error_parsing(R"("model_type": "mistral")"), HasSubstr("\"model_type\" is \"mistral\""));
+  EXPECT_THAT(error_parsing(R"("model_type": "phi3")"), HasSubstr("\"model_type\" is \"phi3\""));
   EXPECT_THAT(error_parsing(R"("architectures": ["LlamaForSequenceClassification"])"),
               HasSubstr("\"architectures\" is [\"LlamaForSequenceClassification\"]"));
   EXPECT_THAT(error_parsing(R"("torch_dtype": "float16")"), HasSubstr("\"torch_dtype\" is \"float16\""));

@@ -244,7 +244,7 @@ TEST_F(HfFidelityCli, UnsupportedVariantsAreRefusedNamingTheKey) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"gelu", "\"hidden_act\" is \"gelu\""},
       {"float16", "\"dtype\" is \"float16\""},
-      {"qwen2", "\"model_type\" is \"qwen2\""},
+      {"gemma2", "\"model_type\" is \"gemma2\""},
       {"longrope", "\"rope_parameters.rope_type\" is \"longrope\""},
       {"dynamic", "\"rope_parameters.rope_type\" is \"dynamic\""}};
   for (const auto& [variant, message] : cases) {

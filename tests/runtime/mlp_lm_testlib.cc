@@ -73,6 +73,11 @@ std::vector<models::ParamSpec> MlpLm::parameters() const {
   return out;
 }
 
+std::string MlpLm::describe() const {
+  return "architecture: an MLP language model of " + std::to_string(config_.num_blocks) + " blocks, hidden " +
+         std::to_string(config_.hidden) + ", width " + std::to_string(config_.width) + "\n";
+}
+
 models::ModelSizes MlpLm::sizes() const {
   models::ModelSizes s{.layers = config_.num_blocks, .hidden = config_.hidden, .ffn = config_.width,
                        .vocab = config_.vocab_size};

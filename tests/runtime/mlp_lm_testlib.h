@@ -47,6 +47,7 @@ class MlpLm final : public models::Model {
   // No buffers and no tied weights: its safetensors hold exactly parameters(), as saved (float32).
   bool recomputes_hf_tensor(const std::string&) const override { return false; }
   std::string hf_weights_dtype() const override { return "float32"; }
+  std::string describe() const override;
   models::ModelSizes sizes() const override;  // no attention: heads 0
   std::shared_ptr<const models::Model> with_num_layers(int layers) const override;
   models::ModelGraph build(const models::ModelBuildOptions& options) const override;

@@ -28,11 +28,20 @@ std::vector<std::string> llama_layer_reshard_names(int layer) {
 
 namespace {
 
-// YaRN scales cos and sin, i.e. rotated q and k, by s: every logit by s^2. 0 (the attention op's
-// default 1/sqrt(D)) for every other RoPE.
-double attention_scale_of(const LlamaConfig& c) {
-  const double s = c.rope.cos_sin_scale();
-  return s == 1.0 ? 0.0 : s * s / std::sqrt(static_cast<double>(c.head_dim()));
+// The softmax scale of the attention of a layer whose RoPE is `rope`: query_pre_attn_scalar^-1/2
+// where the family sets it, else head_dim^-1/2; YaRN scales cos and sin, i.e. rotated q and k, by
+// s: every logit by s^2. 0 (the attention op's default 1/sqrt(D)) when neither applies.
+double attention_scale_of(const LlamaConfig& c, const RopeParameters& rope) {
+  const double s = rope.cos_sin_scale();
+  const double base = c.decoder.query_pre_attn_scalar > 0 ? c.decoder.query_pre_attn_scalar
+                                                          : static_cast<double>(c.head_dim());
+  if (s == 1.0 && c.decoder.query_pre_attn_scalar == 0) return 0.0;
+  return s * s / std::sqrt(base);
+}
+
+// The RoPE of decoder layer `layer`: the sliding layers' own where the family has one.
+const RopeParameters& rope_of(const LlamaConfig& c, int layer) {
+  return c.decoder.is_sliding(layer) && c.decoder.sliding_rope ? *c.decoder.sliding_rope : c.rope;
 }
 
 struct Builder {
@@ -42,10 +51,12 @@ struct Builder {
   TensorRef positions, cu_seqlens, q_index, kv_index;  // of the current layer (Reshards of the placeholders)
   TensorRef m_positions, m_cu_seqlens, m_token_index;   // the placeholders
   SymExpr T = SymExpr::symbol("T");
-  // RoPE's inverse frequencies, scaled as the config says; shared by every layer's q and k.
-  std::vector<double> inv_freq = c.rope.inverse_frequencies(c.head_dim());
-  double attention_scale = attention_scale_of(c);
   bool bf16 = false;  // bf16 mixed precision: matmuls and attention round their operands
+
+  // Every RMSNorm of the model, (offset + weight) as the family scales.
+  TensorRef norm(TensorRef x, const std::string& module) {
+    return ops::rms_norm(g, x, w.at(module + ".weight"), c.rms_norm_eps, module, c.decoder.norm_weight_offset);
+  }
 
   TensorRef linear(TensorRef x, const std::string& weight_name, const std::string& name) {
     return ops::matmul(g, x, w.at(weight_name), {.trans_b = true, .bf16_operands = bf16}, name);
@@ -63,7 +74,7 @@ struct Builder {
     return with_bias(linear(x, module + ".weight", module), has_bias, module);
   }
 
-  TensorRef attention_block(TensorRef h, const std::string& p) {
+  TensorRef attention_block(TensorRef h, const std::string& p, int layer) {
     const int64_t D = c.head_dim(), nq = c.num_attention_heads, nkv = c.num_key_value_heads;
     const bool ab = c.attention_bias;
     TensorRef q = projection(h, p + "self_attn.q_proj", ab);
@@ -72,13 +83,20 @@ struct Builder {
     q = ops::reshape(g, q, {T, nq, D}, p + "self_attn.q_heads");
     k = ops::reshape(g, k, {T, nkv, D}, p + "self_attn.k_heads");
     v = ops::reshape(g, v, {T, nkv, D}, p + "self_attn.v_heads");
+    if (c.decoder.qk_norm) {  // over the last dim: each head of each token alike
+      q = norm(q, p + "self_attn.q_norm");
+      k = norm(k, p + "self_attn.k_norm");
+    }
+    // RoPE's inverse frequencies, scaled as the config says.
+    const RopeParameters& rope = rope_of(c, layer);
+    const std::vector<double> inv_freq = rope.inverse_frequencies(D);
     q = ops::rope(g, q, positions, inv_freq, p + "self_attn.q_rope");
     k = ops::rope(g, k, positions, inv_freq, p + "self_attn.k_rope");
     // Under context parallelism every rank needs every key and value of its documents.
     k = ops::reshard(g, k, p + "self_attn.k_all");
     v = ops::reshard(g, v, p + "self_attn.v_all");
     TensorRef o = ops::context_attention(g, q, k, v, cu_seqlens, q_index, kv_index, p + "self_attn.attention",
-                                         attention_scale, bf16);
+                                         attention_scale_of(c, rope), bf16, c.decoder.window_of(layer));
     o = ops::reshape(g, o, {T, nq * D}, p + "self_attn.merge_heads");
     return linear(o, p + "self_attn.o_proj.weight", p + "self_attn.o_proj");
   }
@@ -86,7 +104,8 @@ struct Builder {
   TensorRef mlp_block(TensorRef h, const std::string& p) {
     TensorRef gate = projection(h, p + "mlp.gate_proj", c.mlp_bias);
     TensorRef up = projection(h, p + "mlp.up_proj", c.mlp_bias);
-    TensorRef a = ops::swiglu(g, gate, up, p + "mlp.act");
+    TensorRef a = c.decoder.activation == MlpActivation::kSilu ? ops::swiglu(g, gate, up, p + "mlp.act")
+                                                               : ops::geglu_tanh(g, gate, up, p + "mlp.act");
     return linear(a, p + "mlp.down_proj.weight", p + "mlp.down_proj");
   }
 
@@ -97,15 +116,16 @@ struct Builder {
     cu_seqlens = ops::reshard(g, m_cu_seqlens, p + "cu_seqlens");
     q_index = ops::reshard(g, m_token_index, p + "token_index");
     kv_index = ops::reshard(g, q_index, p + "kv_index");
-    TensorRef h = ops::rms_norm(g, x, w.at(p + "input_layernorm.weight"), c.rms_norm_eps, p + "input_layernorm");
-    h = ops::reshard(g, h, p + "attn_in");
-    TensorRef a = with_bias(ops::reshard(g, attention_block(h, p), p + "attn_out"), c.attention_bias,
-                            p + "self_attn.o_proj");
+    const bool sandwich = c.decoder.sandwich_norms;
+    TensorRef h = ops::reshard(g, norm(x, p + "input_layernorm"), p + "attn_in");
+    TensorRef a = with_bias(ops::reshard(g, attention_block(h, p, l), p + "attn_out"),
+                            c.attention_bias && c.decoder.o_proj_bias, p + "self_attn.o_proj");
+    if (sandwich) a = norm(a, p + "post_attention_layernorm");
     x = ops::add(g, x, a, p + "attn_residual");
-    h = ops::rms_norm(g, x, w.at(p + "post_attention_layernorm.weight"), c.rms_norm_eps,
-                      p + "post_attention_layernorm");
+    h = norm(x, p + (sandwich ? "pre_feedforward_layernorm" : "post_attention_layernorm"));
     h = ops::reshard(g, h, p + "mlp_in");
     TensorRef m = with_bias(ops::reshard(g, mlp_block(h, p), p + "mlp_out"), c.mlp_bias, p + "mlp.down_proj");
+    if (sandwich) m = norm(m, p + "post_feedforward_layernorm");
     x = ops::add(g, x, m, p + "mlp_residual");
     x = ops::reshard(g, x, p + "output");
     g.set_layer(-1);
@@ -137,9 +157,12 @@ LlamaModel build_llama(const LlamaConfig& config, const LlamaBuildOptions& optio
   Builder b{config, g, {}, {}, {}, {}, {}, m.positions, m.cu_seqlens, m.token_index};
   b.bf16 = options.precision == DType::kBFloat16;
   for (const LlamaParam& p : llama_parameters(config)) {
-    // Norm weights start at 1 and biases at 0, as in transformers.
+    // Norm weights start at scale 1 and biases at 0, as in transformers.
     const bool bias = p.name.ends_with(".bias");
-    graph::InitSpec init = p.role == LlamaParamRole::kNorm ? graph::InitSpec::ones()
+    const bool norm = p.role == LlamaParamRole::kNorm || p.role == LlamaParamRole::kHeadNorm;
+    // Norms scaling by (1 + weight) start at 0, which is the same scale of 1.
+    graph::InitSpec init = norm ? (config.decoder.norm_weight_offset == 0 ? graph::InitSpec::ones()
+                                                                           : graph::InitSpec::zeros())
                            : bias                          ? graph::InitSpec::zeros()
                                                            : graph::InitSpec::normal(options.init_std);
     g.set_layer(p.layer);
@@ -152,18 +175,23 @@ LlamaModel build_llama(const LlamaConfig& config, const LlamaBuildOptions& optio
 
   TensorRef x = ops::embedding(g, b.w.at("model.embed_tokens.weight"), m.input_ids, "model.embed_tokens");
   x = ops::reshard(g, x, "model.embed_out");
+  // Gemma: sqrt(hidden) as transformers holds it, a float32 buffer.
+  if (config.decoder.scale_embeddings) {
+    x = ops::scale(g, x, static_cast<float>(std::sqrt(static_cast<double>(config.hidden_size))), "model.embed_scale");
+  }
   for (int l = 0; l < config.num_hidden_layers; ++l) x = b.decoder_layer(x, l);
-  x = ops::rms_norm(g, x, b.w.at("model.norm.weight"), config.rms_norm_eps, "model.norm");
+  x = b.norm(x, "model.norm");
   // A tied head reads the embedding table through a Reshard, so a pipeline may keep the table on
   // its first stage and the head on its last; the Reshard's backward brings the gradient home.
   TensorRef head = config.tie_word_embeddings ? ops::reshard(g, b.w.at("model.embed_tokens.weight"), "lm_head.tied_weight")
                                               : b.w.at("lm_head.weight");
   if (options.fused_head_loss.value_or(config.vocab_size >= kFusedHeadLossVocab)) {
-    m.loss = ops::lm_head_loss(g, x, head, m.targets, m.loss_scale, -100, b.bf16, "loss");
+    m.loss = ops::lm_head_loss(g, x, head, m.targets, m.loss_scale, -100, b.bf16, "loss",
+                               config.decoder.final_logit_softcap);
   } else {
     TensorRef logits = ops::matmul(g, x, head, {.trans_b = true, .bf16_operands = b.bf16}, "lm_head");  // [T, V]
     logits = ops::reshard(g, logits, "lm_head_out");
-    m.loss = ops::cross_entropy(g, logits, m.targets, m.loss_scale, -100, "loss");
+    m.loss = ops::cross_entropy(g, logits, m.targets, m.loss_scale, -100, "loss", config.decoder.final_logit_softcap);
   }
   if (options.with_backward) m.grads = graph::build_backward(g, m.loss, m.params);
   return m;

@@ -39,6 +39,18 @@
 // the embedding table through Reshard "lm_head.tied_weight" (the table may live on another stage).
 // Ops of layer l carry layer tag l (per-layer recomputation, pipeline stages); parameters carry the
 // layer of llama_parameters().
+//
+// The family's options (config.decoder, models/decoder_options.h) change the layer thus:
+//   qk_norm         q and k heads -> P"self_attn.q_norm" / P"self_attn.k_norm" (RMSNorm over the head
+//                   width) before RoPE;
+//   sandwich_norms  attention output -> P"post_attention_layernorm" before the residual add; the MLP
+//                   reads P"pre_feedforward_layernorm"; MLP output -> P"post_feedforward_layernorm";
+//   sliding layers  their own RoPE (sliding_rope) and attention window;
+//   query_pre_attn_scalar  the attention's softmax scale;
+//   norm_weight_offset     every RMSNorm scales by (offset + weight);
+//   activation      P"mlp.act" is swiglu or geglu_tanh;
+//   scale_embeddings       "model.embed_out" -> "model.embed_scale" (x sqrt(hidden));
+//   final_logit_softcap    the loss op caps the logits first (cross_entropy / lm_head_loss softcap).
 #pragma once
 
 #include <optional>

@@ -4,6 +4,7 @@
 
 #include "hspmd/core/error.h"
 #include "hspmd/models/llama.h"
+#include "hspmd/models/llama_description.h"
 #include "hspmd/models/llama_plan.h"
 
 namespace hspmd::models {
@@ -30,6 +31,8 @@ bool Llama::recomputes_hf_tensor(const std::string& name) const {
   return config_.tie_word_embeddings && name == "lm_head.weight";  // tied: the embedding table itself
 }
 
+std::string Llama::describe() const { return describe_llama(config_); }
+
 ModelSizes Llama::sizes() const {
   ModelSizes s;
   s.layers = config_.num_hidden_layers;
@@ -43,7 +46,7 @@ ModelSizes Llama::sizes() const {
     const double n = static_cast<double>(p.shape.numel());
     if (p.layer == 0) {
       s.layer_parameters += n;
-      if (p.role == LlamaParamRole::kNorm) s.layer_norm_parameters += n;
+      if (p.role == LlamaParamRole::kNorm || p.role == LlamaParamRole::kHeadNorm) s.layer_norm_parameters += n;
     } else if (p.layer < 0) {
       (p.role == LlamaParamRole::kEmbedding ? s.embedding_parameters : s.head_parameters) += n;
     }
@@ -54,6 +57,7 @@ ModelSizes Llama::sizes() const {
 std::shared_ptr<const Model> Llama::with_num_layers(int layers) const {
   LlamaConfig c = config_;
   c.num_hidden_layers = layers;
+  c.decoder = c.decoder.with_layers(layers);
   return llama(c);
 }
 

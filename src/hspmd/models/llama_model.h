@@ -1,6 +1,7 @@
 // Llama as a models::Model (models/model.h): the contract's parts are the functions of llama.h
 // (graph), llama_config.h (config, parameters) and llama_plan.h (strategy compiler), plus the feeds
-// of its placeholders below.
+// of its placeholders below. The same class serves every family built as a variant of Llama's
+// decoder (Qwen2, Qwen3, Mistral, Gemma 3: models/decoder_families.h); model_type() is the family's.
 //
 //   std::shared_ptr<const Model> m = llama(LlamaConfig::from_file("configs/llama-tiny.json"));
 //   runtime::Trainer t(m, dataset, options);
@@ -23,7 +24,7 @@ class Llama final : public Model {
 
   const LlamaConfig& config() const { return config_; }
 
-  std::string model_type() const override { return "llama"; }
+  std::string model_type() const override { return config_.decoder.model_type; }
   nlohmann::json config_json() const override;
   nlohmann::json canonical_config(const nlohmann::json& saved, const std::string& source) const override;
   std::vector<ParamSpec> parameters() const override;
@@ -33,6 +34,7 @@ class Llama final : public Model {
   // The "rotary_emb.inv_freq" buffers older exports carry, and "lm_head.weight" when tied.
   bool recomputes_hf_tensor(const std::string& name) const override;
   std::string hf_weights_dtype() const override { return config_.weights_dtype; }
+  std::string describe() const override;  // models/llama_description.h
   ModelSizes sizes() const override;
   std::shared_ptr<const Model> with_num_layers(int layers) const override;
   std::string summary() const override;  // ", tied embeddings" when they are

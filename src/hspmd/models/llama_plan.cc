@@ -49,6 +49,9 @@ DistState tp_param_ds(LlamaParamRole role, int tp, bool zero) {
     case LlamaParamRole::kDownProj:
       return DistState::make({{1, tp}}, zero);
     case LlamaParamRole::kNorm:
+    // One weight for every head: each TP rank norms its own heads with the whole of it, and the
+    // gradient, partial over the ranks' heads, is summed by the norm's deduction rule.
+    case LlamaParamRole::kHeadNorm:
     case LlamaParamRole::kOBias:     // added after the all-reduce of the row-parallel output
     case LlamaParamRole::kDownBias:
       return DistState::make({{kDuplicate, tp}}, zero);

@@ -7,6 +7,7 @@
 //   q/k/v_proj, gate/up_proj  [out, H] (S0:tp)  column-parallel
 //   o_proj, down_proj         [H, in]  (S1:tp)  row-parallel
 //   *layernorm.weight, norm   [H]      (D:tp)
+//   q_norm, k_norm .weight    [D]      (D:tp)   per head width: every rank norms its own heads
 //   lm_head.weight            [V, H]   (S0:tp)  vocab-parallel, last stage
 //   q/k/v_proj, gate/up_proj .bias  [out]  (S0:tp)  split like the column-parallel output
 //   o_proj, down_proj .bias         [H]    (D:tp)   added after the row-parallel all-reduce

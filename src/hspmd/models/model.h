@@ -114,6 +114,9 @@ class Model {
   // The dtype name ("float32", "bfloat16", ...) the config says its Hugging Face weights are stored
   // in; the model computes in its own dtype whatever this says.
   virtual std::string hf_weights_dtype() const = 0;
+  // For humans (`hspmd model info`): the architecture, what sets it apart, and the parameters'
+  // shapes; one line per fact.
+  virtual std::string describe() const = 0;
 
   virtual ModelSizes sizes() const = 0;
   // This model with `layers` decoder layers, everything else alike; Error when it cannot have them.

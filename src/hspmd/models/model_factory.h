@@ -3,7 +3,9 @@
 //
 //   std::shared_ptr<const Model> m = load_model("configs/llama-tiny.json");   // "model_type": "llama"
 //
-// Known types: "llama" (also when the key is absent: hspmd's own configs predate it).
+// Known types: "llama" (also when the key is absent: hspmd's own configs predate it), and the
+// families built as variants of Llama's decoder: "qwen2", "qwen3", "mistral", "gemma3_text"
+// (models/decoder_families.h).
 #pragma once
 
 #include <memory>

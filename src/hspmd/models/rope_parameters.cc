@@ -229,6 +229,11 @@ std::string RopeParameters::to_string() const {
   return s.str();
 }
 
+RopeParameters RopeParameters::from_object(const json& object, const std::string& key, double default_theta,
+                                           const std::string& source) {
+  return parse_object(object, key, true, default_theta, source);
+}
+
 RopeParameters RopeParameters::from_config(const json& config, const std::string& source) {
   std::optional<RopeParameters> legacy, current;
   const bool has_theta = present(config, "rope_theta"), has_scaling = present(config, "rope_scaling");

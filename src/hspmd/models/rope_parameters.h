@@ -60,6 +60,10 @@ struct RopeParameters {
   // Reads the RoPE of a whole config object (both generations; see above). `source` names the
   // file in errors. Defaults (theta 10000, type default) when neither generation is present.
   static RopeParameters from_config(const nlohmann::json& config, const std::string& source);
+  // One transformers >= 5 RoPE object found under `key` (e.g. "rope_parameters.full_attention" of
+  // a config with a RoPE per layer type); theta is `default_theta` unless it says "rope_theta".
+  static RopeParameters from_object(const nlohmann::json& object, const std::string& key, double default_theta,
+                                    const std::string& source);
 
   friend bool operator==(const RopeParameters&, const RopeParameters&) = default;
 };
