@@ -17,7 +17,7 @@ For each variant, a directory written by save_pretrained (config.json, model.saf
 Each document runs as its own sequence, so hspmd (which packs them into one batch) must restart
 positions and attention at document boundaries to match. Gemma's pad id (0) occurs as an input token in
 "gemma3_softcap": transformers' nn.Embedding(padding_idx) gives its row no gradient from the
-lookup, which the test leaves out (docs/model-config.md). Sliding windows are shorter than the
+lookup, which hspmd must match (docs/model-config.md). Sliding windows are shorter than the
 documents. The models are tiny and their weights drawn with a large spread, so that a norm, RoPE,
 window or head mistake moves the loss well beyond 1e-5. Tests compare against these files, so CI
 needs no torch. Rerunning rewrites every fixture; expected.json records the versions that made it.

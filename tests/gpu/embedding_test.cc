@@ -30,14 +30,17 @@ TEST_P(CudaEmbedding, ForwardAndBackwardMatchTheCpu) {
     table = to_f32(to_bf16(table));
     dy = to_f32(to_bf16(dy));
   }
-  const EmbeddingOptions options{.vocab_start = vocab_start, .outside_ids_are_zero = shard};
+  // The int32 cases also give the first token's id no gradient (padding_id, a global id).
+  const int64_t padding_id = ids_dtype == DType::kInt32 ? static_cast<int64_t>(ids.element_as_double(0)) : -1;
+  const EmbeddingOptions options{.vocab_start = vocab_start, .outside_ids_are_zero = shard, .padding_id = padding_id};
   Tensor y = Tensor::empty({tokens, hidden}, DType::kFloat32), dtable = Tensor::empty({vocab, hidden}, DType::kFloat32);
   kernels::embedding_fwd(table, ids, y, options);
   kernels::embedding_bwd(ids, dy, dtable, options);
 
   auto gtable = upload(bf16 ? to_bf16(table) : table), gids = upload(ids), gdy = upload(bf16 ? to_bf16(dy) : dy);
   auto gy = device_empty({tokens, hidden}, dtype), gdtable = device_empty({vocab, hidden}, DType::kFloat32);
-  const EmbeddingShape shape{.tokens = tokens, .vocab = vocab, .hidden = hidden, .vocab_start = vocab_start};
+  const EmbeddingShape shape{
+      .tokens = tokens, .vocab = vocab, .hidden = hidden, .vocab_start = vocab_start, .padding_id = padding_id};
   embedding_fwd(dtype, gtable.data(), ids_dtype, gids.data(), gy.data(), shape, stream_.get());
   embedding_bwd(dtype, ids_dtype, gids.data(), gdy.data(), gdtable.as<float>(), shape, stream_.get());
   EXPECT_TRUE(all_close(to_f32(download(gy, {tokens, hidden}, dtype)), y, 0, 0, "y (a copy)"));

@@ -120,6 +120,25 @@ TEST(Embedding, VocabParallelShardsSumToFullLookup) {
   }
 }
 
+// padding_id (PyTorch's padding_idx): the lookup is unchanged, the pad row gets no gradient and every
+// other row the gradient it gets without one; in a vocab-parallel shard the id is a global one.
+TEST(Embedding, PaddingIdRowGetsNoGradient) {
+  Tensor table = random_tensor({10, 4}, DType::kFloat64, 12);
+  Tensor ids = Tensor::from_vector<int64_t>({6}, {7, 3, 7, 0, 9, 7});
+  Tensor dy = random_tensor({6, 4}, DType::kFloat64, 13);
+  const EmbeddingOptions pad7{.padding_id = 7};
+  EXPECT_TRUE(all_close(fwd(table, ids, pad7), fwd(table, ids), 0, 0, "lookup with a padding id"));
+  Tensor expected = reference_bwd(ids, dy, 10);
+  for (int64_t i = 0; i < 4; ++i) expected.data<double>()[7 * 4 + i] = 0.0;
+  EXPECT_TRUE(all_close(bwd(ids, dy, 10, pad7), expected, 0, 0, "dtable"));
+
+  const EmbeddingOptions shard{.vocab_start = 6, .outside_ids_are_zero = true, .padding_id = 7};
+  Tensor dshard = bwd(ids, dy, 4, shard);  // rows 6..9: row 7 (local 1) padded
+  for (int64_t i = 0; i < dshard.numel(); ++i) {
+    EXPECT_EQ(dshard.data<double>()[i], expected.data<double>()[6 * 4 + i]) << "element " << i;
+  }
+}
+
 // Many tokens hit the same rows; the scatter-add must give the same bits for any thread count.
 TEST(Embedding, BackwardIsBitwiseIndependentOfThreadCount) {
   Tensor ids = random_ints({2000}, DType::kInt64, 10, 0, 150);

@@ -75,6 +75,20 @@ TEST(Gemma3Config, DefaultsAreTransformers) {
   EXPECT_EQ(c.decoder.sliding_layers, (std::vector<bool>{true, true, true, true}));
   EXPECT_EQ(c.rope.theta, 1e6);
   EXPECT_EQ(c.decoder.sliding_rope->theta, 1e4);
+  EXPECT_EQ(c.pad_token_id, 0);
+}
+
+// pad_token_id: the embedding row without gradient (transformers' padding_idx); Gemma's default is 0,
+// null says none, and the choice survives config.json.
+TEST(Gemma3Config, PadTokenIdDefaultsToZeroAndNullMeansNone) {
+  EXPECT_EQ(parse(R"("pad_token_id": 3)").pad_token_id, 3);
+  const LlamaConfig none = parse(R"("pad_token_id": null)");
+  EXPECT_EQ(none.pad_token_id, -1);
+  EXPECT_EQ(LlamaConfig::from_json_text(none.to_json_text(), "round trip").pad_token_id, -1);
+  EXPECT_EQ(LlamaConfig::from_json_text(parse().to_json_text(), "round trip").pad_token_id, 0);
+  EXPECT_THAT(error_parsing(R"("pad_token_id": 50)"),
+              AllOf(HasSubstr("gemma/config.json"),
+                    HasSubstr("\"pad_token_id\" is 50, not an id of the vocabulary")));
 }
 
 TEST(Gemma3Config, ReadsTheTransformers4Keys) {

@@ -121,6 +121,19 @@ double relative_difference(const Tensor& a, const Tensor& b) {
   return std::sqrt(diff / std::max(norm, 1e-300));
 }
 
+void expect_steps_match(const std::vector<std::vector<StepMetrics>>& got, const std::vector<StepMetrics>& expected,
+                        double loss_rtol, double norm_rtol) {
+  for (size_t rank = 0; rank < got.size(); ++rank) {
+    ASSERT_EQ(got[rank].size(), expected.size()) << "rank " << rank;
+    for (size_t s = 0; s < expected.size(); ++s) {
+      EXPECT_NEAR(got[rank][s].loss, expected[s].loss, loss_rtol * std::abs(expected[s].loss))
+          << "rank " << rank << ", step " << s + 1;
+      EXPECT_NEAR(got[rank][s].grad_norm, expected[s].grad_norm, norm_rtol * std::abs(expected[s].grad_norm))
+          << "rank " << rank << ", step " << s + 1;
+    }
+  }
+}
+
 void expect_matches_single_process(const DistRun& run, int64_t steps, int64_t first_step, bool tied,
                                    const std::string& dataset, double weights_tolerance, DType precision) {
   const Reference& ref = reference(first_step - 1 + steps, tied, dataset, precision);

@@ -61,6 +61,11 @@ void add_parameter_shards(const DistTrainer& t, graph::TensorMap& weights);
 // its update, while the tensor as a whole agrees to float rounding.
 double relative_difference(const Tensor& a, const Tensor& b);
 
+// Every rank's step metrics (got[rank][step]) against one process's: as many steps, losses within
+// relative loss_rtol, gradient norms within relative norm_rtol (defaults: float32's bounds).
+void expect_steps_match(const std::vector<std::vector<StepMetrics>>& got, const std::vector<StepMetrics>& expected,
+                        double loss_rtol = 1e-5, double norm_rtol = 1e-5);
+
 // Steps first_step .. first_step + steps - 1 of `run` against the single-process run of as many steps
 // (at `precision`: a bf16 run is checked against the bf16 single-process run, to bounds that allow
 // for bf16 rounding flips: relative 1e-4 on losses, 5e-4 on gradient norms, 5e-3 on weights).

@@ -25,6 +25,7 @@ namespace {
 
 using testing::add_parameter_shards;
 using testing::dist_options;
+using testing::expect_steps_match;
 using testing::relative_difference;
 using testing::strategy;
 
@@ -46,6 +47,28 @@ const char* kTp2Pp2 = R"({"name": "tp2-pp2", "pipelines": [
    "stages": [{"ranks": "0-1", "layers": "0-1"}, {"ranks": "2-3", "layers": "2-3"}]}]})";
 
 class FamilyDist : public ::testing::TestWithParam<std::string> {};
+
+std::vector<StepMetrics> train_one_process(const std::shared_ptr<const models::Model>& model,
+                                           const data::TokenDataset& ds, const TrainerOptions& o) {
+  Trainer single(model, ds, o);
+  std::vector<StepMetrics> steps;
+  while (!single.done()) steps.push_back(single.step());
+  return steps;
+}
+
+// Each of 4 thread ranks' step metrics under `plan`.
+std::vector<std::vector<StepMetrics>> train_four_ranks(const std::shared_ptr<const models::Model>& model,
+                                                       const data::TokenDataset& ds, const sharding::AnnotationPlan& plan,
+                                                       const TrainerOptions& o) {
+  std::vector<std::vector<StepMetrics>> got(4);
+  comm::run_thread_ranks(4, [&](int rank, comm::GroupCache& groups) {
+    DistOptions options;
+    options.train = o;
+    DistTrainer t(model, ds, plan, options, rank, 4, groups);
+    while (!t.done()) got[rank].push_back(t.step());
+  });
+  return got;
+}
 
 TEST_P(FamilyDist, HeterogeneousThenSwitchedEqualsOneProcess) {
   const std::shared_ptr<const models::Model> model =
@@ -76,15 +99,7 @@ TEST_P(FamilyDist, HeterogeneousThenSwitchedEqualsOneProcess) {
     add_parameter_shards(t, weights);
   });
 
-  for (int rank = 0; rank < 4; ++rank) {
-    ASSERT_EQ(got[rank].size(), static_cast<size_t>(kSteps)) << "rank " << rank;
-    for (int64_t s = 0; s < kSteps; ++s) {
-      EXPECT_NEAR(got[rank][s].loss, expected[s].loss, 1e-5 * std::abs(expected[s].loss))
-          << "rank " << rank << ", step " << s + 1;
-      EXPECT_NEAR(got[rank][s].grad_norm, expected[s].grad_norm, 1e-5 * std::abs(expected[s].grad_norm))
-          << "rank " << rank << ", step " << s + 1;
-    }
-  }
+  expect_steps_match(got, expected);
   EXPECT_GT(expected.front().loss, expected.back().loss) << "the model does not learn";
   ASSERT_EQ(weights.size(), expected_weights.size());
   for (const auto& [name, w] : expected_weights) {
@@ -100,28 +115,12 @@ TEST_P(FamilyDist, ContextParallelEqualsOneProcess) {
       models::load_model((testing::source_dir() / "configs" / (GetParam() + "-tiny.json")).string());
   data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
   const TrainerOptions o = dist_options(2);
-  Trainer single(model, ds, o);
-  std::vector<StepMetrics> expected;
-  while (!single.done()) expected.push_back(single.step());
+  const std::vector<StepMetrics> expected = train_one_process(model, ds, o);
 
   const sharding::AnnotationPlan plan = model->compile_plan(strategy(R"({"name": "cp2-tp2", "pipelines": [
     {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "0-3", "layers": "0-3", "cp": 2}]}]})"));
-  std::vector<std::vector<StepMetrics>> got(4);
-  comm::run_thread_ranks(4, [&](int rank, comm::GroupCache& groups) {
-    DistOptions options;
-    options.train = o;
-    DistTrainer t(model, ds, plan, options, rank, 4, groups);
-    while (!t.done()) got[rank].push_back(t.step());
-  });
-  for (int rank = 0; rank < 4; ++rank) {
-    ASSERT_EQ(got[rank].size(), expected.size()) << "rank " << rank;
-    for (size_t s = 0; s < expected.size(); ++s) {
-      EXPECT_NEAR(got[rank][s].loss, expected[s].loss, 1e-5 * std::abs(expected[s].loss))
-          << "rank " << rank << ", step " << s + 1;
-      EXPECT_NEAR(got[rank][s].grad_norm, expected[s].grad_norm, 1e-5 * std::abs(expected[s].grad_norm))
-          << "rank " << rank << ", step " << s + 1;
-    }
-  }
+  const std::vector<std::vector<StepMetrics>> got = train_four_ranks(model, ds, plan, o);
+  expect_steps_match(got, expected);
 }
 
 // bf16 mixed precision with per-layer recomputation under TP 2 x PP 2: the first step's loss and
@@ -137,30 +136,14 @@ TEST_P(FamilyDist, Bf16WithRecomputeEqualsOneProcess) {
   data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
   TrainerOptions o = dist_options(1);
   o.precision = DType::kBFloat16;
-  Trainer single(model, ds, o);
-  std::vector<StepMetrics> expected;
-  while (!single.done()) expected.push_back(single.step());
+  const std::vector<StepMetrics> expected = train_one_process(model, ds, o);
 
   const sharding::AnnotationPlan plan = model->compile_plan(strategy(R"({"name": "tp2-pp2-recompute",
     "recompute": true, "pipelines": [{"micro_batch_size": 1, "num_micro_batches": 4,
      "stages": [{"ranks": "0-1", "layers": "0-1"}, {"ranks": "2-3", "layers": "2-3"}]}]})"));
   ASSERT_TRUE(plan.recompute);
-  std::vector<std::vector<StepMetrics>> got(4);
-  comm::run_thread_ranks(4, [&](int rank, comm::GroupCache& groups) {
-    DistOptions options;
-    options.train = o;
-    DistTrainer t(model, ds, plan, options, rank, 4, groups);
-    while (!t.done()) got[rank].push_back(t.step());
-  });
-  for (int rank = 0; rank < 4; ++rank) {
-    ASSERT_EQ(got[rank].size(), expected.size()) << "rank " << rank;
-    for (size_t s = 0; s < expected.size(); ++s) {
-      EXPECT_NEAR(got[rank][s].loss, expected[s].loss, 1e-4 * std::abs(expected[s].loss))
-          << "rank " << rank << ", step " << s + 1;
-      EXPECT_NEAR(got[rank][s].grad_norm, expected[s].grad_norm, 5e-4 * std::abs(expected[s].grad_norm))
-          << "rank " << rank << ", step " << s + 1;
-    }
-  }
+  const std::vector<std::vector<StepMetrics>> got = train_four_ranks(model, ds, plan, o);
+  expect_steps_match(got, expected, 1e-4, 5e-4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyDist, ::testing::Values("qwen3", "mistral", "gemma3"));

@@ -64,6 +64,9 @@ struct OpAttrs {
   int64_t vocab_start = 0;      // embedding, cross_entropy: first vocabulary entry this rank holds
   int64_t vocab_size = 0;       // cross_entropy: whole vocabulary when a rank holds a shard (0: no shard)
   bool outside_ids_are_zero = false;  // embedding: ids outside the table give zero rows
+  // embedding (and its backward): the id whose row the lookup gives no gradient, as PyTorch's
+  // nn.Embedding(padding_idx) does (transformers' decoders pass pad_token_id); -1: none.
+  int64_t padding_id = -1;
   // matmul, attention (and their backward ops): float32 operands rounded to bfloat16 before the
   // products, float32 accumulation and outputs: bf16 mixed precision (docs/mixed-precision.md).
   bool bf16_operands = false;

@@ -22,8 +22,9 @@ struct MatmulAttrs {
   bool bf16_operands = false;  // bf16 mixed precision (OpAttrs::bf16_operands)
 };
 
-// table [V, H], ids [T] int32/int64 -> [T, H]
-TensorRef embedding(Graph& g, TensorRef table, TensorRef ids, const std::string& name);
+// table [V, H], ids [T] int32/int64 -> [T, H]; the row of padding_id (>= 0) gets no gradient
+// (PyTorch's padding_idx).
+TensorRef embedding(Graph& g, TensorRef table, TensorRef ids, const std::string& name, int64_t padding_id = -1);
 // x [..., H], weight [H] -> x * rstd * (weight_offset + weight)  [..., H]  (the op's second output,
 // rstd [...], is for the backward); Gemma's norms scale by (1 + weight): weight_offset = 1.
 TensorRef rms_norm(Graph& g, TensorRef x, TensorRef weight, double eps, const std::string& name,

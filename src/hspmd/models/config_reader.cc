@@ -11,7 +11,8 @@ const std::set<std::string>& keys_without_effect() {
       "output_attentions", "output_hidden_states", "return_dict", "torchscript", "use_cache",
       "tokenizer_class", "prefix", "task_specific_params", "finetuning_task", "id2label", "label2id",
       "num_labels", "problem_type", "chunk_size_feed_forward", "tf_legacy_loss", "use_bfloat16",
-      // token ids
+      // token ids (pad_token_id too: the families read it, models/decoder_config_keys.cc, and accept
+      // it here so that configs of models that do not are still read)
       "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
       // generation settings (inference only)
       "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",

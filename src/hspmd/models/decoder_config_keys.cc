@@ -32,6 +32,12 @@ void read_shared_decoder_keys(const ConfigReader& r, const std::string& architec
   r.read("max_position_embeddings", c.max_position_embeddings);
   r.read("tie_word_embeddings", c.tie_word_embeddings);
   c.weights_dtype = r.weights_dtype();
+  // null says "no padding id" even where the family defaults to one (Gemma 3: 0).
+  if (r.json().contains("pad_token_id") && r.json().at("pad_token_id").is_null()) c.pad_token_id = -1;
+  r.read("pad_token_id", c.pad_token_id);
+  HSPMD_CHECK(!r.has("pad_token_id") || (c.pad_token_id >= 0 && c.pad_token_id < c.vocab_size))
+      << r.source() << ": \"pad_token_id\" is " << c.pad_token_id << ", not an id of the vocabulary [0, "
+      << c.vocab_size << ") (vocab_size)";
   // A head wider or narrower than hidden/heads is fine; saying the quotient itself is too.
   if (c.explicit_head_dim > 0 && c.num_attention_heads > 0 &&
       c.explicit_head_dim * c.num_attention_heads == c.hidden_size) {
@@ -40,19 +46,21 @@ void read_shared_decoder_keys(const ConfigReader& r, const std::string& architec
 }
 
 nlohmann::json shared_decoder_json(const LlamaConfig& c, const std::string& architecture) {
-  return {{"architectures", {architecture}},
-          {"model_type", c.decoder.model_type},
-          {"hidden_size", c.hidden_size},
-          {"intermediate_size", c.intermediate_size},
-          {"num_hidden_layers", c.num_hidden_layers},
-          {"num_attention_heads", c.num_attention_heads},
-          {"num_key_value_heads", c.num_key_value_heads},
-          {"head_dim", c.head_dim()},
-          {"vocab_size", c.vocab_size},
-          {"rms_norm_eps", c.rms_norm_eps},
-          {"max_position_embeddings", c.max_position_embeddings},
-          {"tie_word_embeddings", c.tie_word_embeddings},
-          {"dtype", c.weights_dtype}};
+  nlohmann::json j{{"architectures", {architecture}},
+                   {"model_type", c.decoder.model_type},
+                   {"hidden_size", c.hidden_size},
+                   {"intermediate_size", c.intermediate_size},
+                   {"num_hidden_layers", c.num_hidden_layers},
+                   {"num_attention_heads", c.num_attention_heads},
+                   {"num_key_value_heads", c.num_key_value_heads},
+                   {"head_dim", c.head_dim()},
+                   {"vocab_size", c.vocab_size},
+                   {"rms_norm_eps", c.rms_norm_eps},
+                   {"max_position_embeddings", c.max_position_embeddings},
+                   {"tie_word_embeddings", c.tie_word_embeddings},
+                   {"dtype", c.weights_dtype}};
+  if (c.pad_token_id >= 0) j["pad_token_id"] = c.pad_token_id;
+  return j;
 }
 
 void expect_silu(const ConfigReader& r, const std::string& key) {

@@ -68,6 +68,7 @@ LlamaConfig read_gemma3_config(const ConfigReader& r) {
   c.rms_norm_eps = 1e-6;
   c.max_position_embeddings = 131'072;
   c.tie_word_embeddings = true;
+  c.pad_token_id = 0;
   read_shared_decoder_keys(r, "Gemma3ForCausalLM", c);
   if (c.explicit_head_dim * c.num_attention_heads == c.hidden_size) c.explicit_head_dim = 0;  // the quotient
   r.read("attention_bias", c.attention_bias);
@@ -101,6 +102,7 @@ nlohmann::json gemma3_config_json(const LlamaConfig& c) {
   const DecoderOptions& d = c.decoder;
   nlohmann::json j = shared_decoder_json(c, "Gemma3ForCausalLM");
   j["hidden_activation"] = "gelu_pytorch_tanh";
+  if (c.pad_token_id < 0) j["pad_token_id"] = nullptr;  // absent would mean Gemma's default, 0
   j["attention_bias"] = c.attention_bias;
   j["query_pre_attn_scalar"] = static_cast<int64_t>(d.query_pre_attn_scalar);
   j["sliding_window"] = d.sliding_window > 0 ? nlohmann::json(d.sliding_window) : nlohmann::json();

@@ -173,7 +173,8 @@ LlamaModel build_llama(const LlamaConfig& config, const LlamaBuildOptions& optio
   }
   g.set_layer(-1);
 
-  TensorRef x = ops::embedding(g, b.w.at("model.embed_tokens.weight"), m.input_ids, "model.embed_tokens");
+  TensorRef x = ops::embedding(g, b.w.at("model.embed_tokens.weight"), m.input_ids, "model.embed_tokens",
+                               config.pad_token_id);
   x = ops::reshard(g, x, "model.embed_out");
   // Gemma: sqrt(hidden) as transformers holds it, a float32 buffer.
   if (config.decoder.scale_embeddings) {

@@ -48,6 +48,10 @@ struct LlamaConfig {
   // "float64"). hspmd computes in its own dtype whatever this says; `model info --weights` checks
   // the file against it.
   std::string weights_dtype = "float32";
+  // "pad_token_id": transformers builds the embedding as nn.Embedding(padding_idx = pad_token_id),
+  // which gives that row no gradient from the lookup; -1: none (null or absent, unless the family
+  // defaults to an id, as Gemma 3 to 0).
+  int64_t pad_token_id = -1;
   DecoderOptions decoder;  // what the family changes in the Llama decoder; default: Llama itself
 
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads; }

@@ -1,4 +1,5 @@
-// Embedding lookup (attrs.vocab_start, attrs.outside_ids_are_zero: a vocab-parallel shard):
+// Embedding lookup (attrs.vocab_start, attrs.outside_ids_are_zero: a vocab-parallel shard;
+// attrs.padding_id: the id whose row gets no gradient):
 //   embedding(table [V, H], ids [T])      -> y [T, H]
 //   embedding_bwd(ids [T], dy [T, H])     -> dtable [V, H]   (attrs.shape = the table's shape)
 // Deduction: a lookup is onehot(ids) [T, V] @ table [V, H], so the matmul table applies with ids'
@@ -19,7 +20,7 @@ namespace detail {
 
 namespace {
 kernels::EmbeddingOptions options(const OpAttrs& a) {
-  return {.vocab_start = a.vocab_start, .outside_ids_are_zero = a.outside_ids_are_zero};
+  return {.vocab_start = a.vocab_start, .outside_ids_are_zero = a.outside_ids_are_zero, .padding_id = a.padding_id};
 }
 // The annotation of onehot(ids) [T, V] given that of ids [T]: the same (ids split on T -> rows);
 // integer ids cannot be partial sums.
@@ -109,8 +110,10 @@ void add_embedding_kernels(KernelRegistry& r) {
 
 }  // namespace detail
 
-TensorRef ops::embedding(Graph& g, TensorRef table, TensorRef ids, const std::string& name) {
-  return g.add_op1(OpKind::kEmbedding, name, {table, ids});
+TensorRef ops::embedding(Graph& g, TensorRef table, TensorRef ids, const std::string& name, int64_t padding_id) {
+  OpAttrs a;
+  a.padding_id = padding_id;
+  return g.add_op1(OpKind::kEmbedding, name, {table, ids}, a);
 }
 
 }  // namespace hspmd::graph

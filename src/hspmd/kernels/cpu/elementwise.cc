@@ -154,89 +154,41 @@ void gelu_tanh_bwd(const Tensor& x, const Tensor& dy, const Tensor& dx) {
          [](auto v, auto g) { return g * gelu_tanh_grad(v); });
 }
 
+namespace {
+
 // float32 runs the SIMD loops (cpu/simd/row_ops.h) over chunks that the threads share.
 constexpr int64_t kSimdChunk = 4096;
 
-void swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& y) {
-  check_like("swiglu_fwd", "gate", gate, "up", up);
-  check_like("swiglu_fwd", "gate", gate, "y", y);
-  if (gate.dtype() == DType::kFloat32) {
-    const float *g = gate.data<float>(), *u = up.data<float>();
-    float* out = y.data<float>();
-    const cpu::RowOps& ops = cpu::row_ops();
-    const int64_t n = gate.numel(), chunks = (n + kSimdChunk - 1) / kSimdChunk;
-#pragma omp parallel for schedule(static) if (n >= kCostlyGrain)
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t i = c * kSimdChunk;
-      ops.swiglu_fwd(g + i, u + i, out + i, std::min(kSimdChunk, n - i));
-    }
-    return;
-  }
-  binary("swiglu_fwd", "gate", gate, "up", up, "y", y, kCostlyGrain,
-         [](auto g, auto u) { return g * sigmoid(g) * u; });
-}
+using GatedFwdRow = void (*)(const float* g, const float* u, float* y, int64_t n);
+using GatedBwdRow = void (*)(const float* g, const float* u, const float* dy, float* dg, float* du, int64_t n);
 
-// y = silu(g) u:  dgate = dy u silu'(g),  dup = dy silu(g). Every input element is read before either
-// output element is written, so the outputs may alias the inputs.
-void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dy, const Tensor& dgate, const Tensor& dup) {
-  const char* kernel = "swiglu_bwd";
+// A gated activation y = act(gate) up: float32 through the SIMD row op `row`, the other dtypes
+// through `scalar(g, u)`.
+template <typename F>
+void gated_fwd(const char* kernel, GatedFwdRow row, const Tensor& gate, const Tensor& up, const Tensor& y,
+               F scalar) {
   check_like(kernel, "gate", gate, "up", up);
-  check_like(kernel, "gate", gate, "dy", dy);
-  check_like(kernel, "gate", gate, "dgate", dgate);
-  check_like(kernel, "gate", gate, "dup", dup);
-  visit_elementwise(kernel, "gate", gate, [&](auto* pg) {
-    using T = std::remove_pointer_t<decltype(pg)>;
-    using V = Compute<T>;
-    const T* pu = up.data<T>();
-    const T* pd = dy.data<T>();
-    T* pdg = dgate.data<T>();
-    T* pdu = dup.data<T>();
-    int64_t n = gate.numel();
-    if constexpr (std::is_same_v<T, float>) {
-      const cpu::RowOps& ops = cpu::row_ops();
-      const int64_t chunks = (n + kSimdChunk - 1) / kSimdChunk;
-#pragma omp parallel for schedule(static) if (n >= kCostlyGrain)
-      for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t i = c * kSimdChunk;
-        ops.swiglu_bwd(pg + i, pu + i, pd + i, pdg + i, pdu + i, std::min(kSimdChunk, n - i));
-      }
-      return;
-    }
-#pragma omp parallel for schedule(static) if (n >= kCostlyGrain)
-    for (int64_t i = 0; i < n; ++i) {
-      V g = static_cast<V>(pg[i]), u = static_cast<V>(pu[i]), d = static_cast<V>(pd[i]);
-      V s = sigmoid(g);
-      pdg[i] = static_cast<T>(d * u * s * (V(1) + g * (V(1) - s)));
-      pdu[i] = static_cast<T>(d * g * s);
-    }
-  });
-}
-
-// float32 runs the SIMD loops (gelu_tanh as x sigmoid(2u), cpu/simd/row_ops.inc); the others the
-// tanh form above.
-void geglu_tanh_fwd(const Tensor& gate, const Tensor& up, const Tensor& y) {
-  check_like("geglu_tanh_fwd", "gate", gate, "up", up);
-  check_like("geglu_tanh_fwd", "gate", gate, "y", y);
+  check_like(kernel, "gate", gate, "y", y);
   if (gate.dtype() == DType::kFloat32) {
     const float *g = gate.data<float>(), *u = up.data<float>();
     float* out = y.data<float>();
-    const cpu::RowOps& ops = cpu::row_ops();
     const int64_t n = gate.numel(), chunks = (n + kSimdChunk - 1) / kSimdChunk;
 #pragma omp parallel for schedule(static) if (n >= kCostlyGrain)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t i = c * kSimdChunk;
-      ops.geglu_tanh_fwd(g + i, u + i, out + i, std::min(kSimdChunk, n - i));
+      row(g + i, u + i, out + i, std::min(kSimdChunk, n - i));
     }
     return;
   }
-  binary("geglu_tanh_fwd", "gate", gate, "up", up, "y", y, kCostlyGrain,
-         [](auto g, auto u) { return gelu_tanh(g) * u; });
+  binary(kernel, "gate", gate, "up", up, "y", y, kCostlyGrain, scalar);
 }
 
-// y = gelu_tanh(g) u:  dgate = dy u gelu_tanh'(g),  dup = dy gelu_tanh(g); the outputs may alias the
-// inputs, as swiglu_bwd's.
-void geglu_tanh_bwd(const Tensor& gate, const Tensor& up, const Tensor& dy, const Tensor& dgate, const Tensor& dup) {
-  const char* kernel = "geglu_tanh_bwd";
+// Its backward, dgate = dy u act'(g) and dup = dy act(g): float32 through `row`, the others through
+// `scalar(g, u, dy, dgate&, dup&)`. Every input element is read before either output element is
+// written, so the outputs may alias the inputs.
+template <typename F>
+void gated_bwd(const char* kernel, GatedBwdRow row, const Tensor& gate, const Tensor& up, const Tensor& dy,
+               const Tensor& dgate, const Tensor& dup, F scalar) {
   check_like(kernel, "gate", gate, "up", up);
   check_like(kernel, "gate", gate, "dy", dy);
   check_like(kernel, "gate", gate, "dgate", dgate);
@@ -250,22 +202,56 @@ void geglu_tanh_bwd(const Tensor& gate, const Tensor& up, const Tensor& dy, cons
     T* pdu = dup.data<T>();
     const int64_t n = gate.numel();
     if constexpr (std::is_same_v<T, float>) {
-      const cpu::RowOps& ops = cpu::row_ops();
       const int64_t chunks = (n + kSimdChunk - 1) / kSimdChunk;
 #pragma omp parallel for schedule(static) if (n >= kCostlyGrain)
       for (int64_t c = 0; c < chunks; ++c) {
         const int64_t i = c * kSimdChunk;
-        ops.geglu_tanh_bwd(pg + i, pu + i, pd + i, pdg + i, pdu + i, std::min(kSimdChunk, n - i));
+        row(pg + i, pu + i, pd + i, pdg + i, pdu + i, std::min(kSimdChunk, n - i));
       }
       return;
     }
 #pragma omp parallel for schedule(static) if (n >= kCostlyGrain)
     for (int64_t i = 0; i < n; ++i) {
-      V g = static_cast<V>(pg[i]), u = static_cast<V>(pu[i]), d = static_cast<V>(pd[i]);
-      pdg[i] = static_cast<T>(d * u * gelu_tanh_grad(g));
-      pdu[i] = static_cast<T>(d * gelu_tanh(g));
+      V dg, du;
+      scalar(static_cast<V>(pg[i]), static_cast<V>(pu[i]), static_cast<V>(pd[i]), dg, du);
+      pdg[i] = static_cast<T>(dg);
+      pdu[i] = static_cast<T>(du);
     }
   });
+}
+
+}  // namespace
+
+void swiglu_fwd(const Tensor& gate, const Tensor& up, const Tensor& y) {
+  gated_fwd("swiglu_fwd", cpu::row_ops().swiglu_fwd, gate, up, y,
+            [](auto g, auto u) { return g * sigmoid(g) * u; });
+}
+
+// y = silu(g) u:  dgate = dy u silu'(g),  dup = dy silu(g).
+void swiglu_bwd(const Tensor& gate, const Tensor& up, const Tensor& dy, const Tensor& dgate, const Tensor& dup) {
+  gated_bwd("swiglu_bwd", cpu::row_ops().swiglu_bwd, gate, up, dy, dgate, dup,
+            [](auto g, auto u, auto d, auto& dg, auto& du) {
+              using V = decltype(g);
+              const V s = sigmoid(g);
+              dg = d * u * s * (V(1) + g * (V(1) - s));
+              du = d * g * s;
+            });
+}
+
+// float32 computes gelu_tanh as x sigmoid(2u) (cpu/simd/row_ops.inc); the others the tanh form above.
+void geglu_tanh_fwd(const Tensor& gate, const Tensor& up, const Tensor& y) {
+  gated_fwd("geglu_tanh_fwd", cpu::row_ops().geglu_tanh_fwd, gate, up, y,
+            [](auto g, auto u) { return gelu_tanh(g) * u; });
+}
+
+// y = gelu_tanh(g) u:  dgate = dy u gelu_tanh'(g),  dup = dy gelu_tanh(g).
+void geglu_tanh_bwd(const Tensor& gate, const Tensor& up, const Tensor& dy, const Tensor& dgate,
+                    const Tensor& dup) {
+  gated_bwd("geglu_tanh_bwd", cpu::row_ops().geglu_tanh_bwd, gate, up, dy, dgate, dup,
+            [](auto g, auto u, auto d, auto& dg, auto& du) {
+              dg = d * u * gelu_tanh_grad(g);
+              du = d * gelu_tanh(g);
+            });
 }
 
 }  // namespace hspmd::kernels

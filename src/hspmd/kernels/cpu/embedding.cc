@@ -113,7 +113,14 @@ void embedding_fwd(const Tensor& table, const Tensor& ids, const Tensor& y, cons
 void embedding_bwd(const Tensor& ids, const Tensor& dy, const Tensor& dtable, const EmbeddingOptions& options) {
   const char* kernel = "embedding_bwd";
   const int64_t hidden = check_shapes(kernel, "dtable", dtable, ids, "dy", dy);
-  const std::vector<int64_t> rows = table_rows(kernel, ids, dtable.dim(0), options);
+  std::vector<int64_t> rows = table_rows(kernel, ids, dtable.dim(0), options);
+  if (options.padding_id >= 0) {
+    cpu::visit_index(kernel, "ids", ids, [&](const auto* id) {
+      for (int64_t t = 0; t < ids.numel(); ++t) {
+        if (static_cast<int64_t>(id[t]) == options.padding_id) rows[t] = kNoRow;
+      }
+    });
+  }
   cpu::visit_floating(dtable, [&](auto* pdt) {
     using T = std::remove_pointer_t<decltype(pdt)>;
     scatter_add<T>(dy.data<T>(), rows, dtable.dim(0), hidden, pdt);

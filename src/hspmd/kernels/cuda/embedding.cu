@@ -25,10 +25,10 @@ __global__ void embedding_rows(const T* table, const I* ids, T* y, int64_t vocab
 
 template <typename T, typename I>
 __global__ void embedding_scatter_add(const I* ids, const T* dy, float* dtable, int64_t vocab, int64_t hidden,
-                                      int64_t vocab_start) {
+                                      int64_t vocab_start, int64_t padding_id) {
   const int64_t t = blockIdx.x;
   const int64_t row = static_cast<int64_t>(ids[t]) - vocab_start;
-  if (row < 0 || row >= vocab) return;
+  if (row < 0 || row >= vocab || static_cast<int64_t>(ids[t]) == padding_id) return;
   const T* in = dy + t * hidden;
   float* out = dtable + row * hidden;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) atomicAdd(out + i, to_float(in[i]));
@@ -83,7 +83,8 @@ void embedding_bwd(DType dtype, DType ids_dtype, const void* ids, const void* dy
     visit_ids(ids_dtype, [&](auto* id_tag) {
       using I = std::remove_pointer_t<decltype(id_tag)>;
       embedding_scatter_add<T, I><<<static_cast<unsigned>(s.tokens), device::row_threads(s.hidden), 0, stream>>>(
-          static_cast<const I*>(ids), static_cast<const T*>(dy), dtable, s.vocab, s.hidden, s.vocab_start);
+          static_cast<const I*>(ids), static_cast<const T*>(dy), dtable, s.vocab, s.hidden, s.vocab_start,
+          s.padding_id);
     });
   });
   check_launch(kernel);
