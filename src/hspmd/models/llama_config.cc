@@ -34,6 +34,15 @@ void LlamaConfig::validate() const {
   HSPMD_CHECK(weights_dtype == "float32" || weights_dtype == "bfloat16" || weights_dtype == "float64")
       << "dtype \"" << weights_dtype << "\" is not a weight dtype hspmd reads (float32, bfloat16, float64)";
   decoder.validate(num_hidden_layers);
+  // Element counts are int64 products of these sizes: refuse a config whose parameters could not be
+  // counted before anything multiplies them (fuzzing found vocab_size 5e18). Doubles cannot overflow.
+  const double h = static_cast<double>(hidden_size), d = static_cast<double>(head_dim());
+  const double attention = (2.0 * static_cast<double>(num_attention_heads) + 2.0 * static_cast<double>(num_key_value_heads)) * d * h;
+  const double layer = attention + 3.0 * static_cast<double>(intermediate_size) * h + 4.0 * h + 2.0 * d;
+  const double total = static_cast<double>(num_hidden_layers) * layer + 2.0 * static_cast<double>(vocab_size) * h + h;
+  HSPMD_CHECK(total < 0x1p62) << "the model's sizes (hidden_size " << hidden_size << ", intermediate_size "
+                              << intermediate_size << ", vocab_size " << vocab_size << ", num_hidden_layers "
+                              << num_hidden_layers << ") give more than 2^62 parameters";
 }
 
 int64_t LlamaConfig::num_parameters() const {
