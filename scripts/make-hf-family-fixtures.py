@@ -6,7 +6,11 @@ Made with transformers 5.24.0, torch 2.15.0 and safetensors 0.8.0 from PyPI (CPU
 eager attention):
 
     python3 -m venv /tmp/venv-hf && /tmp/venv-hf/bin/pip install torch transformers safetensors
-    /tmp/venv-hf/bin/python scripts/make-hf-family-fixtures.py tests/runtime/hf_family_fixtures
+    /tmp/venv-hf/bin/python scripts/make-hf-family-fixtures.py tests/runtime/hf_family_fixtures [VARIANT ...]
+
+(torch from PyPI brings its CUDA libraries too; the fixtures are made on the CPU.) With variant names,
+only those are rewritten and the others left as they are (each variant's seed is its place in
+VARIANTS, so a variant added at the end leaves the others' draws alike).
 
 For each variant, a directory written by save_pretrained (config.json, model.safetensors) plus
   expected.json     the token documents, transformers' per-token losses (the causal-LM shift) and
@@ -76,6 +80,12 @@ VARIANTS = {
     "gemma3_legacy": (transformers.Gemma3TextConfig, {"head_dim": 8, "query_pre_attn_scalar": 12, "sliding_window": 8,
                                                       "layer_types": ["sliding_attention", "full_attention"]},
                       "legacy_gemma3"),
+    # Qwen2 as the Qwen2.5 checkpoints write it (transformers < 5 keys, tied embeddings), with
+    # use_sliding_window and no layer_types: transformers makes the layers from max_window_layers
+    # (1) on slide (window 8); that derivation is what this variant checks
+    "qwen2_sliding": (transformers.Qwen2Config, {"tie_word_embeddings": True, "use_sliding_window": True,
+                                                 "sliding_window": 8, "max_window_layers": 1},
+                      "legacy_rope_no_layer_types"),
 }
 
 DOC_LENGTHS = [48, 21]
@@ -95,7 +105,9 @@ def draw_weights(model, gemma, seed):
 def edit_config(path, edit):
     with open(path) as f:
         c = json.load(f)
-    if edit == "legacy_rope":
+    if edit in ("legacy_rope", "legacy_rope_no_layer_types"):
+        if edit == "legacy_rope_no_layer_types":
+            c.pop("layer_types")
         rope = c.pop("rope_parameters")
         c["rope_theta"] = rope["rope_theta"]
         c["rope_scaling"] = None
@@ -159,13 +171,17 @@ def make_variant(out, name, config_class, overrides, edit, seed):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: make-hf-family-fixtures.py OUT_DIR")
+    if len(sys.argv) < 2 or any(v not in VARIANTS for v in sys.argv[2:]):
+        sys.exit("usage: make-hf-family-fixtures.py OUT_DIR [VARIANT ...] (variants: " + ", ".join(VARIANTS) + ")")
     torch.set_num_threads(1)
     out = sys.argv[1]
-    shutil.rmtree(out, ignore_errors=True)
+    only = set(sys.argv[2:])
+    if not only:
+        shutil.rmtree(out, ignore_errors=True)
     for i, (name, (config_class, overrides, edit)) in enumerate(VARIANTS.items()):
-        make_variant(out, name, config_class, overrides, edit, seed=300 + i)
+        if not only or name in only:
+            shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+            make_variant(out, name, config_class, overrides, edit, seed=300 + i)
 
 
 if __name__ == "__main__":

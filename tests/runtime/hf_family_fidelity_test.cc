@@ -39,8 +39,8 @@ namespace fs = std::filesystem;
 
 fs::path fixtures() { return testing::source_dir() / "tests/runtime/hf_family_fixtures"; }
 
-const std::vector<std::string> kVariants = {"qwen3",  "qwen3_bias_sliding", "qwen2",        "mistral",
-                                            "gemma3", "gemma3_softcap",     "gemma3_legacy"};
+const std::vector<std::string> kVariants = {"qwen3",  "qwen3_bias_sliding", "qwen2",         "qwen2_sliding",
+                                            "mistral", "gemma3",            "gemma3_softcap", "gemma3_legacy"};
 
 nlohmann::json expected_of(const std::string& variant) {
   std::ifstream f(fixtures() / variant / "expected.json");
@@ -191,6 +191,7 @@ TEST(HfFamilyFidelityControls, DroppingAFamilyFeatureMovesTheLoss) {
   EXPECT_GT(loss_moved_by("qwen2", [](LlamaConfig& c) { c.attention_bias = false; }), 1e-3);
   EXPECT_GT(loss_moved_by("mistral", [](LlamaConfig& c) { c.decoder.sliding_layers.assign(2, false); }), 1e-3);
   EXPECT_GT(loss_moved_by("qwen3_bias_sliding", [](LlamaConfig& c) { c.decoder.sliding_layers.clear(); }), 1e-3);
+  EXPECT_GT(loss_moved_by("qwen2_sliding", [](LlamaConfig& c) { c.decoder.sliding_layers.clear(); }), 1e-3);
   EXPECT_GT(loss_moved_by("gemma3", [](LlamaConfig& c) { c.decoder.scale_embeddings = false; }), 1e-3);
   EXPECT_GT(loss_moved_by("gemma3", [](LlamaConfig& c) { c.decoder.sliding_rope.reset(); }), 1e-4);
   EXPECT_GT(loss_moved_by("gemma3", [](LlamaConfig& c) { c.decoder.query_pre_attn_scalar = 0; }), 1e-3);
