@@ -18,6 +18,7 @@ For each variant, a directory written by save_pretrained (config.json, model.saf
   grads.safetensors d mean_loss / d every parameter (float32, by Hugging Face name; a tied head's
                     gradient is in model.embed_tokens.weight), the mean taken over the labelled
                     tokens of all documents together, as hspmd's packed batch normalizes.
+refused/<name>/config.json: configs hspmd refuses (Gemma3ForConditionalGeneration).
 Each document runs as its own sequence, so hspmd (which packs them into one batch) must restart
 positions and attention at document boundaries to match. Gemma's pad id (0) occurs as an input token in
 "gemma3_softcap": transformers' nn.Embedding(padding_idx) gives its row no gradient from the
@@ -170,9 +171,25 @@ def make_variant(out, name, config_class, overrides, edit, seed):
     print(f"{name}: mean loss {expected['mean_loss']:.6f} over {labelled} labelled tokens, {len(grads)} gradients")
 
 
+# Config-only directories of what hspmd refuses, each as transformers writes it.
+def make_refused(out):
+    # Gemma3ForConditionalGeneration (model_type "gemma3": text_config + vision_config)
+    config = transformers.Gemma3Config(
+        text_config={**BASE, "head_dim": 8, "sliding_window": 8},
+        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=28, patch_size=14),
+        mm_tokens_per_image=4)
+    config.architectures = ["Gemma3ForConditionalGeneration"]  # as the model's save_pretrained writes
+    directory = os.path.join(out, "refused", "gemma3_multimodal")
+    shutil.rmtree(directory, ignore_errors=True)
+    config.save_pretrained(directory)
+    print("refused/gemma3_multimodal: config.json")
+
+
 def main():
-    if len(sys.argv) < 2 or any(v not in VARIANTS for v in sys.argv[2:]):
-        sys.exit("usage: make-hf-family-fixtures.py OUT_DIR [VARIANT ...] (variants: " + ", ".join(VARIANTS) + ")")
+    if len(sys.argv) < 2 or any(v not in VARIANTS and v != "refused" for v in sys.argv[2:]):
+        sys.exit("usage: make-hf-family-fixtures.py OUT_DIR [VARIANT ...] (variants: " + ", ".join(VARIANTS) +
+                 ", refused)")
     torch.set_num_threads(1)
     out = sys.argv[1]
     only = set(sys.argv[2:])
@@ -182,6 +199,8 @@ def main():
         if not only or name in only:
             shutil.rmtree(os.path.join(out, name), ignore_errors=True)
             make_variant(out, name, config_class, overrides, edit, seed=300 + i)
+    if not only or "refused" in only:
+        make_refused(out)
 
 
 if __name__ == "__main__":

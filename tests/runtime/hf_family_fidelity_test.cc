@@ -242,6 +242,29 @@ TEST_F(HfFamilyCli, ModelInfoDescribesTheFamily) {
                                          ::testing::HasSubstr("rope: default (theta 1e+06)")));
 }
 
+// A save_pretrained directory of Gemma3ForConditionalGeneration (model_type "gemma3") is refused by
+// every command that reads a model, in one line naming "text_config" and the text-only checkpoint
+// to give instead.
+TEST_F(HfFamilyCli, Gemma3MultimodalCheckpointIsRefusedNamingTextConfig) {
+  const std::string dir = (fixtures() / "refused" / "gemma3_multimodal").string();
+  const std::string data = path("data");
+  {
+    data::TokenDatasetWriter w(data, {.vocab_size = 96, .tokenizer_id = "fixture"});
+    w.add_document(std::vector<int32_t>(70, 5));
+    w.finish();
+  }
+  for (const std::string& command : {"model info " + dir, "eval --model " + dir + " --data " + data + " --seq-len 64",
+                                     "train --model " + dir + " --init-weights " + dir + " --data " + data +
+                                         " --steps 1 --seq-len 64 --global-batch-tokens 64"}) {
+    SCOPED_TRACE(command);
+    const testing::CommandResult r = testing::run_hspmd(command);
+    EXPECT_NE(r.code, 0);
+    EXPECT_THAT(r.output, ::testing::AllOf(::testing::HasSubstr("\"model_type\" \"gemma3\" is Gemma3ForConditionalGeneration"),
+                                           ::testing::HasSubstr("\"text_config\""),
+                                           ::testing::HasSubstr("\"model_type\": \"gemma3_text\"")));
+  }
+}
+
 // A family's weights in, trained under a strategy, and out again: `train --init-weights` of a
 // save_pretrained directory (TP 2 next to a 2-stage pipeline), `checkpoint export --to-hf` writes
 // the family's config.json and Hugging Face names, and the export evaluates like the checkpoint.
