@@ -4,7 +4,7 @@
 // single-process run's final weights (rel 1e-5), whether the state comes from surviving replicas
 // (one fused BSR) or from the newest complete checkpoint. Llama's recovery is tested at every phase
 // a worker can die in; the decoder families (configs/{qwen3,mistral,gemma3}-tiny.json) at one, with
-// the same checks, since recovery sees a model only through the model contract.
+// the same checks, since recovery sees a model only through the model contract (qwen2 too).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -87,7 +87,10 @@ class ElasticTrain : public testing::TempDirTest {
         diff += (a - b) * (a - b);
         norm += b * b;
       }
-      EXPECT_LE(std::sqrt(diff / norm), 1e-5) << name;
+      // A key bias (qwen2) starts at 0 with a gradient near 0 (the softmax cancels the shift q.b it
+      // adds to a query's logits; only RoPE leaves a remainder), so rounding is a large part of its
+      // AdamW updates: measured up to 2.0e-4 on qwen2-tiny, the same without any failure.
+      EXPECT_LE(std::sqrt(diff / norm), name.ends_with(".k_proj.bias") ? 1e-3 : 1e-5) << name;
     }
   }
   void expect_recovery(const Failure& f);
@@ -137,7 +140,7 @@ TEST_P(FamilyRecovery, SurvivorsReplanAndMatchOneProcess) {
   expect_recovery({"2:3:backward", "backward of step 3"});
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, FamilyRecovery, ::testing::Values("qwen3", "mistral", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Families, FamilyRecovery, ::testing::Values("qwen3", "qwen2", "mistral", "gemma3"));
 
 // ZeRO-1 shards the Adam moments: a dead rank's slices exist nowhere else, so the survivors restore
 // the newest complete checkpoint under their new plan and replay the data. The first victim dies
