@@ -9,6 +9,7 @@
 
 #include <cstdio>
 
+#include "hspmd/data/packing.h"
 #include "hspmd/models/llama.h"
 #include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
@@ -81,6 +82,9 @@ TEST(Zero2, TensorAndPipelineParallelEqualsOneProcess) {
 
 TEST(Zero2, HeterogeneousPipelinesEqualOneProcess) {
   expect_matches_single_process(run(with_zero(2, kHetero), dist_options(kSteps)), kSteps);
+  // GPipe: every backward pass after every forward one, the groups ending at other times.
+  expect_matches_single_process(
+      run(with_zero(2, kHetero), dist_options(kSteps), {.schedule = specialize::ScheduleKind::kGPipe}), kSteps);
 }
 
 TEST(Zero2, SwitchesToAndFromOtherStagesEqualOneProcess) {
@@ -92,6 +96,35 @@ TEST(Zero2, SwitchesToAndFromOtherStagesEqualOneProcess) {
                                dist_options(4));
   for (size_t rank = 0; rank < r.switches.size(); ++rank) ASSERT_EQ(r.switches[rank].size(), 2u) << rank;
   expect_matches_single_process(r, 4);
+}
+
+// Dispatch by length may give a pipeline any number of micro-batches, none included: the step's
+// gradient groups follow the fewest (step 1: pipeline 1 gets none, so one group and its zeros are
+// reduced in Post; step 2: the other way round; step 3: as many each, one group per micro-batch).
+// A micro-batch here is one row of seq_len tokens, segments packed greedily.
+TEST(Zero2, DispatchedMicroBatchCountsOfAnyKindEqualOneProcess) {
+  const TrainerOptions o = dist_options(kSteps);
+  auto split = [seq_len = o.seq_len, step = 0](const std::vector<data::Segment>& global) mutable {
+    ++step;
+    data::BatchSplit out(2);
+    int next = 0;
+    for (const data::Segment& s : global) {
+      const int to = step == 1 ? 0 : step == 2 ? 1 : next;
+      std::vector<data::MicroBatchSegments>& mbs = out[to];
+      int64_t held = 0;
+      if (!mbs.empty()) {
+        for (const data::Segment& t : mbs.back()) held += static_cast<int64_t>(t.tokens.size());
+      }
+      if (mbs.empty() || held + static_cast<int64_t>(s.tokens.size()) > seq_len) {
+        mbs.emplace_back();
+        next = 1 - next;  // step 3: the next row goes to the other pipeline
+      }
+      mbs.back().push_back(s);
+    }
+    return out;
+  };
+  const DistRun r = run(with_zero(2, kHetero), o, {.configure = [&](int, DistOptions& d) { d.split_batch = split; }});
+  expect_matches_single_process(r, kSteps);
 }
 
 class Zero2Checkpoint : public testing::TempDirTest {};
