@@ -40,7 +40,7 @@ constexpr int kLayers = 4;  // dist_config()
 sharding::Strategy generate_strategy(std::mt19937& rng, int world, const std::string& name) {
   sharding::Strategy st;
   st.name = name;
-  st.zero = chance(rng, 0.3) ? 1 : 0;
+  st.zero = chance(rng, 0.3) ? uniform(rng, 1, 2) : 0;  // ZeRO-1 or ZeRO-2
   st.recompute = chance(rng, 0.25);
   std::vector<int> ranks(world);
   std::iota(ranks.begin(), ranks.end(), 0);
