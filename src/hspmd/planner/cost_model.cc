@@ -332,14 +332,14 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
       const double params = shape_.stage_parameters(sp.layers, j == 0, last) / sp.tp;
       sp.sync_seconds = ring_allreduce(ring->second.first, ring->second.second, params * kGradientElementBytes);
       sp.optimizer_seconds = profile_.kind(sp.kind).optimizer_seconds_per_parameter * params /
-                             (st.zero1 ? std::max(1, D) * sp.cp : 1);
+                             (st.shards_optimizer_states() ? std::max(1, D) * sp.cp : 1);
       sum += sp.per_micro_batch();
       slowest = std::max(slowest, sp.per_micro_batch());
       tail = std::max(tail, sp.sync_seconds + sp.optimizer_seconds);
 
       const int inflight = in_flight(S, j, pipe.num_micro_batches);
       const MemoryBreakdown mem =
-          stage_memory(sp.kind, sp.tp, sp.layers, j == 0, last, b, inflight, D, st.zero1, sp.cp);
+          stage_memory(sp.kind, sp.tp, sp.layers, j == 0, last, b, inflight, D, st.shards_optimizer_states(), sp.cp);
       for (int r : stage.ranks) {
         RankPrediction rp;
         rp.rank = r;
