@@ -41,8 +41,8 @@ TEST(CudaExecutor, DecoderGraphsMatchTheCpu) {
     const auto model = testing::decoder_model(config);
     for (const Case& c : {Case{DType::kFloat32, true, false}, Case{DType::kFloat32, false, true},
                           Case{DType::kBFloat16, true, false}}) {
-      const std::string what = config.name + " " + std::string(dtype_name(c.precision)) + (c.fused_head ? " fused" : " apart") +
-                               (c.recompute ? " recompute" : "");
+      const std::string what = config.name + " " + std::string(dtype_name(c.precision)) +
+                               (c.fused_head ? " fused" : " apart") + (c.recompute ? " recompute" : "");
       SCOPED_TRACE(what);
       const models::ModelGraph m = model->build({.precision = c.precision, .fused_head_loss = c.fused_head});
       const data::Batch b = batch(model->vocab_size());

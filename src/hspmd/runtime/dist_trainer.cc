@@ -14,6 +14,7 @@
 #include "hspmd/kernels/slice.h"
 #include "hspmd/kernels/threading.h"
 #include "hspmd/runtime/fault_injection.h"
+#include "hspmd/runtime/rank_compute.h"
 
 // DistTrainer (runtime/dist_trainer.h): construction, the step (the step runner's passes, Post,
 // AdamW) and evaluation.
@@ -40,9 +41,8 @@ DistTrainer::DistTrainer(std::shared_ptr<const models::Model> model, const data:
       dataset_(&dataset),
       rank_(rank),
       world_size_(world_size),
-      allocator_(std::make_unique<Allocator>(
-          Allocator::Options{.capacity_bytes = static_cast<size_t>(options_.device.memory_bytes),
-                             .name = std::string("rank ").append(std::to_string(rank))})),
+      compute_(rank_compute(options_.train, options_.device, rank)),
+      allocator_(std::make_unique<Allocator>(compute_.allocator)),
       session_(groups, rank, allocator_.get()),
       plans_(graph_, rank,
              {.schedule = options_.schedule,
@@ -58,7 +58,7 @@ DistTrainer::DistTrainer(std::shared_ptr<const models::Model> model, const data:
                .schedule = options_.schedule,
                .layout = options_.layout,
                .split_batch = options_.split_batch},
-              {*allocator_, session_, cache_, pacer_, tracer_}) {
+              {*allocator_, session_, cache_, pacer_, tracer_, compute_}) {
   const TrainerOptions& o = options_.train;
   members_ = options_.members.empty() ? all_ranks(world_size_) : options_.members;
   check_dataset_fits(dataset, *model_);
@@ -166,7 +166,7 @@ double DistTrainer::post(double loss_sum) {
     const resolve::Resolution& r = cache_.resolve(s.grad_annotation, s.state_annotation, s.shape, s.name + ".grad");
     grads[i] = execute_reshard(r, s.shape, rank_, s.grad, session_, "post");
     s.grad = Tensor();
-    if (counts_once(s.state_annotation, s.shape, rank_)) squares += kernels::sum_squares(grads[i]);
+    if (counts_once(s.state_annotation, s.shape, rank_)) squares += compute_.sum_squares(grads[i]);
     fault_point(rank_, step_ + 1, "grad-sync");
   }
   // Kept until the update: if the totals reach another rank but not this one, it can still apply
@@ -200,13 +200,13 @@ void DistTrainer::apply_update(std::vector<Tensor>& grads, const std::vector<dou
                             .weight_decay = s.decay ? o.weight_decay : 0.0,
                             .grad_scale = clip};
     if (s.state_annotation == s.annotation) {
-      kernels::adamw_step(s.value, grads[i], s.exp_avg, s.exp_avg_sq, step_, a);
+      compute_.adamw_step(s.value, grads[i], s.exp_avg, s.exp_avg_sq, step_, a);
       pacer_.end();
       continue;
     }
     // ZeRO-1: update this rank's slice, then gather the parameter back from the state shards.
     Tensor slice = copy_out(s.value, s.region, s.state_region, allocator_.get());
-    kernels::adamw_step(slice, grads[i], s.exp_avg, s.exp_avg_sq, step_, a);
+    compute_.adamw_step(slice, grads[i], s.exp_avg, s.exp_avg_sq, step_, a);
     pacer_.end();
     if (!gather) {
       kernels::copy_region(slice, std::vector<int64_t>(slice.shape().rank(), 0), s.value,

@@ -76,6 +76,7 @@
 #include "hspmd/runtime/trace.h"
 #include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/plan_cache.h"
+#include "hspmd/graph/compute_device.h"
 #include "hspmd/runtime/step_runner.h"
 #include "hspmd/runtime/train_options.h"
 #include "hspmd/runtime/training_state.h"
@@ -278,6 +279,7 @@ class DistTrainer {
   models::ModelGraph graph_;
   const data::TokenDataset* dataset_;
   int rank_, world_size_;
+  graph::ComputeDevice compute_;  // where the rank computes (options_.train.device)
   std::unique_ptr<Allocator> allocator_;
   CommSession session_;
   resolve::ResolveCache cache_;

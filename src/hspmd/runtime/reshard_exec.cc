@@ -113,7 +113,7 @@ std::vector<int64_t> local_starts(const Shard& shard, const Region& r, const cha
 // Copies region r (global coordinates) from one shard into another.
 void copy_box(const Shard& from, const Shard& to, const Region& r, const std::string& what) {
   // A destination that is the source itself (a switch keeps a shard where it is) already holds r.
-  if (from.tensor.defined() && to.tensor.defined() && from.tensor.raw_data() == to.tensor.raw_data() &&
+  if (from.tensor.defined() && to.tensor.defined() && from.tensor.device_raw_data() == to.tensor.device_raw_data() &&
       from.region == to.region) {
     return;
   }

@@ -101,6 +101,10 @@ void StepRunner::feed(MicroBatch& mb, const data::MicroBatchSegments& segments, 
   for (int id : plan_->exec->placeholders()) {  // after binding: the symbols are the pipeline's
     const std::string& name = graph_.graph.op(id).name;
     mb.feeds[name] = own_part(plan_->exec->annotation({id, 0}), mb.feeds[name]);
+    // The batch is read on the host; a GPU rank computes on a copy (a no-op on the host).
+    if (mb.feeds[name].device() != parts_.allocator.device()) {
+      mb.feeds[name] = mb.feeds[name].clone(&parts_.allocator);
+    }
   }
 }
 
@@ -116,7 +120,9 @@ void StepRunner::forward(MicroBatch& mb, ShardedState& state) {
     for (TensorRef t : plan_->forward_releases[k]) mb.values[t.op][t.index] = Tensor();  // B keeps what it reads
   }
   parts_.pacer.pad();
-  if (plan_->exec->holds(graph_.loss)) mb.loss = mb.values[graph_.loss.op][graph_.loss.index].element_as_double(0);
+  if (plan_->exec->holds(graph_.loss)) {
+    mb.loss = mb.values[graph_.loss.op][graph_.loss.index].to_host().element_as_double(0);  // a GPU's: copied out
+  }
   parts_.tracer.record(std::string("F").append(std::to_string(mb.index)), "compute", start, parts_.tracer.now_us());
 }
 
@@ -136,7 +142,7 @@ void StepRunner::backward(MicroBatch& mb, ShardedState& state) {
     if (!s.grad.defined()) {
       s.grad = value.clone(&parts_.allocator);
     } else {
-      kernels::add(s.grad, value, s.grad);
+      parts_.compute.add(s.grad, value, s.grad);
     }
   }
   parts_.pacer.end();
@@ -178,7 +184,7 @@ void StepRunner::run_op(int id, MicroBatch& mb) {
   if (graph::gathers_vocab_shards(op.kind) && !vocab_shards.empty()) {
     ctx.gather_vocab_shards = [&](const Tensor& mine) { return gather_vocab_shards(op, vocab_shards, mine); };
   }
-  graph::run_kernel(ctx, {.rank = rank_});
+  graph::run_kernel(ctx, {.kernels = parts_.compute.kernels, .device = parts_.allocator.device().type, .rank = rank_});
   outs = std::move(ctx.outputs);
   parts_.pacer.end();
 }

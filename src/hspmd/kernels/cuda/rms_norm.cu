@@ -25,7 +25,9 @@ __global__ void rms_norm_fwd_rows(const T* x, const T* w, float eps, T* y, float
   const float r = 1.0f / sqrtf(sumsq / static_cast<float>(cols) + eps);
   if (threadIdx.x == 0) rstd[row] = r;
   T* yr = y + row * cols;
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) yr[i] = from_float<T>(to_float(xr[i]) * r * (weight_offset + to_float(w[i])));
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    yr[i] = from_float<T>(to_float(xr[i]) * r * (weight_offset + to_float(w[i])));
+  }
 }
 
 // With r = rstd[t] and g = dy * (weight_offset + w):  dx = r * g - x * r^3 * dot(g, x) / cols. One block per row;
@@ -38,7 +40,9 @@ __global__ void rms_norm_dx_rows(const T* x, const T* w, const float* rstd, cons
   const T* xr = x + row * cols;
   const T* dyr = dy + row * cols;
   float dot = 0.0f;
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) dot += to_float(dyr[i]) * (weight_offset + to_float(w[i])) * to_float(xr[i]);
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    dot += to_float(dyr[i]) * (weight_offset + to_float(w[i])) * to_float(xr[i]);
+  }
   dot = device::block_sum(dot, scratch);
   const float r = rstd[row];
   const float c = r * r * r * dot / static_cast<float>(cols);
