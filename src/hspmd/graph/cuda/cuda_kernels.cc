@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 
+#include "hspmd/core/cuda/cuda_error.h"
 #include "hspmd/core/cuda/cuda_tensor_memory.h"
 #include "hspmd/core/error.h"
 #include "hspmd/kernels/cuda/attention.h"
@@ -25,14 +26,17 @@ const std::vector<DType> kF32{DType::kFloat32};
 const std::vector<DType> kF32OrBf16{DType::kFloat32, DType::kBFloat16};
 const std::vector<DType> kAnyDType{DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kInt32, DType::kInt64};
 
-// What an entry needs besides its tensors: the rank's GPU memory (and through it the stream).
+// What an entry needs besides its tensors: the rank's GPU memory (and through it the stream), and
+// its GPU made current while the entry runs (a kernel launches on the current device, which must be
+// the stream's; a rank on cuda:1 shares the process's current device with the others).
 struct Gpu {
   cuda::CudaTensorMemory& memory;
   cudaStream_t stream;
+  cuda::DeviceGuard current;
 };
 Gpu gpu_of(const KernelContext& k) {
   cuda::CudaTensorMemory& memory = cuda::cuda_tensor_memory(*k.allocator);
-  return {memory, memory.stream()};
+  return {memory, memory.stream(), cuda::DeviceGuard(memory.device_index())};
 }
 
 // One cuBLASLt handle and workspace per stream: GEMMs queued on two streams may run at once, and
