@@ -110,10 +110,10 @@ TEST_F(ErrorsCli, TrainOnAGpuWithoutOneIsOneLine) {
   const testing::RunResult bad = run(train + " --device gpu");
   EXPECT_EQ(bad.code, 1);
   EXPECT_THAT(bad.err, HasSubstr("--device gpu: expected cpu, cuda or cuda:N"));
-  const testing::RunResult dist =
-      run(train + " --device cuda:1 --strategy " + testing::source_file("examples/strategies/local-dp2.json"));
-  EXPECT_EQ(dist.code, 1);
-  EXPECT_THAT(dist.err, HasSubstr("--device cuda:1 trains one process so far"));
+  const testing::RunResult elastic = run(train + " --device cuda:1 --elastic --strategy " +
+                                         testing::source_file("examples/strategies/local-dp2.json"));
+  EXPECT_EQ(elastic.code, 1);
+  EXPECT_THAT(elastic.err, HasSubstr("--device cuda:1: --switch, --elastic and --dispatch run on the CPU only"));
 }
 
 TEST_F(ErrorsCli, MissingDatasetNamesTheFile) {

@@ -1,7 +1,9 @@
-// One process trains on the GPU as on the CPU: llama-tiny for 5 steps through the same trainer
-// (runtime/trainer.h) with --device cuda and cpu; losses within 1e-4 relative in float32, within
-// bf16's rounding under bf16 mixed precision; and the GPU run's checkpoint (written from host
-// copies) restores into a CPU trainer with the GPU run's weights and moments.
+// Training on the GPU equals training on the CPU: llama-tiny for 5 steps through the same trainer
+// (runtime/trainer.h) with --device cuda and cpu, losses within 1e-4 relative in float32, within
+// bf16's rounding under bf16 mixed precision; the GPU run's checkpoint (written from host copies)
+// restores into a CPU trainer with the GPU run's weights and moments; and two ranks sharing the
+// GPU under tensor parallelism (Gloo with host staging, a vocabulary-parallel loss) equal one
+// process.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -13,7 +15,9 @@
 
 #include "gpu/decoder_configs_testlib.h"
 #include "gpu/gpu_testlib.h"
+#include "hspmd/comm/thread_ranks.h"
 #include "hspmd/data/token_dataset.h"
+#include "hspmd/runtime/dist_trainer.h"
 #include "hspmd/runtime/trainer.h"
 
 namespace hspmd::runtime {
@@ -109,6 +113,30 @@ TEST_F(GpuTrainTest, ACheckpointOfTheGpuRunRestoresOnTheCpu) {
   }
   const Checkpoint c = gpu.checkpoint();
   EXPECT_EQ(c.exp_avg.size(), a.size());
+}
+
+TEST_F(GpuTrainTest, TwoTensorParallelRanksSharingTheGpuEqualOneProcess) {
+  const data::TokenDataset ds = data::TokenDataset::open((dir_ / "data").string());
+  const auto model = testing::decoder_model(testing::decoder_configs()[0]);
+  Trainer one(model, ds, options(Device::cpu(), DType::kFloat32));
+  const std::vector<double> expected = losses(one);
+  const sharding::Strategy tp2 = sharding::Strategy::from_json_text(R"({"name": "tp2", "pipelines": [
+      {"micro_batch_size": 8, "num_micro_batches": 1, "stages": [{"ranks": "0-1", "layers": "0-1"}]}]})",
+                                                                    "tp2");
+  const sharding::AnnotationPlan plan = model->compile_plan(tp2);
+  std::vector<std::vector<double>> got(2);
+  comm::run_thread_ranks(
+      2,
+      [&](int rank, comm::GroupCache& groups) {
+        DistOptions o;
+        o.train = options(kGpu, DType::kFloat32);
+        o.plan_name = "tp2";
+        DistTrainer t(model, ds, plan, o, rank, 2, groups);
+        while (!t.done()) got[rank].push_back(t.step().loss);
+      },
+      comm::Millis(60'000));
+  expect_losses_match(got[0], expected, 1e-4);
+  expect_losses_match(got[1], expected, 1e-4);
 }
 
 }  // namespace

@@ -124,9 +124,12 @@ void run_train(TrainArgs args, const CLI::App& sub) {
   }
   if (!args.resume.empty()) args.options = resumed_options(args, sub);
   const bool distributed = !args.strategy.empty() || !args.strategies_for_max_len.empty();
-  HSPMD_CHECK(args.options.device.type == DeviceType::kCPU || !distributed)
+  // Distributed ranks on a GPU communicate through Gloo with host staging (several may share one
+  // GPU); switching, elastic recovery and dispatch by length move state with CPU kernels only so far.
+  HSPMD_CHECK(args.options.device.type == DeviceType::kCPU ||
+              (args.switches.empty() && !args.elastic && !args.dispatch && args.strategies_for_max_len.empty()))
       << "--device " << args.options.device.to_string()
-      << " trains one process so far; distributed training runs on the CPU (--device cpu)";
+      << ": --switch, --elastic and --dispatch run on the CPU only so far (--device cpu)";
   if (distributed) return run_dist_train(args);
   HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty() && args.switches.empty() && !args.dispatch &&
               !args.elastic)
@@ -206,8 +209,9 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "bf16", "float32", "bfloat16"}));
   sub->add_option_function<std::string>(
       "--device", [&o](const std::string& name) { o.device = parse_device(name); },
-      "where one process trains: cpu (default), or cuda / cuda:N (GPU N: parameters, AdamW state and activations in "
-      "its memory, the batch copied in each step; needs a build with the CUDA backend; docs/gpu.md)");
+      "where training runs: cpu (default), or cuda / cuda:N (GPU N: parameters, AdamW state and activations in its "
+      "memory, the batch copied in each step; with --strategy every rank uses that GPU and communicates through Gloo "
+      "with host staging; needs a build with the CUDA backend; docs/gpu.md)");
   sub->add_option("--save", args->save, "checkpoint directory, written at the end (and every --save-every steps)");
   sub->add_option("--save-every", args->save_every, "also checkpoint every K steps")->check(CLI::NonNegativeNumber);
   sub->add_option("--eval-every", args->eval_every,

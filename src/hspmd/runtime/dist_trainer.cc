@@ -43,7 +43,11 @@ DistTrainer::DistTrainer(std::shared_ptr<const models::Model> model, const data:
       world_size_(world_size),
       compute_(rank_compute(options_.train, options_.device, rank)),
       allocator_(std::make_unique<Allocator>(compute_.allocator)),
-      session_(groups, rank, allocator_.get()),
+      comm_memory_(compute_.allocator.device().type == DeviceType::kCPU
+                       ? nullptr
+                       : std::make_unique<Allocator>(Allocator::Options{
+                             .capacity_bytes = 0, .name = "rank " + std::to_string(rank) + " host staging"})),
+      session_(groups, rank, comm_memory_ ? comm_memory_.get() : allocator_.get()),
       plans_(graph_, rank,
              {.schedule = options_.schedule,
               .seq_len = options_.train.seq_len,
@@ -164,7 +168,7 @@ double DistTrainer::post(double loss_sum) {
       s.grad = Tensor::zeros(s.grad_annotation.region(rank_, s.shape)->shape(), DType::kFloat32, allocator_.get());
     }
     const resolve::Resolution& r = cache_.resolve(s.grad_annotation, s.state_annotation, s.shape, s.name + ".grad");
-    grads[i] = execute_reshard(r, s.shape, rank_, s.grad, session_, "post");
+    grads[i] = execute_reshard_staged(r, s.shape, rank_, s.grad, session_, "post", *allocator_);
     s.grad = Tensor();
     if (counts_once(s.state_annotation, s.shape, rank_)) squares += compute_.sum_squares(grads[i]);
     fault_point(rank_, step_ + 1, "grad-sync");
@@ -209,13 +213,16 @@ void DistTrainer::apply_update(std::vector<Tensor>& grads, const std::vector<dou
     compute_.adamw_step(slice, grads[i], s.exp_avg, s.exp_avg_sq, step_, a);
     pacer_.end();
     if (!gather) {
-      kernels::copy_region(slice, std::vector<int64_t>(slice.shape().rank(), 0), s.value,
+      // On a GPU the slice goes back through the host (the CPU kernel cuts the box).
+      const Tensor value = s.value.to_host();
+      kernels::copy_region(slice.to_host(), std::vector<int64_t>(slice.shape().rank(), 0), value,
                            offsets_in(s.region, s.state_region), s.state_region.shape().dims());
+      if (!value.shares_storage_with(s.value)) s.value.copy_from(value);
       continue;
     }
     pacer_.pad();
     const resolve::Resolution& r = cache_.resolve(s.state_annotation, s.annotation, s.shape, s.name);
-    s.value.copy_from(execute_reshard(r, s.shape, rank_, slice, session_, "post"));
+    s.value.copy_from(execute_reshard_staged(r, s.shape, rank_, slice, session_, "post", *allocator_));
   }
   pacer_.pad();
 }

@@ -281,6 +281,9 @@ class DistTrainer {
   int rank_, world_size_;
   graph::ComputeDevice compute_;  // where the rank computes (options_.train.device)
   std::unique_ptr<Allocator> allocator_;
+  // A GPU rank's communication buffers: host memory (Gloo), staged by execute_reshard_staged. Null on
+  // a host rank, whose buffers come from allocator_.
+  std::unique_ptr<Allocator> comm_memory_;
   CommSession session_;
   resolve::ResolveCache cache_;
   PlanCache plans_;

@@ -410,6 +410,18 @@ Tensor execute_reshard(const resolve::Resolution& resolution, const Shape& shape
   return shard;
 }
 
+Tensor execute_reshard_staged(const resolve::Resolution& resolution, const Shape& shape, int device, const Tensor& src,
+                              CommSession& session, const std::string& channel, Allocator& memory, DType dtype) {
+  if (memory.device().type == DeviceType::kCPU) {
+    return execute_reshard(resolution, shape, device, src, session, channel, dtype);
+  }
+  HSPMD_ASSERT(session.allocator() != nullptr && session.allocator()->device().type == DeviceType::kCPU)
+      << "execute_reshard_staged on device " << device << ": the comm session's buffers must be host memory";
+  const Tensor out =
+      execute_reshard(resolution, shape, device, src.defined() ? src.to_host() : src, session, channel, dtype);
+  return out.defined() ? out.clone(&memory) : out;
+}
+
 int64_t execute_fused_bsr(const resolve::FusedBsr& bsr, int device, const std::vector<LocalShard>& sources,
                           const std::vector<LocalShard>& destinations, CommSession& session,
                           const std::string& channel) {

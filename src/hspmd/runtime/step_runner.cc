@@ -195,7 +195,7 @@ Tensor StepRunner::gather_vocab_shards(const graph::Op& op, const std::vector<in
   parts_.pacer.pad();
   const double begin = parts_.tracer.now_us();
   Tensor all =
-      Tensor::empty(Shape{static_cast<int64_t>(shards.size()), mine.numel()}, mine.dtype(), &parts_.allocator);
+      Tensor::empty(Shape{static_cast<int64_t>(shards.size()), mine.numel()}, mine.dtype(), mine.allocator());
   parts_.session.group(shards, "F")
       ->allgather({.input = comm::CommBuffer::of(mine), .output = comm::CommBuffer::of(all)})
       .wait();
@@ -218,8 +218,8 @@ Tensor StepRunner::run_reshard(int id, const Tensor& src, const SymBinding& bind
   HSPMD_CHECK(mine->group >= 0 || is_static(shape))
       << "Reshard '" << op.name << "' changes the top tier of an activation (" << exec.annotation(in).to_string()
       << " -> " << exec.annotation(out).to_string() << "); pipelines with their own micro-batch shapes cannot do that";
-  return execute_reshard(*mine->resolution, mine->shape, rank_, src, parts_.session, channel,
-                         graph_.graph.info(out).dtype);
+  return execute_reshard_staged(*mine->resolution, mine->shape, rank_, src, parts_.session, channel,
+                                parts_.allocator, graph_.graph.info(out).dtype);
 }
 
 bool StepRunner::counts_loss(const SpecializedPlan& plan) const {

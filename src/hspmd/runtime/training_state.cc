@@ -136,6 +136,10 @@ std::vector<int64_t> offsets_in(const Region& outer, const Region& inner) {
 }
 
 Tensor copy_out(const Tensor& t, const Region& outer, const Region& inner, Allocator* allocator) {
+  if (!t.on_host()) {  // a GPU's tensor: the box is cut on the host, then copied to `allocator`
+    const Tensor cut = copy_out(t.to_host(), outer, inner, nullptr);
+    return allocator == nullptr ? cut : cut.clone(allocator);
+  }
   Tensor out = Tensor::empty(inner.shape(), t.dtype(), allocator);
   kernels::copy_region(t, offsets_in(outer, inner), out, std::vector<int64_t>(inner.begin.size(), 0),
                        inner.shape().dims());

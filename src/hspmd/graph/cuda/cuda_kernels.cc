@@ -70,11 +70,18 @@ Tensor as_bf16(const KernelContext& k, const Gpu& gpu, const Tensor& x) {
 }
 
 // The vocabulary-parallel token losses normalize each row with statistics gathered from every
-// shard; the CUDA kernels hold whole rows only so far.
-void expect_whole_vocabulary(const KernelContext& k) {
-  HSPMD_CHECK(k.op.attrs.vocab_size == 0)
-      << "the CUDA token loss holds whole vocabulary rows; this rank holds columns from " << k.op.attrs.vocab_start
-      << " of " << k.op.attrs.vocab_size << " (vocabulary-parallel losses run on the CPU only so far)";
+// shard (KernelContext::gather_vocab_shards); the CUDA kernels hold whole rows only so far. A
+// shard's loss runs the CPU kernel on host copies of its inputs, and its outputs are copied back:
+// correct, and as slow as the copies of the logits' shard (or of x and w for the fused head).
+bool holds_a_vocabulary_shard(const KernelContext& k) { return k.op.attrs.vocab_size != 0; }
+
+void run_on_the_host(KernelContext& k) {
+  std::vector<Tensor> inputs;
+  for (const Tensor& t : k.inputs) inputs.push_back(t.to_host());
+  KernelContext host{k.op, inputs, k.output_shapes, &Allocator::process_default(), {}, k.gather_vocab_shards};
+  KernelRegistry::standard().get(k.op, DeviceType::kCPU)(host);
+  k.outputs.clear();
+  for (const Tensor& t : host.outputs) k.outputs.push_back(t.clone(k.allocator));
 }
 
 void add_leaf_kernels(KernelRegistry& r) {
@@ -315,7 +322,7 @@ void add_reshape_kernels(KernelRegistry& r) {
 void add_token_loss_kernels(KernelRegistry& r) {
   // cross_entropy(logits, targets, loss_scale) -> (loss, lse)
   r.add(OpKind::kCrossEntropy, DeviceType::kCUDA, kF32, [](KernelContext& k) {
-    expect_whole_vocabulary(k);
+    if (holds_a_vocabulary_shard(k)) return run_on_the_host(k);
     const Gpu gpu = gpu_of(k);
     const Tensor &logits = k.inputs[0], &targets = k.inputs[1], &loss_scale = k.inputs[2];
     Tensor loss = k.new_output(0), lse = k.new_output(1);
@@ -329,7 +336,7 @@ void add_token_loss_kernels(KernelRegistry& r) {
   });
   // cross_entropy_bwd(logits, targets, lse, loss_scale, dloss) -> dlogits
   r.add(OpKind::kCrossEntropyBwd, DeviceType::kCUDA, kF32, [](KernelContext& k) {
-    expect_whole_vocabulary(k);
+    if (holds_a_vocabulary_shard(k)) return run_on_the_host(k);
     const Gpu gpu = gpu_of(k);
     const std::vector<Tensor>& x = k.inputs;
     const Tensor& logits = x[0];
@@ -355,7 +362,7 @@ kc::LmHeadLossShape head_shape(const KernelContext& k) {
 void add_lm_head_loss_kernels(KernelRegistry& r) {
   // lm_head_loss(x, w, targets, loss_scale) -> (loss, lse)
   r.add(OpKind::kLmHeadLoss, DeviceType::kCUDA, kF32, [](KernelContext& k) {
-    expect_whole_vocabulary(k);
+    if (holds_a_vocabulary_shard(k)) return run_on_the_host(k);
     const Gpu gpu = gpu_of(k);
     Tensor x = k.inputs[0], w = k.inputs[1];
     const Tensor &targets = k.inputs[2], &loss_scale = k.inputs[3];
@@ -373,7 +380,7 @@ void add_lm_head_loss_kernels(KernelRegistry& r) {
   });
   // lm_head_loss_bwd(x, w, targets, lse, loss_scale, dloss) -> (dx, dw)
   r.add(OpKind::kLmHeadLossBwd, DeviceType::kCUDA, kF32, [](KernelContext& k) {
-    expect_whole_vocabulary(k);
+    if (holds_a_vocabulary_shard(k)) return run_on_the_host(k);
     const Gpu gpu = gpu_of(k);
     Tensor x = k.inputs[0], w = k.inputs[1];
     const std::vector<Tensor>& in_ = k.inputs;
