@@ -1,57 +1,21 @@
 // Tensors on a device other than the host, without a GPU: a fake device backend (host memory
-// that says it is cuda:3, counting the copies and fills Tensor routes to it) checks what Tensor
+// that says it is cuda:3, core/fake_device_testlib.h) checks what Tensor
 // does for device tensors: data() refuses them naming the device, device_data() serves kernels,
 // and zeros, fill, from_vector, clone, copy_from and to_host go through the backend. The CUDA
 // backend itself is tested on a GPU (tests/gpu/device_tensor_test.cc).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 
+#include "core/fake_device_testlib.h"
 #include "hspmd/core/error.h"
 #include "hspmd/core/tensor.h"
 
 namespace hspmd {
 namespace {
 
-class FakeDeviceMemory final : public MemoryBackend {
- public:
-  Device device() const override { return Device{DeviceType::kCUDA, 3}; }
-  void* allocate(size_t bytes) override {
-    in_use += bytes;
-    return std::malloc(bytes == 0 ? 1 : bytes);
-  }
-  void deallocate(void* ptr, size_t bytes) noexcept override {
-    in_use -= bytes;
-    std::free(ptr);
-  }
-  size_t current_bytes() const override { return in_use; }
-  size_t peak_bytes() const override { return 0; }
-  void reset_peak() override {}
-  size_t capacity_bytes() const override { return 0; }
-  void set_capacity_bytes(size_t) override {}
-  const std::string& name() const override { return name_; }
-  size_t cached_bytes() const override { return 0; }
-  void release_cached() override {}
-  void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) override {
-    if (src_device.type == DeviceType::kCPU) ++to_device;
-    if (dst_device.type == DeviceType::kCPU) ++to_host;
-    if (src_device == device() && dst_device == device()) ++within;
-    std::memmove(dst, src, bytes);
-  }
-  void zero(void* ptr, size_t bytes) override {
-    ++zeroed;
-    std::memset(ptr, 0, bytes);
-  }
-
-  size_t in_use = 0;
-  int to_device = 0, to_host = 0, within = 0, zeroed = 0;
-
- private:
-  std::string name_ = "fake cuda:3";
-};
+using testing::FakeDeviceMemory;
 
 class DeviceTensorTest : public ::testing::Test {
  protected:
