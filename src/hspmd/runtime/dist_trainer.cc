@@ -41,7 +41,7 @@ DistTrainer::DistTrainer(std::shared_ptr<const models::Model> model, const data:
       dataset_(&dataset),
       rank_(rank),
       world_size_(world_size),
-      compute_(rank_compute(options_.train, options_.device, rank)),
+      compute_(options_.compute ? options_.compute(rank) : rank_compute(options_.train, options_.device, rank)),
       allocator_(std::make_unique<Allocator>(compute_.allocator)),
       comm_memory_(compute_.allocator.device().type == DeviceType::kCPU
                        ? nullptr

@@ -107,6 +107,9 @@ struct DistOptions {
   // The output head and its loss fused or apart (models::ModelBuildOptions::fused_head_loss); unset:
   // the model's default. Every rank of a run must choose alike.
   std::optional<bool> fused_head_loss{};
+  // Where each rank computes; unset: the host, or the GPU train.device names (runtime/rank_compute.h).
+  // Set: another backend (the tests' fake device runs the CPU kernels behind device tensors).
+  std::function<graph::ComputeDevice(int rank)> compute{};
 };
 
 // What one switch did, the same on every rank but rank_sent_bytes (times are the slowest rank's).
