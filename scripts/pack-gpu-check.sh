@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds the GPU tests (label gpu) and the CUDA kernel benchmark and packs them for a machine with a CUDA device but without this
-# machine's Debian packages (no network there): the stripped test programs, the shared libraries
-# they load that such an image lacks (oneDNN, OpenMP, libstdc++, the CUDA runtime ...), and, for an
-# image whose C library is older than this machine's, this machine's C library and loader. The
+# Builds the GPU tests (label gpu: every gpu_*_test program, one per tests/gpu/*_test.cc but the
+# *_host_test.cc ones, which need no GPU) and the CUDA kernel benchmark and packs them for a
+# machine with a CUDA device but without this machine's Debian packages (no network there): the
+# stripped test programs, the shared libraries they load that such an image lacks (oneDNN, OpenMP,
+# libstdc++, the CUDA runtime ...), and, for an image whose C library is older than this
+# machine's, this machine's C library and loader. The
 # CUDA driver and cuBLASLt (540 MB) are not packed: the device image has the driver and the CUDA 13
 # toolkit. Everything goes into one xz archive; scripts/gpu-check.sh unpacks and runs it there.
 #

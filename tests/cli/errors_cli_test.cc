@@ -6,6 +6,9 @@
 #include <algorithm>
 
 #include "cli/cli_testlib.h"
+#if HSPMD_CUDA
+#include "hspmd/core/cuda/cuda_error.h"
+#endif
 
 namespace hspmd::cli {
 namespace {
@@ -80,6 +83,37 @@ TEST_F(ErrorsCli, VersionAndTheCommandList) {
   for (const char* command : {"train", "explain", "plan", "eval", "data", "launch", "checkpoint"}) {
     EXPECT_THAT(bare.out, HasSubstr(std::string("\n  ") + command)) << bare.out;
   }
+}
+
+// `--device cuda` where no GPU is visible (this machine, or a build without the CUDA backend): one
+// line naming the device, before any step. With a GPU the run would train: skipped there.
+TEST_F(ErrorsCli, TrainOnAGpuWithoutOneIsOneLine) {
+#if HSPMD_CUDA
+  if (cuda::device_count() > 0) GTEST_SKIP() << "a CUDA device is visible: --device cuda trains here";
+#endif
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "In the beginning was a line of text, number " + std::to_string(i) + ".\n";
+  const testing::RunResult prepared =
+      run("data prepare --input " + write_file("text.txt", text) + " --output " + path("data"));
+  ASSERT_EQ(prepared.code, 0) << prepared.err;
+  const std::string train = "train --model " + testing::source_file("configs/llama-tiny.json") + " --data " +
+                            path("data") + " --steps 1 --seq-len 64 --global-batch-tokens 256 --threads 1";
+  const testing::RunResult r = run(train + " --device cuda");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_THAT(r.err, StartsWith("hspmd: error: device cuda:0: "));
+#if HSPMD_CUDA
+  EXPECT_THAT(r.err, HasSubstr("no CUDA device is visible to this process"));
+#else
+  EXPECT_THAT(r.err, HasSubstr("built without the CUDA backend"));
+#endif
+  const testing::RunResult bad = run(train + " --device gpu");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("--device gpu: expected cpu, cuda or cuda:N"));
+  const testing::RunResult elastic = run(train + " --device cuda:1 --elastic --strategy " +
+                                         testing::source_file("examples/strategies/local-dp2.json"));
+  EXPECT_EQ(elastic.code, 1);
+  EXPECT_THAT(elastic.err, HasSubstr("--device cuda:1: --switch, --elastic and --dispatch run on the CPU only"));
 }
 
 TEST_F(ErrorsCli, MissingDatasetNamesTheFile) {

@@ -67,5 +67,46 @@ TEST_F(GpuTest, CrossEntropyOfAnOutOfRangeTargetIsNan) {
   EXPECT_TRUE(std::isnan(losses.data<float>()[1]));
 }
 
+// Gemma's final-logit soft-capping: the loss of cap * tanh(z / cap), gradients of the raw logits.
+TEST_F(GpuTest, CrossEntropyWithASoftcapMatchesTheCpu) {
+  const int64_t tokens = 23, vocab = 301;
+  Tensor logits = random_tensor({tokens, vocab}, DType::kFloat32, 91, -60.0, 60.0);
+  Tensor targets = random_ints({tokens}, DType::kInt64, 92, 0, vocab);
+  targets.data<int64_t>()[5] = -100;
+  Tensor dlosses = random_tensor({tokens}, DType::kFloat32, 93, 0.1, 1.0);
+  Tensor losses = Tensor::empty({tokens}, DType::kFloat32), lse = losses.clone();
+  Tensor dlogits = Tensor::empty({tokens, vocab}, DType::kFloat32);
+  const kernels::CrossEntropyOptions o{.ignore_index = -100, .vocab_start = 0, .vocab_size = 0, .softcap = 30.0};
+  kernels::cross_entropy_fwd(logits, targets, losses, lse, o);
+  kernels::cross_entropy_bwd(logits, targets, lse, dlosses, dlogits, o);
+  auto glogits = upload(logits), gtargets = upload(targets), gdlosses = upload(dlosses);
+  auto glosses = device_empty({tokens}, DType::kFloat32), glse = device_empty({tokens}, DType::kFloat32);
+  auto gdlogits = device_empty({tokens, vocab}, DType::kFloat32);
+  const CrossEntropyShape shape{.tokens = tokens, .vocab = vocab, .ignore_index = -100, .softcap = 30.0};
+  cross_entropy_fwd(DType::kFloat32, glogits.data(), DType::kInt64, gtargets.data(), glosses.as<float>(),
+                    glse.as<float>(), shape, stream_.get());
+  cross_entropy_bwd(DType::kFloat32, glogits.data(), DType::kInt64, gtargets.data(), glse.as<float>(),
+                    gdlosses.as<float>(), gdlogits.data(), shape, stream_.get());
+  EXPECT_TRUE(all_close(download(glosses, {tokens}, DType::kFloat32), losses, 1e-5, 1e-5, "losses"));
+  EXPECT_TRUE(all_close(download(glse, {tokens}, DType::kFloat32), lse, 1e-5, 1e-5, "lse"));
+  EXPECT_TRUE(all_close(download(gdlogits, {tokens, vocab}, DType::kFloat32), dlogits, 1e-4, 1e-6, "dlogits"));
+}
+
+// The graph's token-loss scalars: loss = scale * sum(losses) (float64 sum), dlosses = dloss * scale.
+TEST_F(GpuTest, ScaledLossSumAndTokenLossGrads) {
+  const int64_t tokens = 1001;
+  Tensor losses = random_tensor({tokens}, DType::kFloat32, 94, 0.0, 8.0);
+  double expected = 0;
+  for (int64_t i = 0; i < tokens; ++i) expected += losses.data<float>()[i];
+  auto glosses = upload(losses), gscale = upload(Tensor::full({1}, DType::kFloat32, 0.25));
+  auto gdloss = upload(Tensor::full({1}, DType::kFloat32, 3.0));
+  auto gloss = device_empty({1}, DType::kFloat32), gdlosses = device_empty({tokens}, DType::kFloat32);
+  scaled_loss_sum(glosses.as<float>(), tokens, gscale.as<float>(), gloss.as<float>(), stream_.get());
+  token_loss_grads(gscale.as<float>(), gdloss.as<float>(), gdlosses.as<float>(), tokens, stream_.get());
+  EXPECT_NEAR(download(gloss, {1}, DType::kFloat32).data<float>()[0], 0.25 * expected, 1e-6 * expected);
+  EXPECT_TRUE(all_close(download(gdlosses, {tokens}, DType::kFloat32), Tensor::full({tokens}, DType::kFloat32, 0.75),
+                        0, 0, "dlosses"));
+}
+
 }  // namespace
 }  // namespace hspmd::kernels::cuda

@@ -1,5 +1,6 @@
-// CUDA pointwise kernels against the CPU ones: SwiGLU forward and backward (kernels/elementwise.h),
-// bias (bias.h), casts (cast.h) and bf16 rounding (bf16_rounding.h), float32 and bfloat16, odd sizes.
+// CUDA pointwise kernels against the CPU ones: SwiGLU and GeGLU forward and backward, add and scale
+// (kernels/elementwise.h), bias and its gradient (bias.h, reduce.h), casts (cast.h) and bf16
+// rounding (bf16_rounding.h), float32 and bfloat16, odd sizes.
 #include "hspmd/kernels/cuda/elementwise.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include "hspmd/kernels/bias.h"
 #include "hspmd/kernels/cast.h"
 #include "hspmd/kernels/elementwise.h"
+#include "hspmd/kernels/reduce.h"
 
 namespace hspmd::kernels::cuda {
 namespace {
@@ -65,6 +67,52 @@ TEST_P(CudaPointwise, BiasAdd) {
   auto gy = device_empty({rows, cols}, dtype);
   bias_add(dtype, gx.data(), gb.data(), gy.data(), rows, cols, stream_.get());
   EXPECT_TRUE(all_close(out(gy, {rows, cols}), y, rtol(), atol(), "y"));
+}
+
+TEST_P(CudaPointwise, GegluTanhForwardAndBackward) {
+  const DType dtype = GetParam();
+  for (int64_t n : {int64_t{1}, int64_t{300007}}) {
+    SCOPED_TRACE(n);
+    Tensor g = input({n}, 61), u = input({n}, 62), dy = input({n}, 63);
+    Tensor y = Tensor::empty({n}, DType::kFloat32), dg = y.clone(), du = y.clone();
+    kernels::geglu_tanh_fwd(g, u, y);
+    kernels::geglu_tanh_bwd(g, u, dy, dg, du);
+    auto gg = in(g), gu = in(u), gdy = in(dy);
+    auto gy = device_empty({n}, dtype), gdg = device_empty({n}, dtype), gdu = device_empty({n}, dtype);
+    geglu_tanh_fwd(dtype, gg.data(), gu.data(), gy.data(), n, stream_.get());
+    geglu_tanh_bwd(dtype, gg.data(), gu.data(), gdy.data(), gdg.data(), gdu.data(), n, stream_.get());
+    EXPECT_TRUE(all_close(out(gy, {n}), y, rtol(), atol(), "y"));
+    EXPECT_TRUE(all_close(out(gdg, {n}), dg, rtol(), atol(), "dgate"));
+    EXPECT_TRUE(all_close(out(gdu, {n}), du, rtol(), atol(), "dup"));
+  }
+}
+
+TEST_P(CudaPointwise, AddAndScale) {
+  const DType dtype = GetParam();
+  const int64_t n = 100003;
+  Tensor a = input({n}, 71), b = input({n}, 72);
+  Tensor sum = Tensor::empty({n}, DType::kFloat32), scaled = sum.clone();
+  kernels::add(a, b, sum);
+  kernels::scale(a, -0.37, scaled);
+  auto ga = in(a), gb = in(b), gsum = device_empty({n}, dtype), gscaled = device_empty({n}, dtype);
+  add(dtype, ga.data(), gb.data(), gsum.data(), n, stream_.get());
+  scale(dtype, ga.data(), -0.37, gscaled.data(), n, stream_.get());
+  EXPECT_TRUE(all_close(out(gsum, {n}), sum, rtol(), atol(), "a + b"));
+  EXPECT_TRUE(all_close(out(gscaled, {n}), scaled, rtol(), atol(), "a * -0.37"));
+}
+
+TEST_P(CudaPointwise, SumRowsIsTheBiasGradient) {
+  const DType dtype = GetParam();
+  for (int64_t rows : {int64_t{1}, int64_t{1001}}) {
+    const int64_t cols = 67;
+    Tensor dy = input({rows, cols}, 81, -1.0, 1.0);
+    Tensor dbias = Tensor::empty({cols}, DType::kFloat32);
+    kernels::sum(dy, {0}, dbias);
+    auto gdy = in(dy), gdb = device_empty({cols}, dtype);
+    sum_rows(dtype, gdy.data(), gdb.data(), rows, cols, stream_.get());
+    // A sum of up to 1001 rows in float32: its rounding grows with the count.
+    EXPECT_TRUE(all_close(out(gdb, {cols}), dbias, bf16() ? kBFloat16Rtol : 1e-4, bf16() ? 5e-2 : 1e-4, "dbias"));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaPointwise, ::testing::Values(DType::kFloat32, DType::kBFloat16),

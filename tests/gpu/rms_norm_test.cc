@@ -69,6 +69,28 @@ TEST_F(GpuTest, RmsNormOfNoRowsZeroesDweight) {
   EXPECT_TRUE(all_close(download(dw, {5}, DType::kFloat32), Tensor::zeros({5}, DType::kFloat32), 0, 0, "dweight"));
 }
 
+// Gemma's norm: y = x * rstd * (1 + weight), weights around 0.
+TEST_F(GpuTest, RmsNormWithAWeightOffsetMatchesTheCpu) {
+  const int64_t rows = 29, cols = 257;
+  Tensor x = random_tensor({rows, cols}, DType::kFloat32, 21, -2.0, 2.0);
+  Tensor w = random_tensor({cols}, DType::kFloat32, 22, -0.5, 0.5);
+  Tensor dy = random_tensor({rows, cols}, DType::kFloat32, 23);
+  Tensor y = Tensor::empty({rows, cols}, DType::kFloat32), rstd = Tensor::empty({rows}, DType::kFloat32);
+  Tensor dx = Tensor::empty({rows, cols}, DType::kFloat32), dw = Tensor::empty({cols}, DType::kFloat32);
+  kernels::rms_norm_fwd(x, w, kEps, y, rstd, 1.0);
+  kernels::rms_norm_bwd(x, w, rstd, dy, dx, dw, 1.0);
+  auto gx = upload(x), gw = upload(w), gdy = upload(dy);
+  auto gy = device_empty({rows, cols}, DType::kFloat32), gdx = device_empty({rows, cols}, DType::kFloat32);
+  auto grstd = device_empty({rows}, DType::kFloat32), gdw = device_empty({cols}, DType::kFloat32);
+  rms_norm_fwd(DType::kFloat32, gx.data(), gw.data(), static_cast<float>(kEps), gy.data(), grstd.as<float>(), rows,
+               cols, stream_.get(), 1.0f);
+  rms_norm_bwd(DType::kFloat32, gx.data(), gw.data(), grstd.as<float>(), gdy.data(), gdx.data(), gdw.as<float>(), rows,
+               cols, stream_.get(), 1.0f);
+  EXPECT_TRUE(all_close(download(gy, {rows, cols}, DType::kFloat32), y, kFloat32Rtol, 1e-5, "y"));
+  EXPECT_TRUE(all_close(download(gdx, {rows, cols}, DType::kFloat32), dx, kFloat32Rtol, 1e-5, "dx"));
+  EXPECT_TRUE(all_close(download(gdw, {cols}, DType::kFloat32), dw, 1e-4, 1e-4, "dweight"));
+}
+
 TEST_F(GpuTest, RmsNormRefusesFloat64) {
   EXPECT_THROW(rms_norm_fwd(DType::kFloat64, nullptr, nullptr, 1e-5f, nullptr, nullptr, 1, 1, stream_.get()), Error);
 }

@@ -67,10 +67,24 @@ const std::vector<OptionFlag>& option_flags() {
       HSPMD_OPTION_FLAG("--recompute", recompute),
       HSPMD_OPTION_FLAG("--threads", threads),
       HSPMD_OPTION_FLAG("--precision", precision),
+      HSPMD_OPTION_FLAG("--device", device),  // not in a checkpoint's options: the resumed run's is cpu
   };
   return flags;
 }
 #undef HSPMD_OPTION_FLAG
+
+// "cpu", "cuda" (GPU 0) or "cuda:N".
+Device parse_device(const std::string& text) {
+  if (text == "cpu") return Device::cpu();
+  if (text == "cuda") return Device{DeviceType::kCUDA, 0};
+  if (text.rfind("cuda:", 0) == 0) {
+    const std::string index = text.substr(5);
+    char* end = nullptr;
+    const long n = std::strtol(index.c_str(), &end, 10);
+    if (!index.empty() && *end == '\0' && n >= 0 && n < 1024) return Device{DeviceType::kCUDA, static_cast<int>(n)};
+  }
+  HSPMD_THROW() << "--device " << text << ": expected cpu, cuda or cuda:N";
+}
 
 }  // namespace
 
@@ -109,7 +123,14 @@ void run_train(TrainArgs args, const CLI::App& sub) {
         << "HSPMD_COMM_TIMEOUT=" << env << " is not a positive number of seconds";
   }
   if (!args.resume.empty()) args.options = resumed_options(args, sub);
-  if (!args.strategy.empty() || !args.strategies_for_max_len.empty()) return run_dist_train(args);
+  const bool distributed = !args.strategy.empty() || !args.strategies_for_max_len.empty();
+  // Distributed ranks on a GPU communicate through Gloo with host staging (several may share one
+  // GPU); switching, elastic recovery and dispatch by length move state with CPU kernels only so far.
+  HSPMD_CHECK(args.options.device.type == DeviceType::kCPU ||
+              (args.switches.empty() && !args.elastic && !args.dispatch && args.strategies_for_max_len.empty()))
+      << "--device " << args.options.device.to_string()
+      << ": --switch, --elastic and --dispatch run on the CPU only so far (--device cpu)";
+  if (distributed) return run_dist_train(args);
   HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty() && args.switches.empty() && !args.dispatch &&
               !args.elastic)
       << "--nproc, --devices, --trace, --switch, --dispatch and --elastic need --strategy (distributed training)";
@@ -140,6 +161,7 @@ void run_train(TrainArgs args, const CLI::App& sub) {
                                        .append = !args.resume.empty(),
                                        .terminal = ::isatty(STDOUT_FILENO) != 0});
   std::cout << kernels_line(options.precision) << "\n";
+  if (options.device.type != DeviceType::kCPU) std::cout << "device: " << options.device.to_string() << "\n";
   std::cout << "model: " << models::num_parameters(*model) << " parameters, " << model->num_layers()
             << " layers, hidden " << model->sizes().hidden << "; data: " << dataset.num_tokens() << " tokens in "
             << dataset.num_documents() << " documents; " << options.steps << " steps of <= "
@@ -185,6 +207,11 @@ void add_train_command(CLI::App& app) {
          "fp32 (default), or bf16: bf16 mixed precision (matmuls and attention on bf16 operands with fp32 "
          "accumulation; fp32 master weights, gradients and AdamW states); see docs/mixed-precision.md")
       ->check(CLI::IsMember({"fp32", "bf16", "float32", "bfloat16"}));
+  sub->add_option_function<std::string>(
+      "--device", [&o](const std::string& name) { o.device = parse_device(name); },
+      "where training runs: cpu (default), or cuda / cuda:N (GPU N: parameters, AdamW state and activations in its "
+      "memory, the batch copied in each step; with --strategy every rank uses that GPU and communicates through Gloo "
+      "with host staging; needs a build with the CUDA backend; docs/gpu.md)");
   sub->add_option("--save", args->save, "checkpoint directory, written at the end (and every --save-every steps)");
   sub->add_option("--save-every", args->save_every, "also checkpoint every K steps")->check(CLI::NonNegativeNumber);
   sub->add_option("--eval-every", args->eval_every,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <list>
 #include <mutex>
@@ -31,18 +32,18 @@ OutOfMemoryError host_exhausted(const std::string& name, size_t bytes) {
   return OutOfMemoryError("out of host memory on " + name + ": requested " + std::to_string(bytes) + " bytes");
 }
 
-}  // namespace
-
 // The state every handle and every tensor's storage shares. One mutex guards it all: allocations
 // are per tensor, far coarser than the lock, and the common miss (a new block) is made outside it.
-class Allocator::Pool {
+class HostPool final : public MemoryBackend {
  public:
-  explicit Pool(Options options) : options_(std::move(options)) {}
-  ~Pool() { evict_until(0); }  // no block can still be live: each storage holds a handle
-  Pool(const Pool&) = delete;
-  Pool& operator=(const Pool&) = delete;
+  explicit HostPool(Allocator::Options options) : options_(std::move(options)) {}
+  ~HostPool() override { evict_until(0); }  // no block can still be live: each storage holds a handle
+  HostPool(const HostPool&) = delete;
+  HostPool& operator=(const HostPool&) = delete;
 
-  void* allocate(size_t bytes) {
+  Device device() const override { return Device::cpu(); }
+
+  void* allocate(size_t bytes) override {
     // Past SIZE_MAX / 2, block_bytes would overflow; no host has that much memory anyway.
     if (bytes > SIZE_MAX / 2) throw host_exhausted(options_.name, bytes);
     std::unique_lock lock(mu_);
@@ -66,7 +67,7 @@ class Allocator::Pool {
     throw host_exhausted(options_.name, bytes);
   }
 
-  void deallocate(void* ptr, size_t bytes) noexcept {
+  void deallocate(void* ptr, size_t bytes) noexcept override {
     const size_t block = block_bytes(bytes);
     std::lock_guard lock(mu_);
     in_use_ -= bytes;
@@ -75,33 +76,37 @@ class Allocator::Pool {
     evict_until(cache_limit());  // the newest block stays, the oldest make room
   }
 
-  size_t current_bytes() const {
+  size_t current_bytes() const override {
     std::lock_guard lock(mu_);
     return in_use_;
   }
-  size_t peak_bytes() const {
+  size_t peak_bytes() const override {
     std::lock_guard lock(mu_);
     return peak_;
   }
-  void reset_peak() {
+  void reset_peak() override {
     std::lock_guard lock(mu_);
     peak_ = in_use_;
   }
-  size_t capacity_bytes() const {
+  size_t capacity_bytes() const override {
     std::lock_guard lock(mu_);
     return options_.capacity_bytes;
   }
-  void set_capacity_bytes(size_t bytes) {
+  void set_capacity_bytes(size_t bytes) override {
     std::lock_guard lock(mu_);
     options_.capacity_bytes = bytes;
     evict_until(cache_limit());
   }
-  const std::string& name() const { return options_.name; }  // never changes
-  size_t cached_bytes() const {
+  const std::string& name() const override { return options_.name; }  // never changes
+
+  // Host memory only: the copies a host tensor needs are Tensor's own memmove and memset.
+  void copy(void* dst, Device, const void* src, Device, size_t bytes) override { std::memmove(dst, src, bytes); }
+  void zero(void* ptr, size_t bytes) override { std::memset(ptr, 0, bytes); }
+  size_t cached_bytes() const override {
     std::lock_guard lock(mu_);
     return cached_;
   }
-  void release_cached() {
+  void release_cached() override {
     std::lock_guard lock(mu_);
     evict_until(0);
   }
@@ -171,7 +176,7 @@ class Allocator::Pool {
   }
 
   mutable std::mutex mu_;
-  Options options_;
+  Allocator::Options options_;
   size_t in_use_ = 0;     // requested bytes of live allocations: what current_bytes() reports
   size_t peak_ = 0;       // of in_use_, since reset_peak
   size_t held_ = 0;       // block bytes of live allocations (in_use_ plus size-class rounding)
@@ -181,7 +186,13 @@ class Allocator::Pool {
   std::unordered_map<size_t, std::deque<Age>> by_size_;
 };
 
-Allocator::Allocator(Options options) : pool_(std::make_shared<Pool>(std::move(options))) {}
+}  // namespace
+
+Allocator::Allocator(Options options) : pool_(std::make_shared<HostPool>(std::move(options))) {}
+Allocator::Allocator(std::shared_ptr<MemoryBackend> backend) : pool_(std::move(backend)) {
+  HSPMD_ASSERT(pool_ != nullptr) << "Allocator of a null backend";
+  device_ = pool_->device();
+}
 Allocator::~Allocator() = default;
 
 Allocator& Allocator::process_default() {

@@ -1,5 +1,6 @@
 // Where memory lives: the host (kCPU) or a CUDA GPU (kCUDA: core/cuda/ memory, streams and copies,
-// kernels/cuda/ kernels; built with HSPMD_CUDA). Tensor storage is host memory so far.
+// kernels/cuda/ kernels; built with HSPMD_CUDA). A tensor's device is its allocator's
+// (core/allocator.h).
 #pragma once
 
 #include <string>

@@ -17,7 +17,13 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Allocator* allocator) {
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Allocator* allocator) {
   Tensor t = empty(shape, dtype, allocator);
-  if (t.nbytes() > 0) std::memset(t.raw_data(), 0, t.nbytes());  // all-zero bits is 0 for every dtype
+  if (t.nbytes() == 0) return t;
+  // All-zero bits is 0 for every dtype.
+  if (t.on_host()) {
+    std::memset(t.raw_data(), 0, t.nbytes());
+  } else {
+    t.allocator()->backend().zero(t.device_raw_data(), t.nbytes());
+  }
   return t;
 }
 
@@ -36,6 +42,10 @@ void fill_as(void* data, int64_t n, T value) {
 }  // namespace
 
 void Tensor::fill(double value) {
+  if (!on_host()) {  // filled on the host, then copied: fills are for initialization, not steps
+    copy_from(full(shape_, dtype_, value));
+    return;
+  }
   switch (dtype_) {
     case DType::kFloat32: fill_as(raw_data(), numel(), static_cast<float>(value)); break;
     case DType::kFloat64: fill_as(raw_data(), numel(), value); break;
@@ -90,10 +100,28 @@ Tensor Tensor::clone(Allocator* allocator) const {
   return t;
 }
 
+Tensor Tensor::to_host() const {
+  if (on_host()) return *this;
+  return clone(&Allocator::process_default());
+}
+
 void Tensor::copy_from(const Tensor& src) {
   HSPMD_CHECK(src.dtype_ == dtype_ && src.numel() == numel())
       << "copy_from " << src.to_string() << " into " << to_string();
-  if (nbytes() > 0) std::memmove(raw_data(), src.raw_data(), nbytes());
+  if (nbytes() == 0) return;
+  if (on_host() && src.on_host()) {
+    std::memmove(raw_data(), src.raw_data(), nbytes());
+    return;
+  }
+  // The device side's backend knows how to reach its memory (both device-side: this one's).
+  MemoryBackend& backend = (on_host() ? src.allocator() : allocator())->backend();
+  backend.copy(device_raw_data(), device(), src.device_raw_data(), src.device(), nbytes());
+}
+
+void Tensor::throw_not_on_host() const {
+  HSPMD_THROW() << "tensor " << to_string() << " lives on " << device().to_string()
+                << ": its memory is not host memory (copy it with to_host(), or pass device_data() to a "
+                << device().to_string() << " kernel)";
 }
 
 double Tensor::element_as_double(int64_t i) const {

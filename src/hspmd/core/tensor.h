@@ -3,7 +3,16 @@
 //   Tensor x = Tensor::empty({B, S, H}, DType::kFloat32);   // on Allocator::process_default()
 //   Tensor mb = x.narrow(0, 2, 2);      // micro-batch rows 2..3: a view, no copy
 //   Tensor flat = x.reshape({B * S, H}); // a view, no copy
-//   float* p = flat.data<float>();       // checks the dtype
+//   float* p = flat.data<float>();       // checks the dtype (and that the memory is host memory)
+//
+// Device: a tensor lives where its allocator's memory does (core/allocator.h). A GPU rank's
+// allocator makes tensors in GPU memory: data() and raw_data() refuse them (the host cannot read
+// that memory; an Error names the tensor and its device), kernels take device_data(), and
+// clone(allocator) / copy_from / to_host() copy between the host and the device:
+//
+//   Tensor w_gpu = w.clone(&gpu_allocator);           // host -> device (pinned staging)
+//   kernel(w_gpu.device_data<float>(), ...);
+//   Tensor w_back = w_gpu.to_host();                   // device -> host, returns with the data
 //
 // Views share storage (copying a Tensor copies a handle). Only views that stay contiguous exist:
 // narrow(d, ...) needs every dimension before d to have size 1. Slices along other dims are
@@ -38,7 +47,8 @@ class Storage {
   size_t bytes() const { return bytes_; }
   // This storage's own handle on the pool: valid as long as the storage is.
   Allocator* allocator() { return &allocator_; }
-  Device device() const { return Device::cpu(); }
+  Device device() const { return allocator_.device(); }
+  bool on_host() const { return allocator_.device().type == DeviceType::kCPU; }
 
  private:
   Allocator allocator_;  // first: constructed before, destroyed after, the memory it hands out
@@ -61,7 +71,9 @@ class Tensor {
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
   DType dtype() const { return dtype_; }
-  Device device() const { return Device::cpu(); }
+  // Where the storage lives (Device::cpu() for an undefined tensor).
+  Device device() const { return storage_ ? storage_->device() : Device::cpu(); }
+  bool on_host() const { return !storage_ || storage_->on_host(); }
   int rank() const { return shape_.rank(); }
   int64_t dim(int d) const { return shape_.dim(d); }
   int64_t numel() const { return shape_.numel(); }
@@ -70,13 +82,26 @@ class Tensor {
   // tensor is. Each storage has its own handle: compare pools with ==, not the pointers.
   Allocator* allocator() const { return storage_ ? storage_->allocator() : nullptr; }
 
-  void* raw_data() const { return static_cast<char*>(storage_->data()) + offset_bytes_; }
+  // Host memory: an Error for a tensor on a GPU (use device_data there, or to_host()).
+  void* raw_data() const {
+    if (!on_host()) throw_not_on_host();
+    return device_raw_data();
+  }
   template <typename T>
   T* data() const {
     HSPMD_CHECK(defined()) << "data() of an undefined tensor";
     HSPMD_CHECK(dtype_ == dtype_of<T>()) << "tensor is " << dtype_name(dtype_) << ", accessed as "
                                          << dtype_name(dtype_of<T>());
     return static_cast<T*>(raw_data());
+  }
+  // The address on the tensor's own device, wherever that is: for kernels of that device.
+  void* device_raw_data() const { return static_cast<char*>(storage_->data()) + offset_bytes_; }
+  template <typename T>
+  T* device_data() const {
+    HSPMD_CHECK(defined()) << "device_data() of an undefined tensor";
+    HSPMD_CHECK(dtype_ == dtype_of<T>()) << "tensor is " << dtype_name(dtype_) << ", accessed as "
+                                         << dtype_name(dtype_of<T>());
+    return static_cast<T*>(device_raw_data());
   }
 
   // View of [start, start + length) along dim; every dim before it must have size 1.
@@ -86,8 +111,12 @@ class Tensor {
   Tensor reshape(const std::vector<int64_t>& dims) const;
 
   // A copy with its own storage; allocator == nullptr keeps this tensor's allocator (its device).
+  // Another allocator's device makes it a host <-> device copy.
   Tensor clone(Allocator* allocator = nullptr) const;
-  // Copies src's elements into this tensor; shapes (numel) and dtypes must match.
+  // This tensor when it is on the host, else a host copy (Allocator::process_default()).
+  Tensor to_host() const;
+  // Copies src's elements into this tensor; shapes (numel) and dtypes must match. Either may be
+  // on a device (the device's backend copies).
   void copy_from(const Tensor& src);
   void fill(double value);
 
@@ -103,6 +132,8 @@ class Tensor {
   std::string to_string() const;  // "float32[2, 3]"
 
  private:
+  [[noreturn]] void throw_not_on_host() const;
+
   std::shared_ptr<Storage> storage_;
   size_t offset_bytes_ = 0;
   Shape shape_;
@@ -114,7 +145,12 @@ Tensor Tensor::from_vector(const Shape& shape, const std::vector<T>& values, All
   HSPMD_CHECK(static_cast<int64_t>(values.size()) == shape.numel())
       << values.size() << " values for shape " << shape.to_string();
   Tensor t = empty(shape, dtype_of<T>(), allocator);
-  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+  if (values.empty()) return t;
+  if (t.on_host()) {
+    std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+  } else {
+    t.copy_from(from_vector(shape, values));
+  }
   return t;
 }
 

@@ -65,6 +65,9 @@ std::vector<Tensor> Executor::run(const TensorMap& feeds, const TensorMap& param
       HSPMD_CHECK(t.defined() && t.dtype() == op.outputs[0].dtype && t.shape() == out_shapes[0])
           << op_label(op) << ": expected " << dtype_name(op.outputs[0].dtype) << out_shapes[0].to_string()
           << ", got " << (t.defined() ? t.to_string() : "an undefined tensor");
+      HSPMD_CHECK(t.device() == allocator->device())
+          << op_label(op) << " is on " << t.device().to_string() << ", but this run's ops run on "
+          << allocator->device().to_string() << " (copy it there: Tensor::clone(allocator))";
       values[id] = {t};
     } else {
       std::vector<Tensor> inputs;
@@ -75,7 +78,7 @@ std::vector<Tensor> Executor::run(const TensorMap& feeds, const TensorMap& param
         inputs.push_back(v[in.index]);
       }
       KernelContext ctx{op, inputs, out_shapes, allocator, {}, {}};
-      run_kernel(ctx, {.kernels = options_.kernels});
+      run_kernel(ctx, {.kernels = options_.kernels, .device = allocator->device().type});
       values[id] = std::move(ctx.outputs);
       ++stats_.ops_run;
     }

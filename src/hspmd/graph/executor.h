@@ -25,7 +25,9 @@
 namespace hspmd::graph {
 
 struct ExecutorOptions {
-  // Where intermediates are allocated; nullptr = Allocator::process_default().
+  // Where intermediates are allocated; nullptr = Allocator::process_default(). Its device is where
+  // the ops run: feeds and parameters must be there, and `kernels` must hold that device's kernels
+  // (a GPU allocator, core/cuda/cuda_tensor_memory.h, with graph/cuda/cuda_kernels.h's registry).
   Allocator* allocator = nullptr;
   // Per-layer activation recomputation (recompute forward in backward).
   bool recompute = false;

@@ -15,6 +15,7 @@
 #include "hspmd/kernels/threading.h"
 #include "hspmd/runtime/fault_injection.h"
 #include "hspmd/runtime/gradient_sync.h"
+#include "hspmd/runtime/rank_compute.h"
 
 // DistTrainer (runtime/dist_trainer.h): construction, the step (the step runner's passes, Post,
 // AdamW) and evaluation.
@@ -41,10 +42,13 @@ DistTrainer::DistTrainer(std::shared_ptr<const models::Model> model, const data:
       dataset_(&dataset),
       rank_(rank),
       world_size_(world_size),
-      allocator_(std::make_unique<Allocator>(
-          Allocator::Options{.capacity_bytes = static_cast<size_t>(options_.device.memory_bytes),
-                             .name = std::string("rank ").append(std::to_string(rank))})),
-      session_(groups, rank, allocator_.get()),
+      compute_(options_.compute ? options_.compute(rank) : rank_compute(options_.train, options_.device, rank)),
+      allocator_(std::make_unique<Allocator>(compute_.allocator)),
+      comm_memory_(compute_.allocator.device().type == DeviceType::kCPU
+                       ? nullptr
+                       : std::make_unique<Allocator>(Allocator::Options{
+                             .capacity_bytes = 0, .name = "rank " + std::to_string(rank) + " host staging"})),
+      session_(groups, rank, comm_memory_ ? comm_memory_.get() : allocator_.get()),
       plans_(graph_, rank,
              {.schedule = options_.schedule,
               .seq_len = options_.train.seq_len,
@@ -59,7 +63,7 @@ DistTrainer::DistTrainer(std::shared_ptr<const models::Model> model, const data:
                .schedule = options_.schedule,
                .layout = options_.layout,
                .split_batch = options_.split_batch},
-              {*allocator_, session_, cache_, pacer_, tracer_}) {
+              {*allocator_, session_, cache_, pacer_, tracer_, compute_}) {
   const TrainerOptions& o = options_.train;
   members_ = options_.members.empty() ? all_ranks(world_size_) : options_.members;
   check_dataset_fits(dataset, *model_);
@@ -161,8 +165,8 @@ double DistTrainer::post(double loss_sum) {
   std::vector<Tensor> grads(state_.tensors.size());
   for (size_t i = 0; i < state_.tensors.size(); ++i) {
     TensorState& s = state_.tensors[i];
-    grads[i] = take_synced_gradient(s, rank_, cache_, session_, allocator_.get());
-    if (counts_once(s.state_annotation, s.shape, rank_)) squares += kernels::sum_squares(grads[i]);
+    grads[i] = take_synced_gradient(s, rank_, cache_, session_, compute_);
+    if (counts_once(s.state_annotation, s.shape, rank_)) squares += compute_.sum_squares(grads[i]);
     fault_point(rank_, step_ + 1, "grad-sync");
   }
   // Kept until the update: if the totals reach another rank but not this one, it can still apply
@@ -196,22 +200,25 @@ void DistTrainer::apply_update(std::vector<Tensor>& grads, const std::vector<dou
                             .weight_decay = s.decay ? o.weight_decay : 0.0,
                             .grad_scale = clip};
     if (s.state_annotation == s.annotation) {
-      kernels::adamw_step(s.value, grads[i], s.exp_avg, s.exp_avg_sq, step_, a);
+      compute_.adamw_step(s.value, grads[i], s.exp_avg, s.exp_avg_sq, step_, a);
       pacer_.end();
       continue;
     }
     // ZeRO-1: update this rank's slice, then gather the parameter back from the state shards.
     Tensor slice = copy_out(s.value, s.region, s.state_region, allocator_.get());
-    kernels::adamw_step(slice, grads[i], s.exp_avg, s.exp_avg_sq, step_, a);
+    compute_.adamw_step(slice, grads[i], s.exp_avg, s.exp_avg_sq, step_, a);
     pacer_.end();
     if (!gather) {
-      kernels::copy_region(slice, std::vector<int64_t>(slice.shape().rank(), 0), s.value,
+      // On a GPU the slice goes back through the host (the CPU kernel cuts the box).
+      const Tensor value = s.value.to_host();
+      kernels::copy_region(slice.to_host(), std::vector<int64_t>(slice.shape().rank(), 0), value,
                            offsets_in(s.region, s.state_region), s.state_region.shape().dims());
+      if (!value.shares_storage_with(s.value)) s.value.copy_from(value);
       continue;
     }
     pacer_.pad();
     const resolve::Resolution& r = cache_.resolve(s.state_annotation, s.annotation, s.shape, s.name);
-    s.value.copy_from(execute_reshard(r, s.shape, rank_, slice, session_, "post"));
+    s.value.copy_from(execute_reshard_staged(r, s.shape, rank_, slice, session_, "post", *allocator_));
   }
   pacer_.pad();
 }

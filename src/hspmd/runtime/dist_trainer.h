@@ -76,6 +76,7 @@
 #include "hspmd/runtime/trace.h"
 #include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/plan_cache.h"
+#include "hspmd/graph/compute_device.h"
 #include "hspmd/runtime/step_runner.h"
 #include "hspmd/runtime/train_options.h"
 #include "hspmd/runtime/training_state.h"
@@ -106,6 +107,9 @@ struct DistOptions {
   // The output head and its loss fused or apart (models::ModelBuildOptions::fused_head_loss); unset:
   // the model's default. Every rank of a run must choose alike.
   std::optional<bool> fused_head_loss{};
+  // Where each rank computes; unset: the host, or the GPU train.device names (runtime/rank_compute.h).
+  // Set: another backend (the tests' fake device runs the CPU kernels behind device tensors).
+  std::function<graph::ComputeDevice(int rank)> compute{};
 };
 
 // What one switch did, the same on every rank but rank_sent_bytes (times are the slowest rank's).
@@ -278,7 +282,11 @@ class DistTrainer {
   models::ModelGraph graph_;
   const data::TokenDataset* dataset_;
   int rank_, world_size_;
+  graph::ComputeDevice compute_;  // where the rank computes (options_.train.device)
   std::unique_ptr<Allocator> allocator_;
+  // A GPU rank's communication buffers: host memory (Gloo), staged by execute_reshard_staged. Null on
+  // a host rank, whose buffers come from allocator_.
+  std::unique_ptr<Allocator> comm_memory_;
   CommSession session_;
   resolve::ResolveCache cache_;
   PlanCache plans_;

@@ -1,41 +1,42 @@
 #include "hspmd/runtime/gradient_sync.h"
 
 #include "hspmd/core/error.h"
-#include "hspmd/kernels/elementwise.h"
 
 namespace hspmd::runtime {
 
 namespace {
 
 Tensor reduced(const TensorState& s, const Tensor& summand, int rank, resolve::ResolveCache& cache,
-               CommSession& session) {
+               CommSession& session, const graph::ComputeDevice& compute) {
   const resolve::Resolution& r = cache.resolve(s.grad_annotation, s.state_annotation, s.shape, s.name + ".grad");
-  return execute_reshard(r, s.shape, rank, summand, session, "post");
+  Allocator memory = compute.allocator;  // a handle on the device's memory
+  return execute_reshard_staged(r, s.shape, rank, summand, session, "post", memory);
 }
 
 }  // namespace
 
 void reduce_into_shard(TensorState& s, const Tensor& summand, int rank, resolve::ResolveCache& cache,
-                       CommSession& session) {
-  Tensor part = reduced(s, summand, rank, cache, session);
+                       CommSession& session, const graph::ComputeDevice& compute) {
+  Tensor part = reduced(s, summand, rank, cache, session, compute);
   if (!s.grad_shard.defined()) {
     s.grad_shard = std::move(part);
   } else {
-    kernels::add(s.grad_shard, part, s.grad_shard);
+    compute.add(s.grad_shard, part, s.grad_shard);
   }
 }
 
 Tensor take_synced_gradient(TensorState& s, int rank, resolve::ResolveCache& cache, CommSession& session,
-                            Allocator* allocator) {
+                            const graph::ComputeDevice& compute) {
   if (s.grad_shard.defined()) {
     HSPMD_ASSERT(!s.grad.defined()) << "rank " << rank << ": '" << s.name
                                     << "' has both a whole gradient and a reduced shard after the backward pass";
     return std::move(s.grad_shard);
   }
   if (!s.grad.defined()) {  // no micro-batch reached this stage: a zero contribution
-    s.grad = Tensor::zeros(s.grad_annotation.region(rank, s.shape)->shape(), DType::kFloat32, allocator);
+    Allocator memory = compute.allocator;  // a handle: the tensor keeps its own
+    s.grad = Tensor::zeros(s.grad_annotation.region(rank, s.shape)->shape(), DType::kFloat32, &memory);
   }
-  Tensor out = reduced(s, s.grad, rank, cache, session);
+  Tensor out = reduced(s, s.grad, rank, cache, session, compute);
   s.grad = Tensor();
   return out;
 }

@@ -113,7 +113,7 @@ std::vector<int64_t> local_starts(const Shard& shard, const Region& r, const cha
 // Copies region r (global coordinates) from one shard into another.
 void copy_box(const Shard& from, const Shard& to, const Region& r, const std::string& what) {
   // A destination that is the source itself (a switch keeps a shard where it is) already holds r.
-  if (from.tensor.defined() && to.tensor.defined() && from.tensor.raw_data() == to.tensor.raw_data() &&
+  if (from.tensor.defined() && to.tensor.defined() && from.tensor.device_raw_data() == to.tensor.device_raw_data() &&
       from.region == to.region) {
     return;
   }
@@ -408,6 +408,18 @@ Tensor execute_reshard(const resolve::Resolution& resolution, const Shape& shape
     shard = run_step({where.str(), device, element_type, session, channel}, resolution.steps[k], shape, shard);
   }
   return shard;
+}
+
+Tensor execute_reshard_staged(const resolve::Resolution& resolution, const Shape& shape, int device, const Tensor& src,
+                              CommSession& session, const std::string& channel, Allocator& memory, DType dtype) {
+  if (memory.device().type == DeviceType::kCPU) {
+    return execute_reshard(resolution, shape, device, src, session, channel, dtype);
+  }
+  HSPMD_ASSERT(session.allocator() != nullptr && session.allocator()->device().type == DeviceType::kCPU)
+      << "execute_reshard_staged on device " << device << ": the comm session's buffers must be host memory";
+  const Tensor out =
+      execute_reshard(resolution, shape, device, src.defined() ? src.to_host() : src, session, channel, dtype);
+  return out.defined() ? out.clone(&memory) : out;
 }
 
 int64_t execute_fused_bsr(const resolve::FusedBsr& bsr, int device, const std::vector<LocalShard>& sources,

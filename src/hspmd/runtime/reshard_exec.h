@@ -83,6 +83,14 @@ class CommSession {
 Tensor execute_reshard(const resolve::Resolution& resolution, const Shape& shape, int device, const Tensor& src,
                        CommSession& session, const std::string& channel, DType dtype = DType::kFloat32);
 
+// execute_reshard for a rank whose tensors live in `memory`. On a GPU the communicators (Gloo)
+// move host memory: the source is copied to the host, the reshard runs there (the session's
+// allocator must be a host one), and the result is copied into `memory`. For host `memory` it is
+// execute_reshard, unchanged.
+Tensor execute_reshard_staged(const resolve::Resolution& resolution, const Shape& shape, int device, const Tensor& src,
+                              CommSession& session, const std::string& channel, Allocator& memory,
+                              DType dtype = DType::kFloat32);
+
 // This device's shard of one tensor: `tensor` (contiguous, row-major) holds `region` (global
 // coordinates) of it. An undefined tensor means the device holds none of it.
 struct LocalShard {

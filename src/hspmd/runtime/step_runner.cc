@@ -116,6 +116,10 @@ void StepRunner::feed(MicroBatch& mb, const data::MicroBatchSegments& segments, 
   for (int id : plan_->exec->placeholders()) {  // after binding: the symbols are the pipeline's
     const std::string& name = graph_.graph.op(id).name;
     mb.feeds[name] = own_part(plan_->exec->annotation({id, 0}), mb.feeds[name]);
+    // The batch is read on the host; a GPU rank computes on a copy (a no-op on the host).
+    if (mb.feeds[name].device() != parts_.allocator.device()) {
+      mb.feeds[name] = mb.feeds[name].clone(&parts_.allocator);
+    }
   }
 }
 
@@ -131,7 +135,9 @@ void StepRunner::forward(MicroBatch& mb, ShardedState& state) {
     for (TensorRef t : plan_->forward_releases[k]) mb.values[t.op][t.index] = Tensor();  // B keeps what it reads
   }
   parts_.pacer.pad();
-  if (plan_->exec->holds(graph_.loss)) mb.loss = mb.values[graph_.loss.op][graph_.loss.index].element_as_double(0);
+  if (plan_->exec->holds(graph_.loss)) {
+    mb.loss = mb.values[graph_.loss.op][graph_.loss.index].to_host().element_as_double(0);  // a GPU's: copied out
+  }
   parts_.tracer.record(std::string("F").append(std::to_string(mb.index)), "compute", start, parts_.tracer.now_us());
 }
 
@@ -152,7 +158,7 @@ void StepRunner::backward(MicroBatch& mb, ShardedState& state, bool reduce_gradi
       if (!s.grad.defined()) {
         s.grad = value.clone(&parts_.allocator);
       } else {
-        kernels::add(s.grad, value, s.grad);
+        parts_.compute.add(s.grad, value, s.grad);
       }
     }
     parts_.pacer.end();
@@ -174,14 +180,14 @@ void StepRunner::reduce_into_shards(MicroBatch& mb, ShardedState& state) {
     HSPMD_ASSERT(value.defined()) << "rank " << rank_ << ": no gradient of '" << s.name << "' after B" << mb.index;
     if (s.grad.defined()) {  // the group's earlier micro-batches
       parts_.pacer.begin();
-      kernels::add(s.grad, value, s.grad);
+      parts_.compute.add(s.grad, value, s.grad);
       parts_.pacer.end();
       parts_.pacer.pad();
       value = Tensor();
-      reduce_into_shard(s, s.grad, rank_, parts_.resolutions, parts_.session);
+      reduce_into_shard(s, s.grad, rank_, parts_.resolutions, parts_.session, parts_.compute);
       s.grad = Tensor();
     } else {
-      reduce_into_shard(s, value, rank_, parts_.resolutions, parts_.session);
+      reduce_into_shard(s, value, rank_, parts_.resolutions, parts_.session, parts_.compute);
       value = Tensor();
     }
   }
@@ -222,7 +228,7 @@ void StepRunner::run_op(int id, MicroBatch& mb) {
   if (graph::gathers_vocab_shards(op.kind) && !vocab_shards.empty()) {
     ctx.gather_vocab_shards = [&](const Tensor& mine) { return gather_vocab_shards(op, vocab_shards, mine); };
   }
-  graph::run_kernel(ctx, {.rank = rank_});
+  graph::run_kernel(ctx, {.kernels = parts_.compute.kernels, .device = parts_.allocator.device().type, .rank = rank_});
   outs = std::move(ctx.outputs);
   parts_.pacer.end();
 }
@@ -233,7 +239,7 @@ Tensor StepRunner::gather_vocab_shards(const graph::Op& op, const std::vector<in
   parts_.pacer.pad();
   const double begin = parts_.tracer.now_us();
   Tensor all =
-      Tensor::empty(Shape{static_cast<int64_t>(shards.size()), mine.numel()}, mine.dtype(), &parts_.allocator);
+      Tensor::empty(Shape{static_cast<int64_t>(shards.size()), mine.numel()}, mine.dtype(), mine.allocator());
   parts_.session.group(shards, "F")
       ->allgather({.input = comm::CommBuffer::of(mine), .output = comm::CommBuffer::of(all)})
       .wait();
@@ -256,8 +262,8 @@ Tensor StepRunner::run_reshard(int id, const Tensor& src, const SymBinding& bind
   HSPMD_CHECK(mine->group >= 0 || is_static(shape))
       << "Reshard '" << op.name << "' changes the top tier of an activation (" << exec.annotation(in).to_string()
       << " -> " << exec.annotation(out).to_string() << "); pipelines with their own micro-batch shapes cannot do that";
-  return execute_reshard(*mine->resolution, mine->shape, rank_, src, parts_.session, channel,
-                         graph_.graph.info(out).dtype);
+  return execute_reshard_staged(*mine->resolution, mine->shape, rank_, src, parts_.session, channel,
+                                parts_.allocator, graph_.graph.info(out).dtype);
 }
 
 bool StepRunner::counts_loss(const SpecializedPlan& plan) const {

@@ -19,6 +19,7 @@
 
 #include "hspmd/core/allocator.h"
 #include "hspmd/data/packing.h"
+#include "hspmd/graph/compute_device.h"
 #include "hspmd/models/model.h"
 #include "hspmd/resolve/resolver.h"
 #include "hspmd/runtime/compute_pacer.h"
@@ -45,6 +46,7 @@ struct StepRunnerParts {
   resolve::ResolveCache& resolutions;
   ComputePacer& pacer;  // the emulated device's speed
   Tracer& tracer;
+  const graph::ComputeDevice& compute;  // allocator's device: its kernels and gradient sums
 };
 
 // One pass over the batch: training (F and B, gradients summed) or evaluation (F only).

@@ -36,6 +36,9 @@ struct TrainerOptions {
   // Compute precision of matmuls and attention: kFloat32, or kBFloat16 (bf16 mixed precision:
   // float32 master weights, AdamW moments and gradients; docs/mixed-precision.md).
   DType precision = DType::kFloat32;
+  // Where the run computes: the host, or a GPU (Device{kCUDA, i}; runtime/rank_compute.h). Not in
+  // to_json: a checkpoint is the same on every device, and resumes on any.
+  Device device = Device::cpu();
 
   nlohmann::json to_json() const;
   // Fields absent from j keep their value in `defaults`; Error naming a field of the wrong type.

@@ -64,8 +64,8 @@ class Trainer {
   int64_t step_count() const { return trainer_->step_count(); }
 
   Checkpoint checkpoint() const;
-  // The whole weights by Hugging Face name (sharing storage with the trainer: a copy is a snapshot
-  // only after clone()).
+  // The whole weights by Hugging Face name (on the host: sharing storage with the trainer, so a
+  // copy is a snapshot only after clone(); on a GPU run, host copies).
   graph::TensorMap parameters() const;
   const TrainerOptions& options() const { return options_; }
   const models::Model& model() const { return trainer_->model(); }

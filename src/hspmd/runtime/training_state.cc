@@ -91,7 +91,10 @@ void ShardedState::initialize(const graph::Graph& graph, const std::vector<graph
                               Allocator* allocator) {
   for (TensorState& s : tensors) {
     const graph::TensorRef ref = params[s.param];
-    s.value = init_region(s.name, s.shape, s.region, graph.op(ref.op).attrs.init, seed, allocator);
+    // Initializers write on the host; a GPU rank's values are copied there.
+    const bool on_host = allocator == nullptr || allocator->device().type == DeviceType::kCPU;
+    s.value = init_region(s.name, s.shape, s.region, graph.op(ref.op).attrs.init, seed, on_host ? allocator : nullptr);
+    if (!on_host) s.value = s.value.clone(allocator);
     s.exp_avg = Tensor::zeros(s.state_region.shape(), DType::kFloat32, allocator);
     s.exp_avg_sq = Tensor::zeros(s.state_region.shape(), DType::kFloat32, allocator);
   }
@@ -119,7 +122,8 @@ std::vector<SavedShard> ShardedState::shards(int rank, bool with_moments) const 
     for (StatePart part : switching::kStateParts) {
       if (part != StatePart::kValue && !with_moments) continue;
       if (!counts_once(s.annotation_of(part), s.shape, rank)) continue;
-      out.push_back({switching::state_tensor_name(s.name, part), s.shape, s.region_of(part), s.part(part)});
+      // Host tensors (a GPU rank's copied out): checkpoints and exports read them on the host.
+      out.push_back({switching::state_tensor_name(s.name, part), s.shape, s.region_of(part), s.part(part).to_host()});
     }
   }
   return out;
@@ -132,6 +136,10 @@ std::vector<int64_t> offsets_in(const Region& outer, const Region& inner) {
 }
 
 Tensor copy_out(const Tensor& t, const Region& outer, const Region& inner, Allocator* allocator) {
+  if (!t.on_host()) {  // a GPU's tensor: the box is cut on the host, then copied to `allocator`
+    const Tensor cut = copy_out(t.to_host(), outer, inner, nullptr);
+    return allocator == nullptr ? cut : cut.clone(allocator);
+  }
   Tensor out = Tensor::empty(inner.shape(), t.dtype(), allocator);
   kernels::copy_region(t, offsets_in(outer, inner), out, std::vector<int64_t>(inner.begin.size(), 0),
                        inner.shape().dims());

@@ -9,18 +9,21 @@ namespace {
 using device::from_float;
 using device::to_float;
 
+// The logit the loss sees: soft-capped when cap > 0.
+__device__ inline float capped(float z, float cap) { return cap > 0.0f ? cap * tanhf(z / cap) : z; }
+
 // One block per token: the row's max, then the sum of exp(logit - max).
 template <typename T, typename I>
 __global__ void cross_entropy_rows(const T* logits, const I* targets, float* losses, float* lse, int64_t vocab,
-                                   int64_t ignore_index) {
+                                   int64_t ignore_index, float cap) {
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x;
   const T* row = logits + t * vocab;
   float max = -INFINITY;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) max = fmaxf(max, to_float(row[j]));
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) max = fmaxf(max, capped(to_float(row[j]), cap));
   max = device::block_max(max, scratch);
   float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) sum += expf(to_float(row[j]) - max);
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) sum += expf(capped(to_float(row[j]), cap) - max);
   sum = device::block_sum(sum, scratch);
   if (threadIdx.x != 0) return;
   const float row_lse = max + logf(sum);
@@ -31,13 +34,13 @@ __global__ void cross_entropy_rows(const T* logits, const I* targets, float* los
   } else if (target < 0 || target >= vocab) {
     losses[t] = NAN;
   } else {
-    losses[t] = row_lse - to_float(row[target]);
+    losses[t] = row_lse - capped(to_float(row[target]), cap);
   }
 }
 
 template <typename T, typename I>
 __global__ void cross_entropy_grad_rows(const T* logits, const I* targets, const float* lse, const float* dlosses,
-                                        T* dlogits, int64_t vocab, int64_t ignore_index) {
+                                        T* dlogits, int64_t vocab, int64_t ignore_index, float cap) {
   const int64_t t = blockIdx.x;
   const T* row = logits + t * vocab;
   T* out = dlogits + t * vocab;
@@ -49,8 +52,33 @@ __global__ void cross_entropy_grad_rows(const T* logits, const I* targets, const
   const float d = target < 0 || target >= vocab ? NAN : dlosses[t];
   const float row_lse = lse[t];
   for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-    const float p = expf(to_float(row[j]) - row_lse);
-    out[j] = from_float<T>(d * (j == target ? p - 1.0f : p));
+    const float z = capped(to_float(row[j]), cap);
+    const float p = expf(z - row_lse);
+    // d capped / d z = 1 - tanh^2(z / cap) = 1 - (capped / cap)^2.
+    const float chain = cap > 0.0f ? 1.0f - (z / cap) * (z / cap) : 1.0f;
+    out[j] = from_float<T>(d * (j == target ? p - 1.0f : p) * chain);
+  }
+}
+
+// One block: a float64 sum of every loss, times the scale.
+__global__ void scaled_sum_block(const float* losses, int64_t n, const float* scale, float* out) {
+  __shared__ double partial[256];
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += losses[i];
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[0] = static_cast<float>(static_cast<double>(scale[0]) * partial[0]);
+}
+
+__global__ void product_broadcast(const float* a, const float* b, float* out, int64_t n) {
+  const float value = a[0] * b[0];
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = value;
   }
 }
 
@@ -72,6 +100,22 @@ void visit_targets(DType targets_dtype, F&& f) {
 
 }  // namespace
 
+void scaled_loss_sum(const float* losses, int64_t tokens, const float* loss_scale, float* loss, cudaStream_t stream) {
+  const char* kernel = "cuda scaled_loss_sum";
+  HSPMD_CHECK(tokens >= 0) << kernel << ": negative token count " << tokens;
+  scaled_sum_block<<<1, 256, 0, stream>>>(losses, tokens, loss_scale, loss);
+  check_launch(kernel);
+}
+
+void token_loss_grads(const float* loss_scale, const float* dloss, float* dlosses, int64_t tokens,
+                      cudaStream_t stream) {
+  const char* kernel = "cuda token_loss_grads";
+  HSPMD_CHECK(tokens >= 0) << kernel << ": negative token count " << tokens;
+  if (tokens == 0) return;
+  product_broadcast<<<device::grid_for(tokens, 256), 256, 0, stream>>>(loss_scale, dloss, dlosses, tokens);
+  check_launch(kernel);
+}
+
 void cross_entropy_fwd(DType dtype, const void* logits, DType targets_dtype, const void* targets, float* losses,
                        float* lse, const CrossEntropyShape& s, cudaStream_t stream) {
   const char* kernel = "cuda cross_entropy_fwd";
@@ -82,7 +126,8 @@ void cross_entropy_fwd(DType dtype, const void* logits, DType targets_dtype, con
     visit_targets(targets_dtype, [&](auto* target_tag) {
       using I = std::remove_pointer_t<decltype(target_tag)>;
       cross_entropy_rows<T, I><<<static_cast<unsigned>(s.tokens), device::row_threads(s.vocab), 0, stream>>>(
-          static_cast<const T*>(logits), static_cast<const I*>(targets), losses, lse, s.vocab, s.ignore_index);
+          static_cast<const T*>(logits), static_cast<const I*>(targets), losses, lse, s.vocab, s.ignore_index,
+          static_cast<float>(s.softcap));
     });
   });
   check_launch(kernel);
@@ -99,7 +144,7 @@ void cross_entropy_bwd(DType dtype, const void* logits, DType targets_dtype, con
       using I = std::remove_pointer_t<decltype(target_tag)>;
       cross_entropy_grad_rows<T, I><<<static_cast<unsigned>(s.tokens), device::row_threads(s.vocab), 0, stream>>>(
           static_cast<const T*>(logits), static_cast<const I*>(targets), lse, dlosses, static_cast<T*>(dlogits),
-          s.vocab, s.ignore_index);
+          s.vocab, s.ignore_index, static_cast<float>(s.softcap));
     });
   });
   check_launch(kernel);

@@ -21,11 +21,21 @@ struct CrossEntropyShape {
   int64_t tokens = 0;
   int64_t vocab = 0;
   int64_t ignore_index = -100;
+  // > 0: every logit z counts as softcap * tanh(z / softcap) (Gemma's final logit soft-capping);
+  // the backward's dlogits are those of the raw logits. 0: no capping.
+  double softcap = 0.0;
 };
 
 void cross_entropy_fwd(DType dtype, const void* logits, DType targets_dtype, const void* targets, float* losses,
                        float* lse, const CrossEntropyShape& shape, cudaStream_t stream);
 void cross_entropy_bwd(DType dtype, const void* logits, DType targets_dtype, const void* targets, const float* lse,
                        const float* dlosses, void* dlogits, const CrossEntropyShape& shape, cudaStream_t stream);
+
+// The graph's token-loss ops around the two above, with their scalars on the device (no host
+// round trip in a step): loss[0] = loss_scale[0] * sum_t losses[t] (summed in float64, as the CPU
+// op does), and dlosses[t] = dloss[0] * loss_scale[0] for every t.
+void scaled_loss_sum(const float* losses, int64_t tokens, const float* loss_scale, float* loss, cudaStream_t stream);
+void token_loss_grads(const float* loss_scale, const float* dloss, float* dlosses, int64_t tokens,
+                      cudaStream_t stream);
 
 }  // namespace hspmd::kernels::cuda

@@ -33,6 +33,62 @@ __global__ void swiglu_bwd_elements(const T* gate, const T* up, const T* dy, T* 
   }
 }
 
+// gelu with the tanh approximation and its derivative, as kernels/cpu/elementwise.cc:
+// d/dx [x/2 (1 + tanh u)] = (1 + t)/2 + x/2 (1 - t^2) du/dx,  u = c (x + k x^3),  du/dx = c (1 + 3 k x^2).
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+constexpr float kGeluCoef = 0.044715f;
+__device__ __forceinline__ float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kGeluCoef * x * x * x)));
+}
+__device__ __forceinline__ float gelu_tanh_grad(float x) {
+  const float t = tanhf(kSqrt2OverPi * (x + kGeluCoef * x * x * x));
+  const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoef * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+template <typename T>
+__global__ void geglu_tanh_fwd_elements(const T* gate, const T* up, T* y, int64_t n) {
+  HSPMD_GRID_STRIDE(i, n) { y[i] = from_float<T>(gelu_tanh(to_float(gate[i])) * to_float(up[i])); }
+}
+
+template <typename T>
+__global__ void geglu_tanh_bwd_elements(const T* gate, const T* up, const T* dy, T* dgate, T* dup, int64_t n) {
+  HSPMD_GRID_STRIDE(i, n) {
+    const float g = to_float(gate[i]), u = to_float(up[i]), d = to_float(dy[i]);
+    dgate[i] = from_float<T>(d * u * gelu_tanh_grad(g));
+    dup[i] = from_float<T>(d * gelu_tanh(g));
+  }
+}
+
+template <typename T>
+__global__ void add_elements(const T* a, const T* b, T* y, int64_t n) {
+  HSPMD_GRID_STRIDE(i, n) { y[i] = from_float<T>(to_float(a[i]) + to_float(b[i])); }
+}
+
+template <typename T>
+__global__ void scale_elements(const T* x, float factor, T* y, int64_t n) {
+  HSPMD_GRID_STRIDE(i, n) { y[i] = from_float<T>(to_float(x[i]) * factor); }
+}
+
+// out[c] = sum_r x[r, c]: a block of 32 x 32 threads per 32 columns, each thread row summing every
+// 32nd row, then the 32 partial sums of each column added (as rms_norm's dweight).
+template <typename T>
+__global__ void sum_rows_columns(const T* x, T* out, int64_t rows, int64_t cols) {
+  __shared__ float partial[32][33];
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  float sum = 0.0f;
+  if (col < cols) {
+    for (int64_t r = threadIdx.y; r < rows; r += 32) sum += to_float(x[r * cols + col]);
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float total = 0.0f;
+    for (int k = 0; k < 32; ++k) total += partial[k][threadIdx.x];
+    out[col] = from_float<T>(total);
+  }
+}
+
 template <typename T>
 __global__ void bias_add_elements(const T* x, const T* bias, T* y, int64_t n, int64_t cols) {
   HSPMD_GRID_STRIDE(i, n) { y[i] = from_float<T>(to_float(x[i]) + to_float(bias[i % cols])); }
@@ -106,6 +162,67 @@ void swiglu_bwd(DType dtype, const void* gate, const void* up, const void* dy, v
     swiglu_bwd_elements<T><<<device::grid_for(n, kThreads), kThreads, 0, stream>>>(
         static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<const T*>(dy), static_cast<T*>(dgate),
         static_cast<T*>(dup), n);
+  });
+  check_launch(kernel);
+}
+
+void geglu_tanh_fwd(DType dtype, const void* gate, const void* up, void* y, int64_t n, cudaStream_t stream) {
+  const char* kernel = "cuda geglu_tanh_fwd";
+  check_count(kernel, n);
+  if (n == 0) return;
+  visit_float_or_bf16(dtype, kernel, "gate", [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    geglu_tanh_fwd_elements<T><<<device::grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(y), n);
+  });
+  check_launch(kernel);
+}
+
+void geglu_tanh_bwd(DType dtype, const void* gate, const void* up, const void* dy, void* dgate, void* dup, int64_t n,
+                    cudaStream_t stream) {
+  const char* kernel = "cuda geglu_tanh_bwd";
+  check_count(kernel, n);
+  if (n == 0) return;
+  visit_float_or_bf16(dtype, kernel, "gate", [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    geglu_tanh_bwd_elements<T><<<device::grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<const T*>(dy), static_cast<T*>(dgate),
+        static_cast<T*>(dup), n);
+  });
+  check_launch(kernel);
+}
+
+void add(DType dtype, const void* a, const void* b, void* y, int64_t n, cudaStream_t stream) {
+  const char* kernel = "cuda add";
+  check_count(kernel, n);
+  if (n == 0) return;
+  visit_float_or_bf16(dtype, kernel, "a", [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    add_elements<T><<<device::grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), n);
+  });
+  check_launch(kernel);
+}
+
+void scale(DType dtype, const void* x, double factor, void* y, int64_t n, cudaStream_t stream) {
+  const char* kernel = "cuda scale";
+  check_count(kernel, n);
+  if (n == 0) return;
+  visit_float_or_bf16(dtype, kernel, "x", [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    scale_elements<T><<<device::grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<float>(factor), static_cast<T*>(y), n);
+  });
+  check_launch(kernel);
+}
+
+void sum_rows(DType dtype, const void* x, void* out, int64_t rows, int64_t cols, cudaStream_t stream) {
+  const char* kernel = "cuda sum_rows";
+  HSPMD_CHECK(rows >= 0 && cols > 0) << kernel << ": need rows >= 0 and cols > 0, got " << rows << ", " << cols;
+  visit_float_or_bf16(dtype, kernel, "x", [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    sum_rows_columns<T><<<static_cast<unsigned>((cols + 31) / 32), dim3(32, 32), 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(out), rows, cols);
   });
   check_launch(kernel);
 }

@@ -4,6 +4,9 @@
 //
 //   swiglu_fwd:  y = silu(gate) * up                      (the Llama MLP)
 //   swiglu_bwd:  dgate = dy * up * silu'(gate),  dup = dy * silu(gate)
+//   geglu_tanh_fwd / _bwd: the same with gelu_tanh(gate) (Gemma's MLP)
+//   add:         y = a + b;   scale: y = x * factor
+//   sum_rows:    out[c] = sum_r x[r, c]                    (bias_add's backward: dbias)
 //   bias_add:    y[r, c] = x[r, c] + bias[c]               (x, y [rows, cols], bias [cols])
 //   cast:        any two of float32, float64, bfloat16; to bfloat16 rounds to nearest even
 //   round_to_bfloat16: float32 -> the nearest bfloat16, kept in float32 (bf16 mixed precision)
@@ -20,6 +23,12 @@ namespace hspmd::kernels::cuda {
 void swiglu_fwd(DType dtype, const void* gate, const void* up, void* y, int64_t n, cudaStream_t stream);
 void swiglu_bwd(DType dtype, const void* gate, const void* up, const void* dy, void* dgate, void* dup, int64_t n,
                 cudaStream_t stream);
+void geglu_tanh_fwd(DType dtype, const void* gate, const void* up, void* y, int64_t n, cudaStream_t stream);
+void geglu_tanh_bwd(DType dtype, const void* gate, const void* up, const void* dy, void* dgate, void* dup, int64_t n,
+                    cudaStream_t stream);
+void add(DType dtype, const void* a, const void* b, void* y, int64_t n, cudaStream_t stream);
+void scale(DType dtype, const void* x, double factor, void* y, int64_t n, cudaStream_t stream);
+void sum_rows(DType dtype, const void* x, void* out, int64_t rows, int64_t cols, cudaStream_t stream);
 void bias_add(DType dtype, const void* x, const void* bias, void* y, int64_t rows, int64_t cols, cudaStream_t stream);
 void cast(DType from, const void* x, DType to, void* y, int64_t n, cudaStream_t stream);
 void round_to_bfloat16(const float* x, float* y, int64_t n, cudaStream_t stream);

@@ -52,7 +52,8 @@ void lm_head_loss_fwd(const LmHeadLossContext& ctx, DType dtype, const void* x, 
     const int64_t rows = std::min(chunk, s.tokens - first);
     chunk_logits(ctx, dtype, x, w, first, rows, s, logits.as<float>());
     cross_entropy_fwd(DType::kFloat32, logits.data(), targets_dtype, offset(targets, first, targets_dtype),
-                      losses + first, lse + first, {.tokens = rows, .vocab = s.vocab, .ignore_index = s.ignore_index},
+                      losses + first, lse + first, {.tokens = rows, .vocab = s.vocab, .ignore_index = s.ignore_index,
+                       .softcap = s.softcap},
                       ctx.stream);
   }
 }
@@ -75,7 +76,8 @@ void lm_head_loss_bwd(const LmHeadLossContext& ctx, DType dtype, const void* x, 
     const int64_t rows = std::min(chunk, s.tokens - first);
     chunk_logits(ctx, dtype, x, w, first, rows, s, logits.as<float>());
     cross_entropy_bwd(DType::kFloat32, logits.data(), targets_dtype, offset(targets, first, targets_dtype), lse + first,
-                      dlosses + first, logits.data(), {.tokens = rows, .vocab = s.vocab, .ignore_index = s.ignore_index},
+                      dlosses + first, logits.data(), {.tokens = rows, .vocab = s.vocab, .ignore_index = s.ignore_index,
+                       .softcap = s.softcap},
                       ctx.stream);
     const void* dlogits = logits.data();
     if (bf16) {

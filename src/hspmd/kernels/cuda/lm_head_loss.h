@@ -28,6 +28,7 @@ struct LmHeadLossShape {
   int64_t hidden = 0;
   int64_t vocab = 0;
   int64_t ignore_index = -100;
+  double softcap = 0.0;     // as CrossEntropyShape::softcap
   int64_t chunk_rows = 0;  // tokens per chunk; 0: about 256 MiB of float32 logits, at least 1
 };
 

@@ -1,0 +1,17 @@
+#include "hspmd/graph/compute_device.h"
+
+#include "hspmd/kernels/elementwise.h"
+#include "hspmd/kernels/reduce.h"
+
+namespace hspmd::graph {
+
+ComputeDevice cpu_compute(Allocator::Options options) {
+  return {.allocator = Allocator(std::move(options)),
+          .kernels = &KernelRegistry::standard(),
+          .add = [](const Tensor& a, const Tensor& b, const Tensor& out) { kernels::add(a, b, out); },
+          .sum_squares = [](const Tensor& x) { return kernels::sum_squares(x); },
+          .adamw_step = [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, int64_t step,
+                           const kernels::AdamWOptions& o) { kernels::adamw_step(p, g, m, v, step, o); }};
+}
+
+}  // namespace hspmd::graph

@@ -1,0 +1,38 @@
+// Where a trainer computes: the memory its tensors live in, the kernels its graph's ops run with,
+// and what a training step computes outside the graph (the gradients summed over micro-batches,
+// their squares for the clipping norm, AdamW), so the trainer itself names no device.
+//
+//   ComputeDevice host = cpu_compute({.capacity_bytes = 2 << 30, .name = "rank 0"});
+//   ComputeDevice gpu = cuda_compute({.device = 0, .name = "rank 0"});   // graph/cuda/cuda_compute.h
+//   Tensor p = Tensor::zeros({4}, DType::kFloat32, &gpu.allocator);
+//   gpu.add(grad_sum, grad_mb, grad_sum);                                  // on the GPU's stream
+//
+// The functions take the device's tensors (float32, as the trainer's gradients and state are).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "hspmd/core/allocator.h"
+#include "hspmd/graph/kernel_registry.h"
+#include "hspmd/kernels/adamw.h"
+
+namespace hspmd::graph {
+
+struct ComputeDevice {
+  Allocator allocator;                  // every tensor of the run; its device is where it computes
+  const KernelRegistry* kernels = nullptr;  // that device's kernels
+  // out = a + b elementwise (out may be a).
+  std::function<void(const Tensor& a, const Tensor& b, const Tensor& out)> add;
+  // sum of x's squared elements, in float64 on the host.
+  std::function<double(const Tensor& x)> sum_squares;
+  // One AdamW update of param, m and v in place (kernels/adamw.h).
+  std::function<void(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, int64_t step,
+                     const kernels::AdamWOptions& options)>
+      adamw_step;
+};
+
+// The host: a host pool with these options and the CPU kernels.
+ComputeDevice cpu_compute(Allocator::Options options);
+
+}  // namespace hspmd::graph

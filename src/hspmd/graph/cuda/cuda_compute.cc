@@ -1,0 +1,73 @@
+#include "hspmd/graph/cuda/cuda_compute.h"
+
+#include "hspmd/core/cuda/cuda_error.h"
+#include "hspmd/core/error.h"
+#include "hspmd/graph/cuda/cuda_kernels.h"
+#include "hspmd/kernels/cuda/adamw.h"
+#include "hspmd/kernels/cuda/elementwise.h"
+
+namespace hspmd::graph {
+
+namespace {
+
+namespace kc = kernels::cuda;
+
+// The stream of the GPU a tensor lives on, with that GPU made current while the guard lives.
+struct Launch {
+  cudaStream_t stream;
+  cuda::DeviceGuard current;
+};
+Launch launch_on(const Tensor& t) {
+  cuda::CudaTensorMemory& memory = cuda::cuda_tensor_memory(*t.allocator());
+  return {memory.stream(), cuda::DeviceGuard(memory.device_index())};
+}
+
+void expect_float32(const char* what, const Tensor& t) {
+  HSPMD_CHECK(t.dtype() == DType::kFloat32) << what << ": the GPU trainer's tensors are float32, got "
+                                            << t.to_string();
+}
+
+}  // namespace
+
+ComputeDevice cuda_compute(cuda::CudaTensorMemory::Options options) {
+  Allocator allocator = cuda::make_cuda_allocator(std::move(options));
+  return {
+      .allocator = allocator,
+      .kernels = &cuda_kernels(),
+      .add = [](const Tensor& a, const Tensor& b, const Tensor& out) {
+        HSPMD_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype() && a.numel() == b.numel() &&
+                    a.numel() == out.numel())
+            << "add: " << a.to_string() << " + " << b.to_string() << " into " << out.to_string();
+        const Launch on = launch_on(out);
+        kc::add(a.dtype(), a.device_raw_data(), b.device_raw_data(), out.device_raw_data(), a.numel(), on.stream);
+      },
+      .sum_squares = [](const Tensor& x) {
+        expect_float32("sum_squares", x);
+        const Tensor sum = Tensor::empty(Shape{1}, DType::kFloat64, x.allocator());
+        // The sum reads only the gradient; the pack it shares with AdamW wants every pointer set.
+        float* g = x.device_data<float>();
+        const kc::AdamWTensor t{.param = g, .grad = g, .m = g, .v = g, .numel = x.numel(), .param_bf16 = nullptr};
+        {
+          const Launch on = launch_on(x);
+          kc::grad_sum_of_squares({&t, 1}, sum.device_data<double>(), on.stream);
+        }
+        return sum.to_host().element_as_double(0);
+      },
+      .adamw_step = [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, int64_t step,
+                       const kernels::AdamWOptions& o) {
+        for (const Tensor* t : {&p, &g, &m, &v}) expect_float32("adamw_step", *t);
+        HSPMD_CHECK(g.numel() == p.numel() && m.numel() == p.numel() && v.numel() == p.numel())
+            << "adamw_step: param " << p.to_string() << ", grad " << g.to_string() << ", m " << m.to_string()
+            << ", v " << v.to_string();
+        const kc::AdamWTensor t{.param = p.device_data<float>(),
+                                .grad = g.device_data<float>(),
+                                .m = m.device_data<float>(),
+                                .v = v.device_data<float>(),
+                                .numel = p.numel(),
+                                .param_bf16 = nullptr};
+        const Launch on = launch_on(p);
+        kc::adamw_step({&t, 1}, step, o, {.max_grad_norm = 0, .sum_of_squares = nullptr}, on.stream);
+      }};
+}
+
+}  // namespace hspmd::graph
