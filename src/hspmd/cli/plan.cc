@@ -161,8 +161,8 @@ void add_plan_command(CLI::App& app) {
                   "micro-batch sizes to consider (default: powers of two up to 8 dividing the global batch)")
       ->delimiter(',');
   cmd->add_option("--cp-degrees", opts->cp_degrees,
-                  "context-parallel degrees to search, e.g. 1,2,4 for long sequences (default 1: no CP; each "
-                  "configuration takes one for all its stages)")
+                  "context-parallel degrees to search, e.g. 1,2,4 (default: 1,2,4,8 from --seq-len 8192 on, 1 "
+                  "below, i.e. no CP; each configuration takes one for all its stages)")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
   cmd->add_option("--schedule", opts->schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str();
