@@ -10,6 +10,7 @@
 #include <functional>
 #include <iostream>
 #include <limits>
+#include <random>
 #include <set>
 
 #include "hspmd/models/llama_model.h"
@@ -166,13 +167,28 @@ struct OptimalityCase {
 TEST(MixedLengthPlannerTest, DynamicProgramMatchesExhaustiveEnumeration) {
   const models::LlamaConfig config = testing::tiny_config();
   const Profile profile = testing::two_kind_profile(3.0);
-  const std::vector<OptimalityCase> cases = {
+  std::vector<OptimalityCase> cases = {
       {"2 fast + 2 slow, short to 1,024 tokens", 2, 2, 1e9, {{16, 600}, {100, 80}, {1000, 6}}, 1024, 16384},
       {"4 fast + 2 slow, 8,192-token tail, 60 MB devices", 4, 2, 60e6, {{64, 400}, {600, 30}, {8000, 2}}, 8192, 65536},
       {"2 fast + 4 slow, one length", 2, 4, 1e9, {{200, 100}}, 256, 8192},
       {"4 fast + 4 slow, 40 MB devices, four lengths to 3,000", 4, 4, 40e6, {{16, 2000}, {100, 200}, {1000, 20}, {3000, 3}}, 4096, 65536},
       {"4 fast + 4 slow, 1 GB devices, four lengths to 3,000", 4, 4, 1e9, {{16, 2000}, {100, 200}, {1000, 20}, {3000, 3}}, 4096, 65536},
+      {"6 fast + 2 slow, 45 MB devices, 4,000-token tail", 6, 2, 45e6, {{64, 3000}, {4000, 40}}, 4096, 262144},
   };
+  // And clusters, memories and length mixes drawn at random (a fixed seed: the same cases every run).
+  std::mt19937 random(31);
+  const auto draw = [&](std::vector<int64_t> from) { return from[random() % from.size()]; };
+  for (int k = 0; k < 24; ++k) {
+    const int fast = static_cast<int>(draw({2, 4, 6})), slow = static_cast<int>(draw({0, 2}));
+    std::set<int64_t> picked;
+    const int n_lengths = static_cast<int>(draw({1, 2, 3}));
+    while (static_cast<int>(picked.size()) < n_lengths) picked.insert(draw({16, 64, 200, 500, 1000, 2000, 4000}));
+    std::vector<std::pair<int64_t, uint64_t>> lengths;
+    for (int64_t l : picked) lengths.push_back({l, static_cast<uint64_t>(draw({1, 10, 100, 3000}))});
+    cases.push_back({"random", fast, slow, static_cast<double>(draw({40, 45, 50, 60, 1000})) * 1e6, lengths, 4096,
+                     draw({16384, 262144})});
+  }
+  int checked = 0;
   for (const OptimalityCase& c : cases) {
     SCOPED_TRACE(c.name);
     const resolve::Topology topo = testing::two_kind_cluster(c.fast, c.slow, c.memory);
@@ -182,6 +198,13 @@ TEST(MixedLengthPlannerTest, DynamicProgramMatchesExhaustiveEnumeration) {
                                      .cp_degrees = {1, 2},
                                      .pipeline_degrees = {1, 2}};
     const MixedLengthSpace space(models::Llama(config), topo, profile, c.lengths, options);
+    bool held = false;
+    for (int m = 0; m < static_cast<int>(space.methods().size()); ++m) held = held || space.holds(m, 0, space.buckets());
+    if (!held) {
+      EXPECT_STREQ(c.name, "random") << "no method holds the longest sequence";
+      continue;  // a random case with too little memory for its longest sequence
+    }
+    ++checked;
     int64_t plans = 0;
     const double best = exhaustive_best(space, &plans);
     const MixedLengthPlan plan = plan_mixed_length(models::Llama(config), topo, profile, c.lengths, options);
@@ -196,6 +219,7 @@ TEST(MixedLengthPlannerTest, DynamicProgramMatchesExhaustiveEnumeration) {
     EXPECT_NEAR(worst, plan.predicted_seconds, 1e-12 * best);
     EXPECT_NO_THROW(models::compile_llama_plan(config, plan.heterogeneous));
   }
+  EXPECT_GE(checked, 20);
 }
 
 }  // namespace
