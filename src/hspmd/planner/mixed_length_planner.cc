@@ -192,7 +192,7 @@ MixedLengthSpace::MixedLengthSpace(const models::Model& model, const resolve::To
           Allocator alloc(nodes);
           const auto pipe = build_pipeline(m, layers_, alloc, 1);
           if (!pipe) continue;
-          const sharding::Strategy one{"method", false, false, {*pipe}};
+          const sharding::Strategy one{"method", 0, false, {*pipe}};
           const PipelineModel base = pipeline_models(cm, one, {.seq_len = options.seq_len}).at(0);
           if (base.max_tokens < 2) continue;
           int64_t previous_tokens = 0;
@@ -517,7 +517,7 @@ MixedLengthPlan plan_mixed_length(const models::Model& model, const resolve::Top
         pipes[pl.interval][pl.entry].push_back(*pipe);
       }
     }
-    sharding::Strategy st{name, false, false, {}};
+    sharding::Strategy st{name, 0, false, {}};
     for (size_t i = 0; i < picked.size(); ++i) {
       for (auto& entry : pipes[i]) {
         for (auto& pipe : entry) st.pipelines.push_back(std::move(pipe));
