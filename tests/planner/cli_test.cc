@@ -17,6 +17,7 @@ namespace hspmd::planner {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 namespace fs = std::filesystem;
 
 const std::string kRoot = fs::path(__FILE__).parent_path().parent_path().parent_path().string();
@@ -109,10 +110,25 @@ TEST_F(PlanCliTest, PlanFromADatasetsLengths) {
   EXPECT_THAT(r.output, HasSubstr("segment lengths at --seq-len 256"));
   EXPECT_THAT(r.output, HasSubstr("heterogeneous strategy mixed: predicted"));
   EXPECT_THAT(r.output, HasSubstr("--strategy-for-max-len 256:" + path("mixed-max256.json")));
+  // By default an interval combines methods (here fast TP 1 and slow TP 2 pipelines on one interval).
+  EXPECT_THAT(r.output, HasSubstr(") + ")) << r.output;
   // Every written strategy is one the runtime compiles for the model.
   const models::LlamaConfig config = models::LlamaConfig::from_file(model);
   EXPECT_NO_THROW(models::compile_llama_plan(config, sharding::Strategy::from_file(path("mixed.json"))));
   EXPECT_NO_THROW(models::compile_llama_plan(config, sharding::Strategy::from_file(path("mixed-max256.json"))));
+  // The search space from the command line: one method per interval, no CP, micro-batches of one row.
+  r = hspmd::testing::run_hspmd("plan --model " + model + " --cluster " + path("cluster.json") + " --profile " +
+                                path("profile.json") + " --data " + path("mixed") +
+                                " --seq-len 256 --global-batch-tokens 4096 --methods-per-interval 1 --cp-degrees 1"
+                                " --micro-batch-sizes 1 --out " + path("one.json"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, Not(HasSubstr(") + ")));
+  EXPECT_THAT(r.output, Not(HasSubstr("x CP 2")));
+  EXPECT_THAT(r.output, HasSubstr("micro-batches of 256 tokens"));
+  for (const auto& pipe : sharding::Strategy::from_file(path("one.json")).pipelines) {
+    EXPECT_EQ(pipe.micro_batch_size, 1);
+    for (const auto& stage : pipe.stages) EXPECT_EQ(stage.cp, 1);
+  }
 }
 
 // `explain --profile` prices a CP stage by its TP and CP degrees: the shipped TP 2 x CP 2 example on

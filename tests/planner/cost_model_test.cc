@@ -147,6 +147,69 @@ TEST(CostModelTest, ContextParallelStageIsPricedByItsTpAndCpDegrees) {
   EXPECT_THAT(to_string(cp2), HasSubstr("CP2"));
 }
 
+// TP 2 against CP 2 on the same two fast devices, one sequence a step, as the sequence grows. Both
+// halve the layer's work; TP all-reduces the hidden activations (4 per layer, 2 x 1/2 x s x 128
+// floats each) where CP gathers K and V and scatters their gradients (4 per layer, 1/2 x s x 64
+// floats each), a quarter of the bytes; but CP replicates the weights, so its step adds their
+// gradient all-reduce over the 2 CP ranks, which the TP pair (one pipeline) has not. Short
+// sequences therefore prefer TP, long ones CP, and CP's lead grows with the length; each cost moves
+// the way its term says: step times grow with the length, a rank's compute and activations shrink
+// with the CP degree while the K/V traffic grows with it.
+TEST(CostModelTest, LongSequencesPreferCpOverTpAndCostsMoveWithLengthAndDegree) {
+  const models::LlamaConfig config = testing::tiny_config();
+  const resolve::Topology topo = testing::two_kind_cluster(4, 2, 1e12);
+  const Profile profile = testing::two_kind_profile(3.0);
+  const auto one_stage = [](const char* ranks, int cp) {
+    return sharding::Strategy::from_json_text(
+        std::string(R"({"name": "s", "zero1": true, "pipelines": [{"micro_batch_size": 1, "num_micro_batches": 1,
+          "stages": [{"ranks": ")") + ranks + R"(", "layers": "0-3", "cp": )" + std::to_string(cp) + "}]}]}",
+        "s.json");
+  };
+  const sharding::Strategy tp2 = one_stage("0-1", 1), cp2 = one_stage("0-1", 2);
+  double previous_tp = 0, previous_cp = 0, previous_lead = -1e9;
+  for (int64_t s : {64, 256, 1024, 4096, 16384}) {
+    const CostModel cm(models::Llama(config), topo, profile, {.seq_len = s});
+    const Prediction t = cm.predict(tp2), c = cm.predict(cp2);
+    const StagePrediction &ts = t.pipelines[0].stages[0], &cs = c.pipelines[0].stages[0];
+    EXPECT_EQ(ts.tp, 2);
+    EXPECT_EQ(cs.tp, 1);
+    EXPECT_EQ(cs.cp, 2);
+    // Per micro-batch CP's communication is the smaller; per step CP adds the weights' sync.
+    EXPECT_LT(cs.cp_comm_seconds + cs.tp_comm_seconds, ts.tp_comm_seconds) << s;
+    EXPECT_EQ(ts.sync_seconds, 0) << s;
+    EXPECT_GT(cs.sync_seconds, 0) << s;
+    EXPECT_GT(t.step_seconds, previous_tp) << s;
+    EXPECT_GT(c.step_seconds, previous_cp) << s;
+    const double lead = t.step_seconds - c.step_seconds;  // > 0: CP is faster
+    EXPECT_GT(lead, previous_lead) << s;
+    if (s == 64) {
+      EXPECT_LT(lead, 0) << "64 tokens: the TP pair should win, TP " << t.step_seconds << " s, CP " << c.step_seconds;
+    }
+    if (s >= 4096) {
+      EXPECT_GT(lead, 0) << s << " tokens: CP should win, TP " << t.step_seconds << " s, CP " << c.step_seconds;
+    }
+    previous_tp = t.step_seconds;
+    previous_cp = c.step_seconds;
+    previous_lead = lead;
+  }
+  // At 8,192 tokens on one device, CP 1, 2 and 4: less compute and fewer activations per rank, more
+  // K/V traffic, as the degree grows (TP 1 inside each CP rank).
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 8192});
+  const Prediction c1 = cm.predict(one_stage("0", 1)), c2 = cm.predict(one_stage("0-1", 2)),
+                   c4 = cm.predict(one_stage("0-3", 4));
+  const auto& s1 = c1.pipelines[0].stages[0];
+  const auto& s2 = c2.pipelines[0].stages[0];
+  const auto& s4 = c4.pipelines[0].stages[0];
+  EXPECT_GT(s1.compute_seconds, s2.compute_seconds);
+  EXPECT_GT(s2.compute_seconds, s4.compute_seconds);
+  EXPECT_EQ(s1.cp_comm_seconds, 0);
+  EXPECT_LT(s2.cp_comm_seconds, s4.cp_comm_seconds);
+  EXPECT_GT(c1.ranks[0].memory.activations, c2.ranks[0].memory.activations);
+  EXPECT_GT(c2.ranks[0].memory.activations, c4.ranks[0].memory.activations);
+  EXPECT_GT(c1.step_seconds, c2.step_seconds);
+  EXPECT_GT(c2.step_seconds, c4.step_seconds);
+}
+
 // A Mistral config whose window (16) is shorter than the sequence (64) prices each layer's
 // attention by the query-key pairs the window leaves: 16 * 17 / 2 + 48 * 16 = 904 of the 64 * 65 / 2
 // = 2080 pairs of full causal attention, the rest of the layer alike; under CP each rank does 1/c of

@@ -1,14 +1,21 @@
 // The mixed-length planner: on a fast and a slow node, a long-tailed length distribution gets
 // pipelines per length interval covering the lengths in order, strategies per maximum length that
-// the dispatch accepts, and lengths no method holds are refused with the length.
+// the dispatch accepts, and lengths no method holds are refused with the length. Its objective is
+// the dispatcher's pipeline model, and its dynamic program finds the optimum of its space (several
+// methods per interval: TP, CP and PP degrees and micro-batch sizes) that exhaustive enumeration finds.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <iostream>
+#include <limits>
+#include <random>
+#include <set>
 
-#include "hspmd/planner/cost_model.h"
 #include "hspmd/models/llama_model.h"
+#include "hspmd/models/llama_plan.h"
+#include "hspmd/planner/cost_model.h"
 #include "hspmd/planner/dispatcher.h"
 #include "hspmd/planner/mixed_length_planner.h"
 #include "planner/planner_testlib.h"
@@ -33,13 +40,20 @@ TEST(MixedLengthPlannerTest, IntervalsMethodsAndStrategiesPerMaximumLength) {
   std::cout << plan.to_string();  // for the log
   ASSERT_FALSE(plan.intervals.empty());
   EXPECT_NO_THROW(plan.heterogeneous.validate(config.num_hidden_layers));
+  EXPECT_NO_THROW(models::compile_llama_plan(config, plan.heterogeneous));
   EXPECT_LE(plan.heterogeneous.ranks().size(), 8u);
   // Intervals cover the lengths in order.
   EXPECT_EQ(plan.intervals.front().low, 4);
   EXPECT_EQ(plan.intervals.back().high, 257);
   for (size_t i = 1; i < plan.intervals.size(); ++i) EXPECT_EQ(plan.intervals[i].low, plan.intervals[i - 1].high);
   EXPECT_GT(plan.predicted_seconds, 0);
-  for (const MixedLengthInterval& i : plan.intervals) EXPECT_LE(i.seconds, plan.predicted_seconds * (1 + 1e-12));
+  for (const MixedLengthInterval& i : plan.intervals) {
+    EXPECT_LE(i.seconds, plan.predicted_seconds * (1 + 1e-12));
+    // Each interval's work is shared out whole.
+    double shares = 0;
+    for (size_t k = 0; k < i.pipelines.size(); ++k) shares += i.pipelines[k].copies * i.shares[k];
+    EXPECT_NEAR(shares, 1.0, 1e-9);
+  }
   // Strategies per maximum length: increasing, the last for the whole context, each priced by the
   // length-strategy set (which also checks every pipeline fits the model).
   ASSERT_FALSE(plan.per_max_length.empty());
@@ -49,7 +63,6 @@ TEST(MixedLengthPlannerTest, IntervalsMethodsAndStrategiesPerMaximumLength) {
   const Choice c = set.choose(std::vector<int64_t>{200, 30, 8, 8, 4}, 0);
   EXPECT_GE(set.at(c.strategy).max_len, 200);
   EXPECT_THAT(plan.to_string(), HasSubstr("lengths [4, "));
-
 }
 
 TEST(MixedLengthPlannerTest, RefusesLengthsNoMethodHolds) {
@@ -64,6 +77,149 @@ TEST(MixedLengthPlannerTest, RefusesLengthsNoMethodHolds) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("holds the segments of up to 100000 tokens"));
   }
+}
+
+// The interval time is the dispatcher's pipeline model: one pipeline taking a whole interval of k
+// micro-batches' worth runs k equal micro-batches plus its sync; two copies take half each and
+// finish in the time of half the work.
+TEST(MixedLengthPlannerTest, IntervalTimeIsTheDispatchersPipelineModel) {
+  const models::LlamaConfig config = testing::tiny_config();
+  const resolve::Topology topo = testing::two_kind_cluster(4, 2, 1e9);
+  const Profile profile = testing::two_kind_profile(3.0);
+  // Only segments of 64 tokens: bucket 6, [64, 128); 1,024 of them a step of 65,536 tokens.
+  const MixedLengthSpace space(models::Llama(config), topo, profile, {{64, 10}},
+                               {.seq_len = 256, .global_batch_tokens = 65536});
+  const LengthLoad& load = space.load(6, 7);
+  ASSERT_NEAR(load.tokens, 65536, 1e-6);
+  int checked = 0;
+  for (int m = 0; m < static_cast<int>(space.methods().size()); ++m) {
+    const ParallelMethod& method = space.methods()[m];
+    const PipelineModel& pm = method.model;
+    if (pm.micro_batch_tokens % 64 != 0 || 65536 % pm.micro_batch_tokens != 0) continue;
+    const int64_t k = 65536 / pm.micro_batch_tokens;
+    const double per = static_cast<double>(pm.micro_batch_tokens);
+    const std::vector<MicroBatchLoad> whole(k, {per, per * 64});
+    const std::vector<MicroBatchLoad> half(k / 2, {per, per * 64});
+    EXPECT_NEAR(space.interval_seconds(6, 7, {{m, 1}}), pm.seconds(whole) + pm.tail_seconds, 1e-9) << method.to_string();
+    std::vector<double> shares;
+    EXPECT_NEAR(space.interval_seconds(6, 7, {{m, 2}}, &shares), pm.seconds(half) + pm.tail_seconds, 1e-9)
+        << method.to_string();
+    EXPECT_NEAR(shares.at(0), 0.5, 1e-9);
+    EXPECT_EQ(space.micro_batches(m, 6, 7, 0.5), k / 2);
+    ++checked;
+  }
+  EXPECT_GT(checked, 10);
+}
+
+// The least step over the whole space, by enumeration: every grouping of the non-empty buckets
+// into consecutive intervals (intervals that differ only by empty buckets carry the same work),
+// and for each interval every set of pipelines of at most methods_per_interval methods holding
+// its longest sequence, any copies, within the devices of each kind.
+double exhaustive_best(const MixedLengthSpace& space, int64_t* plans) {
+  std::vector<int> filled;
+  for (int b = 0; b < space.buckets(); ++b) {
+    if (space.load(b, b + 1).tokens > 0) filled.push_back(b);
+  }
+  const int n_methods = static_cast<int>(space.methods().size());
+  std::vector<int> used(space.kinds().size(), 0);
+  double best = std::numeric_limits<double>::infinity();
+  // Interval from filled[i] on; `worst`: the slowest interval so far.
+  std::function<void(size_t, double)> intervals = [&](size_t i, double worst) {
+    if (i == filled.size()) {
+      ++*plans;
+      best = std::min(best, worst);
+      return;
+    }
+    for (size_t e = i; e < filled.size(); ++e) {
+      const int from = filled[i], to = filled[e] + 1;
+      std::vector<MethodCopies> pick;
+      std::function<void(int)> pipelines = [&](int first) {
+        if (!pick.empty()) intervals(e + 1, std::max(worst, space.interval_seconds(from, to, pick)));
+        if (static_cast<int>(pick.size()) == space.options().methods_per_interval) return;
+        for (int m = first; m < n_methods; ++m) {
+          const ParallelMethod& method = space.methods()[m];
+          if (!space.holds(m, from, to)) continue;
+          for (int copies = 1; used[method.kind_index] + copies * method.devices() <= space.kind_devices(method.kind_index);
+               ++copies) {
+            used[method.kind_index] += copies * method.devices();
+            pick.push_back({m, copies});
+            pipelines(m + 1);
+            pick.pop_back();
+            used[method.kind_index] -= copies * method.devices();
+          }
+        }
+      };
+      pipelines(0);
+    }
+  };
+  intervals(0, 0.0);
+  return best;
+}
+
+struct OptimalityCase {
+  const char* name;
+  int fast, slow;
+  double memory;
+  std::vector<std::pair<int64_t, uint64_t>> lengths;
+  int64_t seq_len, global_batch_tokens;
+};
+
+TEST(MixedLengthPlannerTest, DynamicProgramMatchesExhaustiveEnumeration) {
+  const models::LlamaConfig config = testing::tiny_config();
+  const Profile profile = testing::two_kind_profile(3.0);
+  std::vector<OptimalityCase> cases = {
+      {"2 fast + 2 slow, short to 1,024 tokens", 2, 2, 1e9, {{16, 600}, {100, 80}, {1000, 6}}, 1024, 16384},
+      {"4 fast + 2 slow, 8,192-token tail, 60 MB devices", 4, 2, 60e6, {{64, 400}, {600, 30}, {8000, 2}}, 8192, 65536},
+      {"2 fast + 4 slow, one length", 2, 4, 1e9, {{200, 100}}, 256, 8192},
+      {"4 fast + 4 slow, 40 MB devices, four lengths to 3,000", 4, 4, 40e6, {{16, 2000}, {100, 200}, {1000, 20}, {3000, 3}}, 4096, 65536},
+      {"4 fast + 4 slow, 1 GB devices, four lengths to 3,000", 4, 4, 1e9, {{16, 2000}, {100, 200}, {1000, 20}, {3000, 3}}, 4096, 65536},
+      {"6 fast + 2 slow, 45 MB devices, 4,000-token tail", 6, 2, 45e6, {{64, 3000}, {4000, 40}}, 4096, 262144},
+  };
+  // And clusters, memories and length mixes drawn at random (a fixed seed: the same cases every run).
+  std::mt19937 random(31);
+  const auto draw = [&](std::vector<int64_t> from) { return from[random() % from.size()]; };
+  for (int k = 0; k < 24; ++k) {
+    const int fast = static_cast<int>(draw({2, 4, 6})), slow = static_cast<int>(draw({0, 2}));
+    std::set<int64_t> picked;
+    const int n_lengths = static_cast<int>(draw({1, 2, 3}));
+    while (static_cast<int>(picked.size()) < n_lengths) picked.insert(draw({16, 64, 200, 500, 1000, 2000, 4000}));
+    std::vector<std::pair<int64_t, uint64_t>> lengths;
+    for (int64_t l : picked) lengths.push_back({l, static_cast<uint64_t>(draw({1, 10, 100, 3000}))});
+    cases.push_back({"random", fast, slow, static_cast<double>(draw({40, 45, 50, 60, 1000})) * 1e6, lengths, 4096,
+                     draw({16384, 262144})});
+  }
+  int checked = 0;
+  for (const OptimalityCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const resolve::Topology topo = testing::two_kind_cluster(c.fast, c.slow, c.memory);
+    const MixedLengthOptions options{.seq_len = c.seq_len,
+                                     .global_batch_tokens = c.global_batch_tokens,
+                                     .micro_batch_sizes = {1, 2},
+                                     .cp_degrees = {1, 2},
+                                     .pipeline_degrees = {1, 2}};
+    const MixedLengthSpace space(models::Llama(config), topo, profile, c.lengths, options);
+    bool held = false;
+    for (int m = 0; m < static_cast<int>(space.methods().size()); ++m) held = held || space.holds(m, 0, space.buckets());
+    if (!held) {
+      EXPECT_STREQ(c.name, "random") << "no method holds the longest sequence";
+      continue;  // a random case with too little memory for its longest sequence
+    }
+    ++checked;
+    int64_t plans = 0;
+    const double best = exhaustive_best(space, &plans);
+    const MixedLengthPlan plan = plan_mixed_length(models::Llama(config), topo, profile, c.lengths, options);
+    std::cout << c.name << ": " << space.methods().size() << " methods, " << plans << " plans enumerated, best "
+              << best << " s\n"
+              << plan.to_string();
+    ASSERT_TRUE(std::isfinite(best));
+    EXPECT_NEAR(plan.predicted_seconds, best, 1e-9 * best);
+    // The plan is what it says: its intervals' times, recomputed, give its step.
+    double worst = 0;
+    for (const MixedLengthInterval& i : plan.intervals) worst = std::max(worst, i.seconds);
+    EXPECT_NEAR(worst, plan.predicted_seconds, 1e-12 * best);
+    EXPECT_NO_THROW(models::compile_llama_plan(config, plan.heterogeneous));
+  }
+  EXPECT_GE(checked, 20);
 }
 
 }  // namespace

@@ -428,9 +428,19 @@ TEST(PlannerContextParallelTest, LongSequencesGetCpStages) {
   PlannerOptions o;
   o.global_batch = 1;
   o.seq_len = 8192;
+  o.cp_degrees = {1};
   const Plan plain = Planner(models::Llama(config), topo, profile, o).plan();
   o.cp_degrees = {1, 2};
   const Plan cp = Planner(models::Llama(config), topo, profile, o).plan();
+  // Unprompted, 8,192 tokens are long: the search tries CP degrees 1, 2, 4, 8 (8 exceeds a node of
+  // 4 here) and finds a plan at least as fast.
+  o.cp_degrees = {};
+  EXPECT_EQ(searched_cp_degrees(o), (std::vector<int>{1, 2, 4, 8}));
+  const Plan unprompted = Planner(models::Llama(config), topo, profile, o).plan();
+  EXPECT_LE(unprompted.prediction.step_seconds, cp.prediction.step_seconds * (1 + 1e-12)) << describe_plan(unprompted);
+  // Short sequences are not searched with CP unless asked.
+  o.seq_len = 4096;
+  EXPECT_EQ(searched_cp_degrees(o), (std::vector<int>{1}));
   ASSERT_TRUE(cp.prediction.fits);
   EXPECT_LT(cp.prediction.step_seconds, plain.prediction.step_seconds) << describe_plan(cp);
   bool has_cp = false;

@@ -42,6 +42,7 @@ namespace {
 struct PlanOptions {
   std::string model, cluster, profile, out, previous, ranks, schedule = "1f1b", name, data;
   int64_t global_batch = 0, seq_len = 0, global_batch_tokens = 0;
+  int methods_per_interval = 2;
   double time_limit = 0, progress_interval = 5;
   bool no_zero1 = false;
   std::vector<int> micro_batch_sizes, cp_degrees;
@@ -65,9 +66,13 @@ void run_mixed_length_plan(const PlanOptions& o, const models::Model& model, con
             << " devices), profile " << o.profile << " (" << profile.source << ")\n"
             << h.to_string();
   const auto start = std::chrono::steady_clock::now();
-  const planner::MixedLengthPlan plan = planner::plan_mixed_length(
-      model, topo, profile, h.segment_lengths,
-      {.seq_len = o.seq_len, .global_batch_tokens = o.global_batch_tokens, .name = o.name.empty() ? "mixed" : o.name});
+  planner::MixedLengthOptions mo{.seq_len = o.seq_len,
+                                 .global_batch_tokens = o.global_batch_tokens,
+                                 .name = o.name.empty() ? "mixed" : o.name,
+                                 .methods_per_interval = o.methods_per_interval};
+  if (!o.micro_batch_sizes.empty()) mo.micro_batch_sizes = o.micro_batch_sizes;
+  if (!o.cp_degrees.empty()) mo.cp_degrees = o.cp_degrees;
+  const planner::MixedLengthPlan plan = planner::plan_mixed_length(model, topo, profile, h.segment_lengths, mo);
   std::cout << plan.to_string() << "planning time: "
             << seconds_since(start) << " s\n";
   write_strategy(plan.heterogeneous, o.out);
@@ -158,12 +163,18 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--seq-len", opts->seq_len, "tokens per sequence")->required()->check(CLI::PositiveNumber);
   cmd->add_option("--out", opts->out, "where to write the strategy file")->required();
   cmd->add_option("--micro-batch-sizes", opts->micro_batch_sizes,
-                  "micro-batch sizes to consider (default: powers of two up to 8 dividing the global batch)")
-      ->delimiter(',');
-  cmd->add_option("--cp-degrees", opts->cp_degrees,
-                  "context-parallel degrees to search, e.g. 1,2,4 for long sequences (default 1: no CP; each "
-                  "configuration takes one for all its stages)")
+                  "micro-batch sizes to consider (default: powers of two up to 8 dividing the global batch; with "
+                  "--data: 1,2,4 rows of --seq-len tokens)")
       ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--cp-degrees", opts->cp_degrees,
+                  "context-parallel degrees to search, e.g. 1,2,4 (default: 1,2,4,8 from --seq-len 8192 on, 1 "
+                  "below, i.e. no CP; each configuration takes one for all its stages; with --data: 1,2,4,8)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--methods-per-interval", opts->methods_per_interval,
+                  "with --data: parallel methods one length interval may combine (each any number of pipelines)")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--schedule", opts->schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str();
   cmd->add_flag("--no-zero1", opts->no_zero1, "keep optimizer states whole on every replica (default: ZeRO-1 on)");

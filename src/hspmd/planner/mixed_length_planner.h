@@ -8,16 +8,25 @@
 //   p.per_max_length[i]           // {max_len, strategy planned for batches up to max_len}
 //
 // Method. Lengths are grouped into doubling buckets ([1, 2), [2, 4), ..., up to seq_len). A
-// *parallel method* is a pipeline template on one device kind: TP degree t (profiled, dividing the
-// kind's devices per node) x PP degree s (1, 2, 4, 8 stages, layers split evenly), one micro-batch
-// of up to seq_len tokens; its time for a sequence of length l is the dispatcher's model
-// (planner/dispatcher.h, from the cost model) and its memory bounds the longest sequence it holds.
-// The expected work of a step in an interval of buckets is the histogram's sequences there, scaled
-// to the global batch's tokens. A dynamic program over the buckets, in length order, and the
-// devices used per kind chooses consecutive intervals, each with one method and a number of copies
-// of it, minimizing the slowest interval's predicted time (work / copies, plus a micro-batch's
-// fill and drain and the sync); each interval's method must hold its longest sequence. A strategy
-// for maximum length b is the same program over the buckets up to b.
+// *parallel method* is a pipeline template on one device kind: TP degree t (profiled) x CP degree c
+// (t x c consecutive devices of one node) x PP degree s (layers split evenly) and a micro-batch size
+// b (micro-batches packed up to b x seq_len tokens, or what the memory holds); its time for packed
+// micro-batches is the dispatcher's model (planner/dispatcher.h, from the cost model) and its memory
+// bounds the longest sequence it holds. The expected work of a step in an interval of buckets is the
+// histogram's sequences there, scaled to the global batch's tokens.
+//
+// Objective (MixedLengthSpace::interval_seconds): an interval's pipelines (up to
+// methods_per_interval distinct methods, any copies of each) share its work so that they finish
+// together; a pipeline taking a share x of it runs x tokens / (micro-batch tokens) micro-batches
+// (at least one) of equal load, so its time is the cost model's sum_j f_j + (n - 1) max_j f_j plus
+// its gradient sync and optimizer: piecewise linear in x, which gives the balanced time exactly.
+// The step is the slowest interval. A dynamic program over the buckets in length order and the
+// devices used per kind chooses consecutive intervals and each interval's pipelines, every one of
+// them holding the interval's longest sequence; per interval, a method that is slower at every
+// share than another of its kind on no more devices is dropped first (it can never be needed).
+// It is exact over that space: tests/planner/mixed_length_planner_test.cc checks it against
+// exhaustive enumeration. A strategy for maximum length b is the same program over the buckets
+// up to b.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +35,7 @@
 #include <vector>
 
 #include "hspmd/models/model.h"
+#include "hspmd/planner/dispatcher.h"
 #include "hspmd/planner/length_strategies.h"
 #include "hspmd/planner/profile.h"
 #include "hspmd/resolve/topology.h"
@@ -33,16 +43,81 @@
 namespace hspmd::planner {
 
 struct MixedLengthOptions {
-  int64_t seq_len = 4096;              // the context length: segments are at most this long
+  int64_t seq_len = 4096;               // the context length: segments are at most this long
   int64_t global_batch_tokens = 65536;  // tokens per step
-  std::string name = "mixed";          // strategies are named <name>, <name>-max<b>
+  std::string name = "mixed";           // strategies are named <name>, <name>-max<b>
+  int methods_per_interval = 2;         // distinct parallel methods one interval may combine
+  std::vector<int> micro_batch_sizes = {1, 2, 4};  // rows of seq_len tokens a micro-batch packs
+  std::vector<int> cp_degrees = {1, 2, 4, 8};      // CP x TP groups stay inside a node
+  std::vector<int> pipeline_degrees = {1, 2, 4, 8};
+};
+
+// A pipeline template on one device kind.
+struct ParallelMethod {
+  std::string kind;
+  int kind_index = 0;  // into MixedLengthSpace::kinds()
+  int tp = 1, cp = 1, pp = 1;
+  int micro_batch_size = 1;
+  PipelineModel model;  // micro_batch_tokens = min(memory limit, micro_batch_size x seq_len)
+  int devices() const { return tp * cp * pp; }
+  std::string to_string() const;  // "slow TP 2 x CP 1 x PP 2, micro-batches of 2 x 256 tokens"
+};
+
+// The expected sequences of one step in a range of buckets.
+struct LengthLoad {
+  double tokens = 0, squares = 0;  // sum of lengths, of squared lengths
+  int64_t longest = 0;
+};
+
+// Pipelines of one method in an interval: how many, and the share of the interval's work each takes.
+struct MethodCopies {
+  int method = 0;
+  int copies = 1;
+};
+
+// The planner's search space and objective, apart from the search so that a test can enumerate it.
+class MixedLengthSpace {
+ public:
+  // `lengths`: (segment length, count) pairs, ascending (data::LengthHistogram::segment_lengths).
+  MixedLengthSpace(const models::Model& model, const resolve::Topology& topology, const Profile& profile,
+                   const std::vector<std::pair<int64_t, uint64_t>>& lengths, const MixedLengthOptions& options);
+
+  const std::vector<ParallelMethod>& methods() const { return methods_; }
+  const std::vector<std::string>& kinds() const { return kinds_; }
+  int kind_devices(int kind) const { return kind_devices_[kind]; }
+  int buckets() const { return buckets_; }                        // bucket k holds lengths [2^k, 2^(k+1))
+  const LengthLoad& load(int from, int to) const { return loads_[from][to]; }  // buckets [from, to)
+  // Whether `method` holds the longest sequence of buckets [from, to).
+  bool holds(int method, int from, int to) const;
+  // Seconds of the step's share of buckets [from, to) run by these pipelines, its work balanced so
+  // that they finish together (0 for an interval without sequences). `shares`, when given, receives
+  // per entry the share of the interval's work one copy takes. Every method must hold the interval.
+  double interval_seconds(int from, int to, const std::vector<MethodCopies>& pipelines,
+                          std::vector<double>* shares = nullptr) const;
+  // Micro-batches one copy runs for `share` of buckets [from, to).
+  int micro_batches(int method, int from, int to, double share) const;
+
+  const MixedLengthOptions& options() const { return options_; }
+  const resolve::Topology& topology() const { return topology_; }
+  int layers() const { return layers_; }
+
+ private:
+  const resolve::Topology& topology_;
+  MixedLengthOptions options_;
+  int layers_ = 0;
+  std::vector<std::string> kinds_;
+  std::vector<int> kind_devices_;
+  std::vector<ParallelMethod> methods_;
+  int buckets_ = 0;
+  std::vector<std::vector<LengthLoad>> loads_;
 };
 
 struct MixedLengthInterval {
   int64_t low = 0, high = 0;  // lengths in [low, high)
-  std::string kind;           // the method: device kind, TP x PP, copies
-  int tp = 1, pp = 1, copies = 0;
-  double seconds = 0;         // predicted time of its share of a step
+  std::vector<MethodCopies> pipelines;
+  std::vector<std::string> methods;  // ParallelMethod::to_string of each entry of `pipelines`
+  std::vector<double> shares;        // per entry: the share of the interval's work one copy takes
+  double seconds = 0;                // predicted time of its share of a step
 };
 
 struct MixedLengthPlan {
@@ -53,8 +128,7 @@ struct MixedLengthPlan {
   std::string to_string() const;
 };
 
-// `lengths`: (segment length, count) pairs (data::LengthHistogram::segment_lengths). Error when no
-// method on the cluster holds the longest segment, naming its length.
+// Error when no method on the cluster holds the longest segment, naming its length.
 MixedLengthPlan plan_mixed_length(const models::Model& model, const resolve::Topology& topology,
                                   const Profile& profile, const std::vector<std::pair<int64_t, uint64_t>>& lengths,
                                   const MixedLengthOptions& options);

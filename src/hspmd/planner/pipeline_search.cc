@@ -222,8 +222,7 @@ void PipelineSearch::build() {
   sizes_ = !keep_micro_batch_sizes.empty()     ? keep_micro_batch_sizes
            : options.micro_batch_sizes.empty() ? powers_of_two_dividing(options.global_batch, 8)
                                                : options.micro_batch_sizes;
-  std::vector<int> cp_degrees = options.cp_degrees;
-  if (cp_degrees.empty()) cp_degrees = {1};
+  const std::vector<int> cp_degrees = searched_cp_degrees(options);
   std::vector<std::string> kinds;
   for (const auto& [kind, _] : devices) kinds.push_back(kind);
   // Every stage of a pipeline has one CP degree: a cut takes one for all its groups.

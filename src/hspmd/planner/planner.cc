@@ -29,6 +29,12 @@ std::string join_ranks(const std::vector<int>& ranks) {
 
 }  // namespace
 
+std::vector<int> searched_cp_degrees(const PlannerOptions& options) {
+  if (!options.cp_degrees.empty()) return options.cp_degrees;
+  if (options.seq_len >= kLongSequenceTokens) return {1, 2, 4, 8};
+  return {1};
+}
+
 Planner::Planner(const models::Model& model, const resolve::Topology& topology, const Profile& profile,
                  PlannerOptions options)
     : topology_(topology),

@@ -60,7 +60,7 @@ struct PlannerOptions {
   std::vector<int> devices;            // the ranks the plan may use; empty: every device of the cluster
   std::map<std::string, int> tp_per_kind;  // fixes a kind's TP degree (or idle); absent kinds: searched
   // Context-parallel degrees to search (docs/context-parallelism.md): each cut takes one for all its
-  // stages, a stage of t x c devices inside a node. Empty: {1}, no CP (long sequences: add 2, 4).
+  // stages, a stage of t x c devices inside a node. Empty: searched_cp_degrees decides by seq_len.
   std::vector<int> cp_degrees;
   double replan_tolerance = 0.05;      // replan(): plans this much slower than the fastest may win on movement
   std::string name = "planned";        // the strategy's name
@@ -71,6 +71,17 @@ struct PlannerOptions {
   std::function<void(const PlanningProgress&)> progress;
   double progress_interval_seconds = 5;
 };
+
+// Sequences from this many tokens on are long: the planner searches CP degrees for them unprompted.
+inline constexpr int64_t kLongSequenceTokens = 8192;
+
+// The CP degrees the search tries: options.cp_degrees when given; otherwise 1, 2, 4 and 8 for long
+// sequences (seq_len >= kLongSequenceTokens) and 1 alone below. Why not always: below 8K tokens
+// (the paper's runs use 4K) data parallelism already keeps the devices busy with sequences of their
+// own and CP buys little (1.5% on the paper's 48-GPU 32B case, docs/planner.md), while every degree
+// is a further set of cuts to search; there CP is asked for. Degrees whose groups exceed a node's
+// devices yield no cut.
+std::vector<int> searched_cp_degrees(const PlannerOptions& options);
 
 struct Plan {
   sharding::Strategy strategy;
