@@ -1,0 +1,103 @@
+"""hspmd.Trainer: `hspmd train`'s options as keywords, one-process training equal to the CLI's,
+tensors through DLPack without copies, errors with the CLI's messages."""
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+import hspmd
+
+OPTIONS = dict(steps=3, seq_len=64, global_batch_tokens=512, threads=1)
+
+
+def cli_losses(cli, src, dataset, tmp_path, *extra):
+    metrics = tmp_path / "metrics.jsonl"
+    cli("train", "--model", src / "configs/llama-tiny.json", "--data", dataset, "--steps", 3, "--seq-len", 64,
+        "--global-batch-tokens", 512, "--threads", 1, "--metrics", metrics, *extra)
+    return [json.loads(line)["loss"] for line in metrics.read_text().splitlines() if '"loss"' in line]
+
+
+def test_every_cli_option_is_a_keyword_with_the_cli_default(cli, src):
+    help_text = cli("train", "--help")
+    flags = set(re.findall(r"^\s+(--[a-z][a-z0-9-]*)", help_text, re.MULTILINE)) - {"--help"}
+    keywords = {f[2:].replace("-", "_") for f in flags}
+    options = hspmd.train_options()
+    assert keywords == set(options) | {"model"}
+    # Every default the help shows ("--steps INT [100]") is the keyword's.
+    for flag, shown in re.findall(r"^\s+(--[a-z0-9-]+) [A-Z:]+ \[([^\]]*)\]", help_text, re.MULTILINE):
+        value = options[flag[2:].replace("-", "_")]
+        assert str(value) == shown or (isinstance(value, float) and value == float(shown)), flag
+    # Each is accepted: a trainer built with every option at its default (no strategy: one process).
+    model = hspmd.Model(str(src / "configs/llama-tiny.json"))
+    trainer = hspmd.Trainer(model, **{k: v for k, v in options.items() if k != "strategy"})
+    assert trainer.world_size == 1 and trainer.step_count == 0
+    with pytest.raises(hspmd.Error, match=r"unknown option min_lrr= \(`hspmd train` has no --min-lrr"):
+        hspmd.Trainer(model, min_lrr=1e-4)
+
+
+def test_one_process_equals_cli(cli, src, dataset, tmp_path):
+    expected = cli_losses(cli, src, dataset, tmp_path)
+    trainer = hspmd.Trainer(hspmd.Model(str(src / "configs/llama-tiny.json")), **OPTIONS)
+    batches = hspmd.Dataset(str(dataset)).batches(seq_len=64, global_batch_tokens=512)
+    metrics = [trainer.step(next(batches)) for _ in range(3)]
+    assert [m.loss for m in metrics] == expected  # same batches, same code: bit for bit
+    assert [m.step for m in metrics] == [1, 2, 3] and all(m.grad_norm > 0 and m.tokens > 0 for m in metrics)
+    with pytest.raises(hspmd.Error, match=r"all its steps \(steps=3\)"):
+        trainer.step(next(batches))
+    # With data=, step() without a batch reads the CLI's batches itself.
+    from_data = hspmd.Trainer(hspmd.Model(str(src / "configs/llama-tiny.json")), data=dataset, **OPTIONS)
+    assert [from_data.step().loss for _ in range(3)] == expected
+
+
+def test_batches_of_any_array_kind(src):
+    model = hspmd.Model(str(src / "configs/llama-tiny.json"))
+    rng = np.random.default_rng(0)
+    batch = [rng.integers(0, 260, n) for n in (5, 64, 17)]  # int64, any lengths up to seq_len
+    a = hspmd.Trainer(model, **OPTIONS)
+    b = hspmd.Trainer(model, **OPTIONS)
+    assert a.evaluate(batch) == b.evaluate([x.astype(np.int32).tolist() for x in batch])
+    m = a.step(batch)
+    assert m.tokens == 86 and m.label_tokens == 83  # each sequence whole: its last token has no label
+    with pytest.raises(hspmd.Error, match="sequence 1 of the batch has 65 tokens, more than seq_len 64"):
+        a.step([batch[0], np.zeros(65, np.int32)])
+    with pytest.raises(hspmd.Error, match=r"token id 260 at position 0 is outside the model's vocabulary \[0, 260\)"):
+        a.step([np.array([260, 1])])
+
+
+def test_shards_are_hspmds_memory(src):
+    """Writes through numpy.from_dlpack reach what hspmd trains, and hspmd's updates are seen there."""
+    model = hspmd.Model(str(src / "configs/llama-tiny.json"))
+    batch = [np.arange(2, 60) % 260, np.arange(7, 40)]
+    trainer = hspmd.Trainer(model, **OPTIONS)
+    state = trainer.state_dict()
+    assert set(state) == {f"{n}{s}" for n, _ in model.parameters() for s in ("", ".exp_avg", ".exp_avg_sq")}
+    embed = state["model.embed_tokens.weight"]
+    assert embed.global_shape == (260, 128) and embed.slices == (slice(0, 260), slice(0, 128))
+    view = np.from_dlpack(embed)
+    before = view.copy()
+    trainer.step(batch)
+    assert not np.array_equal(view, before)  # the optimizer's update, seen without taking the shard again
+    np.testing.assert_array_equal(trainer.gather("model.embed_tokens.weight"), view)
+    # Zero embeddings make every hidden state zero, so every logit is equal: the loss is ln(vocab).
+    view[:] = 0
+    assert trainer.evaluate(batch) == pytest.approx(math.log(260), rel=1e-6)
+
+
+def test_torch_sees_hspmds_memory(src):
+    torch = pytest.importorskip("torch")
+    model = hspmd.Model(str(src / "configs/llama-tiny.json"))
+    trainer = hspmd.Trainer(model, **OPTIONS)
+    with torch.no_grad():
+        torch.from_dlpack(trainer.state_dict()["model.embed_tokens.weight"]).zero_()
+    assert trainer.evaluate([np.arange(1, 50)]) == pytest.approx(math.log(260), rel=1e-6)
+
+
+def test_errors_carry_the_cli_message(cli_error, src, dataset):
+    expected = cli_error("train", "--model", src / "configs/llama-tiny.json", "--data", dataset, "--seq-len", 4096)
+    with pytest.raises(hspmd.Error) as e:
+        hspmd.Trainer(hspmd.Model(str(src / "configs/llama-tiny.json")), seq_len=4096)
+    assert str(e.value) == expected
+    with pytest.raises(hspmd.Error, match=r"use ranks 0..3 but the run has 1 workers"):
+        hspmd.Trainer(hspmd.Model(str(src / "configs/llama-tiny.json")), src / "examples/strategies/local-hetero-4.json")
