@@ -25,6 +25,8 @@ parser.add_argument("--strategy", default=None, help="strategy file (default: on
 parser.add_argument("--steps", type=int, default=20)
 parser.add_argument("--seq-len", type=int, default=64)
 parser.add_argument("--global-batch-tokens", type=int, default=1024)
+parser.add_argument("--switch", default=None, metavar="STEP:STRATEGY.json",
+                    help="before step STEP, move the run to another strategy (as `hspmd train --switch`)")
 parser.add_argument("--threads", type=int, default=0, help="kernel threads per process (0: all cores)")
 parser.add_argument("--out", default=None,
                     help="folder for what the tests compare: losses, this rank's shards, a gathered weight, a checkpoint")
@@ -36,8 +38,13 @@ trainer = hspmd.Trainer(hspmd.Model(args.model), args.strategy, steps=args.steps
 # The batches `hspmd train` reads with the same options; any list of token-id arrays would do.
 batches = hspmd.Dataset(args.data).batches(seq_len=args.seq_len, global_batch_tokens=args.global_batch_tokens)
 
+switch_step, switch_to = args.switch.split(":", 1) if args.switch else (0, None)
 losses = []
-for _ in range(args.steps):
+for step in range(1, args.steps + 1):
+    if step == int(switch_step):
+        report = trainer.switch(switch_to)  # collective: weights and AdamW moments, one fused BSR
+        if process.rank == 0:
+            print(f"switched to {report.target}: {report.sent_bytes} bytes sent in {report.messages} messages")
     m = trainer.step(next(batches))
     losses.append(m.loss)
     if process.rank == 0:

@@ -356,7 +356,7 @@ void bind_trainer(nb::module_& m) {
         "Joins the run this process belongs to: rank, world size and the run's store come from the launcher's\n"
         "environment (`hspmd launch -n N -- python3 train.py`, mpirun or srun), as `hspmd train`'s workers\n"
         "read them; without one, a run of one process. Call it once, first; later calls return the same.");
-  m.def("train_options", &train_options,
+  m.def("train_options", &train_options, nb::sig("def train_options() -> dict[str, object]"),
         "Every option of `hspmd train` as {keyword: default}: what hspmd.Trainer(model, strategy, **options)\n"
         "accepts (--min-lr -> min_lr=), with the CLI's defaults.");
 
@@ -426,7 +426,8 @@ void bind_trainer(nb::module_& m) {
                       "argument with the same name (--min-lr -> min_lr=) and default (hspmd.train_options()).\n"
                       "`data=` gives step() without a batch the CLI's batches from that dataset.")
       .def(nb::init<std::shared_ptr<const models::Model>, const nb::object&, const nb::kwargs&>(), "model"_a,
-           "strategy"_a = nb::none(), "options"_a)
+           "strategy"_a = nb::none(), "options"_a,
+           nb::sig("def __init__(self, model: Model, strategy: Strategy | str | None = None, **options: object) -> None"))
       .def_static(
           "load",
           [](const std::string& dir, std::optional<std::shared_ptr<const models::Model>> model, const nb::object& strategy,
@@ -438,15 +439,19 @@ void bind_trainer(nb::module_& m) {
             return new Trainer(std::move(m), strategy, options);
           },
           "dir"_a, "model"_a = nb::none(), "strategy"_a = nb::none(), "options"_a,
+          nb::sig("def load(dir: str, model: Model | None = None, strategy: Strategy | str | None = None, "
+                  "**options: object) -> Trainer"),
           "A Trainer continuing the run saved in `dir` (resume=dir): weights, AdamW moments, step and the\n"
           "checkpoint's options (keywords given override them). `model`: the checkpoint's config when None.")
       .def("step", &Trainer::step, "batch"_a = nb::none(),
+           nb::sig("def step(self, batch: Sequence[object] | None = None) -> StepMetrics"),
            "Collective: one optimizer step on the global batch (a list of token-id arrays, each trained whole\n"
            "as its own sequence, at most seq_len tokens; every rank passes the same). Without a batch, the\n"
            "next batch of data= as `hspmd train` reads it. Returns the step's metrics, the same on every rank.")
-      .def("evaluate", &Trainer::evaluate, "batch"_a,
+      .def("evaluate", &Trainer::evaluate, "batch"_a, nb::sig("def evaluate(self, batch: Sequence[object]) -> float"),
            "Collective: the token-weighted mean loss of the global batch, forward only; weights unchanged.")
       .def("switch", &Trainer::switch_to, "strategy"_a,
+           nb::sig("def switch(self, strategy: Strategy | str) -> SwitchReport"),
            "Collective: moves weights and AdamW moments to `strategy` (a Strategy or a file) with one fused\n"
            "BSR, as `hspmd train --switch` does; training goes on under it.")
       .def("save", &Trainer::save, "dir"_a, "Collective: writes a checkpoint any strategy (and hspmd eval) reads.")
@@ -455,6 +460,7 @@ void bind_trainer(nb::module_& m) {
       .def("state_dict", &Trainer::state_dict,
            "{name: Shard} of this rank's parameters and AdamW moments, as the checkpoint stores them.")
       .def("gather", &Trainer::gather, "name"_a, "rank"_a = nb::none(),
+           nb::sig("def gather(self, name: str, rank: int | None = None) -> numpy.typing.NDArray[numpy.float32] | None"),
            "Collective: the whole tensor `name` as a NumPy array on `rank` (None: every rank); None elsewhere.")
       .def_prop_ro("step_count", [](Trainer& t) { return t.worker().trainer().step_count(); }, "Steps taken.")
       .def_prop_ro("done", [](Trainer& t) { return t.worker().trainer().done(); }, "Whether all steps are taken.")

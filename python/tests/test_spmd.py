@@ -1,6 +1,6 @@
 """The SPMD example (examples/python/train_spmd.py) under `hspmd launch -n 4` with a heterogeneous
-strategy: its losses are `hspmd train`'s with the same options (bit for bit: the same worker, the
-same batches) and one process's (up to float rounding, the bound of `hspmd train --check-single`);
+strategy, switched to another before step 3: its losses are `hspmd train`'s with the same options
+(bit for bit: the same worker, the same batches) and one process's (up to float rounding, the bound of `hspmd train --check-single`);
 its DLPack shards are the checkpoint's tensors; a gathered weight is the one-process weight."""
 import json
 import os
@@ -15,7 +15,8 @@ import hspmd
 from conftest import SOURCE_DIR, read_checkpoint
 
 STRATEGY = SOURCE_DIR / "examples/strategies/local-hetero-4.json"
-STEPS, SEQ_LEN, BATCH_TOKENS = 3, 64, 512
+SWITCH = SOURCE_DIR / "examples/strategies/local-tp2-pp2.json"
+STEPS, SEQ_LEN, BATCH_TOKENS = 4, 64, 512
 
 
 def test_spmd_script_under_launch(cli, src, dataset, tmp_path):
@@ -23,17 +24,18 @@ def test_spmd_script_under_launch(cli, src, dataset, tmp_path):
     out.mkdir()
     script = [sys.executable, src / "examples/python/train_spmd.py", "--data", dataset, "--model",
               src / "configs/llama-tiny.json", "--strategy", STRATEGY, "--steps", STEPS, "--seq-len", SEQ_LEN,
-              "--global-batch-tokens", BATCH_TOKENS, "--threads", 1, "--out", out]
+              "--global-batch-tokens", BATCH_TOKENS, "--threads", 1, "--switch", f"3:{SWITCH}", "--out", out]
     done = subprocess.run([os.environ["HSPMD_BIN"], "launch", "-n", "4", "--", *map(str, script)],
                           capture_output=True, text=True, check=False, env=os.environ | {"PYTHONUNBUFFERED": "1"})
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("loss") == STEPS  # rank 0 reports
+    assert "switched to local-tp2-pp2" in done.stdout
     losses = json.loads((out / "losses.json").read_text())
 
     metrics = tmp_path / "cli.jsonl"
     cli("train", "--model", src / "configs/llama-tiny.json", "--data", dataset, "--nproc", 4, "--strategy", STRATEGY,
         "--steps", STEPS, "--seq-len", SEQ_LEN, "--global-batch-tokens", BATCH_TOKENS, "--threads", 1,
-        "--metrics", metrics)
+        "--switch", f"3:{SWITCH}", "--metrics", metrics)
     assert losses == [json.loads(line)["loss"] for line in metrics.read_text().splitlines() if '"loss"' in line]
 
     single = hspmd.Trainer(hspmd.Model(str(src / "configs/llama-tiny.json")), steps=STEPS, seq_len=SEQ_LEN,

@@ -101,3 +101,18 @@ def test_errors_carry_the_cli_message(cli_error, src, dataset):
     assert str(e.value) == expected
     with pytest.raises(hspmd.Error, match=r"use ranks 0..3 but the run has 1 workers"):
         hspmd.Trainer(hspmd.Model(str(src / "configs/llama-tiny.json")), src / "examples/strategies/local-hetero-4.json")
+
+
+def test_save_and_load_continue_the_run(src, tmp_path):
+    """Trainer.load(dir) continues where save(dir) left off: the losses of the uninterrupted run."""
+    model = hspmd.Model(str(src / "configs/llama-tiny.json"))
+    rng = np.random.default_rng(1)
+    batches = [[rng.integers(0, 260, n) for n in (30, 64, 9)] for _ in range(3)]
+    whole = hspmd.Trainer(model, **OPTIONS)
+    expected = [whole.step(b).loss for b in batches]
+    first = hspmd.Trainer(model, **OPTIONS)
+    first.step(batches[0])
+    first.save(str(tmp_path / "ckpt"))
+    resumed = hspmd.Trainer.load(str(tmp_path / "ckpt"))  # the model and options from the checkpoint
+    assert resumed.step_count == 1
+    assert [resumed.step(b).loss for b in batches[1:]] == expected[1:]
