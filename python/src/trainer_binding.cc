@@ -115,7 +115,7 @@ std::unique_ptr<ParsedOptions> parse_options(const nb::kwargs& options) {
         << "hspmd.Trainer: unknown option " << key << "= (`hspmd train` has no " << flag
         << "; hspmd.train_options() lists every option)";
     if (v.is_none()) continue;
-    if (opt->get_type_size_max() == 0) {  // a flag: True gives it
+    if (opt->get_expected_max() == 0) {  // a flag: True gives it
       if (nb::cast<bool>(v)) argv.push_back(flag);
       continue;
     }
@@ -145,7 +145,7 @@ nb::dict train_options() {
     if (flag == "--help" || opt->get_group().empty()) continue;     // hidden ones
     const std::string key = keyword_of(flag);
     if (is_positional(key)) continue;
-    if (opt->get_type_size_max() == 0) {
+    if (opt->get_expected_max() == 0) {
       out[key.c_str()] = false;
     } else if (opt->get_expected_max() > 1) {
       out[key.c_str()] = nb::list();

@@ -83,3 +83,38 @@ def test_finetune_example_from_a_save_pretrained_directory(cli, src, dataset, tm
     assert before == pytest.approx(loaded.evaluate(held_out), rel=1e-4)
     assert before != pytest.approx(fresh.evaluate(held_out), rel=1e-2)
     assert len(re.findall(r"^step +\d+  loss ", done.stdout, re.MULTILINE)) == 2
+
+
+ELASTIC_SCRIPT = """
+import json, sys
+import hspmd
+src, data, out = sys.argv[1:4]
+process = hspmd.init()
+trainer = hspmd.Trainer(hspmd.Model(src + "/configs/llama-tiny.json"), src + "/examples/strategies/local-dp2-pp2.json",
+                        elastic=True, cluster=src + "/examples/clusters/local-hetero-4.json",
+                        profile=src + "/examples/profiles/local-hetero-4-llama-tiny.json", heartbeat_timeout=3,
+                        **json.loads(sys.argv[4]))
+batches = hspmd.Dataset(data).batches(seq_len=64, global_batch_tokens=256)
+losses = [trainer.step(next(batches)).loss for _ in range(trainer.step_count, 5)]
+if process.rank == 0:
+    open(out, "w").write(json.dumps(losses))
+"""
+
+
+def test_elastic_script_survives_a_dead_worker(src, dataset, tmp_path):
+    """elastic=True as `hspmd train --elastic`: rank 2 is killed (SIGKILL) in the backward pass of
+    step 3; the survivors re-plan, move the state from its replicas and finish the run with the
+    losses of one process."""
+    options = dict(steps=5, seq_len=64, global_batch_tokens=256, warmup=2, lr=2.5e-4, min_lr=2.5e-5, threads=1)
+    script = tmp_path / "elastic.py"
+    script.write_text(ELASTIC_SCRIPT)
+    out = tmp_path / "losses.json"
+    done = subprocess.run([os.environ["HSPMD_BIN"], "launch", "-n", "4", "--elastic", "--heartbeat-timeout", "3", "--",
+                           sys.executable, str(script), str(src), str(dataset), str(out), json.dumps(options)],
+                          capture_output=True, text=True, check=False, env=os.environ | {"HSPMD_FAULT": "2:3:backward"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "HSPMD_FAULT: killing myself (SIGKILL) in backward of step 3" in done.stdout + done.stderr
+    losses = json.loads(out.read_text())
+    single = hspmd.Trainer(hspmd.Model(str(src / "configs/llama-tiny.json")), **options)
+    batches = hspmd.Dataset(str(dataset)).batches(seq_len=64, global_batch_tokens=256)
+    np.testing.assert_allclose(losses, [single.step(next(batches)).loss for _ in range(5)], rtol=1e-5)

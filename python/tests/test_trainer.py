@@ -25,10 +25,16 @@ def test_every_cli_option_is_a_keyword_with_the_cli_default(cli, src):
     keywords = {f[2:].replace("-", "_") for f in flags}
     options = hspmd.train_options()
     assert keywords == set(options) | {"model"}
-    # Every default the help shows ("--steps INT [100]") is the keyword's.
-    for flag, shown in re.findall(r"^\s+(--[a-z0-9-]+) [A-Z:]+ \[([^\]]*)\]", help_text, re.MULTILINE):
+    # Every default the help shows ("--steps INT=100", "--lr FLOAT=0.003") is the keyword's.
+    shown = re.findall(r"^\s+(--[a-z0-9-]+) [A-Z]+\S*=(\S+)", help_text, re.MULTILINE)
+    assert len(shown) >= 15
+    for flag, default in shown:
         value = options[flag[2:].replace("-", "_")]
-        assert str(value) == shown or (isinstance(value, float) and value == float(shown)), flag
+        assert str(value) == default or (isinstance(value, float) and value == float(default)), flag
+    # Flags (no value after them in the help) default to False, and True gives the flag.
+    flags_only = re.findall(r"^\s+(--[a-z0-9-]+)(?:  +\S| *$)", help_text, re.MULTILINE)
+    assert {"--recompute", "--elastic", "--check-single", "--dispatch"} <= set(flags_only)
+    assert all(options[f[2:].replace("-", "_")] is False for f in flags_only)
     # Each is accepted: a trainer built with every option at its default (no strategy: one process).
     model = hspmd.Model(str(src / "configs/llama-tiny.json"))
     trainer = hspmd.Trainer(model, **{k: v for k, v in options.items() if k != "strategy"})
