@@ -297,9 +297,8 @@ class Trainer {
     const sharding::Strategy s = nb::isinstance<sharding::Strategy>(strategy)
                                      ? nb::cast<sharding::Strategy>(strategy)
                                      : sharding::Strategy::from_file(nb::cast<std::string>(nb::str(strategy)));
-    const sharding::AnnotationPlan plan = worker_->model().compile_plan(s);
     nb::gil_scoped_release release;
-    return worker_->trainer().switch_to(plan, s.name);
+    return worker_->switch_to(s);
   }
 
   void save(const std::string& dir) {
@@ -452,8 +451,9 @@ void bind_trainer(nb::module_& m) {
            "Collective: the token-weighted mean loss of the global batch, forward only; weights unchanged.")
       .def("switch", &Trainer::switch_to, "strategy"_a,
            nb::sig("def switch(self, strategy: Strategy | str) -> SwitchReport"),
-           "Collective: moves weights and AdamW moments to `strategy` (a Strategy or a file) with one fused\n"
-           "BSR, as `hspmd train --switch` does; training goes on under it.")
+           "Collective: moves weights and AdamW moments to `strategy` (a Strategy or a file) before the next\n"
+           "step, as `hspmd train --switch` does (switch_bsr=; with elastic=True through the elastic run);\n"
+           "training goes on under it. hspmd.Error when it does not fit (then nothing moved).")
       .def("save", &Trainer::save, "dir"_a, "Collective: writes a checkpoint any strategy (and hspmd eval) reads.")
       .def("parameters", &Trainer::parameters,
            "This rank's parameter shards (each element on one rank only, as in the checkpoint).")

@@ -411,6 +411,17 @@ bool TrainWorker::is_lead() const {
   return parts_->env.rank == (parts_->elastic ? parts_->elastic->run.members().front() : 0);
 }
 
+runtime::SwitchReport TrainWorker::switch_to(const sharding::Strategy& strategy) {
+  Parts& p = *parts_;
+  const runtime::ScheduledPlan target{p.trainer->step_count() + 1, "", strategy, p.model->compile_plan(strategy)};
+  if (!p.elastic) {
+    return p.trainer->switch_to(target.plan, strategy.name, resolve::parse_bsr_algorithm(p.args.switch_bsr));
+  }
+  const std::string why = p.elastic->hook.unusable(strategy);
+  HSPMD_CHECK(why.empty()) << "cannot switch to strategy " << strategy.name << ": " << why;
+  return p.elastic->hook.switch_to(*p.trainer, target);
+}
+
 void TrainWorker::run_to_end() {
   Parts& p = *parts_;
   p.loop->run();

@@ -39,6 +39,11 @@ class TrainWorker {
   // The strategy of the run's first plan ("single-process" for one process without --strategy).
   const sharding::Strategy& strategy() const;
 
+  // Collective: moves the run to `strategy` before the next step, as a --switch does (the
+  // --switch-bsr algorithm; with --elastic through the elastic run, which refuses a strategy that
+  // uses a dead rank). Throws runtime::SwitchRefused when the plan does not fit; nothing moved then.
+  runtime::SwitchReport switch_to(const sharding::Strategy& strategy);
+
   // `hspmd train`'s end of a worker: runs the loop to the last step, writes the --trace and runs
   // the --check-single comparison.
   void run_to_end();
