@@ -64,6 +64,9 @@ def test_batches_of_any_array_kind(src):
     a = hspmd.Trainer(model, **OPTIONS)
     b = hspmd.Trainer(model, **OPTIONS)
     assert a.evaluate(batch) == b.evaluate([x.astype(np.int32).tolist() for x in batch])
+    # Sequences do not see each other: the batch's loss is the label-weighted mean of each one's alone.
+    alone = [(a.evaluate([x]), len(x) - 1) for x in batch]
+    assert a.evaluate(batch) == pytest.approx(sum(l * n for l, n in alone) / sum(n for _, n in alone), rel=1e-6)
     m = a.step(batch)
     assert m.tokens == 86 and m.label_tokens == 83  # each sequence whole: its last token has no label
     with pytest.raises(hspmd.Error, match="sequence 1 of the batch has 65 tokens, more than seq_len 64"):
