@@ -45,10 +45,15 @@ def test_every_cli_option_is_a_keyword_with_the_cli_default(cli, src):
 
 def test_one_process_equals_cli(cli, src, dataset, tmp_path):
     expected = cli_losses(cli, src, dataset, tmp_path)
-    trainer = hspmd.Trainer(hspmd.Model(str(src / "configs/llama-tiny.json")), **OPTIONS)
+    # metrics= and save= act as the CLI's flags do: a JSON line per step, a checkpoint after the last.
+    trainer = hspmd.Trainer(hspmd.Model(str(src / "configs/llama-tiny.json")), metrics=tmp_path / "py.jsonl",
+                            save=tmp_path / "py-ckpt", **OPTIONS)
     batches = hspmd.Dataset(str(dataset)).batches(seq_len=64, global_batch_tokens=512)
     metrics = [trainer.step(next(batches)) for _ in range(3)]
     assert [m.loss for m in metrics] == expected  # same batches, same code: bit for bit
+    lines = [json.loads(line) for line in (tmp_path / "py.jsonl").read_text().splitlines()]
+    assert [x["loss"] for x in lines if "loss" in x] == expected
+    assert json.loads((tmp_path / "py-ckpt/index.json").read_text())["state"]["step"] == 3
     assert [m.step for m in metrics] == [1, 2, 3] and all(m.grad_norm > 0 and m.tokens > 0 for m in metrics)
     with pytest.raises(hspmd.Error, match=r"all its steps \(steps=3\)"):
         trainer.step(next(batches))
