@@ -109,7 +109,7 @@ void DistTrainer::give_batch(std::vector<data::Segment> segments) {
 double DistTrainer::evaluate(const std::vector<data::Segment>& segments) {
   const data::Batch global = data::pack(segments, {.seq_len = options_.train.seq_len});
   const int64_t labels = global.num_label_tokens();
-  const double loss = run_passes(segments, labels, /*train=*/false);
+  const double loss = run_passes(segments, labels, /*train=*/false, data::BatchLayout::kRows);
   session_.wait_deferred();
   std::vector<double> sum{runner_.counts_loss(*current_) ? loss : 0.0};
   all_ranks_group()->allreduce({.data = comm::CommBuffer::of(sum)}).wait();
@@ -179,10 +179,12 @@ StepMetrics DistTrainer::step() {
   step_start_ = loader_state();
   in_step_ = true;
   synced_grads_.reset();
-  std::vector<data::Segment> segments = given_batch_ ? *given_batch_ : loader_->next();
+  const bool given = given_batch_.has_value();
+  std::vector<data::Segment> segments = given ? *given_batch_ : loader_->next();
   const data::Batch global = data::pack(segments, {.seq_len = o.seq_len});
   const int64_t labels = global.num_label_tokens();
-  const double loss_sum = run_passes(segments, labels, /*train=*/true);
+  const double loss_sum =
+      run_passes(segments, labels, /*train=*/true, given ? std::optional(data::BatchLayout::kRows) : std::nullopt);
   const double loss = post(loss_sum);
   in_step_ = false;
   given_batch_.reset();
@@ -268,8 +270,9 @@ void DistTrainer::apply_update(std::vector<Tensor>& grads, const std::vector<dou
   pacer_.pad();
 }
 
-double DistTrainer::run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train) {
-  return runner_.run(*current_, state_, segments, labels, {.train = train, .step = step_ + 1});
+double DistTrainer::run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train,
+                               std::optional<data::BatchLayout> layout) {
+  return runner_.run(*current_, state_, segments, labels, {.train = train, .step = step_ + 1, .layout = layout});
 }
 
 }  // namespace hspmd::runtime

@@ -166,8 +166,9 @@ class DistTrainer {
 
   StepMetrics step();  // collective (every process of the run); a spare's loss is the global one
   // The global batch of the next step, instead of the dataset's next one (every rank gives the same
-  // segments, each trained whole: its own attention sequence, positions from 0). Kept until that
-  // step completes, so a step redone after a failure (elastic training) trains on it again.
+  // segments; each is one row of its micro-batch, data::BatchLayout::kRows: its own attention
+  // sequence, positions from 0, never packed with another). Kept until that step completes, so a
+  // step redone after a failure (elastic training) trains on it again.
   void give_batch(std::vector<data::Segment> segments);
   // Collective: the token-weighted mean loss of one global batch (forward only, current plan).
   double evaluate(const std::vector<data::Segment>& segments);
@@ -278,7 +279,8 @@ class DistTrainer {
   StateTransfer state_transfer(const switching::SwitchPlan& sp, ShardedState& moved, bool after_failure);
   // This rank's part of one global batch under the current plan (the step runner's run); returns
   // the sum of its micro-batch losses.
-  double run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train);
+  double run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train,
+                    std::optional<data::BatchLayout> layout = std::nullopt);
 
   // Restores the state from `read` after checking that the saved run (its options and seed) had this
   // run's data stream; `source` names it in errors.
