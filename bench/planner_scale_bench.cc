@@ -57,7 +57,7 @@ std::string cluster_text(int gpus, int h800) {
 sharding::Strategy layout(int gpus, int tp, int pp, int layers) {
   sharding::Strategy st;
   st.name = "dp" + std::to_string(gpus / (tp * pp)) + "-tp" + std::to_string(tp) + "-pp" + std::to_string(pp);
-  st.zero1 = true;
+  st.zero = 1;
   for (int base = 0; base + tp * pp <= gpus; base += tp * pp) {
     sharding::PipelineSpec pipe;
     pipe.micro_batch_size = 1;

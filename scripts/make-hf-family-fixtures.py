@@ -6,7 +6,11 @@ Made with transformers 5.24.0, torch 2.15.0 and safetensors 0.8.0 from PyPI (CPU
 eager attention):
 
     python3 -m venv /tmp/venv-hf && /tmp/venv-hf/bin/pip install torch transformers safetensors
-    /tmp/venv-hf/bin/python scripts/make-hf-family-fixtures.py tests/runtime/hf_family_fixtures
+    /tmp/venv-hf/bin/python scripts/make-hf-family-fixtures.py tests/runtime/hf_family_fixtures [VARIANT ...]
+
+(torch from PyPI brings its CUDA libraries too; the fixtures are made on the CPU.) With variant names,
+only those are rewritten and the others left as they are (each variant's seed is its place in
+VARIANTS, so a variant added at the end leaves the others' draws alike).
 
 For each variant, a directory written by save_pretrained (config.json, model.safetensors) plus
   expected.json     the token documents, transformers' per-token losses (the causal-LM shift) and
@@ -14,6 +18,7 @@ For each variant, a directory written by save_pretrained (config.json, model.saf
   grads.safetensors d mean_loss / d every parameter (float32, by Hugging Face name; a tied head's
                     gradient is in model.embed_tokens.weight), the mean taken over the labelled
                     tokens of all documents together, as hspmd's packed batch normalizes.
+refused/<name>/config.json: configs hspmd refuses (Gemma3ForConditionalGeneration).
 Each document runs as its own sequence, so hspmd (which packs them into one batch) must restart
 positions and attention at document boundaries to match. Gemma's pad id (0) occurs as an input token in
 "gemma3_softcap": transformers' nn.Embedding(padding_idx) gives its row no gradient from the
@@ -76,6 +81,12 @@ VARIANTS = {
     "gemma3_legacy": (transformers.Gemma3TextConfig, {"head_dim": 8, "query_pre_attn_scalar": 12, "sliding_window": 8,
                                                       "layer_types": ["sliding_attention", "full_attention"]},
                       "legacy_gemma3"),
+    # Qwen2 as the Qwen2.5 checkpoints write it (transformers < 5 keys, tied embeddings), with
+    # use_sliding_window and no layer_types: transformers makes the layers from max_window_layers
+    # (1) on slide (window 8); that derivation is what this variant checks
+    "qwen2_sliding": (transformers.Qwen2Config, {"tie_word_embeddings": True, "use_sliding_window": True,
+                                                 "sliding_window": 8, "max_window_layers": 1},
+                      "legacy_rope_no_layer_types"),
 }
 
 DOC_LENGTHS = [48, 21]
@@ -95,7 +106,9 @@ def draw_weights(model, gemma, seed):
 def edit_config(path, edit):
     with open(path) as f:
         c = json.load(f)
-    if edit == "legacy_rope":
+    if edit in ("legacy_rope", "legacy_rope_no_layer_types"):
+        if edit == "legacy_rope_no_layer_types":
+            c.pop("layer_types")
         rope = c.pop("rope_parameters")
         c["rope_theta"] = rope["rope_theta"]
         c["rope_scaling"] = None
@@ -158,14 +171,36 @@ def make_variant(out, name, config_class, overrides, edit, seed):
     print(f"{name}: mean loss {expected['mean_loss']:.6f} over {labelled} labelled tokens, {len(grads)} gradients")
 
 
+# Config-only directories of what hspmd refuses, each as transformers writes it.
+def make_refused(out):
+    # Gemma3ForConditionalGeneration (model_type "gemma3": text_config + vision_config)
+    config = transformers.Gemma3Config(
+        text_config={**BASE, "head_dim": 8, "sliding_window": 8},
+        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=28, patch_size=14),
+        mm_tokens_per_image=4)
+    config.architectures = ["Gemma3ForConditionalGeneration"]  # as the model's save_pretrained writes
+    directory = os.path.join(out, "refused", "gemma3_multimodal")
+    shutil.rmtree(directory, ignore_errors=True)
+    config.save_pretrained(directory)
+    print("refused/gemma3_multimodal: config.json")
+
+
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: make-hf-family-fixtures.py OUT_DIR")
+    if len(sys.argv) < 2 or any(v not in VARIANTS and v != "refused" for v in sys.argv[2:]):
+        sys.exit("usage: make-hf-family-fixtures.py OUT_DIR [VARIANT ...] (variants: " + ", ".join(VARIANTS) +
+                 ", refused)")
     torch.set_num_threads(1)
     out = sys.argv[1]
-    shutil.rmtree(out, ignore_errors=True)
+    only = set(sys.argv[2:])
+    if not only:
+        shutil.rmtree(out, ignore_errors=True)
     for i, (name, (config_class, overrides, edit)) in enumerate(VARIANTS.items()):
-        make_variant(out, name, config_class, overrides, edit, seed=300 + i)
+        if not only or name in only:
+            shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+            make_variant(out, name, config_class, overrides, edit, seed=300 + i)
+    if not only or "refused" in only:
+        make_refused(out)
 
 
 if __name__ == "__main__":

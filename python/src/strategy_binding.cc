@@ -23,6 +23,8 @@ void bind_strategy(nb::module_& m) {
       .def_ro("first_layer", &StageSpec::first_layer, "First decoder layer (inclusive).")
       .def_ro("last_layer", &StageSpec::last_layer, "Last decoder layer (inclusive).")
       .def_ro("cp", &StageSpec::cp, "Context-parallel degree.")
+      .def_ro("sequence_parallel", &StageSpec::sequence_parallel,
+              "Activations between TP blocks split by tokens over the TP ranks.")
       .def_prop_ro("tp", &StageSpec::tp, "Tensor-parallel degree: ranks / cp.")
       .def("__repr__", [](const StageSpec& s) {
         return "Stage(ranks=" + nb::cast<std::string>(nb::repr(nb::cast(s.ranks))) + ", layers=" +
@@ -63,7 +65,9 @@ void bind_strategy(nb::module_& m) {
       .def("validate", &Strategy::validate, "num_layers"_a,
            "Raises hspmd.Error unless every pipeline covers layers 0..num_layers-1 exactly once.")
       .def_ro("name", &Strategy::name, "The strategy's name.")
-      .def_ro("zero1", &Strategy::zero1, "ZeRO-1 across pipelines.")
+      .def_ro("zero", &Strategy::zero, "The ZeRO stage across pipelines: 0, 1 or 2.")
+      .def_prop_ro("zero1", &Strategy::shards_optimizer_states,
+                   "Whether the optimizer states are sharded across pipelines (ZeRO stage 1 or more).")
       .def_ro("recompute", &Strategy::recompute, "Activation recomputation.")
       .def_ro("pipelines", &Strategy::pipelines, "The pipelines (data-parallel replicas).")
       .def_prop_ro("ranks", &Strategy::ranks, "Every rank used, ascending.")

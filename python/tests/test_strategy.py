@@ -23,7 +23,7 @@ def test_strategy_round_trips_through_json_and_dict(src):
         d = s.to_dict()
         assert d == json.loads(s.to_json())
         assert hspmd.Strategy.from_dict(d) == s
-        d["zero1"] = not d["zero1"]
+        d["zero"] = 0 if d["zero"] else 1
         assert hspmd.Strategy.from_dict(d) != s
 
 

@@ -15,6 +15,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 LlamaConfig parse(const std::string& extra = "") {
   return LlamaConfig::from_json_text(R"({"model_type": "gemma3_text", "hidden_size": 16, "intermediate_size": 40,
@@ -123,6 +124,21 @@ TEST(Gemma3Config, RefusesWhatItDoesNotComputeNamingTheKey) {
               HasSubstr("names sliding_attention layers but the config sets no sliding_window"));
   EXPECT_THAT(error_parsing(R"("architectures": ["Gemma3ForConditionalGeneration"])"),
               HasSubstr("\"architectures\" is"));
+}
+
+// The multimodal checkpoint (Gemma3ForConditionalGeneration) is refused in one line that names
+// "text_config" and says which checkpoint to give instead.
+TEST(Gemma3Config, TheMultimodalCheckpointIsRefusedNamingItsTextConfig) {
+  const std::string error = testing::error_of([] {
+    LlamaConfig::from_json_text(R"({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+        "text_config": {"model_type": "gemma3_text", "hidden_size": 16, "intermediate_size": 40,
+                        "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 50},
+        "vision_config": {"model_type": "siglip_vision_model"}, "mm_tokens_per_image": 256})",
+                                "gemma-4b/config.json");
+  });
+  EXPECT_THAT(error, AllOf(HasSubstr("gemma-4b/config.json"), HasSubstr("\"text_config\""),
+                           HasSubstr("Gemma3ForConditionalGeneration"), HasSubstr("\"model_type\": \"gemma3_text\""),
+                           Not(HasSubstr("\n"))));
 }
 
 TEST(Gemma3Config, RoundTripsThroughItsConfigJson) {

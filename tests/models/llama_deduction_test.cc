@@ -31,7 +31,7 @@ LlamaConfig tiny() { return LlamaConfig{}; }  // 2 layers, H 64, 4 heads, 2 KV h
 sharding::Strategy strategy(const std::vector<std::vector<int>>& pipelines, bool zero1) {
   sharding::Strategy st;
   st.name = "test";
-  st.zero1 = zero1;
+  st.zero = zero1 ? 1 : 0;
   for (const auto& ranks : pipelines) {
     sharding::PipelineSpec p;
     p.stages.push_back({ranks, 0, static_cast<int>(tiny().num_hidden_layers) - 1});

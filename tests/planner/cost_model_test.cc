@@ -147,6 +147,48 @@ TEST(CostModelTest, ContextParallelStageIsPricedByItsTpAndCpDegrees) {
   EXPECT_THAT(to_string(cp2), HasSubstr("CP2"));
 }
 
+// A Mistral config whose window (16) is shorter than the sequence (64) prices each layer's
+// attention by the query-key pairs the window leaves: 16 * 17 / 2 + 48 * 16 = 904 of the 64 * 65 / 2
+// = 2080 pairs of full causal attention, the rest of the layer alike; under CP each rank does 1/c of
+// that, while the K/V all-gathers stay whole (every rank still gathers every key). A sequence no
+// longer than the window, or the same config without one, is priced as full attention.
+TEST(CostModelTest, SlidingWindowAttentionIsPricedByTheWindow) {
+  const auto mistral = [](const std::string& window) {
+    return models::LlamaConfig::from_json_text(R"({"model_type": "mistral", "hidden_size": 128,
+        "intermediate_size": 352, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 260, "max_position_embeddings": 512, "sliding_window": )" + window + "}",
+                                               "mistral.json");
+  };
+  const models::Llama windowed(mistral("16")), full(mistral("null"));
+  const resolve::Topology topo = testing::two_kind_cluster(4, 2, 1e9);
+  const Profile profile = testing::two_kind_profile(3.0);
+  const TpProfile& f1 = profile.at("fast", 1);
+  const double s = 64, fraction = 904.0 / 2080.0;
+  const CostModel cw(windowed, topo, profile, {.seq_len = 64}), cf(full, topo, profile, {.seq_len = 64});
+  EXPECT_DOUBLE_EQ(ModelShape::of(windowed).attention_fraction(s), fraction);
+  EXPECT_DOUBLE_EQ(ModelShape::of(full).attention_fraction(s), 1.0);
+  // 4 layers on one rank: only the attention term a s^2 shrinks, by the window's fraction.
+  const double attention = 4 * f1.layer.a * s * s;
+  EXPECT_NEAR(cf.stage_compute("fast", 1, 4, false, 1), 4 * f1.layer.seconds(1, s), 1e-15);
+  EXPECT_NEAR(cw.stage_compute("fast", 1, 4, false, 1), cf.stage_compute("fast", 1, 4, false, 1) - attention * (1 - fraction),
+              1e-15);
+  // CP 2 (64 tokens need no padding): half of the windowed work per rank, the same K/V traffic.
+  EXPECT_NEAR(cw.stage_compute("fast", 1, 4, false, 1, 2),
+              cf.stage_compute("fast", 1, 4, false, 1, 2) - attention * (1 - fraction) / 2, 1e-15);
+  EXPECT_DOUBLE_EQ(cw.stage_cp_comm({0, 1}, 4, 1, 2), cf.stage_cp_comm({0, 1}, 4, 1, 2));
+  // The whole prediction: the windowed model's step is cheaper.
+  const sharding::Strategy dp = sharding::Strategy::from_json_text(R"({"name": "one", "pipelines": [
+      {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0", "layers": "0-3"}]}]})", "one.json");
+  EXPECT_LT(cw.predict(dp).step_seconds, cf.predict(dp).step_seconds);
+  // Sequences within the window: full attention either way.
+  EXPECT_DOUBLE_EQ(cw.at_seq_len(16).stage_compute("fast", 1, 4, false, 1),
+                   cf.at_seq_len(16).stage_compute("fast", 1, 4, false, 1));
+  // Gemma-like: local layers between global ones are priced by the mean over the layers.
+  models::LlamaConfig mixed = mistral("16");
+  mixed.decoder.sliding_layers = {true, false, true, false};
+  EXPECT_DOUBLE_EQ(ModelShape::of(models::Llama(mixed)).attention_fraction(s), (fraction + 1) / 2);
+}
+
 // Rings over many ranks read their links through representatives: the same slowest link as every
 // pair of the group, on a two-kind spec whose node links differ per kind.
 TEST(CostModelTest, LargeGroupsFindTheSlowestLinkOfEveryPair) {

@@ -146,7 +146,7 @@ Brute exhaustive(const models::LlamaConfig& config, const resolve::Topology& top
                 std::vector<size_t> pick(D, 0);
                 while (true) {
                   sharding::Strategy st;
-                  st.zero1 = zero1;
+                  st.zero = zero1 ? 1 : 0;
                   for (int p = 0; p < D; ++p) {
                     sharding::PipelineSpec pipe;
                     pipe.micro_batch_size = sizes[p][size_pick[p]];

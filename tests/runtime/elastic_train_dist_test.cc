@@ -2,7 +2,9 @@
 // at a chosen point of a chosen step, runtime/fault_injection.h): the run must finish, every
 // step's loss must equal a single-process run's (--check-single) and the final weights the
 // single-process run's final weights (rel 1e-5), whether the state comes from surviving replicas
-// (one fused BSR) or from the newest complete checkpoint.
+// (one fused BSR) or from the newest complete checkpoint. Llama's recovery is tested at every phase
+// a worker can die in; the decoder families (configs/{qwen3,mistral,gemma3}-tiny.json) at one, with
+// the same checks, since recovery sees a model only through the model contract (qwen2 too).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,8 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "hspmd/models/llama_config.h"
-#include "hspmd/models/llama_model.h"
+#include "hspmd/models/model_factory.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
 #include "runtime/runtime_testlib.h"
 
@@ -30,18 +31,28 @@ constexpr const char* kDataParallelStrategy = R"({"name": "dp2-pp2", "zero1": fa
     {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0", "layers": "0-1"}, {"ranks": "1", "layers": "2-3"}]},
     {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "2", "layers": "0-1"}, {"ranks": "3", "layers": "2-3"}]}]})";
 
+struct Failure {
+  const char* fault;  // HSPMD_FAULT
+  const char* phase;  // how the log names where the victim died
+};
+
 class ElasticTrain : public testing::TempDirTest {
  protected:
   std::string example(const std::string& rel) const { return (testing::source_dir() / rel).string(); }
+  // The model trained (a config under the source tree).
+  std::string model_config = "configs/llama-tiny.json";
   // A small learning rate: Adam turns the float rounding of near-zero gradient elements into whole
   // steps of lr, so a larger one makes even a failure-free distributed run differ from one process
   // by more than 1e-5 in a few tensors. How much depends on the GEMM kernels' summation order:
   // measured largest tensor difference at lr 2.5e-4: 5.6e-6 with oneDNN's AVX-512 kernels, 1.2e-6
   // with its AVX2 ones (at 5e-4: 1.1e-5 on AVX-512; at the default rate 3e-5 on AVX2).
   std::string common() const {
-    return "train --model " + example("configs/llama-tiny.json") + " --data " + testing::corpus_dataset() +
+    return "train --model " + example(model_config) + " --data " + testing::corpus_dataset() +
            " --steps " + std::to_string(kSteps) + " --seq-len 64 --global-batch-tokens 256 --warmup 2 --lr 2.5e-4 --min-lr 2.5e-5 --threads 1";
   }
+  // The elastic re-planning prices every model by the Llama-tiny profile: its fits are per decoder
+  // layer and per token, and the families' tiny configs have as many layers, narrower (the plan
+  // chosen may differ from the fastest; recovery must be exact whatever it is).
   std::string elastic(const std::string& strategy) const {
     return common() + " --nproc 4 --strategy " + strategy + " --elastic --cluster " +
            example("examples/clusters/local-hetero-4.json") + " --profile " +
@@ -61,9 +72,9 @@ class ElasticTrain : public testing::TempDirTest {
       const testing::CommandResult r = run_hspmd(common() + " --save " + reference);
       ASSERT_EQ(r.code, 0) << r.output;
     }
-    const models::LlamaConfig config = models::LlamaConfig::from_file(example("configs/llama-tiny.json"));
-    const graph::TensorMap expected = read_checkpoint_weights(reference, models::Llama(config));
-    const graph::TensorMap got = read_checkpoint_weights(dir, models::Llama(config));
+    const std::shared_ptr<const models::Model> model = models::load_model(example(model_config));
+    const graph::TensorMap expected = read_checkpoint_weights(reference, *model);
+    const graph::TensorMap got = read_checkpoint_weights(dir, *model);
     ASSERT_EQ(got.size(), expected.size());
     for (const auto& [name, e] : expected) {
       // Over the whole tensor, as every distributed test compares weights: Adam turns float
@@ -76,20 +87,18 @@ class ElasticTrain : public testing::TempDirTest {
         diff += (a - b) * (a - b);
         norm += b * b;
       }
-      EXPECT_LE(std::sqrt(diff / norm), 1e-5) << name;
+      // A key bias (qwen2) starts at 0 with a gradient near 0 (the softmax cancels the shift q.b it
+      // adds to a query's logits; only RoPE leaves a remainder), so rounding is a large part of its
+      // AdamW updates: measured up to 2.0e-4 on qwen2-tiny, the same without any failure.
+      EXPECT_LE(std::sqrt(diff / norm), name.ends_with(".k_proj.bias") ? 1e-3 : 1e-5) << name;
     }
   }
+  void expect_recovery(const Failure& f);
 };
 
-struct Failure {
-  const char* fault;  // HSPMD_FAULT
-  const char* phase;  // how the log names where the victim died
-};
-
-class KillInPhase : public ElasticTrain, public ::testing::WithParamInterface<Failure> {};
-
-TEST_P(KillInPhase, SurvivorsReplanAndMatchOneProcess) {
-  const Failure f = GetParam();
+// The dp2-pp2 run killed as `f` says, switched before step 4: the survivors re-plan, take the dead
+// rank's state from its replica, train on and end with one process's losses and weights.
+void ElasticTrain::expect_recovery(const Failure& f) {
   const std::string strategy = path("dp2-pp2.json");
   std::ofstream(strategy) << kDataParallelStrategy;
   // A switch before step 4 gives the "switch" fault a switch to die in.
@@ -105,6 +114,10 @@ TEST_P(KillInPhase, SurvivorsReplanAndMatchOneProcess) {
   expect_single_process_weights(path("ckpt"));
 }
 
+class KillInPhase : public ElasticTrain, public ::testing::WithParamInterface<Failure> {};
+
+TEST_P(KillInPhase, SurvivorsReplanAndMatchOneProcess) { expect_recovery(GetParam()); }
+
 INSTANTIATE_TEST_SUITE_P(Phases, KillInPhase,
                          ::testing::Values(Failure{"1:3:forward", "forward of step 3"},
                                            Failure{"2:3:backward", "backward of step 3"},
@@ -116,6 +129,18 @@ INSTANTIATE_TEST_SUITE_P(Phases, KillInPhase,
                            std::erase(name, '-');
                            return name;
                          });
+
+// Each decoder family recovers as Llama does: a worker killed in the backward of step 3 (its
+// q/k norms, Gemma's extra norms and embedding scale, the sliding windows, 16 of the 64-token
+// sequences, all move with the state).
+class FamilyRecovery : public ElasticTrain, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(FamilyRecovery, SurvivorsReplanAndMatchOneProcess) {
+  model_config = "configs/" + GetParam() + "-tiny.json";
+  expect_recovery({"2:3:backward", "backward of step 3"});
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FamilyRecovery, ::testing::Values("qwen3", "qwen2", "mistral", "gemma3"));
 
 // ZeRO-1 shards the Adam moments: a dead rank's slices exist nowhere else, so the survivors restore
 // the newest complete checkpoint under their new plan and replay the data. The first victim dies

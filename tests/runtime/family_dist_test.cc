@@ -1,4 +1,5 @@
-// The decoder families built as variants of Llama (configs/<family>-tiny.json, loaded by their
+// The decoder families built as variants of Llama (configs/<family>-tiny.json: qwen3, qwen2 with
+// its q/k/v biases sharded with their projections, mistral, gemma3; loaded by their
 // model_type through the model contract) train under a heterogeneous strategy (TP 2 next to a
 // 2-stage pipeline, ZeRO-1) that switches to TP 2 x PP 2 mid-run exactly as in one process: every
 // step's loss and gradient norm, and the final weights. Their own parameters (q_norm / k_norm,
@@ -36,6 +37,12 @@ constexpr int64_t kSteps = 4;
 // 4.9e-5 for qwen3-tiny, and 9.5e-5 for configs/llama-tiny.json, while every loss and gradient
 // norm agrees to 1e-5.
 constexpr double kWeightTolerance = 2e-4;
+// A key bias (qwen2-tiny's k_proj.bias) starts at 0 and its gradient is nearly 0 by construction:
+// adding one vector to every key of a head adds the same q.b to each of a query's logits, which the
+// softmax cancels; only RoPE, rotating b by each key's position, leaves a small remainder. Rounding
+// is then a large part of each element's AdamW update: measured 2.1e-4 on qwen2-tiny's (every other
+// qwen2 tensor below 1e-4; losses and gradient norms agree to 1e-5 as for every family).
+constexpr double kKeyBiasTolerance = 1e-3;
 
 // TP 2 next to a 2-stage pipeline, with their own micro-batch sizes and counts, ZeRO-1.
 const char* kHetero = R"({"name": "hetero", "zero1": true, "pipelines": [
@@ -104,7 +111,8 @@ TEST_P(FamilyDist, HeterogeneousThenSwitchedEqualsOneProcess) {
   ASSERT_EQ(weights.size(), expected_weights.size());
   for (const auto& [name, w] : expected_weights) {
     ASSERT_TRUE(weights.contains(name)) << name;
-    EXPECT_LT(relative_difference(weights.at(name), w), kWeightTolerance) << name;
+    const bool key_bias = name.ends_with(".k_proj.bias");
+    EXPECT_LT(relative_difference(weights.at(name), w), key_bias ? kKeyBiasTolerance : kWeightTolerance) << name;
   }
 }
 
@@ -146,7 +154,7 @@ TEST_P(FamilyDist, Bf16WithRecomputeEqualsOneProcess) {
   expect_steps_match(got, expected, 1e-4, 5e-4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, FamilyDist, ::testing::Values("qwen3", "mistral", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Families, FamilyDist, ::testing::Values("qwen3", "qwen2", "mistral", "gemma3"));
 
 }  // namespace
 }  // namespace hspmd::runtime

@@ -39,8 +39,8 @@ namespace fs = std::filesystem;
 
 fs::path fixtures() { return testing::source_dir() / "tests/runtime/hf_family_fixtures"; }
 
-const std::vector<std::string> kVariants = {"qwen3",  "qwen3_bias_sliding", "qwen2",        "mistral",
-                                            "gemma3", "gemma3_softcap",     "gemma3_legacy"};
+const std::vector<std::string> kVariants = {"qwen3",  "qwen3_bias_sliding", "qwen2",         "qwen2_sliding",
+                                            "mistral", "gemma3",            "gemma3_softcap", "gemma3_legacy"};
 
 nlohmann::json expected_of(const std::string& variant) {
   std::ifstream f(fixtures() / variant / "expected.json");
@@ -191,6 +191,7 @@ TEST(HfFamilyFidelityControls, DroppingAFamilyFeatureMovesTheLoss) {
   EXPECT_GT(loss_moved_by("qwen2", [](LlamaConfig& c) { c.attention_bias = false; }), 1e-3);
   EXPECT_GT(loss_moved_by("mistral", [](LlamaConfig& c) { c.decoder.sliding_layers.assign(2, false); }), 1e-3);
   EXPECT_GT(loss_moved_by("qwen3_bias_sliding", [](LlamaConfig& c) { c.decoder.sliding_layers.clear(); }), 1e-3);
+  EXPECT_GT(loss_moved_by("qwen2_sliding", [](LlamaConfig& c) { c.decoder.sliding_layers.clear(); }), 1e-3);
   EXPECT_GT(loss_moved_by("gemma3", [](LlamaConfig& c) { c.decoder.scale_embeddings = false; }), 1e-3);
   EXPECT_GT(loss_moved_by("gemma3", [](LlamaConfig& c) { c.decoder.sliding_rope.reset(); }), 1e-4);
   EXPECT_GT(loss_moved_by("gemma3", [](LlamaConfig& c) { c.decoder.query_pre_attn_scalar = 0; }), 1e-3);
@@ -239,6 +240,29 @@ TEST_F(HfFamilyCli, ModelInfoDescribesTheFamily) {
   EXPECT_THAT(r.output, ::testing::AllOf(::testing::HasSubstr("architecture: Qwen2"),
                                          ::testing::HasSubstr("q/k/v biases (none on o_proj)"),
                                          ::testing::HasSubstr("rope: default (theta 1e+06)")));
+}
+
+// A save_pretrained directory of Gemma3ForConditionalGeneration (model_type "gemma3") is refused by
+// every command that reads a model, in one line naming "text_config" and the text-only checkpoint
+// to give instead.
+TEST_F(HfFamilyCli, Gemma3MultimodalCheckpointIsRefusedNamingTextConfig) {
+  const std::string dir = (fixtures() / "refused" / "gemma3_multimodal").string();
+  const std::string data = path("data");
+  {
+    data::TokenDatasetWriter w(data, {.vocab_size = 96, .tokenizer_id = "fixture"});
+    w.add_document(std::vector<int32_t>(70, 5));
+    w.finish();
+  }
+  for (const std::string& command : {"model info " + dir, "eval --model " + dir + " --data " + data + " --seq-len 64",
+                                     "train --model " + dir + " --init-weights " + dir + " --data " + data +
+                                         " --steps 1 --seq-len 64 --global-batch-tokens 64"}) {
+    SCOPED_TRACE(command);
+    const testing::CommandResult r = testing::run_hspmd(command);
+    EXPECT_NE(r.code, 0);
+    EXPECT_THAT(r.output, ::testing::AllOf(::testing::HasSubstr("\"model_type\" \"gemma3\" is Gemma3ForConditionalGeneration"),
+                                           ::testing::HasSubstr("\"text_config\""),
+                                           ::testing::HasSubstr("\"model_type\": \"gemma3_text\"")));
+  }
 }
 
 // A family's weights in, trained under a strategy, and out again: `train --init-weights` of a

@@ -177,18 +177,18 @@ sharding::AnnotationPlan MlpLm::compile_plan(const sharding::Strategy& st) const
             case Role::kHead:
             case Role::kColumn:
             case Role::kColumnBias:
-              return DistState::make({{0, s.tp()}}, st.zero1);
+              return DistState::make({{0, s.tp()}}, st.shards_optimizer_states());
             case Role::kRow:
-              return DistState::make({{1, s.tp()}}, st.zero1);
+              return DistState::make({{1, s.tp()}}, st.shards_optimizer_states());
             case Role::kNorm:
               break;
           }
-          return DistState::make({{kDuplicate, s.tp()}}, st.zero1);
+          return DistState::make({{kDuplicate, s.tp()}}, st.shards_optimizer_states());
         },
         kDuplicate);
     a.validate_for(p.shape, p.name);
     plan.set(p.name, a);
-    if (st.zero1) plan.set_optimizer_state(p.name, a.optimizer_state(p.shape));
+    if (st.shards_optimizer_states()) plan.set_optimizer_state(p.name, a.optimizer_state(p.shape));
   }
   plan.set("tokens", activation(first));
   plan.set("labels", activation(last));
@@ -205,6 +205,7 @@ sharding::AnnotationPlan MlpLm::compile_plan(const sharding::Strategy& st) const
   plan.set("logits", on_stages(last, [](const sharding::StageSpec& s) { return DistState::split(1, s.tp()); }, 0));
   for (const auto& pipe : st.pipelines) plan.pipelines.push_back({pipe.micro_batch_size, pipe.num_micro_batches});
   plan.recompute = st.recompute;
+  plan.shard_gradients = st.shards_gradients();
   return plan;
 }
 

@@ -40,7 +40,7 @@ constexpr int kLayers = 4;  // dist_config()
 sharding::Strategy generate_strategy(std::mt19937& rng, int world, const std::string& name) {
   sharding::Strategy st;
   st.name = name;
-  st.zero1 = chance(rng, 0.3);
+  st.zero = chance(rng, 0.3) ? uniform(rng, 1, 2) : 0;  // ZeRO-1 or ZeRO-2
   st.recompute = chance(rng, 0.25);
   std::vector<int> ranks(world);
   std::iota(ranks.begin(), ranks.end(), 0);
@@ -100,7 +100,7 @@ GeneratedCase generate_case(std::mt19937& rng) {
 std::string GeneratedCase::describe() const {
   auto one = [](const sharding::Strategy& st) {
     std::ostringstream out;
-    out << (st.zero1 ? "zero1 " : "") << (st.recompute ? "recompute " : "");
+    out << (st.zero > 0 ? "zero" + std::to_string(st.zero) + " " : std::string()) << (st.recompute ? "recompute " : "");
     for (size_t p = 0; p < st.pipelines.size(); ++p) {
       const sharding::PipelineSpec& pipe = st.pipelines[p];
       out << (p ? " | " : "") << pipe.micro_batch_size << "x" << pipe.num_micro_batches << ":";

@@ -59,7 +59,7 @@ const char* kGood = R"({
 
 TEST(Strategy, ParsesValidatesAndRoundTrips) {
   Strategy s = Strategy::from_json_text(kGood, "s.json");
-  EXPECT_TRUE(s.zero1);
+  EXPECT_EQ(s.zero, 1);
   EXPECT_FALSE(s.recompute);
   ASSERT_EQ(s.pipelines.size(), 2u);
   EXPECT_EQ(s.pipelines[0].stages[0].tp(), 2);
@@ -136,6 +136,29 @@ TEST(Strategy, BadContextParallelDegreesAreRefused) {
   EXPECT_EQ(mixed.pipelines[0].stages[1].cp, 1);
 }
 
+// The ZeRO stage: "zero": 0|1|2, the older "zero1" read as 1 or 0, both must agree, 3 refused.
+TEST(Strategy, ZeroStageKeyAndTheOlderZero1Key) {
+  auto with = [](const std::string& keys) {
+    return Strategy::from_json_text("{" + keys + R"(, "pipelines": [{"micro_batch_size": 1, "num_micro_batches": 1,
+      "stages": [{"ranks": "0", "layers": "0-3"}]}]})", "z.json");
+  };
+  EXPECT_EQ(with(R"("name": "a")").zero, 0);
+  EXPECT_EQ(with(R"("zero": 2)").zero, 2);
+  EXPECT_TRUE(with(R"("zero": 2)").shards_gradients());
+  EXPECT_EQ(with(R"("zero1": true)").zero, 1);
+  EXPECT_FALSE(with(R"("zero1": true)").shards_gradients());
+  EXPECT_EQ(with(R"("zero1": false)").zero, 0);
+  EXPECT_EQ(with(R"("zero1": true, "zero": 1)").zero, 1);
+  const Strategy two = with(R"("zero": 2)");
+  EXPECT_EQ(Strategy::from_json_text(two.to_json_text(), "again"), two);
+  const std::string disagree = error_of([&] { with(R"("zero1": true, "zero": 2)"); });
+  EXPECT_NE(disagree.find("z.json: \"zero1\": true and \"zero\": 2 disagree"), std::string::npos) << disagree;
+  const std::string three = error_of([&] { with(R"("zero": 3)"); });
+  EXPECT_NE(three.find("z.json: \"zero\": 3 (sharded parameters) is not implemented"), std::string::npos) << three;
+  const std::string bad = error_of([&] { with(R"("zero": "two")"); });
+  EXPECT_NE(bad.find("z.json: \"zero\" must be 0, 1 or 2"), std::string::npos) << bad;
+}
+
 // Strict reading: a key hspmd does not read is refused where it is, with the nearest known key,
 // instead of training another strategy than the one written.
 TEST(Strategy, UnknownKeysAreRefusedWithTheNearestKnownKey) {
@@ -149,7 +172,7 @@ TEST(Strategy, UnknownKeysAreRefusedWithTheNearestKnownKey) {
       "stages": [{"ranks": "0", "layers": "0-1"}, {"ranks": "1-2", "layers": "2-3", "tpp": 2}]}]})", "s.json");
   });
   EXPECT_NE(stage.find("s.json: pipelines[0].stages[1]: unknown key \"tpp\" (did you mean \"tp\"?); the keys here "
-                       "are ranks, layers, tp, cp, comment"),
+                       "are ranks, layers, tp, cp, sequence_parallel, comment"),
             std::string::npos)
       << stage;
   const std::string pipe = error_of([] {

@@ -77,7 +77,7 @@ void run_strategy(const ExplainOptions& o) {
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::cout << "strategy " << st.name << " (" << o.strategy << "), model " << o.model << " ("
             << model->num_layers() << " layers, " << graph.graph.num_ops() << " ops with backward), "
-            << st.ranks().size() << " ranks, ZeRO-1 " << (st.zero1 ? "on" : "off") << "\n"
+            << st.ranks().size() << " ranks, ZeRO " << st.zero << "\n"
             << specialize::to_string(report) << "explained in " << ms << " ms\n";
   if (!o.profile.empty()) {
     HSPMD_CHECK(topo.has_value()) << "explain --profile needs --cluster C.json (device kinds, memory, links)";

@@ -247,7 +247,7 @@ void print_run_header(const TrainArgs& args, const WorkerPlans& w, const runtime
   const sharding::Strategy& strategy = w.plans[w.in_force].strategy;
   out << "strategy " << strategy.name << ": " << strategy.pipelines.size() << " pipeline(s) on "
             << strategy.ranks().size() << " of " << w.world << " ranks; schedule " << args.schedule
-            << (strategy.zero1 ? "; ZeRO-1" : "") << "\n";
+            << (strategy.zero > 0 ? "; ZeRO-" + std::to_string(strategy.zero) : std::string()) << "\n";
   for (size_t i = w.in_force + 1; i < w.plans.size(); ++i) {
     out << "switch before step " << w.plans[i].step << " to strategy " << w.plans[i].strategy.name << " ("
               << w.plans[i].file << ")\n";

@@ -98,6 +98,16 @@ LlamaConfig read_gemma3_config(const ConfigReader& r) {
   return c;
 }
 
+void refuse_gemma3_multimodal(const ConfigReader& r) {
+  // Why refused rather than read: its weights are named language_model.model.* and export would
+  // have to write the vision tower back; the text model saved alone is exactly what hspmd trains.
+  HSPMD_THROW() << r.source() << ": \"model_type\" \"gemma3\" is Gemma3ForConditionalGeneration, a text model ("
+                << (r.has("text_config") ? "\"text_config\"" : "\"text_config\", absent here")
+                << ") with a vision tower (\"vision_config\"); hspmd trains the text-only Gemma3ForCausalLM "
+                   "(\"model_type\": \"gemma3_text\"): save its language model as one (Gemma3ForCausalLM(config."
+                   "text_config) given model.language_model's weights, then save_pretrained) and give that directory";
+}
+
 nlohmann::json gemma3_config_json(const LlamaConfig& c) {
   const DecoderOptions& d = c.decoder;
   nlohmann::json j = shared_decoder_json(c, "Gemma3ForCausalLM");

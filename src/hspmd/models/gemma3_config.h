@@ -21,6 +21,11 @@
 namespace hspmd::models {
 
 LlamaConfig read_gemma3_config(const ConfigReader& reader);
+// A config of "model_type" "gemma3" (Gemma3ForConditionalGeneration: the text model under
+// "text_config" next to a vision tower, weights named language_model.model.*) is refused with one
+// line naming the key and saying how to get the text-only checkpoint hspmd trains; see
+// docs/model-config.md.
+[[noreturn]] void refuse_gemma3_multimodal(const ConfigReader& reader);
 nlohmann::json gemma3_config_json(const LlamaConfig& config);
 
 }  // namespace hspmd::models

@@ -11,6 +11,7 @@
 #include "hspmd/models/config_reader.h"
 #include "hspmd/models/decoder_config_keys.h"
 #include "hspmd/models/decoder_families.h"
+#include "hspmd/models/gemma3_config.h"
 
 namespace hspmd::models {
 
@@ -93,6 +94,7 @@ LlamaConfig LlamaConfig::from_json_text(const std::string& text, const std::stri
   // name than as unknown keys.
   std::string model_type = "llama";
   r.read("model_type", model_type);
+  if (model_type == "gemma3") refuse_gemma3_multimodal(r);
   const DecoderFamily* family = find_decoder_family(model_type);
   HSPMD_CHECK(family) << source << ": \"model_type\" is \"" << model_type
                       << "\", which hspmd does not build (known: " << known_decoder_model_types() << ")";

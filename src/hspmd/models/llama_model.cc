@@ -42,6 +42,9 @@ ModelSizes Llama::sizes() const {
   s.kv_heads = config_.num_key_value_heads;
   s.vocab = config_.vocab_size;
   s.head_dim = config_.head_dim();
+  if (!config_.decoder.sliding_layers.empty()) {
+    for (int l = 0; l < config_.num_hidden_layers; ++l) s.attention_windows.push_back(config_.decoder.window_of(l));
+  }
   for (const LlamaParam& p : llama_parameters(config_)) {
     const double n = static_cast<double>(p.shape.numel());
     if (p.layer == 0) {

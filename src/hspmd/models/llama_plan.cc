@@ -17,6 +17,8 @@ using sharding::Strategy;
 
 namespace {
 
+std::string p_of(int layer) { return "model.layers." + std::to_string(layer) + "."; }
+
 std::string stage_key(size_t p, size_t s) {
   return "pipelines[" + std::to_string(p) + "].stages[" + std::to_string(s) + "]";
 }
@@ -94,6 +96,17 @@ Annotation activation(const std::vector<const sharding::StageSpec*>& stages) {
   return on_stages(stages, [](const sharding::StageSpec& s) { return tokens_ds(s, kDuplicate); }, 0);
 }
 
+// The activations between TP blocks: on a sequence-parallel stage split by tokens over the TP ranks
+// too (each CP rank's contiguous tokens cut in T: one split of T x C, CP outer), else as above.
+Annotation between_blocks(const std::vector<const sharding::StageSpec*>& stages) {
+  return on_stages(
+      stages,
+      [](const sharding::StageSpec& s) {
+        return s.sequence_parallel ? DistState::split(0, s.cp * s.tp()) : tokens_ds(s, kDuplicate);
+      },
+      0);
+}
+
 }  // namespace
 
 void validate_llama_strategy(const LlamaConfig& c, const Strategy& st) {
@@ -120,7 +133,7 @@ Annotation llama_param_annotation(const LlamaParam& param, const Strategy& st) {
   for (size_t p = 0; p < st.pipelines.size(); ++p) {
     const sharding::StageSpec& stage = stage_for(st, p, param);
     groups.emplace_back(stage.ranks);
-    states.push_back(param_ds(param.role, stage, st.zero1));
+    states.push_back(param_ds(param.role, stage, st.shards_optimizer_states()));
   }
   return Annotation::make(std::move(groups), std::move(states), kDuplicate);
 }
@@ -132,7 +145,7 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
     Annotation a = llama_param_annotation(param, st);
     a.validate_for(param.shape, param.name);
     plan.set(param.name, a);
-    if (st.zero1) plan.set_optimizer_state(param.name, a.optimizer_state(param.shape));
+    if (st.shards_optimizer_states()) plan.set_optimizer_state(param.name, a.optimizer_state(param.shape));
   }
   // Stage of each pipeline: the first, the last, the one holding layer l.
   auto stages_where = [&](auto pick) {
@@ -175,12 +188,18 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
   plan.set("targets", activation(last));
   plan.set("loss_scale",  // one scalar, the same everywhere
            on_stages(last, [](const sharding::StageSpec& s) { return DistState::dup(s.cp * s.tp()); }, kDuplicate));
-  plan.set("model.embed_out", activation(first));                   // vocab-parallel partial sum -> all-reduce
+  // The vocab-parallel partial sum: all-reduced, or reduce-scattered by tokens under SP.
+  plan.set("model.embed_out", between_blocks(first));
   const int L = static_cast<int>(config.num_hidden_layers);
   for (int l = 0; l < L; ++l) {
     const Annotation here = activation(of_layer(l));
     const std::vector<std::string> names = llama_layer_reshard_names(l);
     for (const std::string& name : names) plan.set(name, here);
+    // Sequence parallelism: the row-parallel outputs are reduce-scattered by tokens (the residual
+    // adds, the norms and the biases after them run on the TP rank's tokens); the column-parallel
+    // inputs ("attn_in", "mlp_in", as above) all-gather them back.
+    plan.set(p_of(l) + "attn_out", between_blocks(of_layer(l)));
+    plan.set(p_of(l) + "mlp_out", between_blocks(of_layer(l)));
     // Attention reads the offsets, every row's packed position and every key/value row of the batch:
     // all-gathered over CP (each stage's whole group holds them), the identity without CP.
     const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -191,8 +210,9 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
         of_l, [](const sharding::StageSpec& s) { return DistState::make({{kDuplicate, s.cp}, {1, s.tp()}}); }, 0);
     plan.set(p + "self_attn.k_all", kv_heads);
     plan.set(p + "self_attn.v_all", kv_heads);
-    // The layer's output goes to the stage of the next consumer: the next layer, or the final norm.
-    plan.set(names.back(), l + 1 < L ? activation(of_layer(l + 1)) : activation(last));
+    // The layer's output goes to the stage of the next consumer: the next layer, or the final norm
+    // (on every token of the TP group: the head's matmul reads them all).
+    plan.set(names.back(), l + 1 < L ? between_blocks(of_layer(l + 1)) : activation(last));
   }
   // The logits stay vocab-parallel: the loss normalizes each row across the TP ranks itself.
   plan.set("lm_head_out", on_stages(last, [](const sharding::StageSpec& s) { return tokens_ds(s, 1); }, 0));
@@ -215,6 +235,7 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
     plan.pipelines.push_back({pipe.micro_batch_size, pipe.num_micro_batches, pipe.token_order_degree()});
   }
   plan.recompute = st.recompute;
+  plan.shard_gradients = st.shards_gradients();
   return plan;
 }
 

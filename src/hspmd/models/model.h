@@ -85,6 +85,10 @@ struct ModelSizes {
   double layer_norm_parameters = 0;
   double embedding_parameters = 0;  // the input embedding
   double head_parameters = 0;       // what follows the last layer (final norm, output head)
+  // Per decoder layer, the sliding window of its attention: a token attends to itself and the
+  // window - 1 positions before it in its document; 0: to every earlier position. Empty when no
+  // layer slides. The cost model prices a layer's attention by it (planner/cost_model.h).
+  std::vector<int64_t> attention_windows{};
 };
 
 class Model {

@@ -5,6 +5,7 @@
 #include "hspmd/core/error.h"
 #include "hspmd/core/json_file.h"
 #include "hspmd/models/decoder_families.h"
+#include "hspmd/models/gemma3_config.h"
 #include "hspmd/models/llama_config.h"
 #include "hspmd/models/llama_model.h"
 
@@ -15,6 +16,7 @@ std::shared_ptr<const Model> model_from_config_text(const std::string& text, con
   const nlohmann::json type = j.value("model_type", nlohmann::json("llama"));
   HSPMD_CHECK(type.is_string()) << source << ": \"model_type\" must be a string, got " << type.dump();
   const std::string name = type.get<std::string>();
+  if (name == "gemma3") refuse_gemma3_multimodal(ConfigReader(j, source));  // says what to give instead
   // Llama and the families built as variants of its decoder (models/decoder_families.h).
   if (find_decoder_family(name)) return llama(LlamaConfig::from_json_text(text, source));
   HSPMD_THROW() << source << ": \"model_type\" is \"" << name << "\", which hspmd does not build (known: "

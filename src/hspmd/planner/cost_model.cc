@@ -31,6 +31,17 @@ double ModelShape::stage_parameters(int layers, bool first, bool last) const {
   return params;
 }
 
+double ModelShape::attention_fraction(double s) const {
+  if (attention_windows.empty() || s <= 0) return 1.0;
+  const double full = s * (s + 1) / 2;
+  double sum = 0;
+  for (int64_t window : attention_windows) {
+    const double w = static_cast<double>(window);
+    sum += window <= 0 || w >= s ? 1.0 : (w * (w + 1) / 2 + (s - w) * w) / full;
+  }
+  return sum / static_cast<double>(attention_windows.size());
+}
+
 bool ModelShape::tp_divides(int t) const {
   if (t < 1) return false;
   for (int64_t size : {heads, kv_heads, hidden, ffn, vocab}) {
@@ -66,15 +77,12 @@ double CostModel::padded_seq_len(int cp) const {
 double CostModel::stage_compute(const std::string& kind, int tp, int layers, bool last, int micro_batch_size,
                                 int cp) const {
   const TpProfile& p = profile_.at(kind, tp);
-  if (cp <= 1) {
-    const double s = static_cast<double>(options_.seq_len);
-    double t = layers * p.layer.seconds(micro_batch_size, s);
-    if (last) t += p.ends.seconds(micro_batch_size * s);
-    return t;
-  }
-  // Zigzag: each CP rank holds s'/c tokens and exactly 1/c of the causal attention (the header).
+  cp = std::max(cp, 1);
+  // Zigzag: each CP rank holds s'/c tokens and exactly 1/c of the causal attention (the header);
+  // without CP, s' = s and this is the profile's layer.seconds(b, s).
   const double s = padded_seq_len(cp);
-  const double per_layer = micro_batch_size * (p.layer.a * s * s + p.layer.c1 * s) / cp + p.layer.c0;
+  const double attention = p.layer.a * s * s * shape_.attention_fraction(s);
+  const double per_layer = micro_batch_size * (attention + p.layer.c1 * s) / cp + p.layer.c0;
   double t = layers * per_layer;
   if (last) t += p.ends.seconds(micro_batch_size * s / cp);
   return t;
@@ -324,14 +332,14 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
       const double params = shape_.stage_parameters(sp.layers, j == 0, last) / sp.tp;
       sp.sync_seconds = ring_allreduce(ring->second.first, ring->second.second, params * kGradientElementBytes);
       sp.optimizer_seconds = profile_.kind(sp.kind).optimizer_seconds_per_parameter * params /
-                             (st.zero1 ? std::max(1, D) * sp.cp : 1);
+                             (st.shards_optimizer_states() ? std::max(1, D) * sp.cp : 1);
       sum += sp.per_micro_batch();
       slowest = std::max(slowest, sp.per_micro_batch());
       tail = std::max(tail, sp.sync_seconds + sp.optimizer_seconds);
 
       const int inflight = in_flight(S, j, pipe.num_micro_batches);
       const MemoryBreakdown mem =
-          stage_memory(sp.kind, sp.tp, sp.layers, j == 0, last, b, inflight, D, st.zero1, sp.cp);
+          stage_memory(sp.kind, sp.tp, sp.layers, j == 0, last, b, inflight, D, st.shards_optimizer_states(), sp.cp);
       for (int r : stage.ranks) {
         RankPrediction rp;
         rp.rank = r;

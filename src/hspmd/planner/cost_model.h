@@ -21,6 +21,11 @@
 // (a multiple of 2c) and gives each CP rank two chunks whose causal attention work is exactly
 // 1/c of the sequence's, so layer_c(t, b, s) = b (a s'^2 + c1 s') / c + c0: the profiled layer
 // with both its attention and its per-token work divided by c (the padding is the imbalance).
+// Sliding windows (Mistral, Gemma 3's local layers, models::ModelSizes::attention_windows): the
+// attention term a s^2 is for full causal attention; it is scaled by the pairs a window shorter
+// than the sequence leaves (ModelShape::attention_fraction, the mean over the model's layers: a
+// stage is priced as holding average layers), with and without CP. The CP all-gathers stay whole:
+// every rank still gathers every key (docs/context-parallelism.md), only its kernel work shrinks.
 //   pipeline time = sum_j f_j + (n - 1) * max_j f_j       (1F1B and GPipe have the same bubble,
 //                                                          (S - 1) * max f, differing in memory)
 // Gradient sync: each stage all-reduces (reduce-scatter + all-gather with ZeRO-1: same bytes) its
@@ -104,6 +109,11 @@ struct ModelShape : models::ModelSizes {
   // stage, the final norm and lm_head on the last (both for the whole model in one stage). Every
   // price of a stage's memory, gradient sync and optimizer step starts from this one count.
   double stage_parameters(int layers, bool first, bool last) const;
+  // The attention work of a decoder layer on a sequence of s tokens relative to full causal
+  // attention's, which a profile's a * s^2 term is (s (s + 1) / 2 query-key pairs), averaged over
+  // the model's layers: a layer with window W < s has W (W + 1) / 2 + (s - W) W pairs. 1 when no
+  // layer's window is shorter than s.
+  double attention_fraction(double s) const;
   // Whether TP degree t splits the heads, KV heads, hidden size, FFN and vocabulary evenly (the
   // degrees a model's plans accept, so the ones worth profiling and planning).
   bool tp_divides(int t) const;

@@ -54,7 +54,7 @@ bool fits(const CostModel& base, const sharding::Strategy& st, size_t p, int64_t
     const int in_flight = cm.in_flight(S, j, std::max(pipe.num_micro_batches, S));
     const MemoryBreakdown m = cm.stage_memory(cm.stage_kind(stage.ranks, stage.tp()), stage.tp(),
                                               stage.last_layer - stage.first_layer + 1, j == 0, j == S - 1, 1,
-                                              in_flight, D, st.zero1, stage.cp);
+                                              in_flight, D, st.shards_optimizer_states(), stage.cp);
     for (int r : stage.ranks) {
       const double capacity = cm.topology().device(r).memory;
       if (capacity > 0 && m.total() > capacity) return false;

@@ -444,7 +444,7 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
   }
   sharding::Strategy st;
   st.name = options.name;
-  st.zero1 = options.zero1;
+  st.zero = options.zero1 ? 1 : 0;
   for (int p = 0; p < D; ++p) {
     sharding::PipelineSpec pipe;
     pipe.micro_batch_size = b[p];

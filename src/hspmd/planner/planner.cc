@@ -72,7 +72,7 @@ double Planner::moved_bytes(const sharding::Strategy& previous, const sharding::
     for (size_t j = 0; j < pipe.stages.size(); ++j) {
       const auto& s = pipe.stages[j];
       const DeviceKindProfile& k = profile_.kind(cost_.stage_kind(s.ranks, s.tp()));
-      const double per_param = k.bytes_per_parameter + k.zero_bytes_per_parameter / (next.zero1 ? D : 1);
+      const double per_param = k.bytes_per_parameter + k.zero_bytes_per_parameter / (next.shards_optimizer_states() ? D : 1);
       std::vector<std::pair<int, double>> parts;
       for (int l = s.first_layer; l <= s.last_layer; ++l) parts.push_back({l, cost_.shape().layer_parameters});
       if (j == 0) parts.push_back({-1, cost_.shape().embedding_parameters});
@@ -269,7 +269,7 @@ std::string describe_plan(const Plan& plan) {
       << plan.lowest_bound_left << " s\n";
   }
   s << st.ranks().size() << " ranks in " << st.pipelines.size() << " pipeline" << (st.pipelines.size() == 1 ? "" : "s")
-    << ", ZeRO-1 " << (st.zero1 ? "on" : "off") << "\n";
+    << ", ZeRO " << st.zero << "\n";
   for (size_t p = 0; p < st.pipelines.size(); ++p) {
     const auto& pipe = st.pipelines[p];
     const auto& pred = plan.prediction.pipelines[p];

@@ -14,6 +14,7 @@
 #include "hspmd/kernels/slice.h"
 #include "hspmd/kernels/threading.h"
 #include "hspmd/runtime/fault_injection.h"
+#include "hspmd/runtime/gradient_sync.h"
 
 // DistTrainer (runtime/dist_trainer.h): construction, the step (the step runner's passes, Post,
 // AdamW) and evaluation.
@@ -210,12 +211,7 @@ double DistTrainer::post(double loss_sum) {
   std::vector<Tensor> grads(state_.tensors.size());
   for (size_t i = 0; i < state_.tensors.size(); ++i) {
     TensorState& s = state_.tensors[i];
-    if (!s.grad.defined()) {  // no micro-batch reached this stage: a zero contribution
-      s.grad = Tensor::zeros(s.grad_annotation.region(rank_, s.shape)->shape(), DType::kFloat32, allocator_.get());
-    }
-    const resolve::Resolution& r = cache_.resolve(s.grad_annotation, s.state_annotation, s.shape, s.name + ".grad");
-    grads[i] = execute_reshard(r, s.shape, rank_, s.grad, session_, "post");
-    s.grad = Tensor();
+    grads[i] = take_synced_gradient(s, rank_, cache_, session_, allocator_.get());
     if (counts_once(s.state_annotation, s.shape, rank_)) squares += kernels::sum_squares(grads[i]);
     fault_point(rank_, step_ + 1, "grad-sync");
   }

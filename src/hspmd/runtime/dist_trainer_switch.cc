@@ -197,7 +197,7 @@ InterruptedStep DistTrainer::finish_interrupted_step(const std::vector<int>& mem
     session_.wait_deferred();  // aborted: they fail at once
   } catch (const Error&) {
   }
-  for (TensorState& s : state_.tensors) s.grad = Tensor();
+  for (TensorState& s : state_.tensors) s.grad = s.grad_shard = Tensor();
   InterruptedStep out;
   out.in_progress = in_step_;
   if (committed) {

@@ -9,6 +9,7 @@
 #include "hspmd/graph/token_loss.h"
 #include "hspmd/kernels/elementwise.h"
 #include "hspmd/runtime/fault_injection.h"
+#include "hspmd/runtime/gradient_sync.h"
 #include "hspmd/specialize/reshard_resolution.h"
 
 namespace hspmd::runtime {
@@ -30,6 +31,7 @@ struct StepRunner::MicroBatch {
 struct StepRunner::Share {
   std::vector<data::MicroBatchSegments> micro_batches;  // none on a spare
   std::vector<specialize::Task> schedule;               // the order that runs them
+  int fewest_micro_batches = 0;                         // of any pipeline of the plan
 };
 
 StepRunner::StepRunner(const models::Model& model, const models::ModelGraph& graph, int rank,
@@ -45,11 +47,22 @@ double StepRunner::run(const SpecializedPlan& plan, ShardedState& state, const s
   layout_ = pass.layout.value_or(options_.layout);
   const Share share = share_of(plan, segments, pass.train);
   std::vector<MicroBatch> batches(share.micro_batches.size());
+  // ZeRO-2: after which of its backward passes this rank reduces its gradients into the shards.
+  std::vector<int> group_ends;
+  if (pass.train && plan.exec->plan().shard_gradients) {
+    group_ends = gradient_group_ends(static_cast<int>(batches.size()), std::max(1, share.fewest_micro_batches));
+  }
+  size_t next_group = 0;
+  int backwards = 0;
   double loss_sum = 0;
   for (const specialize::Task& task : share.schedule) {
     MicroBatch& mb = batches.at(task.micro_batch);
     if (!task.forward) {
-      if (pass.train) backward(mb, state);
+      if (!pass.train) continue;
+      ++backwards;
+      const bool group_ends_here = next_group < group_ends.size() && group_ends[next_group] == backwards;
+      if (group_ends_here) ++next_group;
+      backward(mb, state, group_ends_here);
       continue;
     }
     mb.index = task.micro_batch;
@@ -74,8 +87,10 @@ StepRunner::Share StepRunner::share_of(const SpecializedPlan& plan, const std::v
                                             << split.size() << " pipelines, plan " << plan.name << " has "
                                             << parts.size();
   if (!plan.active) return {};  // a spare runs no micro-batch
+  int fewest = static_cast<int>(split.front().size());
+  for (const auto& pipeline : split) fewest = std::min(fewest, static_cast<int>(pipeline.size()));
   const int group = plan.exec->data_group();
-  Share share{std::move(split.at(group)), plan.schedule};
+  Share share{std::move(split.at(group)), plan.schedule, fewest};
   // A dispatched pipeline runs as many micro-batches as it was given, under the plan's schedule kind.
   const int given = static_cast<int>(share.micro_batches.size());
   if (dispatched && given != parts[group].micro_batches) {
@@ -121,7 +136,7 @@ void StepRunner::forward(MicroBatch& mb, ShardedState& state) {
   parts_.tracer.record(std::string("F").append(std::to_string(mb.index)), "compute", start, parts_.tracer.now_us());
 }
 
-void StepRunner::backward(MicroBatch& mb, ShardedState& state) {
+void StepRunner::backward(MicroBatch& mb, ShardedState& state, bool reduce_gradients) {
   fault_point(rank_, step_, "backward");
   const double start = parts_.tracer.now_us();
   const auto& steps = plan_->exec->backward_steps();
@@ -129,21 +144,50 @@ void StepRunner::backward(MicroBatch& mb, ShardedState& state) {
     run_op(steps[k].op, mb);
     for (TensorRef t : plan_->backward_releases[k]) mb.values[t.op][t.index] = Tensor();
   }
-  parts_.pacer.begin();  // accumulating the gradients is the device's compute too
+  if (!reduce_gradients) {  // else reduce_into_shards adds them up on its way
+    parts_.pacer.begin();    // accumulating the gradients is the device's compute too
+    for (TensorState& s : state.tensors) {
+      const TensorRef g = graph_.grads[s.param];
+      const Tensor& value = mb.values[g.op][g.index];
+      HSPMD_ASSERT(value.defined()) << "rank " << rank_ << ": no gradient of '" << s.name << "' after B" << mb.index;
+      if (!s.grad.defined()) {
+        s.grad = value.clone(&parts_.allocator);
+      } else {
+        kernels::add(s.grad, value, s.grad);
+      }
+    }
+    parts_.pacer.end();
+  }
+  parts_.pacer.pad();
+  parts_.tracer.record(std::string("B").append(std::to_string(mb.index)), "compute", start, parts_.tracer.now_us());
+  if (reduce_gradients) reduce_into_shards(mb, state);
+  mb.values.clear();
+}
+
+void StepRunner::reduce_into_shards(MicroBatch& mb, ShardedState& state) {
+  // ZeRO-2: the group's gradients go to the shards now, parameter by parameter in the model's order
+  // (every holder of a parameter reduces it as many times and in that order), and each whole
+  // gradient is freed as soon as it is reduced.
+  const double start = parts_.tracer.now_us();
   for (TensorState& s : state.tensors) {
     const TensorRef g = graph_.grads[s.param];
-    const Tensor& value = mb.values[g.op][g.index];
+    Tensor& value = mb.values[g.op][g.index];
     HSPMD_ASSERT(value.defined()) << "rank " << rank_ << ": no gradient of '" << s.name << "' after B" << mb.index;
-    if (!s.grad.defined()) {
-      s.grad = value.clone(&parts_.allocator);
-    } else {
+    if (s.grad.defined()) {  // the group's earlier micro-batches
+      parts_.pacer.begin();
       kernels::add(s.grad, value, s.grad);
+      parts_.pacer.end();
+      parts_.pacer.pad();
+      value = Tensor();
+      reduce_into_shard(s, s.grad, rank_, parts_.resolutions, parts_.session);
+      s.grad = Tensor();
+    } else {
+      reduce_into_shard(s, value, rank_, parts_.resolutions, parts_.session);
+      value = Tensor();
     }
   }
-  parts_.pacer.end();
-  parts_.pacer.pad();
-  mb.values.clear();
-  parts_.tracer.record(std::string("B").append(std::to_string(mb.index)), "compute", start, parts_.tracer.now_us());
+  parts_.tracer.record(std::string("reduce-grads").append(std::to_string(mb.index)), "comm", start,
+                       parts_.tracer.now_us());
 }
 
 void StepRunner::run_op(int id, MicroBatch& mb) {

@@ -3,7 +3,8 @@
 // by the run's dispatch by length); this rank's pipeline's micro-batches are packed and fed one by
 // one, in its schedule's order (GPipe or 1F1B); F and B run op by op (each value freed after its
 // last reader, Reshards executed on the run's communicators) and the parameter gradients are
-// summed over micro-batches into the training state. What follows (gradient sync, AdamW) is the
+// summed over micro-batches into the training state (under ZeRO-2, reduced into its shards group of
+// micro-batches by group: runtime/gradient_sync.h). What follows (gradient sync, AdamW) is the
 // trainer's (runtime/dist_trainer.h).
 //
 //   StepRunner runner(model, graph, rank, {.seq_len = 256}, {allocator, session, cache, pacer, tracer});
@@ -77,7 +78,10 @@ class StepRunner {
   Share share_of(const SpecializedPlan& plan, const std::vector<data::Segment>& segments, bool train) const;
   void feed(MicroBatch& mb, const std::vector<data::Segment>& segments, int64_t labels) const;
   void forward(MicroBatch& mb, ShardedState& state);
-  void backward(MicroBatch& mb, ShardedState& state);
+  // `reduce_gradients` (ZeRO-2): this micro-batch ends a group; its gradients, with the group's
+  // earlier ones, are reduced into the state's shards (runtime/gradient_sync.h), not kept.
+  void backward(MicroBatch& mb, ShardedState& state, bool reduce_gradients);
+  void reduce_into_shards(MicroBatch& mb, ShardedState& state);
   void run_op(int id, MicroBatch& mb);
   Tensor run_reshard(int id, const Tensor& src, const SymBinding& binding, const std::string& channel);
   // The vocab-parallel loss's all-gather of the shards' row statistics (graph/token_loss.h).

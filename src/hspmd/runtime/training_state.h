@@ -44,6 +44,9 @@ struct TensorState {
   sharding::Region region, state_region;
   Tensor value, exp_avg, exp_avg_sq;
   Tensor grad;  // summed over the step's micro-batches, in grad_annotation's layout; empty between steps
+  // ZeRO-2 (runtime/gradient_sync.h): the gradient reduced group of micro-batches by group, in
+  // state_annotation's layout; empty between steps (and under ZeRO-0/1, which reduce in Post).
+  Tensor grad_shard;
 
   Tensor& part(switching::StatePart p);
   const Tensor& part(switching::StatePart p) const;

@@ -55,6 +55,7 @@ std::string AnnotationPlan::to_json_text() const {
     }
   }
   j["recompute"] = recompute;
+  if (shard_gradients) j["shard_gradients"] = true;
   return j.dump(2);
 }
 
@@ -113,6 +114,10 @@ AnnotationPlan AnnotationPlan::from_json_text(const std::string& text, const std
   if (j.contains("recompute")) {
     HSPMD_CHECK(j["recompute"].is_boolean()) << source << ": \"recompute\" must be true or false";
     plan.recompute = j["recompute"].get<bool>();
+  }
+  if (j.contains("shard_gradients")) {
+    HSPMD_CHECK(j["shard_gradients"].is_boolean()) << source << ": \"shard_gradients\" must be true or false";
+    plan.shard_gradients = j["shard_gradients"].get<bool>();
   }
   return plan;
 }

@@ -14,8 +14,12 @@
 //     "pipelines": [                                 // optional: per top-tier data group
 //       {"micro_batch_size": 2, "num_micro_batches": 4}, {"micro_batch_size": 1, "num_micro_batches": 8}
 //     ],
-//     "recompute": false                             // optional, default false
+//     "recompute": false,                            // optional, default false
+//     "shard_gradients": true                        // optional, default false (ZeRO-2, below)
 //   }
+// shard_gradients (ZeRO-2): each group of micro-batches' gradients is reduced into the optimizer
+// -state layout as soon as its backward pass is done, so no whole gradient is kept from one group to
+// the next (runtime/gradient_sync.h). Written only when true.
 // Every load error names the source and the key at fault, e.g.
 //   "plan.json: tensors.\"lm_head.weight\": cannot parse annotation 'dup{[0-3' ..."
 #pragma once
@@ -54,6 +58,7 @@ class AnnotationPlan {
 
   std::vector<PipelineSchedule> pipelines;
   bool recompute = false;
+  bool shard_gradients = false;
 
   std::string to_json_text() const;
   // `source` names the file in error messages.

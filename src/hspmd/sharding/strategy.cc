@@ -23,7 +23,7 @@ std::string stage_key(size_t p, size_t s) {
 // The keys each level of a strategy file may have. Anything else is refused rather than ignored: a
 // misspelled "zero1" or "tp" would otherwise train another strategy than the one written.
 const std::vector<std::string>& strategy_keys() {
-  static const std::vector<std::string> keys = {"name", "comment", "zero1", "recompute", "pipelines"};
+  static const std::vector<std::string> keys = {"name", "comment", "zero", "zero1", "recompute", "pipelines"};
   return keys;
 }
 const std::vector<std::string>& pipeline_keys() {
@@ -31,7 +31,7 @@ const std::vector<std::string>& pipeline_keys() {
   return keys;
 }
 const std::vector<std::string>& stage_keys() {
-  static const std::vector<std::string> keys = {"ranks", "layers", "tp", "cp", "comment"};
+  static const std::vector<std::string> keys = {"ranks", "layers", "tp", "cp", "sequence_parallel", "comment"};
   return keys;
 }
 
@@ -51,6 +51,26 @@ bool optional_bool(const Json& j, const std::string& key, const std::string& whe
   if (!j.contains(key)) return false;
   HSPMD_CHECK(j[key].is_boolean()) << where << ": \"" << key << "\" must be true or false";
   return j[key].get<bool>();
+}
+
+// "zero": 0|1|2, or the older "zero1": true|false (1|0); both present must name the same stage.
+int parse_zero_stage(const Json& j, const std::string& where) {
+  int stage = 0;
+  if (j.contains("zero")) {
+    const Json& v = j["zero"];
+    HSPMD_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= 3)
+        << where << ": \"zero\" must be 0, 1 or 2 (the ZeRO stage), got " << v.dump();
+    stage = v.get<int>();
+    HSPMD_CHECK(stage <= 2) << where << ": \"zero\": 3 (sharded parameters) is not implemented; use 0, 1 or 2";
+  }
+  if (j.contains("zero1")) {
+    const int old = optional_bool(j, "zero1", where) ? 1 : 0;
+    HSPMD_CHECK(!j.contains("zero") || old == stage)
+        << where << ": \"zero1\": " << (old ? "true" : "false") << " and \"zero\": " << stage
+        << " disagree; give only \"zero\" (\"zero1\": true is \"zero\": 1, false is \"zero\": 0)";
+    stage = old;
+  }
+  return stage;
 }
 
 std::vector<int> parse_ranks(const Json& v, const std::string& where) {
@@ -177,7 +197,7 @@ void Strategy::validate(int num_layers) const {
 std::string Strategy::to_json_text() const {
   nlohmann::ordered_json j;
   j["name"] = name;
-  j["zero1"] = zero1;
+  j["zero"] = zero;
   j["recompute"] = recompute;
   j["pipelines"] = nlohmann::ordered_json::array();
   for (const PipelineSpec& p : pipelines) {
@@ -192,6 +212,7 @@ std::string Strategy::to_json_text() const {
         sj["tp"] = s.tp();
         sj["cp"] = s.cp;
       }
+      if (s.sequence_parallel) sj["sequence_parallel"] = true;
       pj["stages"].push_back(sj);
     }
     j["pipelines"].push_back(pj);
@@ -209,7 +230,7 @@ Strategy Strategy::from_json_text(const std::string& text, const std::string& so
   } else {
     st.name = source;
   }
-  st.zero1 = optional_bool(j, "zero1", source);
+  st.zero = parse_zero_stage(j, source);
   st.recompute = optional_bool(j, "recompute", source);
   const Json& pipes = json_member(j, "pipelines", source);
   HSPMD_CHECK(pipes.is_array() && !pipes.empty()) << source << ": \"pipelines\" must be a non-empty array";
@@ -235,6 +256,7 @@ Strategy Strategy::from_json_text(const std::string& text, const std::string& so
       }
       parse_layers(json_member(stages[s], "layers", sw), sw + ".layers", stage);
       parse_parallel_degrees(stages[s], sw, stage);
+      stage.sequence_parallel = optional_bool(stages[s], "sequence_parallel", sw);
       if (s > 0) {
         const StageSpec& prev = pipe.stages.back();
         HSPMD_CHECK(stage.first_layer > prev.last_layer)

@@ -6,7 +6,7 @@
 // JSON schema (e.g. Table 9, "32B, 16 H800, 16 H20", first pipeline):
 //   {
 //     "name": "table9-32b-16h800-16h20",
-//     "zero1": true,                  // optional, default false: ZeRO-1 across pipelines
+//     "zero": 1,                      // optional, default 0: the ZeRO stage across pipelines (below)
 //     "recompute": false,             // optional, default false: activation recomputation
 //     "pipelines": [
 //       {"micro_batch_size": 1, "num_micro_batches": 32,
@@ -15,6 +15,13 @@
 //       ...
 //     ]
 //   }
+// ZeRO ("zero": 0, 1 or 2; the older "zero1": true reads as 1, false as 0, and a file giving both
+// must agree): 1 shards the AdamW moments over the replicas of each parameter (its data-parallel
+// and CP duplicates) and reduce-scatters the summed gradients into those shards after the
+// backward pass; 2 also keeps no whole gradient across micro-batches: each group of micro-batches'
+// gradients is reduce-scattered into the shard as soon as its backward is done
+// (sharding::AnnotationPlan::shard_gradients). Stage 3 (parameters sharded) is refused by name.
+//
 // "ranks" is a string of ids and ascending ranges ("0-3,8") or an array of ints; "layers" is
 // "a-b" (inclusive) or a single layer "a". The embedding lives on each pipeline's first stage, the
 // final norm and LM head on its last stage.
@@ -26,6 +33,12 @@
 // Stages of one pipeline may have different cp: the pipeline feeds its tokens in the zigzag order
 // of the least common multiple of its stages' cp, each stage splits that order evenly over its own
 // CP ranks, and the activation crossing a boundary between two degrees is an ordinary Reshard.
+//
+// Sequence parallelism: a stage may give "sequence_parallel": true. The activations between its TP
+// blocks (the residual stream, the norms before attention and MLP, the residual adds) are then split
+// along the tokens inside each TP group as well (with CP: over all T x C ranks, each CP rank's tokens
+// cut in T), so that work runs on 1/T of the tokens; resolution turns the TP all-reduces after the
+// row-parallel matmuls into reduce-scatters and adds an all-gather before the column-parallel ones.
 //
 // Every object may also carry a "comment". Any other key is refused, naming it, where it is and
 // the nearest known key ("s.json: pipelines[0].stages[1]: unknown key "tpp" (did you mean "tp"?)
@@ -46,6 +59,7 @@ struct StageSpec {
   int first_layer = 0;     // inclusive
   int last_layer = 0;      // inclusive
   int cp = 1;              // context-parallel degree (divides the rank count)
+  bool sequence_parallel = false;  // activations between TP blocks split by tokens over TP (below)
   int tp() const { return static_cast<int>(ranks.size()) / cp; }
   bool has_layer(int l) const { return first_layer <= l && l <= last_layer; }
   friend bool operator==(const StageSpec&, const StageSpec&) = default;
@@ -65,9 +79,14 @@ struct PipelineSpec {
 
 struct Strategy {
   std::string name;
-  bool zero1 = false;
+  int zero = 0;  // ZeRO stage: 0, 1 or 2 (see above)
   bool recompute = false;
   std::vector<PipelineSpec> pipelines;
+
+  // ZeRO-1 and above: the optimizer states are sharded over each parameter's replicas.
+  bool shards_optimizer_states() const { return zero >= 1; }
+  // ZeRO-2: gradients are reduce-scattered into those shards micro-batch group by group.
+  bool shards_gradients() const { return zero >= 2; }
 
   // Every rank used, ascending.
   std::vector<int> ranks() const;

@@ -27,7 +27,17 @@ std::optional<Region> local_region(const SymShape& shape, const Annotation& a, i
 
 Shape local_shape(const SymShape& shape, const Annotation& a, int device, const SymBinding& binding,
                   const std::string& tensor) {
-  std::optional<Region> r = local_region(shape, a, device, binding);
+  std::optional<Region> r;
+  try {
+    r = local_region(shape, a, device, binding);
+  } catch (const Error& e) {
+    // A micro-batch shape the sharding cannot split evenly (tokens over TP x CP, or over TP under
+    // sequence parallelism): name the tensor, its sharding and the binding.
+    std::string bound;
+    for (const auto& [symbol, value] : binding) bound += (bound.empty() ? "" : ", ") + symbol + " = " + std::to_string(value);
+    HSPMD_THROW() << "'" << tensor << "' (" << a.to_string() << ") on device " << device << " with " << bound << ": "
+                  << e.what();
+  }
   HSPMD_CHECK(r.has_value()) << "device " << device << " holds no part of '" << tensor << "' (" << a.to_string() << ")";
   return r->shape();
 }

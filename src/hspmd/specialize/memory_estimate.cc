@@ -1,5 +1,7 @@
 #include "hspmd/specialize/memory_estimate.h"
 
+#include <algorithm>
+
 #include "hspmd/core/byte_size.h"
 #include "hspmd/core/dtype.h"
 #include "hspmd/kernels/lm_head_loss.h"
@@ -15,6 +17,7 @@ std::string MemoryEstimate::to_string() const {
 MemoryEstimate estimate_memory(const ExecGraph& exec, const MemoryEstimateOptions& options) {
   const graph::Graph& g = exec.graph();
   MemoryEstimate m;
+  int64_t whole_gradients = 0;  // the parameter layout's bytes
   for (int id : exec.parameters()) {
     const graph::TensorRef ref{id, 0};
     const graph::TensorInfo& info = g.info(ref);
@@ -25,6 +28,7 @@ MemoryEstimate estimate_memory(const ExecGraph& exec, const MemoryEstimateOption
         state.region(exec.rank(), shape).value_or(sharding::Region::full(Shape{})).numel() * dtype_size(info.dtype);
     m.parameters += bytes;
     m.gradients += bytes + state_bytes;
+    whole_gradients += bytes;
     m.optimizer_states += 2 * state_bytes;
   }
   const SymBinding binding{{"T", options.micro_batch_tokens}, {"N", 1}};
@@ -47,6 +51,17 @@ MemoryEstimate estimate_memory(const ExecGraph& exec, const MemoryEstimateOption
     }
   }
   m.activations = saved * options.micro_batches_in_flight + transient;
+  // ZeRO-2 keeps no whole gradient between backward passes when each of this rank's micro-batches is
+  // a group of its own (runtime/gradient_sync.h): the whole gradient then lives only during one
+  // backward pass, when no forward value dies within a forward pass, so it counts only beyond those.
+  const sharding::AnnotationPlan& plan = exec.plan();
+  if (plan.shard_gradients && !plan.pipelines.empty() && exec.data_group() >= 0) {
+    int fewest = plan.pipelines.front().num_micro_batches;
+    for (const sharding::PipelineSchedule& p : plan.pipelines) fewest = std::min(fewest, p.num_micro_batches);
+    if (fewest >= plan.pipelines.at(exec.data_group()).num_micro_batches) {
+      m.gradients += std::max<int64_t>(0, whole_gradients - transient) - whole_gradients;
+    }
+  }
   return m;
 }
 

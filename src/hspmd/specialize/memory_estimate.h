@@ -7,7 +7,9 @@
 //   m.to_string()  // "2.1 MiB parameters + 2.1 MiB gradients + 4.2 MiB optimizer states +
 //                  //  1.3 MiB activations = 9.7 MiB"
 // Parameters: the rank's shards. Gradients: the accumulators (parameter layout) plus the synced
-// gradients (optimizer-state layout). Optimizer states: AdamW's two moments on the state shard.
+// gradients (optimizer-state layout); under ZeRO-2 with one micro-batch per gradient group, the
+// synced shard plus what a backward pass's whole gradient needs beyond the forward pass's
+// transient values (the two never coexist). Optimizer states: AdamW's two moments on the state shard.
 // Activations: the forward values a micro-batch keeps for its backward pass (with recompute, only
 // what B does not replay: specialize/exec_graph.h), times the most
 // micro-batches in flight in the schedule, plus one micro-batch's values that die within its

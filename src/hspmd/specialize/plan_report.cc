@@ -85,7 +85,7 @@ std::string tier_of(const resolve::CommOp& op, int device, const resolve::Topolo
 
 // What a rank computes in the forward pass: the decoder layers of its compute ops (a Reshard tagged
 // with layer l may put its output on the next stage, so only compute ops count) and how many ways
-// their outputs split the token dim 0: its stage's CP degree.
+// its attention splits the token dim 0: its stage's CP degree.
 struct RankWork {
   std::set<int> layers;
   int cp = 1;
@@ -102,6 +102,8 @@ std::map<int, RankWork> work_by_rank(const Graph& g, const graph::DeducedAnnotat
     const Annotation& a = deduced.by_op()[id][0];
     for (int d : a.devices()) {
       if (op.layer >= 0) out[d].layers.insert(op.layer);
+      // Attention's tokens: the rest may be split by tokens over TP as well (sequence parallelism).
+      if (op.kind != OpKind::kContextAttention) continue;
       if (const auto where = a.locate(d)) out[d].cp = std::max(out[d].cp, a.ds(where->first).degree(0));
     }
   }
@@ -119,9 +121,11 @@ class Builder {
     r_.seq_len = o_.seq_len;
     r_.topology = o_.topology ? o_.topology->name() : "";
     HSPMD_CHECK(o_.seq_len >= 1) << "plan report: seq_len must be >= 1, got " << o_.seq_len;
-    const graph::DeducedAnnotations deduced = graph::deduce_annotations(g, plan_);
+    const auto shared = std::make_shared<const graph::DeducedAnnotations>(graph::deduce_annotations(g, plan_));
+    const graph::DeducedAnnotations& deduced = *shared;
     check_topology(deduced);
     pipelines(g, deduced);
+    memory(shared);
     const std::vector<bool> on_data = ops_on_data(g);
     for (int id = 0; id < g.num_ops(); ++id) {
       const Op& op = g.op(id);
@@ -137,11 +141,12 @@ class Builder {
     }
     for (const graph::GradientSync& s : graph::gradient_syncs(g, deduced, plan_, m_.params, m_.grads)) {
       const graph::TensorInfo& info = g.info(*g.find(s.param));
-      add(r_.gradient_syncs, syncs_, s.param, s.deduced, s.target, info.shape, info.dtype, false);
+      add(r_.gradient_syncs, syncs_, s.param, s.deduced, s.target, info.shape, info.dtype, false, sync_runs());
       if (plan_.optimizer_states().count(s.param)) {
         add(r_.parameter_gathers, gathers_, s.param, s.target, s.param_annotation, info.shape, info.dtype, false);
       }
     }
+    if (plan_.shard_gradients) r_.zero2_gradient_groups = sync_runs();
     for (const auto* list : {&r_.activations, &r_.gradient_syncs, &r_.parameter_gathers}) {
       for (const ReshardGroup& grp : *list) {
         for (const auto& [tier, bytes] : grp.occurrence_step_bytes) r_.step_bytes_by_tier[tier] += bytes * grp.occurrences;
@@ -255,7 +260,7 @@ class Builder {
 
   // Resolves one Reshard and files it under its group; false when it is the identity everywhere.
   bool add(std::vector<ReshardGroup>& into, Index& index, const std::string& name, const Annotation& src,
-           const Annotation& dst, const SymShape& shape, DType dtype, bool per_micro_batch) {
+           const Annotation& dst, const SymShape& shape, DType dtype, bool per_micro_batch, int runs_per_step = 1) {
     const std::vector<GroupResolution> parts =
         resolve_reshard(src, dst, shape, bindings_, name, cache(dtype_size(dtype)));
     if (std::all_of(parts.begin(), parts.end(), [](const GroupResolution& p) { return is_identity(*p.resolution); })) {
@@ -284,7 +289,7 @@ class Builder {
       for (int d : part.resolution->devices()) {
         DeviceOps& dev = by_device[d];
         dev.device = d;
-        const int runs = per_micro_batch ? runs_of(d) : 1;
+        const int runs = per_micro_batch ? runs_of(d) : runs_per_step;
         for (const resolve::CommOp& op : part.resolution->ops_of(d)) {
           if (op.kind == resolve::CommKind::kIdentity) continue;
           dev.ops.push_back(op);
@@ -300,6 +305,31 @@ class Builder {
     }
     into.push_back(std::move(grp));
     return true;
+  }
+
+  // Each rank's memory estimate (specialize/memory_estimate.h) under the pipelines' schedules, at
+  // the report's seq_len.
+  void memory(const std::shared_ptr<const graph::DeducedAnnotations>& deduced) {
+    for (const PipelineReport& p : r_.pipelines) {
+      for (const StageReport& s : p.stages) {
+        for (int rank : s.ranks) {
+          const ExecGraph exec(m_.graph, plan_, deduced, rank);
+          r_.memory.push_back({rank, estimate_memory(exec, {.micro_batch_tokens = p.binding.at("T"),
+                                                            .micro_batches_in_flight = max_in_flight(s.schedule)})});
+        }
+      }
+    }
+    std::sort(r_.memory.begin(), r_.memory.end(),
+              [](const RankMemory& a, const RankMemory& b) { return a.rank < b.rank; });
+  }
+
+  // How often a step runs each gradient sync: once in Post, or under ZeRO-2 once per gradient
+  // group (runtime/gradient_sync.h: as many as the fewest micro-batches of any pipeline).
+  int sync_runs() const {
+    if (!plan_.shard_gradients || r_.pipelines.empty()) return 1;
+    int fewest = r_.pipelines.front().num_micro_batches;
+    for (const PipelineReport& p : r_.pipelines) fewest = std::min(fewest, p.num_micro_batches);
+    return std::max(1, fewest);
   }
 
   int runs_of(int device) const {
@@ -395,14 +425,19 @@ std::string to_string(const PlanReport& r) {
       << " resolve to communication or local copies, the other " << r.reshards_identity
       << " are the identity everywhere; bytes per run, per step counting each micro-batch of the sender's pipeline\n";
   print_groups(out, r.activations, "per run");
-  out << "\nGradient syncs (deduced gradient -> optimizer target; once per step, in Post): "
-      << r.gradient_syncs.size() << " groups\n";
+  out << "\nGradient syncs (deduced gradient -> optimizer target; "
+      << (r.zero2_gradient_groups > 0
+              ? "ZeRO-2: once per gradient group, " + std::to_string(r.zero2_gradient_groups) + " per step, in B"
+              : std::string("once per step, in Post"))
+      << "): " << r.gradient_syncs.size() << " groups\n";
   print_groups(out, r.gradient_syncs, "per tensor");
   if (!r.parameter_gathers.empty()) {
     out << "\nParameter gathers (ZeRO-1 optimizer state -> parameter; once per step, in Pre): "
         << r.parameter_gathers.size() << " groups\n";
     print_groups(out, r.parameter_gathers, "per tensor");
   }
+  out << "\nMemory estimate per rank (float32; specialize/memory_estimate.h)\n";
+  for (const RankMemory& m : r.memory) out << "  rank " << m.rank << ": " << m.estimate.to_string() << "\n";
   out << "\nBytes per step by link tier\n";
   int64_t total = 0;
   for (const auto& [tier, bytes] : r.step_bytes_by_tier) {

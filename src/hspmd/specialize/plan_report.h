@@ -2,7 +2,7 @@
 // `hspmd explain --strategy` prints): the pipelines found in the annotated graph and each stage's
 // schedule; every Reshard that is not the identity everywhere, resolved per device, with Reshards
 // that differ only in their layer summarized once; the gradient syncs and ZeRO-1 parameter
-// gathers; and the bytes one training step puts on each link tier.
+// gathers; each rank's memory estimate; and the bytes one training step puts on each link tier.
 //
 //   std::shared_ptr<const Model> m = load_model("configs/llama-tiny.json");
 //   AnnotationPlan plan = m->compile_plan(Strategy::from_file("local-hetero-4.json"));
@@ -22,7 +22,8 @@
 // (resolve/comm_op.h), at the element size of each tensor's dtype.
 // Per step: an activation Reshard (forward or backward, on data) runs once per micro-batch of the
 // pipeline each device is in; a Reshard of parameters only (a tied weight) runs once per step in
-// Pre, as do gradient syncs (Post) and parameter gathers (Pre).
+// Pre, as do gradient syncs (Post; under ZeRO-2 once per gradient group, runtime/gradient_sync.h)
+// and parameter gathers (Pre).
 // Link tiers (resolve/topology.h): a point-to-point op by its two ends; a collective by the
 // slowest link inside its group (a ring over nodes crosses nodes). Without a topology, one tier "all".
 #pragma once
@@ -36,6 +37,7 @@
 #include "hspmd/resolve/comm_op.h"
 #include "hspmd/resolve/topology.h"
 #include "hspmd/sharding/plan.h"
+#include "hspmd/specialize/memory_estimate.h"
 #include "hspmd/specialize/pipeline_layout.h"
 #include "hspmd/specialize/schedule.h"
 
@@ -87,12 +89,19 @@ struct ReshardGroup {
   std::string display_name() const;
 };
 
+struct RankMemory {
+  int rank = 0;
+  MemoryEstimate estimate;
+};
+
 struct PlanReport {
   std::vector<PipelineReport> pipelines;  // in subgroup order
   std::vector<ReshardGroup> activations;  // forward then backward Reshards, in graph order of first occurrence
   std::vector<ReshardGroup> gradient_syncs;    // deduced gradient -> optimizer target
   std::vector<ReshardGroup> parameter_gathers;  // ZeRO-1 optimizer state -> parameter
   std::map<std::string, int64_t> step_bytes_by_tier;  // link tier name -> bytes per step
+  std::vector<RankMemory> memory;  // every rank of the pipelines, ascending, at seq_len
+  int zero2_gradient_groups = 0;   // ZeRO-2: how many times a step runs each gradient sync; 0: once, in Post
   int reshards_total = 0;     // Reshard ops of the graph
   int reshards_identity = 0;  // of them, the identity everywhere (not listed)
   ScheduleKind schedule = ScheduleKind::k1F1B;

@@ -97,7 +97,7 @@ std::string temp_dataset(const models::Model& model, int64_t longest) {
 sharding::Strategy single_stage(int tp, int layers, int micro_batch_size, int pipelines = 1, bool zero1 = false) {
   sharding::Strategy st;
   st.name = "profile";
-  st.zero1 = zero1;
+  st.zero = zero1 ? 1 : 0;
   for (int p = 0; p < pipelines; ++p) {
     sharding::PipelineSpec pipe;
     pipe.micro_batch_size = micro_batch_size;
