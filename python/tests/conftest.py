@@ -50,3 +50,40 @@ def cli_error():
         return lines[0][len(prefix):]
 
     return run
+
+
+@pytest.fixture(scope="session")
+def dataset(tmp_path_factory):
+    """The bundled corpus as a token dataset (hspmd data prepare), made once per test session."""
+    out = tmp_path_factory.mktemp("kjv") / "data"
+    done = subprocess.run([_binary(), "data", "prepare", "--input", SOURCE_DIR / "data/corpus/kjv-genesis-2kings.txt",
+                           "--output", out, "--append-eos"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def read_checkpoint(path):
+    """{(name, region): array} of a sharded checkpoint (runtime/sharded_checkpoint.h), read with NumPy:
+    index.json says which safetensors file holds which region of which tensor."""
+    import json
+    import struct
+
+    import numpy as np
+
+    path = pathlib.Path(path)
+    index = json.loads((path / "index.json").read_text())
+    files = {}
+    out = {}
+    for name, tensor in index["tensors"].items():
+        for shard in tensor["shards"]:
+            if shard["file"] not in files:
+                raw = (path / shard["file"]).read_bytes()
+                (size,) = struct.unpack("<Q", raw[:8])
+                files[shard["file"]] = (json.loads(raw[8:8 + size]), raw[8 + size:])
+            header, data = files[shard["file"]]
+            entry = header[shard["key"]]
+            assert entry["dtype"] == "F32"
+            begin, end = entry["data_offsets"]
+            region = tuple(tuple(r) for r in shard["region"])
+            out[(name, region)] = np.frombuffer(data[begin:end], dtype=np.float32).reshape(entry["shape"])
+    return out

@@ -103,6 +103,13 @@ TEST(Packing, WorkedExampleFromTheHeader) {
   EXPECT_EQ(f.targets.back(), -100);
   EXPECT_EQ(f.positions.back(), 0);
   EXPECT_EQ(f.num_label_tokens(), b.num_label_tokens());
+  // One row per segment, in the given order, no padding: rows [a0 a1 a2] [b0 b1] [c0 c1 c2 c3].
+  Batch r = pack(s, {.seq_len = 5, .layout = BatchLayout::kRows});
+  EXPECT_EQ(r.tokens, b.tokens);
+  EXPECT_EQ(r.targets, b.targets);
+  EXPECT_EQ(r.positions, b.positions);
+  EXPECT_EQ(r.cu_seqlens, (std::vector<int64_t>{0, 3, 5, 9}));
+  EXPECT_EQ(r.row_offsets, (std::vector<int64_t>{0, 3, 5, 9}));
 }
 
 TEST(Packing, InvariantsHoldOnRandomSegmentSets) {

@@ -96,23 +96,19 @@ std::string kernels_line(DType precision) {
                                         : "fp32");
 }
 
-namespace {
-
-// A resumed run continues with the options its checkpoint records (learning-rate schedule
-// included), whatever the strategy; a flag given on this command line changes its option, so
-// changing lr or steps on resume takes an explicit --lr / --steps. The model config must be the
-// checkpoint's (Error naming the first key that differs).
-runtime::TrainerOptions resumed_options(const TrainArgs& args, const CLI::App& sub) {
+runtime::TrainerOptions resumed_options(const TrainArgs& args, const CLI::App& sub, const models::Model& model) {
   const nlohmann::json state = runtime::read_checkpoint_state(args.resume);
   HSPMD_CHECK(state.contains("config") && state.contains("options"))
       << "checkpoint " << args.resume << " records no model config or training options";
-  runtime::check_same_config(state.at("config"), *models::load_model(args.model), args.resume);
+  runtime::check_same_config(state.at("config"), model, args.resume);
   runtime::TrainerOptions options = runtime::TrainerOptions::from_json(state.at("options"));
   for (const OptionFlag& f : option_flags()) {
     if (sub.count(f.flag) > 0) f.copy(options, args.options);
   }
   return options;
 }
+
+namespace {
 
 void run_train(TrainArgs args, const CLI::App& sub) {
   HSPMD_CHECK(args.resume.empty() || args.init_weights.empty()) << "--resume and --init-weights exclude each other";
@@ -122,7 +118,7 @@ void run_train(TrainArgs args, const CLI::App& sub) {
     HSPMD_CHECK(end != env && *end == '\0' && args.comm_timeout > 0)
         << "HSPMD_COMM_TIMEOUT=" << env << " is not a positive number of seconds";
   }
-  if (!args.resume.empty()) args.options = resumed_options(args, sub);
+  if (!args.resume.empty()) args.options = resumed_options(args, sub, *models::load_model(args.model));
   const bool distributed = !args.strategy.empty() || !args.strategies_for_max_len.empty();
   // Distributed ranks on a GPU communicate through Gloo with host staging (several may share one
   // GPU); switching, elastic recovery and dispatch by length move state with CPU kernels only so far.
@@ -182,14 +178,10 @@ void run_train(TrainArgs args, const CLI::App& sub) {
 
 }  // namespace
 
-void add_train_command(CLI::App& app) {
-  auto args = std::make_shared<TrainArgs>();
+void define_train_options(CLI::App* sub, TrainArgs* args) {
   runtime::TrainerOptions& o = args->options;
-  CLI::App* sub = app.add_subcommand(
-      "train", "Train a model on a token dataset: one process, or distributed with --strategy");
-  sub->add_option("--model", args->model, "model config.json (Hugging Face keys; its model_type picks the model)")
-      ->required();
-  sub->add_option("--data", args->data, "token dataset directory (made by `hspmd data prepare`)")->required();
+  sub->add_option("--model", args->model, "model config.json (Hugging Face keys; its model_type picks the model)");
+  sub->add_option("--data", args->data, "token dataset directory (made by `hspmd data prepare`)");
   sub->add_option("--steps", o.steps, "optimizer steps of the whole run")->capture_default_str();
   sub->add_option("--seq-len", o.seq_len, "context length (packed row size)")->capture_default_str();
   sub->add_option("--global-batch-tokens", o.global_batch_tokens, "token budget of one step")->capture_default_str();
@@ -206,12 +198,14 @@ void add_train_command(CLI::App& app) {
          "--precision", [&o](const std::string& name) { o.precision = parse_dtype(name); },
          "fp32 (default), or bf16: bf16 mixed precision (matmuls and attention on bf16 operands with fp32 "
          "accumulation; fp32 master weights, gradients and AdamW states); see docs/mixed-precision.md")
-      ->check(CLI::IsMember({"fp32", "bf16", "float32", "bfloat16"}));
+      ->check(CLI::IsMember({"fp32", "bf16", "float32", "bfloat16"}))
+      ->default_str("fp32");
   sub->add_option_function<std::string>(
       "--device", [&o](const std::string& name) { o.device = parse_device(name); },
       "where training runs: cpu (default), or cuda / cuda:N (GPU N: parameters, AdamW state and activations in its "
       "memory, the batch copied in each step; with --strategy every rank uses that GPU and communicates through Gloo "
-      "with host staging; needs a build with the CUDA backend; docs/gpu.md)");
+      "with host staging; needs a build with the CUDA backend; docs/gpu.md)")
+      ->default_str("cpu");
   sub->add_option("--save", args->save, "checkpoint directory, written at the end (and every --save-every steps)");
   sub->add_option("--save-every", args->save_every, "also checkpoint every K steps")->check(CLI::NonNegativeNumber);
   sub->add_option("--eval-every", args->eval_every,
@@ -298,6 +292,15 @@ void add_train_command(CLI::App& app) {
       ->group(by_length);
   sub->add_flag("--check-single", args->check_single,
                 "afterwards, rank 0 retrains in one process and compares every step's loss")->group(dist);
+}
+
+void add_train_command(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "train", "Train a model on a token dataset: one process, or distributed with --strategy");
+  define_train_options(sub, args.get());
+  sub->get_option("--model")->required();
+  sub->get_option("--data")->required();
   sub->callback([args, sub] { run_train(*args, *sub); });
 }
 

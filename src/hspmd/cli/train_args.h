@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "hspmd/runtime/trainer.h"
 #include "hspmd/runtime/training_loop.h"
@@ -19,6 +22,8 @@ struct TrainArgs {
   runtime::TrainerOptions options;
   // Distributed training (cli/train_dist.cc).
   std::string strategy, devices, trace, schedule = "1f1b";
+  // The --strategy as a value rather than a file (the Python API's hspmd.Trainer(model, strategy)).
+  std::optional<sharding::Strategy> strategy_value;
   std::vector<std::string> switches;  // --switch STEP:STRATEGY.json, in step order
   std::string switch_bsr = "fused";   // --switch-bsr: resolve::BsrAlgorithm of the --switch moves
   int nproc = 0;
@@ -37,6 +42,17 @@ struct TrainArgs {
   bool dispatch = false;                            // --dispatch: by length on the one --strategy
   int dispatch_ahead = 2;                           // decisions computed ahead of the trainer
 };
+
+// The options of `hspmd train`, stored into *args: the one place they are defined, for the CLI
+// (which makes --model and --data required) and for the Python API (hspmd.Trainer takes each as a
+// keyword argument, parsed by these definitions: same names, defaults, checks and messages).
+void define_train_options(CLI::App* sub, TrainArgs* args);
+
+// A resumed run (--resume) continues with the options its checkpoint records (learning-rate
+// schedule included), whatever the strategy; a flag given to `sub` changes its option, so changing
+// lr or steps on resume takes an explicit --lr / --steps. `model` must have the checkpoint's config
+// (Error naming the first key that differs).
+runtime::TrainerOptions resumed_options(const TrainArgs& args, const CLI::App& sub, const models::Model& model);
 
 // The loop's evaluation and checkpoint cadence (runtime/training_loop.h); `validation` is the
 // dataset's validation split when --eval-every is given.

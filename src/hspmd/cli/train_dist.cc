@@ -29,6 +29,7 @@
 #include "hspmd/cli/train_args.h"
 #include "hspmd/cli/train_dispatch.h"
 #include "hspmd/cli/train_prelaunch.h"
+#include "hspmd/cli/train_worker.h"
 #include "hspmd/comm/env.h"
 #include "hspmd/comm/launcher.h"
 #include "hspmd/core/error.h"
@@ -101,7 +102,8 @@ void check_single_process(const TrainArgs& args, const std::shared_ptr<const mod
 
 // --strategy, then every --switch STEP:FILE in step order; Error naming the flag at fault.
 std::vector<runtime::ScheduledPlan> scheduled_plans(const TrainArgs& args, const models::Model& model) {
-  if (args.strategy.empty()) return {};  // strategies per maximum length only (cli/train_dispatch.h)
+  if (args.strategy.empty() && !args.strategy_value) return {};  // strategies per maximum length only
+                                                                // (cli/train_dispatch.h)
   std::vector<std::pair<int64_t, std::string>> files{{1, args.strategy}};
   for (const std::string& spec : args.switches) {
     const size_t colon = std::min(spec.find(':'), spec.size());
@@ -118,7 +120,7 @@ std::vector<runtime::ScheduledPlan> scheduled_plans(const TrainArgs& args, const
   }
   std::vector<runtime::ScheduledPlan> out;
   for (const auto& [step, file] : files) {
-    sharding::Strategy st = sharding::Strategy::from_file(file);
+    sharding::Strategy st = step == 1 && args.strategy_value ? *args.strategy_value : sharding::Strategy::from_file(file);
     sharding::AnnotationPlan plan = model.compile_plan(st);
     out.push_back({step, file, std::move(st), std::move(plan)});
   }
@@ -188,7 +190,8 @@ WorkerPlans worker_plans(const TrainArgs& args, const models::Model& model, cons
   }
   w.world = w.by_length ? w.by_length->world() : world_of(w.plans);
   HSPMD_CHECK(world_size == w.world)
-      << "the strategies (" << args.strategy << (w.plans.size() > 1 ? " and the --switch ones" : "") << ") use ranks 0.."
+      << "the strategies (" << (args.strategy_value ? "strategy " + args.strategy_value->name : args.strategy)
+      << (w.plans.size() > 1 ? " and the --switch ones" : "") << ") use ranks 0.."
       << w.world - 1 << " but the run has " << world_size << " workers (ranks 0.." << world_size - 1 << ")";
   return w;
 }
@@ -239,44 +242,46 @@ runtime::DistOptions worker_options(const TrainArgs& args, const WorkerPlans& w,
 }
 
 // The rank-0 lines that open a run: its strategy and switches, devices and kernels.
-void print_run_header(const TrainArgs& args, const WorkerPlans& w, const runtime::EmulatedDevices& devices) {
+void print_run_header(const TrainArgs& args, const WorkerPlans& w, const runtime::EmulatedDevices& devices,
+                      std::ostream& out) {
   const sharding::Strategy& strategy = w.plans[w.in_force].strategy;
-  std::cout << "strategy " << strategy.name << ": " << strategy.pipelines.size() << " pipeline(s) on "
+  out << "strategy " << strategy.name << ": " << strategy.pipelines.size() << " pipeline(s) on "
             << strategy.ranks().size() << " of " << w.world << " ranks; schedule " << args.schedule
             << (strategy.zero > 0 ? "; ZeRO-" + std::to_string(strategy.zero) : std::string()) << "\n";
   for (size_t i = w.in_force + 1; i < w.plans.size(); ++i) {
-    std::cout << "switch before step " << w.plans[i].step << " to strategy " << w.plans[i].strategy.name << " ("
+    out << "switch before step " << w.plans[i].step << " to strategy " << w.plans[i].strategy.name << " ("
               << w.plans[i].file << ")\n";
   }
-  if (!args.devices.empty()) std::cout << devices.describe() << "\n";
-  std::cout << kernels_line(args.options.precision) << "\n";
+  if (!args.devices.empty()) out << devices.describe() << "\n";
+  out << kernels_line(args.options.precision) << "\n";
 }
 
 // --resume or --init-weights: where the trainer starts from (it starts fresh without either).
-void start_from(runtime::DistTrainer& trainer, const TrainArgs& args, bool lead) {
+void start_from(runtime::DistTrainer& trainer, const TrainArgs& args, bool lead, std::ostream& out) {
   if (!args.resume.empty()) {
     trainer.restore(args.resume);
-    if (lead) std::cout << "resumed from " << args.resume << " at step " << trainer.step_count() << std::endl;
+    if (lead) out << "resumed from " << args.resume << " at step " << trainer.step_count() << std::endl;
   }
   if (!args.init_weights.empty()) {
     trainer.load_weights(runtime::HfWeights(args.init_weights, trainer.model()));  // each rank reads its own slices
-    if (lead) std::cout << "loaded weights from " << args.init_weights << std::endl;
+    if (lead) out << "loaded weights from " << args.init_weights << std::endl;
   }
 }
 
 // A restarted worker of an elastic run, once its trainer is built: takes the run's progress and
 // receives its state in the switch that admits it.
-void join_run(runtime::DistTrainer& trainer, ElasticParts& parts, const elastic::Admission& admission, int rank) {
+void join_run(runtime::DistTrainer& trainer, ElasticParts& parts, const elastic::Admission& admission, int rank,
+              std::ostream& out) {
   trainer.adopt_progress(admission.step, admission.loader);
   const elastic::RecoveryReport r = parts.run.complete_join(trainer);
-  std::cout << "rank " << rank << ": joined the run after step " << r.resume_step << "\n"
+  out << "rank " << rank << ": joined the run after step " << r.resume_step << "\n"
             << trainer.describe() << std::endl;
 }
 
 // Dispatch by length: starts deciding from the trainer's data position and hooks into the loop.
 void start_dispatch(LengthDispatchRun& by_length, runtime::TrainingLoop& loop, const runtime::DistTrainer& trainer,
-                    const data::TokenDataset& dataset, const TrainArgs& args, bool lead) {
-  if (lead) std::cout << by_length.describe() << std::endl;
+                    const data::TokenDataset& dataset, const TrainArgs& args, bool lead, std::ostream& out) {
+  if (lead) out << by_length.describe() << std::endl;
   by_length.training->start(dataset, args.options, trainer.loader_state(), by_length.first, trainer.step_count() + 1);
   loop.add_hook(by_length);
 }
@@ -292,59 +297,143 @@ void write_trace(runtime::DistTrainer& trainer, const TrainArgs& args, int rank)
               100 * s.share("comm"), 100 * s.share("optimizer"), s.window_seconds);
 }
 
-void run_worker(const TrainArgs& args) {
-  const comm::WorkerEnv env = comm::WorkerEnv::from_environment();
-  const std::shared_ptr<const models::Model> model = models::load_model(args.model);
-  const data::TokenDataset dataset = data::TokenDataset::open(args.data);
-  std::optional<data::TokenDataset> validation;
-  if (args.eval_every > 0) validation = data::TokenDataset::open_validation(args.data);
-  WorkerPlans w = worker_plans(args, *model, dataset, env.world_size);
-  const int world = w.world;
-  const runtime::EmulatedDevices devices =
-      args.devices.empty() ? runtime::EmulatedDevices(world) : runtime::EmulatedDevices::from_file(args.devices, world);
-  w.in_force = plan_in_force(args, w.plans);
+}  // namespace
+
+struct TrainWorker::Parts {
+  TrainArgs args;
+  std::ostream& out;
+  comm::WorkerEnv env;
+  std::shared_ptr<const models::Model> model;
+  std::optional<data::TokenDataset> dataset, validation;
+  WorkerPlans w;
+  sharding::Strategy first_strategy;
+  std::optional<runtime::EmulatedDevices> devices;
+  std::shared_ptr<comm::Store> store;
+  std::optional<elastic::Admission> admission;
+  std::unique_ptr<comm::GroupCache> groups;
+  std::optional<resolve::Topology> cluster;
+  std::unique_ptr<runtime::DistTrainer> trainer;
+  std::unique_ptr<ElasticParts> elastic;
+  std::unique_ptr<runtime::TrainingLog> log;
+  std::unique_ptr<runtime::TrainingLoop> loop;
+  std::unique_ptr<runtime::ScheduledSwitches> switches;
+
+  Parts(const TrainArgs& a, std::shared_ptr<const models::Model> m, std::ostream& o) : args(a), out(o), model(std::move(m)) {}
+};
+
+TrainWorker::TrainWorker(const TrainArgs& args, std::shared_ptr<const models::Model> model,
+                         std::optional<comm::WorkerEnv> env, std::ostream& out)
+    : parts_(std::make_unique<Parts>(args, std::move(model), out)) {
+  Parts& p = *parts_;
+  p.env = env.value_or(comm::WorkerEnv{});
+  if (!args.data.empty()) p.dataset = data::TokenDataset::open(args.data);
+  if (args.eval_every > 0) {
+    HSPMD_CHECK(!args.data.empty()) << "--eval-every reads the validation split of --data; give --data";
+    p.validation = data::TokenDataset::open_validation(args.data);
+  }
+  const bool one_process = args.strategy.empty() && !args.strategy_value && args.strategies_for_max_len.empty();
+  if (one_process) {  // the single-process trainer's plan (runtime/trainer.h)
+    HSPMD_CHECK(p.env.world_size == 1) << "a run of " << p.env.world_size
+                                       << " processes needs a strategy (--strategy) saying what each rank does";
+    HSPMD_CHECK(args.switches.empty() && !args.dispatch && !args.elastic && args.devices.empty())
+        << "--switch, --dispatch, --elastic and --devices need --strategy (distributed training)";
+    sharding::Strategy single = runtime::single_rank_strategy(*p.model, args.options);
+    sharding::AnnotationPlan plan = p.model->compile_plan(single);
+    p.w.plans.push_back({1, "", std::move(single), std::move(plan)});
+    p.w.world = 1;
+  } else {
+    HSPMD_CHECK(p.dataset || args.strategies_for_max_len.empty())
+        << "dispatch by length (--strategy-for-max-len) reads its batches from --data; give --data";
+    p.w = worker_plans(args, *p.model, *p.dataset, p.env.world_size);
+  }
+  const int world = p.w.world;
+  p.devices = args.devices.empty() ? runtime::EmulatedDevices(world) : runtime::EmulatedDevices::from_file(args.devices, world);
+  p.w.in_force = plan_in_force(args, p.w.plans);
 
   const auto timeout = std::chrono::duration_cast<comm::Millis>(std::chrono::duration<double>(args.comm_timeout));
-  const std::shared_ptr<comm::Store> store = comm::open_run_store(env);
-  const std::optional<elastic::Admission> admission = admission_of(args, *store, env.rank, world);
-  comm::GroupCache groups(store, env.rank, comm::gloo_backend({.timeout = timeout, .host = env.host}),
-                          admission ? admission->generation : 0);
-  const std::optional<resolve::Topology> cluster = cluster_of(args, world);
-  const runtime::DistOptions options = worker_options(args, w, devices.of(env.rank), cluster ? &*cluster : nullptr,
-                                                      admission ? &*admission : nullptr);
-  const sharding::Strategy& initial = admission ? admission->strategy : w.plans[w.in_force].strategy;
-  runtime::DistTrainer trainer(model, dataset, admission ? model->compile_plan(initial) : w.plans[w.in_force].plan,
-                               options, env.rank, world, groups);
-  std::unique_ptr<ElasticParts> elastic;
+  if (env) {
+    p.store = comm::open_run_store(p.env);
+    p.admission = admission_of(args, *p.store, p.env.rank, world);
+    p.groups = std::make_unique<comm::GroupCache>(p.store, p.env.rank,
+                                                  comm::gloo_backend({.timeout = timeout, .host = p.env.host}),
+                                                  p.admission ? p.admission->generation : 0);
+  } else {  // one process: its groups are groups of one (comm/self_communicator.h)
+    HSPMD_CHECK(!args.elastic) << "--elastic needs workers started by `hspmd launch`";
+    p.groups = std::make_unique<comm::GroupCache>(nullptr, 0, nullptr);
+  }
+  p.cluster = cluster_of(args, world);
+  runtime::DistOptions options = worker_options(args, p.w, p.devices->of(p.env.rank), p.cluster ? &*p.cluster : nullptr,
+                                                p.admission ? &*p.admission : nullptr);
+  if (one_process) options.plan_name = "single-process";
+  p.first_strategy = p.admission ? p.admission->strategy : p.w.plans[p.w.in_force].strategy;
+  p.trainer = std::make_unique<runtime::DistTrainer>(
+      p.model, p.dataset ? &*p.dataset : nullptr,
+      p.admission ? p.model->compile_plan(p.first_strategy) : p.w.plans[p.w.in_force].plan, options, p.env.rank, world,
+      *p.groups);
   if (args.elastic) {
-    elastic = std::make_unique<ElasticParts>(args, *model, store, env.rank, world, groups,
-                                             admission ? &*admission : nullptr);
-    elastic->run.attach(trainer, initial);
+    p.elastic = std::make_unique<ElasticParts>(args, *p.model, p.store, p.env.rank, world, *p.groups,
+                                               p.admission ? &*p.admission : nullptr);
+    p.elastic->run.attach(*p.trainer, p.first_strategy);
   }
-  // The lowest live rank reports (rank 0 may die in an elastic run).
-  auto is_lead = [&] { return env.rank == (elastic ? elastic->run.members().front() : 0); };
   const bool lead = is_lead();
-  if (lead) print_run_header(args, w, devices);
-  std::cout << trainer.describe() << std::endl;
-  start_from(trainer, args, lead);
+  if (lead && !one_process) print_run_header(args, p.w, *p.devices, p.out);
+  if (!one_process) p.out << p.trainer->describe() << std::endl;
+  start_from(*p.trainer, args, lead, p.out);
 
-  runtime::TrainingLog log(std::cout, {.total_steps = args.options.steps,
-                                       .metrics_path = lead ? args.metrics : "",
-                                       .append = !args.resume.empty()});
-  log.set_reporting(is_lead);
-  if (admission) join_run(trainer, *elastic, *admission, env.rank);
-  runtime::TrainingLoop loop(trainer, log, loop_options(args, validation ? &*validation : nullptr));
-  if (w.by_length) start_dispatch(*w.by_length, loop, trainer, dataset, args, lead);
-  runtime::ScheduledSwitches switches(std::move(w.plans), w.in_force);
-  switches.set_bsr_algorithm(resolve::parse_bsr_algorithm(args.switch_bsr));
-  loop.add_hook(switches);
-  if (elastic) {
-    switches.set_route(&elastic->hook);
-    loop.add_hook(elastic->hook);
+  p.log = std::make_unique<runtime::TrainingLog>(
+      p.out, runtime::TrainingLogOptions{.total_steps = args.options.steps,
+                                         .metrics_path = lead ? args.metrics : "",
+                                         .append = !args.resume.empty()});
+  p.log->set_reporting([this] { return is_lead(); });
+  if (p.admission) join_run(*p.trainer, *p.elastic, *p.admission, p.env.rank, p.out);
+  p.loop = std::make_unique<runtime::TrainingLoop>(*p.trainer, *p.log,
+                                                   loop_options(args, p.validation ? &*p.validation : nullptr));
+  if (p.w.by_length) start_dispatch(*p.w.by_length, *p.loop, *p.trainer, *p.dataset, args, lead, p.out);
+  p.switches = std::make_unique<runtime::ScheduledSwitches>(std::move(p.w.plans), p.w.in_force);
+  p.switches->set_bsr_algorithm(resolve::parse_bsr_algorithm(args.switch_bsr));
+  p.loop->add_hook(*p.switches);
+  if (p.elastic) {
+    p.switches->set_route(&p.elastic->hook);
+    p.loop->add_hook(p.elastic->hook);
   }
-  loop.run();
-  if (!args.trace.empty()) write_trace(trainer, args, env.rank);
-  if (is_lead() && args.check_single) check_single_process(args, model, dataset, loop.losses());
+}
+
+TrainWorker::~TrainWorker() = default;
+
+runtime::DistTrainer& TrainWorker::trainer() { return *parts_->trainer; }
+runtime::TrainingLoop& TrainWorker::loop() { return *parts_->loop; }
+const models::Model& TrainWorker::model() const { return *parts_->model; }
+int TrainWorker::rank() const { return parts_->env.rank; }
+int TrainWorker::world_size() const { return parts_->w.world; }
+const sharding::Strategy& TrainWorker::strategy() const { return parts_->first_strategy; }
+
+bool TrainWorker::is_lead() const {
+  return parts_->env.rank == (parts_->elastic ? parts_->elastic->run.members().front() : 0);
+}
+
+runtime::SwitchReport TrainWorker::switch_to(const sharding::Strategy& strategy) {
+  Parts& p = *parts_;
+  const runtime::ScheduledPlan target{p.trainer->step_count() + 1, "", strategy, p.model->compile_plan(strategy)};
+  if (!p.elastic) {
+    return p.trainer->switch_to(target.plan, strategy.name, resolve::parse_bsr_algorithm(p.args.switch_bsr));
+  }
+  const std::string why = p.elastic->hook.unusable(strategy);
+  HSPMD_CHECK(why.empty()) << "cannot switch to strategy " << strategy.name << ": " << why;
+  return p.elastic->hook.switch_to(*p.trainer, target);
+}
+
+void TrainWorker::run_to_end() {
+  Parts& p = *parts_;
+  p.loop->run();
+  if (!p.args.trace.empty()) write_trace(*p.trainer, p.args, p.env.rank);
+  if (is_lead() && p.args.check_single) check_single_process(p.args, p.model, *p.dataset, p.loop->losses());
+}
+
+namespace {
+
+void run_worker(const TrainArgs& args) {
+  TrainWorker worker(args, models::load_model(args.model), comm::WorkerEnv::from_environment(), std::cout);
+  worker.run_to_end();
 }
 
 }  // namespace

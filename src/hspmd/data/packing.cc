@@ -55,6 +55,14 @@ Batch pack(std::span<const Segment> segments, const PackOptions& options) {
     }
     return batch;
   }
+  if (options.layout == BatchLayout::kRows) {
+    for (const Segment& s : segments) {
+      append_segment(batch, s);
+      batch.cu_seqlens.push_back(batch.num_tokens());
+      batch.row_offsets.push_back(batch.num_tokens());
+    }
+    return batch;
+  }
   // First-fit: rows[r] lists the segments placed in row r.
   std::vector<std::vector<size_t>> rows;
   std::vector<int64_t> room;

@@ -36,7 +36,9 @@ struct Segment {
 // kPackedFixed: packed like kPacked, then each row's tail padded to seq_len (the pads one attention
 // sequence of their own, targets kIgnoreTarget): every row costs a full seq_len, the usual "pack to
 // a fixed length" batching that dispatch by length is compared against (bench/dispatch_bench.cc).
-enum class BatchLayout { kPacked, kPadded, kPackedFixed };
+// kRows: one segment per row in the given order, each row as long as its segment (no padding): the
+// batches a script gives the Python API's Trainer.step, each sequence one row.
+enum class BatchLayout { kPacked, kPadded, kPackedFixed, kRows };
 
 struct PackOptions {
   int64_t seq_len = 0;  // row capacity; every segment must fit in one row

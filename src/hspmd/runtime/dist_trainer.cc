@@ -36,10 +36,15 @@ std::vector<int> all_ranks(int world) {
 DistTrainer::DistTrainer(std::shared_ptr<const models::Model> model, const data::TokenDataset& dataset,
                          const sharding::AnnotationPlan& plan, DistOptions options, int rank, int world_size,
                          comm::GroupCache& groups)
+    : DistTrainer(std::move(model), &dataset, plan, std::move(options), rank, world_size, groups) {}
+
+DistTrainer::DistTrainer(std::shared_ptr<const models::Model> model, const data::TokenDataset* dataset,
+                         const sharding::AnnotationPlan& plan, DistOptions options, int rank, int world_size,
+                         comm::GroupCache& groups)
     : options_(std::move(options)),
       model_(std::move(model)),
       graph_(model_->build({.precision = options_.train.precision, .fused_head_loss = options_.fused_head_loss})),
-      dataset_(&dataset),
+      dataset_(dataset),
       rank_(rank),
       world_size_(world_size),
       compute_(options_.compute ? options_.compute(rank) : rank_compute(options_.train, options_.device, rank)),
@@ -66,14 +71,54 @@ DistTrainer::DistTrainer(std::shared_ptr<const models::Model> model, const data:
               {*allocator_, session_, cache_, pacer_, tracer_, compute_}) {
   const TrainerOptions& o = options_.train;
   members_ = options_.members.empty() ? all_ranks(world_size_) : options_.members;
-  check_dataset_fits(dataset, *model_);
+  if (dataset_ != nullptr) check_dataset_fits(*dataset_, *model_);
   validate_options(o, *model_);
   if (o.threads > 0) kernels::set_num_threads(o.threads);
   current_ = &plans_.find_or_build(plan, options_.plan_name, members_);
   state_ = ShardedState::laid_out(*current_, graph_.params, rank_, optimizer_options(o));
   state_.initialize(graph_.graph, graph_.params, o.seed, allocator_.get());
-  loader_ = std::make_unique<data::Loader>(
-      dataset, data::LoaderOptions{.seq_len = o.seq_len, .global_batch_tokens = o.global_batch_tokens, .seed = o.seed});
+  if (dataset_ != nullptr) {
+    loader_ = std::make_unique<data::Loader>(
+        *dataset_, data::LoaderOptions{.seq_len = o.seq_len, .global_batch_tokens = o.global_batch_tokens, .seed = o.seed});
+  }
+}
+
+const data::LoaderState& DistTrainer::loader_state() const {
+  static const data::LoaderState kStart;
+  return loader_ ? loader_->state() : kStart;
+}
+
+void DistTrainer::reset_loader(const data::LoaderState& state) {
+  if (loader_) loader_ = std::make_unique<data::Loader>(*dataset_, loader_->options(), state);
+}
+
+void DistTrainer::give_batch(std::vector<data::Segment> segments) {
+  HSPMD_CHECK(!segments.empty()) << "a global batch needs at least one sequence";
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const std::vector<int32_t>& t = segments[i].tokens;
+    HSPMD_CHECK(std::ssize(t) >= 2) << "sequence " << i << " of the batch has " << t.size()
+                                    << " tokens; a sequence needs at least 2 (an input and its next token)";
+    HSPMD_CHECK(std::ssize(t) <= options_.train.seq_len)
+        << "sequence " << i << " of the batch has " << t.size() << " tokens, more than seq_len "
+        << options_.train.seq_len << " (raise seq_len, up to the model's max_position_embeddings "
+        << model_->max_sequence_length() << ")";
+    for (size_t k = 0; k < t.size(); ++k) {
+      HSPMD_CHECK(t[k] >= 0 && t[k] < model_->vocab_size())
+          << "sequence " << i << " of the batch: token id " << t[k] << " at position " << k
+          << " is outside the model's vocabulary [0, " << model_->vocab_size() << ")";
+    }
+  }
+  given_batch_ = std::move(segments);
+}
+
+double DistTrainer::evaluate(const std::vector<data::Segment>& segments) {
+  const data::Batch global = data::pack(segments, {.seq_len = options_.train.seq_len});
+  const int64_t labels = global.num_label_tokens();
+  const double loss = run_passes(segments, labels, /*train=*/false, data::BatchLayout::kRows);
+  session_.wait_deferred();
+  std::vector<double> sum{runner_.counts_loss(*current_) ? loss : 0.0};
+  all_ranks_group()->allreduce({.data = comm::CommBuffer::of(sum)}).wait();
+  return sum[0];
 }
 
 std::shared_ptr<comm::Communicator> DistTrainer::all_ranks_group() {
@@ -134,15 +179,20 @@ StepMetrics DistTrainer::step() {
   const TrainerOptions& o = options_.train;
 
   // The global batch, the same on every rank; this pipeline's share, micro-batch by micro-batch.
-  step_start_ = loader_->state();
+  HSPMD_CHECK(given_batch_ || loader_) << "no batch for step " << step_ + 1
+                                       << ": this trainer has no dataset, so every step needs a given batch";
+  step_start_ = loader_state();
   in_step_ = true;
   synced_grads_.reset();
-  std::vector<data::Segment> segments = loader_->next();
+  const bool given = given_batch_.has_value();
+  std::vector<data::Segment> segments = given ? *given_batch_ : loader_->next();
   const data::Batch global = data::pack(segments, {.seq_len = o.seq_len});
   const int64_t labels = global.num_label_tokens();
-  const double loss_sum = run_passes(segments, labels, /*train=*/true);
+  const double loss_sum =
+      run_passes(segments, labels, /*train=*/true, given ? std::optional(data::BatchLayout::kRows) : std::nullopt);
   const double loss = post(loss_sum);
   in_step_ = false;
+  given_batch_.reset();
 
   StepMetrics m;
   m.step = step_;
@@ -223,8 +273,9 @@ void DistTrainer::apply_update(std::vector<Tensor>& grads, const std::vector<dou
   pacer_.pad();
 }
 
-double DistTrainer::run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train) {
-  return runner_.run(*current_, state_, segments, labels, {.train = train, .step = step_ + 1});
+double DistTrainer::run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train,
+                               std::optional<data::BatchLayout> layout) {
+  return runner_.run(*current_, state_, segments, labels, {.train = train, .step = step_ + 1, .layout = layout});
 }
 
 }  // namespace hspmd::runtime

@@ -159,11 +159,23 @@ class DistTrainer {
   DistTrainer(std::shared_ptr<const models::Model> model, const data::TokenDataset& dataset,
               const sharding::AnnotationPlan& plan, DistOptions options, int rank, int world_size,
               comm::GroupCache& groups);
+  // Without a dataset (nullptr): every step trains on the batch give_batch() hands it (the Python
+  // API's trainer.step(batch)); the checkpoint's data position stays at its start.
+  DistTrainer(std::shared_ptr<const models::Model> model, const data::TokenDataset* dataset,
+              const sharding::AnnotationPlan& plan, DistOptions options, int rank, int world_size,
+              comm::GroupCache& groups);
   ~DistTrainer();
   DistTrainer(const DistTrainer&) = delete;
   DistTrainer& operator=(const DistTrainer&) = delete;
 
   StepMetrics step();  // collective (every process of the run); a spare's loss is the global one
+  // The global batch of the next step, instead of the dataset's next one (every rank gives the same
+  // segments; each is one row of its micro-batch, data::BatchLayout::kRows: its own attention
+  // sequence, positions from 0, never packed with another). Kept until that step completes, so a
+  // step redone after a failure (elastic training) trains on it again.
+  void give_batch(std::vector<data::Segment> segments);
+  // Collective: the token-weighted mean loss of one global batch (forward only, current plan).
+  double evaluate(const std::vector<data::Segment>& segments);
   // Collective: the token-weighted mean loss, forward only under the current plan, over the first
   // batches (the run's seq_len and global_batch_tokens, a fixed order) of `dataset` until
   // `max_tokens` tokens or the end of one epoch. The weights do not change.
@@ -232,7 +244,13 @@ class DistTrainer {
   std::vector<SavedShard> parameter_shards() const { return state_.shards(rank_, false); }
   // The same plus the AdamW moments ("<param>.exp_avg", "<param>.exp_avg_sq").
   std::vector<SavedShard> state_shards() const { return state_.shards(rank_, true); }
-  const data::LoaderState& loader_state() const { return loader_->state(); }
+  // The data position (the start of an epoch when the trainer has no dataset).
+  const data::LoaderState& loader_state() const;
+  // Collective over every process of the run: the whole tensor `name` (a parameter, or one of its
+  // AdamW moments "<param>.exp_avg" / "<param>.exp_avg_sq"), float32, on every rank: each rank
+  // places the slice it counts once (as in the checkpoint) into zeros and all ranks sum, so every
+  // element is exactly its holder's value. Error naming an unknown tensor.
+  Tensor gather_state_tensor(const std::string& name);
 
   int rank() const { return rank_; }
   const specialize::ExecGraph& exec_graph() const;
@@ -265,12 +283,15 @@ class DistTrainer {
   StateTransfer state_transfer(const switching::SwitchPlan& sp, ShardedState& moved, bool after_failure);
   // This rank's part of one global batch under the current plan (the step runner's run); returns
   // the sum of its micro-batch losses.
-  double run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train);
+  double run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train,
+                    std::optional<data::BatchLayout> layout = std::nullopt);
 
   // Restores the state from `read` after checking that the saved run (its options and seed) had this
   // run's data stream; `source` names it in errors.
   void restore_from(const StateReader& read, const TrainerOptions& saved, uint64_t saved_seed, int64_t step,
                     const data::LoaderState& loader, const std::string& source);
+  // The data position moved to `state` (a restore, a redone step); nothing without a dataset.
+  void reset_loader(const data::LoaderState& state);
   double post(double loss_sum);  // returns the global loss; updates weights
   // AdamW on this rank's state with the synced gradients and the global {squares, loss} totals;
   // `gather` = false skips the ZeRO-1 parameter gather (recovery: the old groups are gone).
@@ -300,6 +321,7 @@ class DistTrainer {
   // before it, and once gradients are synced (before the totals are known), those gradients.
   data::LoaderState step_start_;
   bool in_step_ = false;
+  std::optional<std::vector<data::Segment>> given_batch_;  // give_batch()'s, until its step completes
   std::optional<std::vector<Tensor>> synced_grads_;
   Commits commits_;
   ComputePacer pacer_;

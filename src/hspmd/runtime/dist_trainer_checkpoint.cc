@@ -1,6 +1,9 @@
 #include "hspmd/runtime/dist_trainer.h"
 
+#include <optional>
+
 #include "hspmd/core/error.h"
+#include "hspmd/kernels/slice.h"
 #include "hspmd/runtime/fault_injection.h"
 
 // DistTrainer (runtime/dist_trainer.h): checkpoints and weights.
@@ -20,7 +23,7 @@ void DistTrainer::save(const std::string& dir) {
   if (lead) {
     nlohmann::json state = {{"step", step_},
                             {"seed", options_.train.seed},
-                            {"loader", nlohmann::json::parse(loader_->state().to_json())},
+                            {"loader", nlohmann::json::parse(loader_state().to_json())},
                             {"config", model_->config_json()},
                             {"options", options_.train.to_json()}};
     finish_sharded_save(dir, world_size_, state);
@@ -37,7 +40,7 @@ void DistTrainer::restore_from(const StateReader& read, const TrainerOptions& sa
       << o.seq_len << ", " << o.global_batch_tokens << ", " << o.seed;
   state_.read(read);
   step_ = step;
-  loader_ = std::make_unique<data::Loader>(*dataset_, loader_->options(), loader);
+  reset_loader(loader);
 }
 
 void DistTrainer::restore(const std::string& dir) {
@@ -88,6 +91,24 @@ void DistTrainer::load_weights(const graph::TensorMap& weights) {
 
 void DistTrainer::load_weights(const HfWeights& weights) {
   for (TensorState& s : state_.tensors) s.value.copy_from(weights.read(s.name, s.region));
+}
+
+Tensor DistTrainer::gather_state_tensor(const std::string& name) {
+  const switching::StateTensorName n = switching::parse_state_tensor_name(name);
+  std::optional<Shape> shape;
+  for (const models::ParamSpec& p : model_->parameters()) {
+    if (p.name == n.param) shape = p.shape;
+  }
+  HSPMD_CHECK(shape.has_value()) << "no tensor named '" << name << "' in model " << model_->model_type()
+                               << " (parameters by Hugging Face name, moments as <name>.exp_avg / <name>.exp_avg_sq)";
+  Tensor whole = Tensor::zeros(*shape, DType::kFloat32, allocator_.get());
+  for (const SavedShard& s : state_.shards(rank_, n.part != StatePart::kValue)) {
+    if (s.name != name) continue;
+    kernels::copy_region(s.data, std::vector<int64_t>(s.region.begin.size(), 0), whole, s.region.begin,
+                         s.region.shape().dims());
+  }
+  all_ranks_group()->allreduce({.data = comm::CommBuffer::of(whole)}).wait();
+  return whole;
 }
 
 }  // namespace hspmd::runtime

@@ -213,7 +213,7 @@ InterruptedStep DistTrainer::finish_interrupted_step(const std::vector<int>& mem
     out.metrics.lr = lr_schedule_.at(step_);
     out.metrics.grad_norm = last_grad_norm_;
   } else if (in_step_) {
-    loader_ = std::make_unique<data::Loader>(*dataset_, loader_->options(), step_start_);  // redo the same batch
+    reset_loader(step_start_);  // redo the same batch (a given batch is still held)
   }
   synced_grads_.reset();
   in_step_ = false;
@@ -223,7 +223,7 @@ InterruptedStep DistTrainer::finish_interrupted_step(const std::vector<int>& mem
 void DistTrainer::adopt_progress(int64_t step, const data::LoaderState& loader) {
   HSPMD_CHECK(state_.tensors.empty()) << "rank " << rank_ << " holds state; only a spare can adopt a run's progress";
   step_ = step;
-  loader_ = std::make_unique<data::Loader>(*dataset_, loader_->options(), loader);
+  reset_loader(loader);
 }
 
 void DistTrainer::restore_under(const sharding::AnnotationPlan& plan, const std::string& name,

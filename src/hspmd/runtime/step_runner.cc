@@ -44,6 +44,7 @@ double StepRunner::run(const SpecializedPlan& plan, ShardedState& state, const s
                        int64_t labels, StepPass pass) {
   plan_ = &plan;
   step_ = pass.step;
+  layout_ = pass.layout.value_or(options_.layout);
   const Share share = share_of(plan, segments, pass.train);
   std::vector<MicroBatch> batches(share.micro_batches.size());
   // ZeRO-2: after which of its backward passes this rank reduces its gradients into the shards.
@@ -105,7 +106,7 @@ void StepRunner::feed(MicroBatch& mb, const data::MicroBatchSegments& segments, 
   // A context-parallel pipeline feeds its tokens in one load-balanced order, which each of its
   // stages splits evenly over its CP ranks (models::Model::context_parallel_degree).
   const data::ContextParallelBatch laid_out = data::zigzag_for_context_parallel(
-      data::pack(segments, {.seq_len = options_.seq_len, .layout = options_.layout}),
+      data::pack(segments, {.seq_len = options_.seq_len, .layout = layout_}),
       model_.context_parallel_degree(plan_->exec->plan(), rank_));
   graph::TensorMap feeds = model_.feeds(laid_out.batch, labels, laid_out.order);
   for (int id : plan_->exec->placeholders()) {

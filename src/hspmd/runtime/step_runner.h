@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,7 @@ struct StepRunnerParts {
 struct StepPass {
   bool train = true;
   int64_t step = 1;  // the step in progress (fault injection names it)
+  std::optional<data::BatchLayout> layout{};  // this pass's micro-batch layout; unset: the runner's
 };
 
 class StepRunner {
@@ -96,6 +98,7 @@ class StepRunner {
   StepRunnerParts parts_;
   const SpecializedPlan* plan_ = nullptr;  // during run()
   int64_t step_ = 0;                       // during run()
+  data::BatchLayout layout_ = data::BatchLayout::kPacked;  // during run()
 };
 
 }  // namespace hspmd::runtime

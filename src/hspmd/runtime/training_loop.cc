@@ -19,7 +19,15 @@ void TrainingLoop::run() {
   losses_.clear();
   log_.begin(steps_done_);
   const auto start = std::chrono::steady_clock::now();
-  while (!trainer_.done()) {
+  while (!trainer_.done()) advance();
+  log_.finish();
+  seconds_ = seconds_since(start);
+}
+
+void TrainingLoop::advance() {
+  const int64_t target = trainer_.step_count() + 1;
+  // A recovery may roll the interrupted step forward (done) or back (redo it).
+  while (trainer_.step_count() < target) {
     try {
       iteration();
     } catch (const Error& e) {
@@ -30,8 +38,6 @@ void TrainingLoop::run() {
       if (!recovered) throw;
     }
   }
-  log_.finish();
-  seconds_ = seconds_since(start);
 }
 
 void TrainingLoop::iteration() {
@@ -48,6 +54,7 @@ void TrainingLoop::iteration() {
 
 void TrainingLoop::record(const StepMetrics& m, const std::string& suffix) {
   losses_.push_back(m.loss);
+  last_ = m;
   HSPMD_CHECK(std::isfinite(m.loss)) << "training diverged at step " << m.step << ": loss " << m.loss
                                      << " (lower --lr or enable --clip)";
   log_.step(m, suffix);

@@ -66,6 +66,12 @@ class TrainingLoop {
   void add_hook(TrainingHook& hook) { hooks_.push_back(&hook); }
   // Trains until trainer().done(). Collective: every process of the run calls it.
   void run();
+  // One iteration (the steps 1-6 above), with the hooks' recovery: the step after the trainer's
+  // step_count() is taken once this returns. Collective. For callers that drive the steps
+  // themselves (the Python API's trainer.step); run() is this until trainer().done().
+  void advance();
+  // The metrics of the last step taken (by the trainer's step or completed during recovery).
+  const StepMetrics& last_step() const { return last_; }
 
   DistTrainer& trainer() { return trainer_; }
   TrainingLog& log() { return log_; }
@@ -96,6 +102,7 @@ class TrainingLoop {
   int64_t steps_done_ = 0;  // when run() started
   std::vector<double> losses_;
   double seconds_ = 0;
+  StepMetrics last_;
 };
 
 }  // namespace hspmd::runtime
