@@ -5,7 +5,8 @@
 # client without its password and a non-loopback store without one must be refused; then:
 #
 #   cross     a heterogeneous strategy whose pipelines cross the hosts, and a switch whose BSR
-#             moves state across them: every step's loss equals one process's (--check-single)
+#             moves state across them: every step's loss equals one process's (--check-single), and
+#             the bytes counted on the wire per link tier equal what `explain --switch` prints
 #   per-tensor the same switch with --switch-bsr per-tensor (one BSR per tensor, heuristics)
 #   cp        one stage of TP 2 x CP 2 whose CP groups span the hosts (TP inside a host), then a
 #             switch to one pipeline per host (moved within the hosts): every loss equals one process's
@@ -39,7 +40,7 @@ grep -q "is on another host and has no password" "$work/probe.log" || fail "unex
 
 run_cross() {
   local switch="--switch 4:$work/dp2-pp2.json"
-  start_host a cross -- $train --steps 6 --strategy "$work/cross.json" $switch --check-single
+  start_host a cross -- $train --steps 6 --strategy "$work/cross.json" $switch --check-single --metrics "$work/cross.jsonl"
   start_host b cross -- $train --steps 6 --strategy "$work/cross.json" $switch
   wait "$launcher_a"; local code_a=$?
   wait "$launcher_b"; local code_b=$?
@@ -47,7 +48,21 @@ run_cross() {
   grep -q "PASS" "$work/cross-a.log" || fail "cross: losses differ from one process: $(grep -iE 'check|loss' "$work/cross-a.log" | tail -5)"
   grep -E "switch (before step 4|after step 3)" "$work/cross-a.log" | grep -q "inter-node" ||
     fail "cross: no switch across the hosts: $(grep -E 'switch' "$work/cross-a.log" | tail -3)"
-  echo "multihost: cross: pipelines across hosts and a switch across hosts equal one process"
+  # The bytes the switch put on the wire, counted at every rank's sends and summed by the link tier
+  # of sender and receiver, are what `hspmd explain --switch` plans per tier for this cluster.
+  local wire planned tier bytes counted
+  wire=$(grep '"event":"switch"' "$work/cross.jsonl" | grep -o '"wire_bytes_by_tier":{[^}]*}')
+  [ -n "$wire" ] || fail "cross: no wire_bytes_by_tier in the switch's metrics: $(grep switch "$work/cross.jsonl")"
+  planned=$("$bin" explain --switch "$work/cross.json" "$work/dp2-pp2.json" --model configs/llama-tiny.json \
+    --cluster "$work/cluster.json" --states params+adam 2>&1) || fail "cross: explain --switch: $planned"
+  for tier in intra-node inter-node; do
+    bytes=$(echo "$planned" | sed -nE "s/^  $tier: .*\(([0-9]+) bytes\)$/\1/p")
+    counted=$(echo "$wire" | grep -oE "\"$tier\":[0-9]+" | cut -d: -f2)
+    [ -n "$bytes" ] || fail "cross: explain --switch printed no $tier bytes: $planned"
+    [ "${counted:-0}" = "$bytes" ] ||
+      fail "cross: $tier: ${counted:-0} bytes counted on the wire, explain --switch plans $bytes ($wire)"
+  done
+  echo "multihost: cross: pipelines across hosts and a switch across hosts equal one process; bytes on the wire per tier = explain --switch: $wire"
 }
 
 # The per-tensor BSR with heuristics (the algorithm between fused and the lowest-owner baseline)
