@@ -5,8 +5,11 @@
 # client without its password and a non-loopback store without one must be refused; then:
 #
 #   cross     a heterogeneous strategy whose pipelines cross the hosts, and a switch whose BSR
-#             moves state across them: every step's loss equals one process's (--check-single)
+#             moves state across them: every step's loss equals one process's (--check-single), and
+#             the bytes counted on the wire per link tier equal what `explain --switch` prints
 #   per-tensor the same switch with --switch-bsr per-tensor (one BSR per tensor, heuristics)
+#   cp        one stage of TP 2 x CP 2 whose CP groups span the hosts (TP inside a host), then a
+#             switch to one pipeline per host (moved within the hosts): every loss equals one process's
 #   killed    every process of host B is killed (kill -9): A goes on from its replica
 #   partition host B's link goes down: A (with the store) goes on; B's launcher finds the store
 #             unreachable, fences its workers and exits 76 by itself; B never writes to the run again
@@ -19,7 +22,7 @@
 # the first step the survivors finish after their recovery) as "measured: ..." lines.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-cases=("${@:-cross per-tensor killed partition}")
+cases=("${@:-cross per-tensor cp killed partition}")
 cases=(${cases[*]})
 
 label=multihost
@@ -37,7 +40,7 @@ grep -q "is on another host and has no password" "$work/probe.log" || fail "unex
 
 run_cross() {
   local switch="--switch 4:$work/dp2-pp2.json"
-  start_host a cross -- $train --steps 6 --strategy "$work/cross.json" $switch --check-single
+  start_host a cross -- $train --steps 6 --strategy "$work/cross.json" $switch --check-single --metrics "$work/cross.jsonl"
   start_host b cross -- $train --steps 6 --strategy "$work/cross.json" $switch
   wait "$launcher_a"; local code_a=$?
   wait "$launcher_b"; local code_b=$?
@@ -45,7 +48,21 @@ run_cross() {
   grep -q "PASS" "$work/cross-a.log" || fail "cross: losses differ from one process: $(grep -iE 'check|loss' "$work/cross-a.log" | tail -5)"
   grep -E "switch (before step 4|after step 3)" "$work/cross-a.log" | grep -q "inter-node" ||
     fail "cross: no switch across the hosts: $(grep -E 'switch' "$work/cross-a.log" | tail -3)"
-  echo "multihost: cross: pipelines across hosts and a switch across hosts equal one process"
+  # The bytes the switch put on the wire, counted at every rank's sends and summed by the link tier
+  # of sender and receiver, are what `hspmd explain --switch` plans per tier for this cluster.
+  local wire planned tier bytes counted
+  wire=$(grep '"event":"switch"' "$work/cross.jsonl" | grep -o '"wire_bytes_by_tier":{[^}]*}')
+  [ -n "$wire" ] || fail "cross: no wire_bytes_by_tier in the switch's metrics: $(grep switch "$work/cross.jsonl")"
+  planned=$("$bin" explain --switch "$work/cross.json" "$work/dp2-pp2.json" --model configs/llama-tiny.json \
+    --cluster "$work/cluster.json" --states params+adam 2>&1) || fail "cross: explain --switch: $planned"
+  for tier in intra-node inter-node; do
+    bytes=$(echo "$planned" | sed -nE "s/^  $tier: .*\(([0-9]+) bytes\)$/\1/p")
+    counted=$(echo "$wire" | grep -oE "\"$tier\":[0-9]+" | cut -d: -f2)
+    [ -n "$bytes" ] || fail "cross: explain --switch printed no $tier bytes: $planned"
+    [ "${counted:-0}" = "$bytes" ] ||
+      fail "cross: $tier: ${counted:-0} bytes counted on the wire, explain --switch plans $bytes ($wire)"
+  done
+  echo "multihost: cross: pipelines across hosts and a switch across hosts equal one process; bytes on the wire per tier = explain --switch: $wire"
 }
 
 # The per-tensor BSR with heuristics (the algorithm between fused and the lowest-owner baseline)
@@ -60,6 +77,25 @@ run_per_tensor() {
   grep -q "PASS" "$work/per-tensor-a.log" || fail "per-tensor: losses differ from one process"
   grep -q "BSR per-tensor: .*inter-node" "$work/per-tensor-a.log" || fail "per-tensor: $(grep switch "$work/per-tensor-a.log")"
   echo "multihost: per-tensor: a per-tensor BSR with heuristics across hosts equals one process"
+}
+
+# Context parallelism across the hosts: ranks 0,1 (host A) are the TP pair of CP rank 0, ranks 2,3
+# (host B) that of CP rank 1, so the K/V all-gathers of the CP groups {0,2} and {1,3} cross the
+# link while the TP all-reduces stay on loopback. The switch then moves the CP-duplicated state,
+# which every host holds whole, so it crosses no link.
+run_cp() {
+  local flags="--steps 4 --strategy examples/strategies/local-cp2-tp2.json --switch 3:$work/dp2-pp2.json"
+  start_host a cp -- $train $flags --check-single
+  start_host b cp -- $train $flags
+  wait "$launcher_a"; local code_a=$?
+  wait "$launcher_b"; local code_b=$?
+  [ $code_a = 0 ] && [ $code_b = 0 ] || fail "cp: exit codes $code_a/$code_b: $(tail -20 "$work/cp-a.log")"
+  grep -q "PASS" "$work/cp-a.log" || fail "cp: losses differ from one process: $(grep -iE 'check|loss' "$work/cp-a.log" | tail -5)"
+  # Each host holds a whole replica (its TP pair), so the link heuristic keeps every move on-host.
+  local moved; moved=$(grep -E "switch after step 2" "$work/cp-a.log")
+  [[ "$moved" == *"[intra-node"* && "$moved" != *"inter-node"* ]] ||
+    fail "cp: the switch should move state within the hosts only: $moved"
+  echo "multihost: cp: a CP group across hosts (TP inside each) and a switch out of it equal one process ($(grep PASS "$work/cp-a.log"))"
 }
 
 run_killed() {
@@ -107,9 +143,10 @@ for c in "${cases[@]}"; do
   case "$c" in
     cross) run_cross ;;
     per-tensor) run_per_tensor ;;
+    cp) run_cp ;;
     killed) run_killed ;;
     partition) run_partition ;;
-    *) fail "unknown case '$c' (cross, per-tensor, killed, partition)" ;;
+    *) fail "unknown case '$c' (cross, per-tensor, cp, killed, partition)" ;;
   esac
 done
 echo "multihost: all cases passed"

@@ -150,6 +150,20 @@ TEST_F(SwitchBytes, EachRankSendsWhatExplainPlans) {
   }
   EXPECT_GT(r.switches[0][0].sent_by_tier.at(resolve::LinkTier::kInterNode), 0);
   EXPECT_EQ(r.switches[0][0].sent_by_tier.at(resolve::LinkTier::kInterNode), r.switches[0][0].sent_bytes);
+  // What the wire carried per tier (counted at the sends, summed over the ranks) is what explain
+  // prints per tier ("  inter-node: 1.2 MiB (1234 bytes)").
+  std::map<std::string, int64_t> explained_tiers;
+  const std::regex tier(R"(\n  (intra-node|inter-node): [^(]*\((\d+) bytes\))");
+  for (auto it = std::sregex_iterator(explained.output.begin(), explained.output.end(), tier);
+       it != std::sregex_iterator(); ++it) {
+    if (std::stoll((*it)[2]) > 0) explained_tiers[(*it)[1]] = std::stoll((*it)[2]);
+  }
+  ASSERT_FALSE(explained_tiers.empty()) << explained.output;
+  for (int rank = 0; rank < 4; ++rank) {
+    std::map<std::string, int64_t> wire;
+    for (const auto& [t, bytes] : r.switches[rank][0].wire_by_tier) wire[std::string(resolve::link_tier_name(t))] = bytes;
+    EXPECT_EQ(wire, explained_tiers) << "rank " << rank;
+  }
   expect_matches_single_process(r, 2);
 }
 

@@ -137,7 +137,7 @@ void run_switch(const ExplainOptions& o) {
             << " bytes), local copies " << format_bytes(plan.local_copy_bytes) << "\n";
   for (resolve::LinkTier t : {resolve::LinkTier::kIntraNode, resolve::LinkTier::kInterNode}) {
     const int64_t bytes = plan.sent_by_tier.count(t) ? plan.sent_by_tier.at(t) : 0;
-    std::cout << "  " << resolve::link_tier_name(t) << ": " << format_bytes(bytes) << "\n";
+    std::cout << "  " << resolve::link_tier_name(t) << ": " << format_bytes(bytes) << " (" << bytes << " bytes)\n";
   }
   std::cout << "busiest sender " << format_bytes(plan.busiest_sender_bytes) << "; planned in " << ms
             << " ms\n\n";

@@ -119,7 +119,11 @@ struct SwitchReport {
   int64_t step = 0;           // optimizer steps taken before the switch
   int64_t sent_bytes = 0;     // over all ranks; slices a receiver held were copied locally
   int64_t local_copy_bytes = 0;
-  std::map<resolve::LinkTier, int64_t> sent_by_tier;
+  std::map<resolve::LinkTier, int64_t> sent_by_tier;  // as planned
+  // Measured: the bytes every rank handed to its sends, summed by the link tier of sender and
+  // receiver (the cluster's, DistOptions::topology). Equal to sent_by_tier when the wire did what
+  // the plan said.
+  std::map<resolve::LinkTier, int64_t> wire_by_tier;
   std::map<int, int64_t> sent_by_rank;  // rank -> bytes it sends, as planned
   int64_t rank_sent_bytes = 0;          // what this rank put on the wire (measured)
   int messages = 0;                     // (sender, receiver) pairs

@@ -54,6 +54,28 @@ double max_over(comm::Communicator& world, double value) {
   return *std::max_element(all.begin(), all.end());
 }
 
+// The bytes every rank put on the wire (peer -> bytes, this rank's share), summed over the world by
+// the link tier between sender and receiver: what the switch measurably moved per tier, to set
+// beside the plan's sent_by_tier. Without a topology every link is intra-node (as the planner has it).
+std::map<resolve::LinkTier, int64_t> wire_bytes_by_tier(comm::Communicator& world, const std::map<int, int64_t>& sent_to,
+                                                        const resolve::Topology* topology, int rank) {
+  const std::vector<resolve::LinkTier> tiers = {resolve::LinkTier::kIntraNode, resolve::LinkTier::kInterNode};
+  std::vector<int64_t> bytes(tiers.size(), 0);
+  for (const auto& [peer, n] : sent_to) {
+    const resolve::LinkTier tier = topology ? topology->tier(rank, peer) : resolve::LinkTier::kIntraNode;
+    const auto at = std::find(tiers.begin(), tiers.end(), tier);
+    HSPMD_CHECK(at != tiers.end()) << "switch: rank " << rank << " sent " << n << " bytes to peer " << peer
+                                   << " over a " << resolve::link_tier_name(tier) << " link";
+    bytes[at - tiers.begin()] += n;
+  }
+  world.allreduce({.data = comm::CommBuffer::of(bytes)}).wait();
+  std::map<resolve::LinkTier, int64_t> out;
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    if (bytes[i] > 0) out[tiers[i]] = bytes[i];
+  }
+  return out;
+}
+
 }  // namespace
 
 SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const std::string& name,
@@ -84,18 +106,22 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
   fault_point(rank_, step_ + 1, "switch");
   const auto bsr_start = Clock::now();
   report.algorithm = resolve::bsr_algorithm_name(algorithm);
+  std::map<int, int64_t> sent_to;  // peer -> bytes this rank put on the wire to it
   if (algorithm == resolve::BsrAlgorithm::kFusedHeuristic) {
-    report.rank_sent_bytes =
-        execute_fused_bsr(sp.bsr, rank_, transfer.sources, transfer.destinations, session_, "switch");
+    sent_to = execute_fused_bsr(sp.bsr, rank_, transfer.sources, transfer.destinations, session_, "switch");
   } else {
     for (size_t i = 0; i < sp.tensors.size(); ++i) {
       const resolve::FusedBsr one = resolve::plan_fused_bsr({sp.tensors[i]}, options_.topology,
                                                             resolve::bsr_algorithm_options(algorithm, dead));
-      report.rank_sent_bytes +=
-          execute_fused_bsr(one, rank_, {transfer.sources[i]}, {transfer.destinations[i]}, session_, "switch");
+      for (const auto& [peer, bytes] :
+           execute_fused_bsr(one, rank_, {transfer.sources[i]}, {transfer.destinations[i]}, session_, "switch")) {
+        sent_to[peer] += bytes;
+      }
     }
   }
   const double bsr_seconds = seconds_since(bsr_start);
+  for (const auto& [peer, bytes] : sent_to) report.rank_sent_bytes += bytes;
+  report.wire_by_tier = wire_bytes_by_tier(*world, sent_to, options_.topology, rank_);
   if (commits_.switch_done) commits_.switch_done();
 
   // 3. Hand over: the next step runs the new plan's graphs on the moved state.
@@ -239,12 +265,14 @@ void DistTrainer::restore_under(const sharding::AnnotationPlan& plan, const std:
 nlohmann::json SwitchReport::to_json() const {
   nlohmann::json tiers = nlohmann::json::object();
   for (const auto& [tier, bytes] : sent_by_tier) tiers[resolve::link_tier_name(tier)] = bytes;
+  nlohmann::json wire = nlohmann::json::object();
+  for (const auto& [tier, bytes] : wire_by_tier) wire[resolve::link_tier_name(tier)] = bytes;
   nlohmann::json ranks = nlohmann::json::object();
   for (const auto& [rank, bytes] : sent_by_rank) ranks[std::to_string(rank)] = bytes;
   return {{"event", "switch"},       {"step", step},
           {"from", from},            {"to", to},
           {"specialized", specialized}, {"sent_bytes", sent_bytes},
-          {"sent_bytes_by_tier", tiers}, {"sent_bytes_by_rank", ranks},
+          {"sent_bytes_by_tier", tiers}, {"wire_bytes_by_tier", wire}, {"sent_bytes_by_rank", ranks},
           {"local_copy_bytes", local_copy_bytes}, {"messages", messages}, {"algorithm", algorithm},
           {"bsr_seconds", bsr_seconds}, {"total_seconds", total_seconds}};
 }
@@ -258,6 +286,12 @@ std::string SwitchReport::to_string() const {
       << format_bytes(sent_bytes);
   for (const auto& [tier, bytes] : sent_by_tier) {
     out << " [" << resolve::link_tier_name(tier) << " " << format_bytes(bytes) << "]";
+  }
+  int64_t on_wire = 0;
+  for (const auto& [tier, bytes] : wire_by_tier) on_wire += bytes;
+  out << ", on the wire " << format_bytes(on_wire);
+  for (const auto& [tier, bytes] : wire_by_tier) {
+    out << " [" << resolve::link_tier_name(tier) << " " << bytes << " bytes]";
   }
   char times[96];
   std::snprintf(times, sizeof times, ", local copies %s; BSR %.3fs, switch %.3fs",

@@ -422,9 +422,10 @@ Tensor execute_reshard_staged(const resolve::Resolution& resolution, const Shape
   return out.defined() ? out.clone(&memory) : out;
 }
 
-int64_t execute_fused_bsr(const resolve::FusedBsr& bsr, int device, const std::vector<LocalShard>& sources,
-                          const std::vector<LocalShard>& destinations, CommSession& session,
-                          const std::string& channel) {
+std::map<int, int64_t> execute_fused_bsr(const resolve::FusedBsr& bsr, int device,
+                                         const std::vector<LocalShard>& sources,
+                                         const std::vector<LocalShard>& destinations, CommSession& session,
+                                         const std::string& channel) {
   HSPMD_CHECK(device == session.rank()) << "execute_fused_bsr for device " << device << " on the comm session of rank "
                                         << session.rank();
   const size_t n = bsr.table.tensor_names().size();
@@ -432,7 +433,7 @@ int64_t execute_fused_bsr(const resolve::FusedBsr& bsr, int device, const std::v
       << "execute_fused_bsr: the BSR moves " << n << " tensors, given " << sources.size() << " sources and "
       << destinations.size() << " destinations";
   auto it = bsr.ops.find(device);
-  if (it == bsr.ops.end()) return 0;
+  if (it == bsr.ops.end()) return {};
   const std::string where = "fused BSR of " + std::to_string(n) + " tensors on device " + std::to_string(device) +
                             " (channel '" + channel + "')";
   DType dtype = DType::kFloat32;
@@ -456,8 +457,11 @@ int64_t execute_fused_bsr(const resolve::FusedBsr& bsr, int device, const std::v
     }
   }
   InFlight in_flight;
-  int64_t sent = 0;
-  for (const auto& [peer, traffic] : peers) sent += post_peer(ctx, peer, traffic, sources, destinations, in_flight);
+  std::map<int, int64_t> sent;  // counted from the buffers handed to send_recv, not from the plan
+  for (const auto& [peer, traffic] : peers) {
+    const int64_t bytes = post_peer(ctx, peer, traffic, sources, destinations, in_flight);
+    if (bytes > 0) sent[peer] += bytes;
+  }
   in_flight.wait_all();
   session.wait_deferred();  // the switch is over when every piece has arrived and left
   return sent;

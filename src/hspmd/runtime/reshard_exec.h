@@ -30,6 +30,7 @@
 // sync and optimizer, so a deferred forward send never queues in front of a backward receive.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -101,11 +102,13 @@ struct LocalShard {
 // Runs `device`'s part of a fused BSR (resolve/fused_bsr.h; the graph switch of §7): its local
 // copies, then ONE send_recv per peer carrying every piece of every tensor both ways, all peers
 // posted before any is waited on; returns, once its pieces have arrived and its sends completed,
-// the bytes it sent. sources[i] / destinations[i] are the device's shards of tensor i of the BSR's
+// the bytes it put on the wire to each peer (peer -> bytes; peers it only receives from are absent).
+// sources[i] / destinations[i] are the device's shards of tensor i of the BSR's
 // table before and after; the caller allocates the destinations. Every device of the BSR calls it
 // (identical `bsr`).
-int64_t execute_fused_bsr(const resolve::FusedBsr& bsr, int device, const std::vector<LocalShard>& sources,
-                          const std::vector<LocalShard>& destinations, CommSession& session,
-                          const std::string& channel);
+std::map<int, int64_t> execute_fused_bsr(const resolve::FusedBsr& bsr, int device,
+                                         const std::vector<LocalShard>& sources,
+                                         const std::vector<LocalShard>& destinations, CommSession& session,
+                                         const std::string& channel);
 
 }  // namespace hspmd::runtime
