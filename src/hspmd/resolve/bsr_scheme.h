@@ -3,7 +3,9 @@
 //   (i)   the receiver already owns the slice      -> local copy, no communication;
 //   (ii)  otherwise the owner on the fastest link  (Topology::bandwidth(owner, receiver));
 //   (iii) ties -> the owner that has sent the fewest bytes so far (then the lowest id).
-// O(p * q * owners) for p entries and q receivers per entry. kLowestOwner (`--no-heuristics`)
+// O(p * q * owners) for p entries and q receivers per entry with an explicit bandwidth matrix; with
+// one inter-node bandwidth, O(p * (owners log owners + q * (node's owners + log owners))), which
+// is linear in the ranks under data parallelism (bsr_scheme.cc says why). kLowestOwner (`--no-heuristics`)
 // keeps (i) and otherwise takes the lowest-id owner: the paper's unfused baseline, which differs
 // from the scheme in (ii) and (iii) only.
 //

@@ -8,9 +8,16 @@ namespace hspmd::resolve {
 
 namespace {
 
+// Group by group, in the order of Annotation::devices(): looking each device up with
+// Annotation::region would search every subgroup, which is the ranks squared under data parallelism
+// (one subgroup per replica).
 BsrTable::DeviceRegions regions_of(const sharding::Annotation& a, const Shape& shape) {
   BsrTable::DeviceRegions out;
-  for (int d : a.devices()) out.emplace_back(d, *a.region(d, shape));
+  for (int g = 0; g < a.hsize(); ++g) {
+    const Region part = a.group_part(g, shape);
+    const std::vector<int>& devices = a.group(g).devices();
+    for (int i = 0; i < static_cast<int>(devices.size()); ++i) out.emplace_back(devices[i], a.ds(g).region(i, part));
+  }
   return out;
 }
 

@@ -41,9 +41,10 @@ namespace {
 // Adds one table's scheme to `out`: ops appended per device, messages per pair.
 void append_scheme(const BsrTable& table, const BsrScheme& scheme, int tensor_offset, FusedBsr& out) {
   for (auto& [dev, ops] : scheme.device_ops(table)) {
-    for (CommOp op : ops) {
+    std::vector<CommOp>& into = out.ops[dev];
+    for (CommOp& op : ops) {
       for (Piece& p : op.pieces) p.tensor += tensor_offset;
-      out.ops[dev].push_back(std::move(op));
+      into.push_back(std::move(op));
     }
   }
   std::map<std::pair<int, int>, int> pieces;

@@ -24,6 +24,7 @@ Topology Topology::uniform(int n, double bandwidth) {
   t.name_ = "uniform-" + std::to_string(n);
   for (int i = 0; i < n; ++i) t.devices_.push_back({i, 0, "device", 0, 0});
   t.matrix_.assign(static_cast<size_t>(n) * n, bandwidth);
+  t.uniform_inter_node_ = bandwidth;  // one node: no inter-node link, so any value holds
   return t;
 }
 
@@ -119,6 +120,7 @@ Topology Topology::from_json_text(const std::string& text, const std::string& so
           da.node == db.node ? std::min(intra_of(da.type), intra_of(db.type)) : inter;
     }
   }
+  t.uniform_inter_node_ = inter;
   return t;
 }
 

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,11 +47,16 @@ class Topology {
   // Bytes/s from a to b; infinite for a == b.
   double bandwidth(int a, int b) const;
   LinkTier tier(int a, int b) const;
+  // The bandwidth of every link between two nodes when the spec gives one inter_node_bandwidth
+  // (or there is one node); empty for an explicit bandwidth_matrix. Lets a BSR scheme pick the
+  // best remote sender without reading one matrix entry per owner (resolve/bsr_scheme.cc).
+  std::optional<double> uniform_inter_node_bandwidth() const { return uniform_inter_node_; }
 
  private:
   std::string name_;
   std::vector<DeviceSpec> devices_;
   std::vector<double> matrix_;  // n x n, row = sender
+  std::optional<double> uniform_inter_node_;
 };
 
 }  // namespace hspmd::resolve
