@@ -298,5 +298,132 @@ TEST(CostModelTest, UnknownKindOrRankIsAnError) {
   EXPECT_THROW(cm2.predict(hetero()), Error);
 }
 
+// hetero() with another ZeRO stage.
+sharding::Strategy hetero_zero(int zero) {
+  sharding::Strategy st = hetero();
+  st.zero = zero;
+  return st;
+}
+
+TEST(CostModelTest, ZeroTwoDropsTheAccumulatorAndReducesOncePerGradientGroup) {
+  const models::LlamaConfig config = testing::tiny_config();
+  const resolve::Topology topo = testing::two_kind_cluster(2, 2, 1e9);
+  const Profile profile = testing::two_kind_profile();
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 64});
+  const Prediction z1 = cm.predict(hetero_zero(1)), z2 = cm.predict(hetero_zero(2));
+  // Pipelines run 2 and 4 micro-batches: 2 gradient groups; pipeline 0's micro-batches are a group
+  // each, pipeline 1's come in pairs (its whole gradient lives across two backward passes).
+  EXPECT_EQ(z1.gradient_groups, 0);
+  EXPECT_EQ(z2.gradient_groups, 2);
+  EXPECT_THAT(to_string(z2), HasSubstr("ZeRO-2: 2 gradient reduce-scatter(s) per step"));
+
+  // Rank 0 (TP 2, all 4 layers and both ends, 2 sequences of 64 tokens): the float32 accumulator of
+  // its parameter shard goes; a backward pass's whole gradient counts beyond the forward transients.
+  const ModelShape shape = ModelShape::of(models::Llama(config));
+  const ActivationFit& act = profile.at("fast", 2).activations;
+  const double params = shape.stage_parameters(4, true, true) / 2;
+  const double accumulator = params * 4;
+  const double transient = 4 * act.transient_per_token * 128 + act.ends_transient_per_token * 128;
+  ASSERT_GT(accumulator, transient);
+  EXPECT_NEAR(z1.ranks[0].memory.parameters - z2.ranks[0].memory.parameters, transient, 1e-6);
+  EXPECT_NEAR(z2.ranks[0].memory.parameters, params * 8 - accumulator + (accumulator - transient), 1e-6);
+  EXPECT_LT(z2.ranks[0].memory.total(), z1.ranks[0].memory.total());
+  // The optimizer states and activations are ZeRO-1's, bit for bit; pipeline 1 is priced as ZeRO-1.
+  EXPECT_EQ(z2.ranks[0].memory.zero_states, z1.ranks[0].memory.zero_states);
+  EXPECT_EQ(z2.ranks[0].memory.activations, z1.ranks[0].memory.activations);
+  for (int r : {2, 3}) EXPECT_EQ(z2.ranks[r].memory.total(), z1.ranks[r].memory.total()) << "rank " << r;
+
+  // Communication: ZeRO-1 all-reduces each stage's float32 gradient shard once (ranks 0 and 2: a
+  // ring of 2 over the 1e9 B/s inter-node link); ZeRO-2 reduce-scatters it once per group and
+  // all-gathers the parameters once: 3 half-rings instead of 2.
+  const double bytes = params * 4;
+  EXPECT_NEAR(z1.pipelines[0].stages[0].sync_seconds, 2.0 * 1 / 2 * bytes / 1e9, 1e-12);
+  EXPECT_NEAR(z2.pipelines[0].stages[0].sync_seconds, 3.0 * 1 / 2 * bytes / 1e9, 1e-12);
+  const double stage1_bytes = shape.stage_parameters(3, false, true) * 4;
+  EXPECT_NEAR(z2.pipelines[1].stages[1].sync_seconds, 3.0 * 1 / 2 * stage1_bytes / 1e9, 1e-12);
+  EXPECT_EQ(z2.pipelines[0].pipeline_seconds, z1.pipelines[0].pipeline_seconds);
+  EXPECT_GT(z2.step_seconds, z1.step_seconds);
+  // The optimizer's work is ZeRO-1's (the same shards).
+  EXPECT_EQ(z2.pipelines[1].stages[0].optimizer_seconds, z1.pipelines[1].stages[0].optimizer_seconds);
+}
+
+sharding::Strategy tp2_stage(bool sequence_parallel, int zero = 0) {
+  return sharding::Strategy::from_json_text(
+      std::string(R"({"name": "tp2", "zero": )") + std::to_string(zero) + R"(, "pipelines": [
+      {"micro_batch_size": 2, "num_micro_batches": 2,
+       "stages": [{"ranks": "0-1", "layers": "0-3", "sequence_parallel": )" +
+          (sequence_parallel ? "true" : "false") + "}]}]}",
+      "tp2.json");
+}
+
+TEST(CostModelTest, SequenceParallelSplitsTheValuesBetweenTpBlocksAndMovesTheSameBytes) {
+  const models::LlamaConfig config = testing::tiny_config();
+  const resolve::Topology topo = testing::two_kind_cluster(2, 2, 1e9);
+  // Transient values more than SP's 5 split ones (5 x 64 x 4 B per token; llama-tiny measures about
+  // 5.7 KiB per token at TP 2, docs/memory.md), fewer than the gradient accumulator holds.
+  Profile profile = testing::two_kind_profile();
+  profile.devices.at("fast").tp.at(2).activations.transient_per_token = 3000;
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 64});
+  const Prediction plain = cm.predict(tp2_stage(false)), sp = cm.predict(tp2_stage(true));
+  ASSERT_TRUE(sp.pipelines[0].stages[0].sequence_parallel);
+  EXPECT_THAT(to_string(sp), HasSubstr("(fast TP2 SP, 4 layers)"));
+
+  // Memory: per layer and token, 2 kept and 5 transient hidden-wide float32 values held for half of
+  // the 2 x 64 tokens instead of all (1 micro-batch in flight on a one-stage pipeline).
+  const double half_of_a_vector = 0.5 * 128 * 4 * 128;
+  const double saved = 4 * (2 + 5) * half_of_a_vector;
+  EXPECT_NEAR(plain.ranks[0].memory.activations - sp.ranks[0].memory.activations, saved, 1e-6);
+  EXPECT_LT(sp.ranks[0].memory.total(), plain.ranks[0].memory.total());
+  EXPECT_EQ(sp.ranks[0].memory.parameters, plain.ranks[0].memory.parameters);
+
+  // Communication: per layer 4 all-gathers and 4 reduce-scatters of 2 x 64 x 128 floats on a ring of
+  // 2 over the intra-node link (1e10 B/s), 2 more for the embedding and 2 for the head, and the
+  // loss's gather: what the all-reduces moved.
+  const double half_ring = 1.0 / 2 * (2 * 64 * 128 * 4) / 1e10;
+  const double loss_gather = 2.0 * 1 / 2 * (2 * 64 * 3 * 8) / 1e10;
+  EXPECT_NEAR(sp.pipelines[0].stages[0].tp_comm_seconds, (8 * 4 + 2 + 2) * half_ring + loss_gather, 1e-15);
+  EXPECT_NEAR(sp.pipelines[0].stages[0].tp_comm_seconds, plain.pipelines[0].stages[0].tp_comm_seconds, 1e-15);
+  EXPECT_EQ(sp.pipelines[0].stages[0].compute_seconds, plain.pipelines[0].stages[0].compute_seconds);
+
+  // A profile whose activation fits already assume SP (derived ones) prices SP as its fits.
+  Profile already = profile;
+  already.activations_sequence_parallel = true;
+  const CostModel cm_already(models::Llama(config), topo, already, {.seq_len = 64});
+  EXPECT_EQ(cm_already.predict(tp2_stage(true)).ranks[0].memory.activations, plain.ranks[0].memory.activations);
+  EXPECT_EQ(Profile::from_json_text(already.to_json_text(), "p.json").activations_sequence_parallel, true);
+  EXPECT_EQ(Profile::from_json_text(profile.to_json_text(), "p.json").activations_sequence_parallel, false);
+
+  // Both: ZeRO-2 counts the whole gradient beyond SP's smaller transients.
+  const Prediction both = cm.predict(tp2_stage(true, 2)), z1 = cm.predict(tp2_stage(true, 1));
+  const double params = ModelShape::of(models::Llama(config)).stage_parameters(4, true, true) / 2;
+  const ActivationFit& act = profile.at("fast", 2).activations;
+  const double transient = 4 * act.transient_per_token * 128 - 4 * 5 * half_of_a_vector + act.ends_transient_per_token * 128;
+  ASSERT_GT(params * 4, transient);
+  EXPECT_NEAR(both.ranks[0].memory.parameters, params * 8 - transient, 1e-6);
+  EXPECT_LT(both.ranks[0].memory.total(), z1.ranks[0].memory.total());
+}
+
+TEST(CostModelTest, WithoutZeroTwoOrSequenceParallelThePriceIsUnchanged) {
+  // The keys' defaults price as before: each part of a ZeRO-1 strategy without SP equals the
+  // building blocks' ZeRO-1 figures, bit for bit, and "sequence_parallel": false is no key at all.
+  const models::LlamaConfig config = testing::tiny_config();
+  const resolve::Topology topo = testing::two_kind_cluster(2, 2, 1e9);
+  const Profile profile = testing::two_kind_profile();
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 64});
+  const Prediction p = cm.predict(hetero()), explicit_false = cm.predict(tp2_stage(false, 1));
+  const MemoryBreakdown m = cm.stage_memory("fast", 2, 4, true, true, 2, 1, 2, true);
+  EXPECT_EQ(p.ranks[0].memory.parameters, m.parameters);
+  EXPECT_EQ(p.ranks[0].memory.zero_states, m.zero_states);
+  EXPECT_EQ(p.ranks[0].memory.activations, m.activations);
+  const std::vector<int> ranks{0, 1};
+  EXPECT_EQ(p.pipelines[0].stages[0].tp_comm_seconds,
+            cm.stage_tp_comm(ranks, 4, 2) + cm.ends_tp_comm(ranks, true, true, 2));
+  const Prediction no_key = cm.predict(sharding::Strategy::from_json_text(R"({"name": "tp2", "zero": 1,
+      "pipelines": [{"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3"}]}]})",
+                                                                          "tp2.json"));
+  EXPECT_EQ(to_string(no_key), to_string(explicit_false));
+  EXPECT_EQ(p.gradient_groups, 0);
+}
+
 }  // namespace
 }  // namespace hspmd::planner

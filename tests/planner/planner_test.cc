@@ -14,6 +14,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "hspmd/core/error.h"
 #include "hspmd/models/llama_model.h"
@@ -255,6 +256,46 @@ TEST(PlannerMemoryTest, ModelThatCannotFitIsRefusedWithTheFigures) {
     EXPECT_THAT(what, HasSubstr("billion parameters"));
     EXPECT_THAT(what, HasSubstr("the devices have 7.63 MiB in all, the largest 1.91 MiB"));
   }
+}
+
+TEST(PlannerMemoryTest, ZeroTwoIsChosenWhenNothingFitsUnderZeroOne) {
+  const Profile profile = two_kind_profile();
+  PlannerOptions o;
+  o.global_batch = 8;
+  o.seq_len = 64;
+  PlannerOptions zero1_only = o;
+  zero1_only.zero2_when_tight = false;
+  auto plan_on = [&](double memory, const PlannerOptions& options) {
+    return Planner(models::Llama(tiny_config()), two_kind_cluster(2, 2, memory), profile, options).plan();
+  };
+  // The least memory per device some plan fits in, 1% steps up from 2 MB (which nothing fits): ZeRO-2
+  // saves a few percent here (at most one micro-batch's transient values per rank).
+  double memory = 2e6;
+  std::optional<Plan> plan;
+  while (!plan && memory < 1e8) {
+    try {
+      plan = plan_on(memory, o);
+    } catch (const Error&) {
+      memory *= 1.01;
+    }
+  }
+  ASSERT_TRUE(plan) << "no plan fits in 100 MB a device";
+  EXPECT_EQ(plan->strategy.zero, 2) << describe_plan(*plan);
+  ASSERT_TRUE(plan->prediction.fits);
+  // The same strategy under ZeRO-1 does not fit, and no ZeRO-1 plan does.
+  sharding::Strategy as_zero1 = plan->strategy;
+  as_zero1.zero = 1;
+  const resolve::Topology topo = two_kind_cluster(2, 2, memory);
+  const CostModel cm(models::Llama(tiny_config()), topo, profile, {.seq_len = 64});
+  EXPECT_FALSE(cm.predict(as_zero1).fits);
+  try {
+    plan_on(memory, zero1_only);
+    FAIL() << "a ZeRO-1 plan fits in " << memory << " bytes a device";
+  } catch (const Error& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("no plan fits in memory"));
+  }
+  // With room, ZeRO-1 stays the plan.
+  EXPECT_EQ(plan_on(1e9, o).strategy.zero, 1);
 }
 
 // Re-planning on the paper's 48-GPU cluster after losing H800 rank 15, from Table 9's strategy.

@@ -16,6 +16,13 @@ namespace {
 // Gradients travel as float32 whatever the activation type (the optimizer's master precision).
 constexpr double kGradientElementBytes = 4;
 
+// Sequence parallelism's saving per token and layer, in hidden-wide values of which a TP rank of
+// degree t holds 1/t instead of all: 2 kept for the backward pass, 5 transient. Read off the
+// runtime's memory estimate (specialize/memory_estimate.h) of llama-tiny layers at TP 2 and 4
+// (docs/memory.md), which it matches to a few bytes per token (per-token norm statistics).
+constexpr double kSequenceParallelKeptVectors = 2;
+constexpr double kSequenceParallelTransientVectors = 5;
+
 std::string tier_name(resolve::LinkTier tier) { return std::string(resolve::link_tier_name(tier)); }
 
 const LinkProfile* link_of(const std::optional<LinkProfile>& l) { return l ? &*l : nullptr; }
@@ -161,10 +168,14 @@ double CostModel::allreduce(const std::vector<int>& group, double bytes) const {
 }
 
 double CostModel::allgather(const std::vector<int>& group, double bytes) const {
-  const int n = static_cast<int>(group.size());
+  if (group.size() <= 1 || bytes <= 0) return 0;
+  return ring_allgather(static_cast<int>(group.size()), collective_link(group), bytes);
+}
+
+double CostModel::ring_allgather(int n, std::pair<double, double> link, double bytes) {
   if (n <= 1 || bytes <= 0) return 0;
   // Half an all-reduce's ring: (n - 1) steps of bytes / n each.
-  const auto [bus, latency] = collective_link(group);
+  const auto [bus, latency] = link;
   return 1.0 * (n - 1) / n * bytes / bus + (n - 1) * latency;
 }
 
@@ -186,11 +197,16 @@ std::vector<int> cp_group(const std::vector<int>& ranks, int cp) {
 
 }  // namespace
 
-double CostModel::stage_tp_comm(const std::vector<int>& ranks, int layers, int micro_batch_size, int cp) const {
+double CostModel::stage_tp_comm(const std::vector<int>& ranks, int layers, int micro_batch_size, int cp,
+                                bool sequence_parallel) const {
   const std::vector<int> group = tp_group(ranks, cp);
   if (profile_.layer_includes_tp_comm || group.size() <= 1) return 0;
   const DeviceKindProfile& k = profile_.kind(stage_kind(ranks, static_cast<int>(group.size())));
   const double bytes = micro_batch_size * padded_seq_len(cp) / std::max(1, cp) * shape_.hidden * k.activation_element_bytes;
+  // Sequence parallelism: forward, an all-gather before each column-parallel block (attn_in,
+  // mlp_in) and a reduce-scatter after each row-parallel one (attn_out, mlp_out); backward, the
+  // reverse. On a ring an all-gather and a reduce-scatter move what one all-reduce moves.
+  if (sequence_parallel) return 8.0 * layers * allgather(group, bytes);
   // Megatron TP: one all-reduce after attention and one after the MLP, each in forward and backward.
   return 4.0 * layers * allreduce(group, bytes);
 }
@@ -207,13 +223,20 @@ double CostModel::stage_cp_comm(const std::vector<int>& ranks, int layers, int m
 }
 
 double CostModel::ends_tp_comm(const std::vector<int>& ranks, bool first, bool last, int micro_batch_size,
-                               int cp) const {
+                               int cp, bool sequence_parallel) const {
   const std::vector<int> group = tp_group(ranks, cp);
   if (profile_.layer_includes_tp_comm || group.size() <= 1 || !(first || last)) return 0;
   const DeviceKindProfile& k = profile_.kind(stage_kind(ranks, static_cast<int>(group.size())));
   const double tokens = micro_batch_size * padded_seq_len(cp) / std::max(1, cp);
   const double bytes = tokens * shape_.hidden * k.activation_element_bytes;
   double t = 0;
+  if (sequence_parallel) {
+    // The embedding's output is reduce-scattered (its gradient all-gathered back); the last layer's
+    // output is all-gathered for the final norm and head (its gradient reduce-scattered).
+    if (first) t += 2.0 * allgather(group, bytes);
+    if (last) t += 2.0 * allgather(group, bytes) + allreduce(group, 3.0 * 8 * tokens);
+    return t;
+  }
   // The vocabulary-parallel embedding's output is all-reduced in the forward pass.
   if (first) t += allreduce(group, bytes);
   // The vocabulary-parallel head: its input gradient is all-reduced in the backward pass, and the
@@ -256,7 +279,7 @@ int CostModel::in_flight(int num_stages, int stage, int num_micro_batches) const
 
 MemoryBreakdown CostModel::stage_memory(const std::string& kind, int tp, int layers, bool first, bool last,
                                         int micro_batch_size, int in_flight_count, int data_parallel,
-                                        bool zero1, int cp) const {
+                                        bool zero1, int cp, bool gradient_shard, bool sequence_parallel) const {
   const DeviceKindProfile& k = profile_.kind(kind);
   const ActivationFit& a = profile_.at(kind, tp).activations;
   const double params = shape_.stage_parameters(layers, first, last) / tp;
@@ -273,12 +296,28 @@ MemoryBreakdown CostModel::stage_memory(const std::string& kind, int tp, int lay
     const double kv_width = static_cast<double>(shape_.kv_heads) * (shape_.hidden / shape_.heads) / tp;
     transient += 2.0 * micro_batch_size * padded_seq_len(cp) * kv_width * k.activation_element_bytes;
   }
+  if (sequence_parallel && tp > 1 && !profile_.activations_sequence_parallel) {
+    // The values between TP blocks a rank then holds for 1/t of the tokens instead of all of them:
+    // per layer, the residual stream kept for the two norms' backward and 5 hidden-wide values that
+    // die within the forward pass (kSequenceParallel*Vectors). The ends change by a few bytes per
+    // token: the embedding's partial sum and the last layer's gathered output stay whole.
+    const double saved_per_vector = (1.0 - 1.0 / tp) * shape_.hidden * k.activation_element_bytes * tokens;
+    keep = std::max(0.0, keep - layers * kSequenceParallelKeptVectors * saved_per_vector);
+    transient = std::max(0.0, transient - layers * kSequenceParallelTransientVectors * saved_per_vector);
+  }
   if (last) {
     keep += a.ends_keep_per_token * tokens;
     transient += a.ends_transient_per_token * tokens;
   }
   m.activations = in_flight_count * keep + transient;
   m.reserved = k.reserved_bytes;
+  if (gradient_shard) {
+    // ZeRO-2 as specialize/memory_estimate.h counts it: the whole accumulator (float32 gradients, part
+    // of bytes_per_parameter) is gone, the synced shard stays in zero_states; a backward pass's whole
+    // gradient lives only while no forward transient value does, so it counts only beyond those.
+    const double accumulator = params * std::min(kGradientElementBytes, k.bytes_per_parameter);
+    m.parameters += std::max(0.0, accumulator - transient) - accumulator;
+  }
   return m;
 }
 
@@ -286,6 +325,12 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
   st.validate(static_cast<int>(shape_.layers));
   Prediction out;
   const int D = static_cast<int>(st.pipelines.size());
+  // ZeRO-2's gradient groups per step (runtime/gradient_sync.h): the fewest micro-batches any
+  // pipeline runs. A pipeline running exactly that many makes each micro-batch a group.
+  int groups = st.pipelines.empty() ? 1 : st.pipelines.front().num_micro_batches;
+  for (const sharding::PipelineSpec& pipe : st.pipelines) groups = std::min(groups, pipe.num_micro_batches);
+  groups = std::max(1, groups);
+  if (st.shards_gradients()) out.gradient_groups = groups;
   // Per pipeline, the stage holding each layer: one pass over the stages instead of a search per
   // (stage, pipeline) pair, which grew as D^2 S.
   std::vector<std::vector<int>> stages_of_layer(st.pipelines.size(), std::vector<int>(shape_.layers, 0));
@@ -306,13 +351,14 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
       StagePrediction sp;
       sp.tp = stage.tp();
       sp.cp = stage.cp;
+      sp.sequence_parallel = stage.sequence_parallel && sp.tp > 1;
       sp.kind = stage_kind(stage.ranks, sp.tp);
       sp.layers = stage.last_layer - stage.first_layer + 1;
       const bool last = j == S - 1;
       const int b = pipe.micro_batch_size;
       sp.compute_seconds = stage_compute(sp.kind, sp.tp, sp.layers, last, b, sp.cp);
-      sp.tp_comm_seconds = stage_tp_comm(stage.ranks, sp.layers, b, sp.cp) +
-                           ends_tp_comm(stage.ranks, j == 0, last, b, sp.cp);
+      sp.tp_comm_seconds = stage_tp_comm(stage.ranks, sp.layers, b, sp.cp, sp.sequence_parallel) +
+                           ends_tp_comm(stage.ranks, j == 0, last, b, sp.cp, sp.sequence_parallel);
       sp.cp_comm_seconds = stage_cp_comm(stage.ranks, sp.layers, b, sp.cp);
       if (!last) sp.p2p_seconds = p2p(stage.ranks.front(), pipe.stages[j + 1].ranks.front(), b, sp.cp);
       // The stage's gradient shard is all-reduced with its replicas: its CP ranks and the stages
@@ -330,7 +376,15 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
         ring = rings.emplace(stage.first_layer, std::make_pair(static_cast<int>(dp_group.size()), link)).first;
       }
       const double params = shape_.stage_parameters(sp.layers, j == 0, last) / sp.tp;
-      sp.sync_seconds = ring_allreduce(ring->second.first, ring->second.second, params * kGradientElementBytes);
+      if (st.shards_gradients()) {
+        // ZeRO-2: a reduce-scatter of the group's gradient per group, then (as ZeRO-1's all-reduce's
+        // second half) the all-gather of the updated parameters. Priced after the pipeline, as
+        // ZeRO-1's sync is: the overlap of a group's reduce with the next group's work is not priced.
+        const double bytes = params * kGradientElementBytes;
+        sp.sync_seconds = (groups + 1) * ring_allgather(ring->second.first, ring->second.second, bytes);
+      } else {
+        sp.sync_seconds = ring_allreduce(ring->second.first, ring->second.second, params * kGradientElementBytes);
+      }
       sp.optimizer_seconds = profile_.kind(sp.kind).optimizer_seconds_per_parameter * params /
                              (st.shards_optimizer_states() ? std::max(1, D) * sp.cp : 1);
       sum += sp.per_micro_batch();
@@ -338,8 +392,10 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
       tail = std::max(tail, sp.sync_seconds + sp.optimizer_seconds);
 
       const int inflight = in_flight(S, j, pipe.num_micro_batches);
-      const MemoryBreakdown mem =
-          stage_memory(sp.kind, sp.tp, sp.layers, j == 0, last, b, inflight, D, st.shards_optimizer_states(), sp.cp);
+      const bool gradient_shard = st.shards_gradients() && pipe.num_micro_batches <= groups;
+      const MemoryBreakdown mem = stage_memory(sp.kind, sp.tp, sp.layers, j == 0, last, b, inflight, D,
+                                               st.shards_optimizer_states(), sp.cp, gradient_shard,
+                                               sp.sequence_parallel);
       for (int r : stage.ranks) {
         RankPrediction rp;
         rp.rank = r;
@@ -389,11 +445,15 @@ std::string to_string(const Prediction& p) {
     s << (i ? ", " : "") << "pipeline " << i << ": " << pp.pipeline_seconds << " s + " << tail << " s sync/optimizer";
   }
   s << ")\n";
+  if (p.gradient_groups > 0) {
+    s << "  ZeRO-2: " << p.gradient_groups << " gradient reduce-scatter(s) per step, then the parameter all-gather\n";
+  }
   for (size_t i = 0; i < p.pipelines.size(); ++i) {
     for (size_t j = 0; j < p.pipelines[i].stages.size(); ++j) {
       const StagePrediction& st = p.pipelines[i].stages[j];
       s << "  pipeline " << i << " stage " << j << " (" << st.kind << " TP" << st.tp;
       if (st.cp > 1) s << " CP" << st.cp;
+      if (st.sequence_parallel) s << " SP";
       s << ", " << st.layers << " layers): per micro-batch " << st.compute_seconds << " s compute + "
         << st.tp_comm_seconds << " s TP";
       if (st.cp > 1) s << " + " << st.cp_comm_seconds << " s CP (K/V gathers)";

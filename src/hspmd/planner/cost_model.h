@@ -37,6 +37,12 @@
 // Memory of a rank on stage j: its parameter shard * bytes_per_parameter, + zero_bytes_per_parameter
 // (divided by D under ZeRO-1), + activations of the micro-batches in flight (1F1B: min(S - j, n);
 // GPipe: n) and one micro-batch's transient values, + the device's reserved bytes.
+// ZeRO-2 (G = the fewest micro-batches any pipeline runs): the sync is G reduce-scatters of the
+// gradient shard and one parameter all-gather; a pipeline running G micro-batches keeps no float32
+// accumulator, only a backward pass's whole gradient beyond the forward transients (as
+// specialize/memory_estimate.h). Sequence parallelism: per layer 4 all-gathers + 4 reduce-scatters
+// in place of 4 all-reduces (the same ring bytes), and 2 kept + 5 transient hidden-wide values per
+// token held for 1/t of the tokens. docs/planner.md has the details.
 #pragma once
 
 #include <cstdint>
@@ -69,12 +75,13 @@ struct StagePrediction {
   std::string kind;  // the slowest device kind of the stage
   int tp = 1;
   int cp = 1;
+  bool sequence_parallel = false;
   int layers = 0;
   double compute_seconds = 0;  // layers and ends, per micro-batch
   double tp_comm_seconds = 0;  // TP all-reduces per micro-batch (0 when inside the profiled layer)
   double cp_comm_seconds = 0;  // K/V all-gathers and their gradients' reduce-scatters, per micro-batch
   double p2p_seconds = 0;      // to the next stage, per micro-batch
-  double sync_seconds = 0;     // gradient sync, per step
+  double sync_seconds = 0;     // gradient sync, per step (ZeRO-2: its gradient groups' reduce-scatters)
   double optimizer_seconds = 0;
   double per_micro_batch() const { return compute_seconds + tp_comm_seconds + cp_comm_seconds + p2p_seconds; }
 };
@@ -98,6 +105,7 @@ struct Prediction {
   std::vector<PipelinePrediction> pipelines;
   std::vector<RankPrediction> ranks;  // ascending rank
   bool fits = true;                   // every rank's memory.total() <= capacity
+  int gradient_groups = 0;            // ZeRO-2: the gradient reduce-scatters per step; 0 without ZeRO-2
   // "rank 3 (H20): needs 101.2 GiB (...) of 95.6 GiB" for each rank that does not fit.
   std::vector<std::string> overflows;
 };
@@ -138,11 +146,15 @@ class CostModel {
   // Seconds of one micro-batch on a stage of `ranks` holding `layers` layers (ends on the last stage).
   double stage_compute(const std::string& kind, int tp, int layers, bool last, int micro_batch_size,
                        int cp = 1) const;
-  double stage_tp_comm(const std::vector<int>& ranks, int layers, int micro_batch_size, int cp = 1) const;
+  // `sequence_parallel`: the all-reduces become the all-gathers and reduce-scatters the resolver
+  // produces instead (docs/memory.md): per layer 4 of each, the same ring bytes and latencies.
+  double stage_tp_comm(const std::vector<int>& ranks, int layers, int micro_batch_size, int cp = 1,
+                       bool sequence_parallel = false) const;
   // The K/V all-gathers and gradient reduce-scatters of `layers` layers over the stage's CP group.
   double stage_cp_comm(const std::vector<int>& ranks, int layers, int micro_batch_size, int cp) const;
   // The TP collectives of the embedding (first stage) and of the head and loss (last stage).
-  double ends_tp_comm(const std::vector<int>& ranks, bool first, bool last, int micro_batch_size, int cp = 1) const;
+  double ends_tp_comm(const std::vector<int>& ranks, bool first, bool last, int micro_batch_size, int cp = 1,
+                      bool sequence_parallel = false) const;
   double p2p(int from, int to, int micro_batch_size, int cp = 1) const;
   // Ring all-reduce of `bytes` over `group`, at the group's slowest link. Linear in the group's size
   // (see collective_link).
@@ -157,9 +169,15 @@ class CostModel {
   static double ring_allreduce(int n, std::pair<double, double> link, double bytes);
   // Ring all-gather (or reduce-scatter) whose gathered result has `bytes`: (n - 1) / n of them per rank.
   double allgather(const std::vector<int>& group, double bytes) const;
+  // The same over n ranks whose slowest link is collective_link's pair.
+  static double ring_allgather(int n, std::pair<double, double> link, double bytes);
+  // `gradient_shard`: ZeRO-2 with each of this pipeline's micro-batches a gradient group of its own
+  // (it runs the fewest micro-batches of the step; see the header): no whole gradient accumulator
+  // lives between backward passes. `sequence_parallel`: the stage's activations between its TP
+  // blocks are split by tokens (the header).
   MemoryBreakdown stage_memory(const std::string& kind, int tp, int layers, bool first, bool last,
                                int micro_batch_size, int in_flight, int data_parallel, bool zero1,
-                               int cp = 1) const;
+                               int cp = 1, bool gradient_shard = false, bool sequence_parallel = false) const;
   // The slowest device kind among `ranks` (by profiled layer time at TP degree `tp`; by default the
   // rank count, a stage without CP).
   std::string stage_kind(const std::vector<int>& ranks, int tp = 0) const;

@@ -34,6 +34,7 @@ Profile derive_profile(const models::Model& model, const resolve::Topology& clus
   Profile p;
   p.model = o.model;
   p.layer_includes_tp_comm = false;
+  p.activations_sequence_parallel = true;  // every activation below is divided by t
   std::ostringstream src;
   src << "DERIVED from datasheet figures, not measured: cluster " << (o.cluster.empty() ? cluster.name() : o.cluster)
       << " (peak_flops, memory; links from the cluster spec), compute = training FLOPs / (peak_flops x "

@@ -60,7 +60,11 @@ std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(
 }
 
 double LayerPrograms::memory(const StageLine& s, int x, int b, int in_flight, int D) const {
-  return cost.stage_memory(s.kind, s.tp, x, s.first, s.last, b, in_flight, D, options.zero1, s.cp).total();
+  // ZeRO-2 is priced as if each micro-batch were a gradient group of its own; the cost model's check
+  // of the whole strategy prices pipelines of more micro-batches as they are.
+  return cost.stage_memory(s.kind, s.tp, x, s.first, s.last, b, in_flight, D, options.zero1, s.cp,
+                           options.zero1 && options.zero2)
+      .total();
 }
 
 // The best split for m = n - 1 with in_flight[j] micro-batches in flight per stage, or none.
@@ -444,7 +448,7 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
   }
   sharding::Strategy st;
   st.name = options.name;
-  st.zero = options.zero1 ? 1 : 0;
+  st.zero = options.zero1 ? (options.zero2 ? 2 : 1) : 0;
   for (int p = 0; p < D; ++p) {
     sharding::PipelineSpec pipe;
     pipe.micro_batch_size = b[p];

@@ -344,8 +344,9 @@ std::vector<std::pair<int, int>> PipelineSearch::most_layers(const Combo& c, int
     const int t = g.front().tp(), cp = g.front().cp;
     auto most = [&](bool ends) {
       if (c.capacity[k] == std::numeric_limits<double>::infinity()) return layers;
-      const double m1 = cost.stage_memory(kind, t, 1, ends, ends, b_min, 1, D, options.zero1, cp).total();
-      const double m2 = cost.stage_memory(kind, t, 2, ends, ends, b_min, 1, D, options.zero1, cp).total();
+      const bool zero2 = options.zero1 && options.zero2;
+      const double m1 = cost.stage_memory(kind, t, 1, ends, ends, b_min, 1, D, options.zero1, cp, zero2).total();
+      const double m2 = cost.stage_memory(kind, t, 2, ends, ends, b_min, 1, D, options.zero1, cp, zero2).total();
       if (m1 > c.capacity[k]) return 0;
       if (m2 <= m1) return layers;
       return static_cast<int>(std::min<double>(layers, 1 + std::floor((c.capacity[k] - m1) / (m2 - m1))));

@@ -160,6 +160,12 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
     }
     if (previous) found.push_back({std::move(*st), std::move(p)});
   }
+  if (best.prediction.step_seconds == kInf && options_.zero1 && options_.zero2_when_tight && !options_.zero2) {
+    // ZeRO-2 keeps no whole gradient accumulator between backward passes: what did not fit may now.
+    Planner zero2 = *this;
+    zero2.options_.zero2 = true;
+    return zero2.run(available, previous);
+  }
   if (best.prediction.step_seconds == kInf) {
     // Refuse with the figures: what the model's states need against what the devices have.
     const ModelShape& m = cost_.shape();
@@ -177,7 +183,8 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
                   << params / 1e9 << " billion parameters, one decoder layer " << m.layer_parameters / 1e6
                   << " million; weights, gradients and optimizer states need at least "
                   << format_bytes(need) << " even with every state sharded over all " << available.size()
-                  << " devices, before activations of " << options_.seq_len << "-token sequences; the devices have "
+                  << " devices" << (options_.zero2 ? " (ZeRO-2 tried too)" : "") << ", before activations of "
+                  << options_.seq_len << "-token sequences; the devices have "
                   << format_bytes(total_memory) << " in all, the largest "
                   << format_bytes(largest) << ". Add devices, shorten the sequences or use a smaller model";
   }

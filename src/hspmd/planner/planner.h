@@ -55,6 +55,11 @@ struct PlannerOptions {
   int64_t global_batch = 64;  // sequences per step
   int64_t seq_len = 4096;
   bool zero1 = true;
+  // Under ZeRO-1, when no plan fits, plan again with ZeRO-2's memory (no whole gradient accumulator
+  // between backward passes, docs/memory.md) and write "zero": 2.
+  bool zero2_when_tight = true;
+  // Price memory as ZeRO-2 (with zero1) and write "zero": 2: what that second search sets.
+  bool zero2 = false;
   specialize::ScheduleKind schedule = specialize::ScheduleKind::k1F1B;
   std::vector<int> micro_batch_sizes;  // empty: powers of two up to 8 dividing the global batch
   std::vector<int> devices;            // the ranks the plan may use; empty: every device of the cluster

@@ -70,6 +70,7 @@ std::string Profile::to_json_text() const {
   j["source"] = source;
   j["model"] = model;
   j["layer_includes_tp_comm"] = layer_includes_tp_comm;
+  if (activations_sequence_parallel) j["activations_sequence_parallel"] = true;
   j["devices"] = OJson::object();
   for (const auto& [name, k] : devices) {
     OJson kj;
@@ -113,6 +114,11 @@ Profile Profile::from_json_text(const std::string& json_text, const std::string&
   if (j.contains("layer_includes_tp_comm")) {
     HSPMD_CHECK(j["layer_includes_tp_comm"].is_boolean()) << src << ".layer_includes_tp_comm: expected true or false";
     p.layer_includes_tp_comm = j["layer_includes_tp_comm"].get<bool>();
+  }
+  if (j.contains("activations_sequence_parallel")) {
+    HSPMD_CHECK(j["activations_sequence_parallel"].is_boolean())
+        << src << ".activations_sequence_parallel: expected true or false";
+    p.activations_sequence_parallel = j["activations_sequence_parallel"].get<bool>();
   }
   const Json& devs = json_member(j, "devices", src);
   HSPMD_CHECK(devs.is_object() && !devs.empty()) << src << ".devices: expected a non-empty object keyed by device kind";

@@ -79,6 +79,9 @@ struct Profile {
   std::string source;  // how the figures were obtained ("measured on ...", "derived from ...")
   std::string model;   // the model config it was made for
   bool layer_includes_tp_comm = false;
+  // Whether the activation fits already assume sequence parallelism (derived profiles do): the cost
+  // model then prices a sequence-parallel stage's activations as the fits give them.
+  bool activations_sequence_parallel = false;
   std::map<std::string, DeviceKindProfile> devices;  // by device kind (the cluster spec's "type")
   std::map<std::string, LinkProfile> links;          // by tier name: "intra-node", "inter-node"
 
