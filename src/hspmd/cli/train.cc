@@ -251,6 +251,12 @@ void define_train_options(CLI::App* sub, TrainArgs* args) {
       ->check(CLI::PositiveNumber)
       ->group(dist);
   sub->add_option("--schedule", args->schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str()->group(dist);
+  sub->add_option("--grad-bucket-mb", args->grad_bucket_mb,
+                  "MiB of gradient per bucket reduced on a communication thread during the backward pass "
+                  "(0: no overlap, every gradient synced after the backward)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group(dist);
   sub->add_option("--devices", args->devices, "emulated devices JSON: per-rank relative speed and memory")->group(dist);
   sub->add_option("--trace", args->trace, "write a Chrome trace per rank (FILE.rank<N>.json)")->group(dist);
   auto planner_inputs = "Planner inputs (--elastic, dispatch by length)";

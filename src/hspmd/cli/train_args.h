@@ -28,6 +28,7 @@ struct TrainArgs {
   std::string switch_bsr = "fused";   // --switch-bsr: resolve::BsrAlgorithm of the --switch moves
   int nproc = 0;
   double comm_timeout = 300;  // seconds: bound on connecting and on every communication
+  double grad_bucket_mb = 25;  // runtime::DistOptions::grad_bucket_mb (0: no overlap)
   bool check_single = false;
   // The planner's cluster spec and profile: elastic training re-plans with them, dispatch by
   // length prices with them.

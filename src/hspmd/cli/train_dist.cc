@@ -233,6 +233,7 @@ runtime::DistOptions worker_options(const TrainArgs& args, const WorkerPlans& w,
                                .trace = !args.trace.empty(),
                                .plan_name = w.plans[w.in_force].strategy.name};
   options.topology = cluster;
+  options.grad_bucket_mb = args.grad_bucket_mb;
   if (admission) {
     options.members = admission->members;
     options.plan_name = admission->strategy.name;

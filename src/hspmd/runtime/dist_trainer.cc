@@ -14,7 +14,6 @@
 #include "hspmd/kernels/slice.h"
 #include "hspmd/kernels/threading.h"
 #include "hspmd/runtime/fault_injection.h"
-#include "hspmd/runtime/gradient_sync.h"
 #include "hspmd/runtime/rank_compute.h"
 
 // DistTrainer (runtime/dist_trainer.h): construction, the step (the step runner's passes, Post,
@@ -24,6 +23,11 @@ namespace hspmd::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+int64_t bucket_bytes(double mib) {
+  HSPMD_CHECK(std::isfinite(mib) && mib >= 0) << "grad_bucket_mb " << mib << ": must be >= 0 (0: no overlap)";
+  return std::llround(mib * (1 << 20));
+}
 
 std::vector<int> all_ranks(int world) {
   std::vector<int> r(world);
@@ -63,12 +67,14 @@ DistTrainer::DistTrainer(std::shared_ptr<const models::Model> model, const data:
       lr_schedule_(optimizer_options(options_.train).schedule),
       pacer_(options_.device.speed),
       tracer_(rank, options_.trace),
+      grad_sync_(rank, bucket_bytes(options_.grad_bucket_mb), compute_.allocator.device().type == DeviceType::kCPU,
+                 {cache_, session_, compute_, pacer_, tracer_}),
       runner_(*model_, graph_, rank,
               {.seq_len = options_.train.seq_len,
                .schedule = options_.schedule,
                .layout = options_.layout,
                .split_batch = options_.split_batch},
-              {*allocator_, session_, cache_, pacer_, tracer_, compute_}) {
+              {*allocator_, session_, cache_, pacer_, tracer_, compute_, grad_sync_}) {
   const TrainerOptions& o = options_.train;
   members_ = options_.members.empty() ? all_ranks(world_size_) : options_.members;
   if (dataset_ != nullptr) check_dataset_fits(*dataset_, *model_);
@@ -188,9 +194,18 @@ StepMetrics DistTrainer::step() {
   std::vector<data::Segment> segments = given ? *given_batch_ : loader_->next();
   const data::Batch global = data::pack(segments, {.seq_len = o.seq_len});
   const int64_t labels = global.num_label_tokens();
-  const double loss_sum =
-      run_passes(segments, labels, /*train=*/true, given ? std::optional(data::BatchLayout::kRows) : std::nullopt);
-  const double loss = post(loss_sum);
+  double loss = 0;
+  grad_sync_.start(state_, step_ + 1);
+  try {
+    const double loss_sum =
+        run_passes(segments, labels, /*train=*/true, given ? std::optional(data::BatchLayout::kRows) : std::nullopt);
+    loss = post(loss_sum);
+  } catch (...) {
+    // The communication thread lets go of the state before anyone settles the step
+    // (finish_interrupted_step); its running bucket ends within the communicators' timeout.
+    grad_sync_.abandon();
+    throw;
+  }
   in_step_ = false;
   given_batch_.reset();
 
@@ -210,14 +225,13 @@ StepMetrics DistTrainer::step() {
 double DistTrainer::post(double loss_sum) {
   const double start = tracer_.now_us();
   session_.wait_deferred();
-  // Gradient sync into the optimizer-state layout; squares of the elements this rank counts.
+  // Gradient sync into the optimizer-state layout (what B has not handed over yet, then waiting for
+  // the communication thread); squares of the elements this rank counts.
+  std::vector<Tensor> grads = grad_sync_.finish();
   double squares = 0;
-  std::vector<Tensor> grads(state_.tensors.size());
   for (size_t i = 0; i < state_.tensors.size(); ++i) {
-    TensorState& s = state_.tensors[i];
-    grads[i] = take_synced_gradient(s, rank_, cache_, session_, compute_);
+    const TensorState& s = state_.tensors[i];
     if (counts_once(s.state_annotation, s.shape, rank_)) squares += compute_.sum_squares(grads[i]);
-    fault_point(rank_, step_ + 1, "grad-sync");
   }
   // Kept until the update: if the totals reach another rank but not this one, it can still apply
   // the step after a failure (finish_interrupted_step).

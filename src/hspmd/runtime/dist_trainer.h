@@ -28,10 +28,11 @@
 //          micro-batch (with recompute only each layer's boundary: B replays the rest, see
 //          specialize/exec_graph.h); each value is freed after its last reader; parameter gradients
 //          are summed over micro-batches.
-//   Post   gradient sync (deduced -> optimizer-state annotation: AR, SplitAR, SplitRS, BSR ...), the
-//          global gradient norm (each element counted once: one subgroup of a replicated tensor, the
-//          first holder of each region inside it) and clipping, AdamW on the rank's state shard,
-//          parameter gather (state -> parameter).
+//   Post   gradient sync (deduced -> optimizer-state annotation: AR, SplitAR, SplitRS, BSR ...; in
+//          buckets on a communication thread, mostly during B: runtime/bucketed_gradient_sync.h),
+//          the global gradient norm (each element counted once: one subgroup of a replicated
+//          tensor, the first holder of each region inside it) and clipping, AdamW on the rank's
+//          state shard, parameter gather (state -> parameter).
 //   Loss   the sum of the loss of every micro-batch of every pipeline, counted once per pipeline.
 // Communicators: the constructor connects every group a step will use, taken from the resolutions
 // of the plan's Reshards, gradient syncs and gathers (collective; one sorted order on every rank),
@@ -74,6 +75,7 @@
 #include "hspmd/runtime/reshard_exec.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
 #include "hspmd/runtime/trace.h"
+#include "hspmd/runtime/bucketed_gradient_sync.h"
 #include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/plan_cache.h"
 #include "hspmd/graph/compute_device.h"
@@ -107,6 +109,12 @@ struct DistOptions {
   // The output head and its loss fused or apart (models::ModelBuildOptions::fused_head_loss); unset:
   // the model's default. Every rank of a run must choose alike.
   std::optional<bool> fused_head_loss{};
+  // Gradient buckets (runtime/bucketed_gradient_sync.h): the backward pass hands each bucket of
+  // this many MiB of gradient to a communication thread as soon as its gradients are final, so its
+  // reduction overlaps with the rest of the backward. 0: no overlap (every gradient synced in Post,
+  // on the main thread), as on a GPU rank for now (its kernels' stream is not ordered with another
+  // thread's copies; the CUDA backend's comm stream is to come). Results are the same either way.
+  double grad_bucket_mb = 25;
   // Where each rank computes; unset: the host, or the GPU train.device names (runtime/rank_compute.h).
   // Set: another backend (the tests' fake device runs the CPU kernels behind device tensors).
   std::function<graph::ComputeDevice(int rank)> compute{};
@@ -244,6 +252,10 @@ class DistTrainer {
   // Whether this rank trains under the current plan (false: a spare).
   bool active() const;
 
+  // The gradient buckets of the last training step, as indices into the rank's parameters in the
+  // model's order (runtime/bucketed_gradient_sync.h).
+  const std::vector<std::vector<size_t>>& gradient_buckets() const { return grad_sync_.buckets(); }
+
   // This rank's parameter shards, each element once over all ranks (see the norm above), float32.
   std::vector<SavedShard> parameter_shards() const { return state_.shards(rank_, false); }
   // The same plus the AdamW moments ("<param>.exp_avg", "<param>.exp_avg_sq").
@@ -331,6 +343,7 @@ class DistTrainer {
   ComputePacer pacer_;
   double last_grad_norm_ = 0;
   Tracer tracer_;
+  BucketedGradientSync grad_sync_;  // its thread uses the members above
   StepRunner runner_;  // computes with the members above
 };
 

@@ -26,8 +26,9 @@
 //                     of the sum its destination shard covers (comm_op.h).
 // Regions are global coordinates; a device's shard of annotation A covers A.region(device, shape).
 // Channels keep independent traffic on independent communicators (and worker threads): the
-// pipeline uses "F" for forward activations, "B" for backward gradients, "post" for the gradient
-// sync and optimizer, so a deferred forward send never queues in front of a backward receive.
+// pipeline uses "F" for forward activations, "B" for backward gradients, "grad" for the gradient
+// sync (runtime/gradient_sync.h), "post" for the optimizer, so a deferred forward send never
+// queues in front of a backward receive.
 #pragma once
 
 #include <map>

@@ -47,10 +47,15 @@ double StepRunner::run(const SpecializedPlan& plan, ShardedState& state, const s
   layout_ = pass.layout.value_or(options_.layout);
   const Share share = share_of(plan, segments, pass.train);
   std::vector<MicroBatch> batches(share.micro_batches.size());
-  // ZeRO-2: after which of its backward passes this rank reduces its gradients into the shards.
+  // The backward passes that make gradients final: under ZeRO-2 the last of each group of
+  // micro-batches (reduced into the shards), else this rank's last (synced meanwhile when the sync
+  // overlaps; without overlap the trainer's Post syncs them all).
+  const bool into_shards = pass.train && plan.exec->plan().shard_gradients;
   std::vector<int> group_ends;
-  if (pass.train && plan.exec->plan().shard_gradients) {
+  if (into_shards) {
     group_ends = gradient_group_ends(static_cast<int>(batches.size()), std::max(1, share.fewest_micro_batches));
+  } else if (pass.train && parts_.gradient_sync.overlaps() && !batches.empty()) {
+    group_ends = {static_cast<int>(batches.size())};
   }
   size_t next_group = 0;
   int backwards = 0;
@@ -60,9 +65,12 @@ double StepRunner::run(const SpecializedPlan& plan, ShardedState& state, const s
     if (!task.forward) {
       if (!pass.train) continue;
       ++backwards;
-      const bool group_ends_here = next_group < group_ends.size() && group_ends[next_group] == backwards;
-      if (group_ends_here) ++next_group;
-      backward(mb, state, group_ends_here);
+      GradientRound round = GradientRound::kNone;
+      if (next_group < group_ends.size() && group_ends[next_group] == backwards) {
+        ++next_group;
+        round = into_shards ? GradientRound::kIntoShards : GradientRound::kSynced;
+      }
+      backward(mb, state, round);
       continue;
     }
     mb.index = task.micro_batch;
@@ -142,58 +150,57 @@ void StepRunner::forward(MicroBatch& mb, ShardedState& state) {
   parts_.tracer.record(std::string("F").append(std::to_string(mb.index)), "compute", start, parts_.tracer.now_us());
 }
 
-void StepRunner::backward(MicroBatch& mb, ShardedState& state, bool reduce_gradients) {
+void StepRunner::backward(MicroBatch& mb, ShardedState& state, GradientRound round) {
   fault_point(rank_, step_, "backward");
   const double start = parts_.tracer.now_us();
+  BucketedGradientSync& sync = parts_.gradient_sync;
+  const bool final = round != GradientRound::kNone;
+  // Overlapped, each final gradient goes to the sync as soon as the op computing it has run.
+  const bool as_computed = final && sync.overlaps();
+  std::vector<std::vector<size_t>> finished_by(as_computed ? graph_.graph.num_ops() : 0);  // op -> tensors
+  if (as_computed) {
+    for (size_t i = 0; i < state.tensors.size(); ++i) finished_by[graph_.grads[state.tensors[i].param].op].push_back(i);
+  }
+  std::vector<bool> handed(state.tensors.size(), false);
+  if (final) sync.begin_round(round == GradientRound::kIntoShards);
   const auto& steps = plan_->exec->backward_steps();
   for (size_t k = 0; k < steps.size(); ++k) {
     run_op(steps[k].op, mb);
     for (TensorRef t : plan_->backward_releases[k]) mb.values[t.op][t.index] = Tensor();
-  }
-  if (!reduce_gradients) {  // else reduce_into_shards adds them up on its way
-    parts_.pacer.begin();    // accumulating the gradients is the device's compute too
-    for (TensorState& s : state.tensors) {
-      const TensorRef g = graph_.grads[s.param];
-      const Tensor& value = mb.values[g.op][g.index];
-      HSPMD_ASSERT(value.defined()) << "rank " << rank_ << ": no gradient of '" << s.name << "' after B" << mb.index;
-      if (!s.grad.defined()) {
-        s.grad = value.clone(&parts_.allocator);
-      } else {
-        parts_.compute.add(s.grad, value, s.grad);
-      }
+    if (!as_computed) continue;
+    for (size_t i : finished_by[steps[k].op]) {
+      parts_.pacer.begin();
+      accumulate(mb, state.tensors[i], /*final=*/true);
+      parts_.pacer.end();
+      handed[i] = true;
+      sync.gradient_done(i);
     }
-    parts_.pacer.end();
   }
+  parts_.pacer.begin();  // accumulating the gradients is the device's compute too
+  for (size_t i = 0; i < state.tensors.size(); ++i) {
+    if (!handed[i]) accumulate(mb, state.tensors[i], final);
+  }
+  parts_.pacer.end();
   parts_.pacer.pad();
   parts_.tracer.record(std::string("B").append(std::to_string(mb.index)), "compute", start, parts_.tracer.now_us());
-  if (reduce_gradients) reduce_into_shards(mb, state);
+  for (size_t i = 0; i < state.tensors.size(); ++i) {  // without overlap: the whole round now
+    if (final && !handed[i]) sync.gradient_done(i);
+  }
   mb.values.clear();
 }
 
-void StepRunner::reduce_into_shards(MicroBatch& mb, ShardedState& state) {
-  // ZeRO-2: the group's gradients go to the shards now, parameter by parameter in the model's order
-  // (every holder of a parameter reduces it as many times and in that order), and each whole
-  // gradient is freed as soon as it is reduced.
-  const double start = parts_.tracer.now_us();
-  for (TensorState& s : state.tensors) {
-    const TensorRef g = graph_.grads[s.param];
-    Tensor& value = mb.values[g.op][g.index];
-    HSPMD_ASSERT(value.defined()) << "rank " << rank_ << ": no gradient of '" << s.name << "' after B" << mb.index;
-    if (s.grad.defined()) {  // the group's earlier micro-batches
-      parts_.pacer.begin();
-      parts_.compute.add(s.grad, value, s.grad);
-      parts_.pacer.end();
-      parts_.pacer.pad();
-      value = Tensor();
-      reduce_into_shard(s, s.grad, rank_, parts_.resolutions, parts_.session, parts_.compute);
-      s.grad = Tensor();
-    } else {
-      reduce_into_shard(s, value, rank_, parts_.resolutions, parts_.session, parts_.compute);
-      value = Tensor();
-    }
+void StepRunner::accumulate(MicroBatch& mb, TensorState& s, bool final) {
+  const TensorRef g = graph_.grads[s.param];
+  Tensor& value = mb.values[g.op][g.index];
+  HSPMD_ASSERT(value.defined()) << "rank " << rank_ << ": no gradient of '" << s.name << "' after B" << mb.index;
+  if (s.grad.defined()) {
+    parts_.compute.add(s.grad, value, s.grad);
+  } else {
+    // A sum later micro-batches add to is a copy; a final one is only read (by the sync).
+    s.grad = final ? value : value.clone(&parts_.allocator);
   }
-  parts_.tracer.record(std::string("reduce-grads").append(std::to_string(mb.index)), "comm", start,
-                       parts_.tracer.now_us());
+  // A final gradient is the sync's from now on: it frees it once reduced.
+  if (final) value = Tensor();
 }
 
 void StepRunner::run_op(int id, MicroBatch& mb) {
