@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   }
   const models::LlamaConfig config = models::LlamaConfig::from_file(model);
   const data::TokenDataset ds = data::TokenDataset::open(bench::prepared_kjv_dataset(kRoot));
-  const std::vector<double> buckets{0, 25, 4, 1};
+  const std::vector<double> buckets{0, 25, 4};
   std::printf("Emulated devices (CPU emulation, not GPUs): DP 2, both ranks speed %.2f; %s, one row of %lld tokens\n"
               "per rank; %d steps per run (first not timed), %d interleaved rounds, best round shown; %u host cores, "
               "load %.2f at start\n\n",

@@ -83,11 +83,12 @@ void BucketedGradientSync::hand_over(size_t bucket) {
       group.emplace_back(&s, std::move(s.grad));
       s.grad = Tensor();
     }
-    thread_.submit([this, bucket, threads, group = std::move(group)] {
+    thread_.submit([this, bucket, threads, group = std::move(group)]() mutable {
       kernels::ScopedNumThreads scoped(threads);
       const double start = parts_.tracer.now_us();
-      for (const auto& [s, grad] : group) {
+      for (auto& [s, grad] : group) {
         reduce_into_shard(*s, grad, rank_, parts_.resolutions, parts_.session, parts_.compute);
+        grad = Tensor();  // each whole gradient freed as soon as it is reduced
       }
       parts_.tracer.record("grad-shards" + std::to_string(bucket), "comm", start, parts_.tracer.now_us());
     });
@@ -103,6 +104,10 @@ void BucketedGradientSync::hand_over(size_t bucket) {
     }
     parts_.tracer.record("grad-bucket" + std::to_string(bucket), "comm", start, parts_.tracer.now_us());
   });
+}
+
+void BucketedGradientSync::end_round() {
+  if (into_shards_) thread_.wait();
 }
 
 std::vector<Tensor> BucketedGradientSync::finish() {

@@ -6,19 +6,22 @@
 // the last bucket's reduction is left when the backward ends.
 //
 // When a gradient is final: under ZeRO-0/1 after this rank's last backward pass of the step for its
-// layer (earlier micro-batches only add to it); under ZeRO-2 after the last backward pass of each
-// group of micro-batches, whose sum is then reduced into the shard (the bucket takes the group's
-// gradient, so the next group starts a new one while the thread reduces).
+// layer (earlier micro-batches only add to it; Post waits for the buckets); under ZeRO-2 after the
+// last backward pass of each group of micro-batches, whose sum is then reduced into the shard (the
+// bucket takes the group's gradient and frees it once reduced; the pass waits for its buckets at
+// its end, so the group's last bucket is what stays exposed).
 //
-//   BucketedGradientSync sync(rank, 25 << 20, parts);
+//   BucketedGradientSync sync(rank, 25 << 20, /*on_thread=*/true, parts);
 //   sync.start(state, step);                // each training step: buckets of the state's tensors
 //   sync.begin_round(/*into_shards=*/false);  // the backward pass that completes the gradients
 //   ... sync.gradient_done(i) as B finishes state.tensors[i].grad ...
+//   sync.end_round();
 //   std::vector<Tensor> grads = sync.finish();  // Post: the rest, then every synced gradient
 //
 // Every holder of a parameter reduces it in the same order (buckets in reverse model order, each
 // tensor in that order), so the thread's collectives match their peers' whatever the buckets of
-// the other ranks are, and a peer's main thread never waits for this rank's communication thread.
+// the other ranks are. The main thread waits for the thread only where it used to wait for the
+// reductions themselves (Post, ZeRO-2's group ends): no dependency between ranks is new.
 // The thread communicates on the "grad" channel (comm/group_cache.h): its own communicators, so it
 // never shares a Gloo context with the main thread's pipeline ("F", "B") or Post ("post") traffic.
 //
@@ -70,6 +73,11 @@ class BucketedGradientSync {
   void begin_round(bool into_shards);
   // state.tensors[i].grad is final for the round: hands every bucket now complete to the thread.
   void gradient_done(size_t i);
+  // The backward pass of the round is over. ZeRO-2 waits here for the group's buckets, as it
+  // waited for its reductions before they overlapped: no whole gradient outlives the pass (the
+  // next forward's activations never meet them), and every holder has reduced the group before
+  // any goes on. Throws the thread's error.
+  void end_round();
   // Post: syncs what no round handed over (every tensor without overlap, or on a rank that ran no
   // backward; under ZeRO-2 takes the shards), waits for the thread and returns the synced
   // gradients in the state's order. Throws the thread's error, naming this rank.

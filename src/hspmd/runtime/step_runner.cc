@@ -187,6 +187,7 @@ void StepRunner::backward(MicroBatch& mb, ShardedState& state, GradientRound rou
     if (final && !handed[i]) sync.gradient_done(i);
   }
   mb.values.clear();
+  if (final) sync.end_round();
 }
 
 void StepRunner::accumulate(MicroBatch& mb, TensorState& s, bool final) {
