@@ -30,10 +30,7 @@ BucketedGradientSync::BucketedGradientSync(int rank, int64_t bucket_bytes, bool 
     : rank_(rank),
       bucket_bytes_(bucket_bytes),
       parts_(parts),
-      thread_("rank " + std::to_string(rank) + " (gradient sync)", /*threaded=*/on_thread && bucket_bytes > 0) {
-  HSPMD_CHECK(bucket_bytes >= 0) << "rank " << rank << ": gradient bucket size " << bucket_bytes
-                                 << " bytes: must be >= 0 (0: no overlap)";
-}
+      thread_("rank " + std::to_string(rank) + " (gradient sync)", /*threaded=*/on_thread && bucket_bytes > 0) {}
 
 void BucketedGradientSync::start(ShardedState& state, int64_t step) {
   state_ = &state;

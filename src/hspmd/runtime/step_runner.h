@@ -9,7 +9,8 @@
 // which reduces its buckets on a communication thread meanwhile. What follows (the rest of the
 // gradient sync, AdamW) is the trainer's (runtime/dist_trainer.h).
 //
-//   StepRunner runner(model, graph, rank, {.seq_len = 256}, {allocator, session, cache, pacer, tracer, compute, sync});
+//   StepRunner runner(model, graph, rank, {.seq_len = 256},
+//                     {allocator, session, cache, pacer, tracer, compute, sync});
 //   double loss_sum = runner.run(plan, state, segments, labels, {.train = true, .step = 1});
 //   if (runner.counts_loss(plan)) ...   // whether that sum enters the global loss
 #pragma once
