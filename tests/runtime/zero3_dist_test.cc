@@ -2,8 +2,8 @@
 // master weights, gradients and AdamW moments, and all-gathers each layer's parameters just before
 // F, B (and B's recompute) read them (runtime/parameter_gathers.h). Every step's loss and gradient
 // norm and the final weights equal the single-process run (relative 1e-5, float32) under DP 2, DP 3
-// (shards of uneven sizes), DP x TP x PP, recompute and GPipe, across switches and checkpoints;
-// pipelines of different shapes are refused by name. Memory is measured from each rank's allocator:
+// (shards of uneven sizes), DP x TP x PP, recompute, GPipe, tied embeddings and bf16, across switches
+// and checkpoints; pipelines of different shapes, or of different micro-batch counts, are refused. Memory is measured from each rank's allocator:
 // what a rank holds between steps (parameters and moments) and its peak in a step.
 // Ranks run as threads of this process over Gloo (runtime/dist_run_testlib.h).
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "hspmd/data/packing.h"
 #include "hspmd/graph/compute_device.h"
 #include "hspmd/models/llama.h"
 #include "hspmd/models/llama_model.h"
@@ -76,6 +77,31 @@ TEST(Zero3, TiedEmbeddingsEqualOneProcess) {
   // The tied table is read by the first and the last op of F: gathered all the way through.
   expect_matches_single_process(run(with_zero(3, kDp2Tp2Pp2), dist_options(kSteps), {.tied = true}), kSteps, 1,
                                 /*tied=*/true);
+}
+
+TEST(Zero3, Bf16MixedPrecisionEqualsOneProcessInBf16) {
+  // The float32 master shards are gathered, then cast to bf16 by the graph as without ZeRO-3.
+  TrainerOptions o = dist_options(kSteps);
+  o.precision = DType::kBFloat16;
+  expect_matches_single_process(run(with_zero(3, kDp2Tp2Pp2), o), kSteps, 1, false, "", 1e-5, DType::kBFloat16);
+}
+
+TEST(Zero3, DispatchGivingPipelinesDifferentMicroBatchCountsIsRefused) {
+  // Every segment to pipeline 0: pipeline 1 would gather nothing while pipeline 0 gathers per pass.
+  auto all_to_first = [](const std::vector<data::Segment>& global) {
+    data::BatchSplit out(2);
+    for (const data::Segment& s : global) out[0].push_back({s});
+    return out;
+  };
+  try {
+    run(with_zero(3, data_parallel(2)), dist_options(1),
+        {.configure = [&](int, DistOptions& d) { d.split_batch = all_to_first; }});
+    FAIL() << "a ZeRO-3 step ran with pipelines of different micro-batch counts";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ZeRO-3 (\"zero\": 3) needs every pipeline to run as many micro-batches"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Zero3, SwitchesToAndFromOtherStagesEqualOneProcess) {
