@@ -32,7 +32,7 @@ TEST(GatherUnits, LayersInReadingOrderEachGatheredAtThePreviousOnesLastReader) {
         {.micro_batch_size = 1, .num_micro_batches = 1, .stages = {{.ranks = {r}, .first_layer = 0, .last_layer = 1}}});
   }
   const ExecGraph exec(m.graph, models::compile_llama_plan(config, st), 0);
-  const std::vector<GatherUnit> f = gather_units(exec, exec.forward_ops());
+  const std::vector<GatherUnit> f = forward_gather_units(exec);
   const std::vector<std::string> order = {"model.embed_tokens.weight", "model.layers.0", "model.layers.1",
                                           "model.norm.weight", "lm_head.weight"};
   EXPECT_EQ(layers_of(f), order);
@@ -44,9 +44,7 @@ TEST(GatherUnits, LayersInReadingOrderEachGatheredAtThePreviousOnesLastReader) {
     for (int read : f[u].last_reads) EXPECT_TRUE(f[u].first <= read && read <= f[u].last) << f[u].layer;
   }
 
-  std::vector<int> steps;
-  for (const ExecGraph::BackwardStep& s : exec.backward_steps()) steps.push_back(s.op);
-  const std::vector<GatherUnit> b = gather_units(exec, steps);
+  const std::vector<GatherUnit> b = backward_gather_units(exec);
   ASSERT_FALSE(b.empty());
   EXPECT_EQ(b.front().layer, "lm_head.weight");
 

@@ -9,6 +9,7 @@ namespace hspmd::runtime {
 ParameterGathers::ParameterGathers(const std::vector<specialize::GatherUnit>& units, const ShardedState& state,
                                    const std::vector<graph::TensorRef>& params, Gather gather)
     : units_(units), gather_(std::move(gather)) {
+  if (units_.empty()) return;  // not ZeRO-3
   for (const TensorState& s : state.tensors) by_op_[params[s.param].op] = &s;
   for (const specialize::GatherUnit& u : units_) {
     for (size_t i = 0; i < u.params.size(); ++i) frees_[u.last_reads[i]].push_back(u.params[i]);

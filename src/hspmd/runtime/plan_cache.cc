@@ -99,10 +99,8 @@ std::unique_ptr<SpecializedPlan> PlanCache::specialize(const sharding::Annotatio
     p->forward_releases = exec.forward_releases(model_.loss);
     p->backward_releases = exec.backward_releases(model_.grads);
     if (plan.shard_parameters) {
-      p->forward_gathers = specialize::gather_units(exec, exec.forward_ops());
-      std::vector<int> steps;
-      for (const specialize::ExecGraph::BackwardStep& b : exec.backward_steps()) steps.push_back(b.op);
-      p->backward_gathers = specialize::gather_units(exec, steps);
+      p->forward_gathers = specialize::forward_gather_units(exec);
+      p->backward_gathers = specialize::backward_gather_units(exec);
     }
     const auto [pipeline, stage] = p->pipelines.locate(rank_);
     const int num_stages = static_cast<int>(p->pipelines.pipelines[pipeline].stages.size());

@@ -165,7 +165,7 @@ void StepRunner::backward(MicroBatch& mb, ShardedState& state, bool reduce_gradi
   HSPMD_ASSERT(!sharded || reduce_gradients) << "rank " << rank_ << ": ZeRO-3 reduces every micro-batch's gradients";
   ParameterGathers gathers = parameter_gathers(plan_->backward_gathers, state);
   // ZeRO-3: each gradient is reduced into its shard as soon as B has produced it (every holder
-  // produces it at the same position of the same steps), so no more than a layer's lives at once.
+  // produces it at the same position of the same steps): one parameter's whole gradient at a time.
   std::map<int, std::vector<TensorState*>> produced;  // gradient op id -> the parameters it ends
   if (sharded) {
     for (TensorState& s : state.tensors) produced[graph_.grads[s.param].op].push_back(&s);

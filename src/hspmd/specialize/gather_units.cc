@@ -38,6 +38,14 @@ std::vector<GatherUnit> gather_units(const ExecGraph& exec, const std::vector<in
   return units;
 }
 
+std::vector<GatherUnit> forward_gather_units(const ExecGraph& exec) { return gather_units(exec, exec.forward_ops()); }
+
+std::vector<GatherUnit> backward_gather_units(const ExecGraph& exec) {
+  std::vector<int> ops;
+  for (const ExecGraph::BackwardStep& step : exec.backward_steps()) ops.push_back(step.op);
+  return gather_units(exec, ops);
+}
+
 int64_t peak_gathered_bytes(const std::vector<GatherUnit>& units, const std::function<int64_t(int op)>& bytes_of) {
   // Gathered from gather_at to the parameter's last reader (inclusive): events at the positions.
   std::map<int, int64_t> change;  // position -> bytes gathered before it (+) or freed after it (-)

@@ -6,7 +6,7 @@
 // parameter is freed after its own last reader. The runtime follows this schedule
 // (runtime/parameter_gathers.h) and the memory estimate takes its peak (peak_gathered_bytes).
 //
-//   std::vector<GatherUnit> f = gather_units(exec, exec.forward_ops());
+//   std::vector<GatherUnit> f = forward_gather_units(exec);
 //   f[0].layer == "model.embed_tokens.weight"; f[1].layer == "model.layers.0"; f[1].gather_at ...
 #pragma once
 
@@ -33,6 +33,9 @@ std::string gather_layer(const std::string& param_name);
 // The units of the parameters this rank holds that the ops `ops` (a pass, in order) read, ordered
 // by their first reader.
 std::vector<GatherUnit> gather_units(const ExecGraph& exec, const std::vector<int>& ops);
+// The same for F (forward_ops()) and for B as run (backward_steps(), with what recompute replays).
+std::vector<GatherUnit> forward_gather_units(const ExecGraph& exec);
+std::vector<GatherUnit> backward_gather_units(const ExecGraph& exec);
 
 // The most bytes the schedule above holds gathered at once (`bytes_of`: a parameter op's whole size
 // in the layout the pass reads).

@@ -62,12 +62,10 @@ MemoryEstimate estimate_memory(const ExecGraph& exec, const MemoryEstimateOption
     auto bytes_of = [&](int id) {
       return exec.local_shape({id, 0}, {}).numel() * static_cast<int64_t>(dtype_size(g.info({id, 0}).dtype));
     };
-    std::vector<int> steps;
-    for (const ExecGraph::BackwardStep& b : exec.backward_steps()) steps.push_back(b.op);
     int64_t largest = 0;
     for (int id : exec.parameters()) largest = std::max(largest, bytes_of(id));
-    m.parameters = state_bytes_total + std::max(peak_gathered_bytes(gather_units(exec, exec.forward_ops()), bytes_of),
-                                                peak_gathered_bytes(gather_units(exec, steps), bytes_of));
+    m.parameters = state_bytes_total + std::max(peak_gathered_bytes(forward_gather_units(exec), bytes_of),
+                                                peak_gathered_bytes(backward_gather_units(exec), bytes_of));
     m.gradients = state_bytes_total + largest;
     return m;
   }
