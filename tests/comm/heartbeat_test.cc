@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 
 #include <future>
@@ -201,6 +202,72 @@ TEST(Heartbeat, RankCutOffFromTheStoreFencesItself) {
   std::lock_guard<std::mutex> lock(why_mutex);
   EXPECT_NE(why.find("cut off from the run"), std::string::npos) << why;
   EXPECT_NE(why.find("store unreachable"), std::string::npos) << why;
+}
+
+// A store whose calls hang while it is blocked, like Redis calls on a partitioned link waiting for
+// their I/O bound; it counts the calls started and those hanging now.
+class BlockingStore : public Store {
+ public:
+  explicit BlockingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  std::atomic<int> started{0};
+  std::atomic<int> hanging{0};
+
+  void block() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    blocked_ = true;
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      blocked_ = false;
+    }
+    released_.notify_all();
+  }
+  void set(const std::string& k, const std::string& v) override { pass(); inner_->set(k, v); }
+  std::optional<std::string> try_get(const std::string& k) override { pass(); return inner_->try_get(k); }
+  int64_t add(const std::string& k, int64_t d) override { pass(); return inner_->add(k, d); }
+  void erase(const std::string& k) override { pass(); inner_->erase(k); }
+  std::string describe() const override { return "blocking " + inner_->describe(); }
+
+ private:
+  void pass() {
+    ++started;
+    std::unique_lock<std::mutex> lock(mutex_);
+    ++hanging;
+    released_.wait(lock, [&] { return !blocked_; });
+    --hanging;
+  }
+  std::shared_ptr<Store> inner_;
+  std::mutex mutex_;
+  std::condition_variable released_;
+  bool blocked_ = false;
+};
+
+// The cut-off is decided when the timeout passes, not when a hanging store call gives up: the beat
+// thread is stuck in a call the whole time, and after the call returns no other is started.
+TEST(Heartbeat, CutOffIsDecidedWhileAStoreCallIsBlocked) {
+  testing::TempDir dir;
+  auto store = std::make_shared<BlockingStore>(std::make_shared<FileStore>(dir.path()));
+  std::atomic<int> hanging_at_decision{-1};
+  HeartbeatOptions options{.interval = 50ms, .timeout = 1s};
+  options.on_cut_off = [&](const std::string&) { hanging_at_decision = store->hanging.load(); };
+  Heartbeat hb(store, 0, {0, 1}, options);
+  // Released however the test ends, so that the Heartbeat's destructor can join its threads.
+  const std::unique_ptr<BlockingStore, void (*)(BlockingStore*)> release(store.get(),
+                                                                         [](BlockingStore* s) { s->release(); });
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(hb.cut_off());
+  store->block();
+  const auto blocked = Clock::now();
+  while (!hb.cut_off() && Clock::now() - blocked < 20s) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(hb.cut_off()) << "no cut-off while the store call hangs";
+  EXPECT_GE(Clock::now() - blocked, 500ms) << "declared itself cut off well before the timeout";
+  while (hanging_at_decision < 0 && Clock::now() - blocked < 20s) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(hanging_at_decision, 1) << "the decision did not come while the beat thread's call hung";
+  const int started = store->started;
+  store->release();
+  std::this_thread::sleep_for(300ms);  // six beat intervals
+  EXPECT_EQ(store->started, started) << "a store call started after the cut-off";
 }
 
 }  // namespace
