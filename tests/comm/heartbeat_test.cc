@@ -5,12 +5,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <mutex>
 
 #include <future>
 #include <thread>
 
+#include "comm/blocking_store_testlib.h"
 #include "comm/comm_testlib.h"
 #include "hspmd/comm/file_store.h"
 #include "hspmd/comm/heartbeat.h"
@@ -204,57 +204,16 @@ TEST(Heartbeat, RankCutOffFromTheStoreFencesItself) {
   EXPECT_NE(why.find("store unreachable"), std::string::npos) << why;
 }
 
-// A store whose calls hang while it is blocked, like Redis calls on a partitioned link waiting for
-// their I/O bound; it counts the calls started and those hanging now.
-class BlockingStore : public Store {
- public:
-  explicit BlockingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
-  std::atomic<int> started{0};
-  std::atomic<int> hanging{0};
-
-  void block() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    blocked_ = true;
-  }
-  void release() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      blocked_ = false;
-    }
-    released_.notify_all();
-  }
-  void set(const std::string& k, const std::string& v) override { pass(); inner_->set(k, v); }
-  std::optional<std::string> try_get(const std::string& k) override { pass(); return inner_->try_get(k); }
-  int64_t add(const std::string& k, int64_t d) override { pass(); return inner_->add(k, d); }
-  void erase(const std::string& k) override { pass(); inner_->erase(k); }
-  std::string describe() const override { return "blocking " + inner_->describe(); }
-
- private:
-  void pass() {
-    ++started;
-    std::unique_lock<std::mutex> lock(mutex_);
-    ++hanging;
-    released_.wait(lock, [&] { return !blocked_; });
-    --hanging;
-  }
-  std::shared_ptr<Store> inner_;
-  std::mutex mutex_;
-  std::condition_variable released_;
-  bool blocked_ = false;
-};
-
 // The cut-off is decided when the timeout passes, not when a hanging store call gives up: the beat
 // thread is stuck in a call the whole time, and after the call returns no other is started.
 TEST(Heartbeat, CutOffIsDecidedWhileAStoreCallIsBlocked) {
   testing::TempDir dir;
-  auto store = std::make_shared<BlockingStore>(std::make_shared<FileStore>(dir.path()));
+  auto store = std::make_shared<testing::BlockingStore>(std::make_shared<FileStore>(dir.path()));
   std::atomic<int> hanging_at_decision{-1};
   HeartbeatOptions options{.interval = 50ms, .timeout = 1s};
   options.on_cut_off = [&](const std::string&) { hanging_at_decision = store->hanging.load(); };
   Heartbeat hb(store, 0, {0, 1}, options);
-  // Released however the test ends, so that the Heartbeat's destructor can join its threads.
-  const std::unique_ptr<BlockingStore, void (*)(BlockingStore*)> release(store.get(),
-                                                                         [](BlockingStore* s) { s->release(); });
+  const testing::ReleaseOnExit release{*store};  // the Heartbeat's destructor joins its threads
   std::this_thread::sleep_for(200ms);
   EXPECT_FALSE(hb.cut_off());
   store->block();

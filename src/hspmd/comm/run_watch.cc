@@ -22,7 +22,11 @@ struct RunWatch::Shared {
   Reading reading;
 
   void loop();
-  // One reading; every store call happens outside the mutex.
+  bool stopped() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return stopping;
+  }
+  // One reading; every store call happens outside the mutex, and none starts once stopped.
   void read(std::vector<std::pair<int, std::string>> deaths_to_publish);
 };
 
@@ -46,6 +50,7 @@ void RunWatch::Shared::read(std::vector<std::pair<int, std::string>> to_publish)
   const auto begun = Clock::now();
   std::vector<std::string> notes;
   for (const auto& [rank, how] : to_publish) {
+    if (stopped()) return;
     try {
       comm::publish_death(*store, rank, how);
     } catch (const std::exception& e) {
@@ -57,15 +62,21 @@ void RunWatch::Shared::read(std::vector<std::pair<int, std::string>> to_publish)
   std::string error;
   try {
     int g = generation;  // only this thread changes it
-    while (auto text = store->try_get("gen" + std::to_string(g + 1) + "/members")) {
+    while (!stopped()) {
+      const std::optional<std::string> text = store->try_get("gen" + std::to_string(g + 1) + "/members");
+      if (!text) break;
       ++g;
       agreed.emplace_back(g, parse_rank_list(*text, "gen" + std::to_string(g) + "/members"));
     }
-    for (int rank : ranks) beats[rank] = store->try_get(heartbeat_key(rank));
+    for (int rank : ranks) {
+      if (stopped()) return;
+      beats[rank] = store->try_get(heartbeat_key(rank));
+    }
   } catch (const Error& e) {
     error = e.what();
   }
   std::lock_guard<std::mutex> lock(mutex);
+  if (stopping) return;
   reading.notes.insert(reading.notes.end(), notes.begin(), notes.end());
   reading.error = error;
   if (!error.empty()) return;  // the generations are read again next time

@@ -9,8 +9,8 @@
 //   watch.publish_death(3, "signal 9 (Killed)"); // written by the watch thread, never blocks
 //
 // The watch writes nothing but the deaths it is given. Destroying it stops the thread; a store call
-// hanging at that moment is not waited for (the thread finishes it alone and then ends), and deaths
-// not yet published are dropped.
+// hanging at that moment is not waited for (the thread finishes it alone and then ends without
+// starting another), and deaths not yet published are dropped.
 #pragma once
 
 #include <chrono>
