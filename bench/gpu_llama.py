@@ -114,6 +114,21 @@ def run_process(cmd, log_path, timeout, env=None):
         return rc, f.read()
 
 
+def read_step_metrics(path):
+    """The step records of an `hspmd train --metrics` file; a line cut off by a stopped run is left out."""
+    steps = []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if "event" not in record and "step" in record:
+                    steps.append(record)
+    return steps
+
+
 def last_lines(text, n=3):
     return " | ".join(line.strip() for line in text.strip().splitlines()[-n:])
 
@@ -184,11 +199,8 @@ class Bench:
         start = time.monotonic()
         rc, out = run_process(cmd, metrics + ".log", self.deadline.left())
         self.hspmd.wall_seconds = time.monotonic() - start
-        steps = []
-        if os.path.exists(metrics):
-            with open(metrics) as f:
-                steps = [r for r in map(json.loads, filter(str.strip, f)) if "event" not in r and "step" in r]
-        if rc != 0 and is_out_of_memory(out):
+        steps = read_step_metrics(metrics)
+        if rc not in (0, None) and is_out_of_memory(out):
             raise OutOfMemory(last_lines(out, 1))
         if rc is None:
             self.hspmd.notes.append(f"round {r + 1}: stopped at the budget after {len(steps)} of {a.steps} steps")
@@ -231,8 +243,8 @@ class Bench:
             if note not in side.notes:
                 side.notes.append(note)
         if result.get("gemm_tflops"):
-            self.gemm["torch.matmul bf16 " + result["gemm_shape"]] = max(
-                result["gemm_tflops"], self.gemm.get("torch.matmul bf16 " + result["gemm_shape"], 0))
+            source = f"torch.matmul bf16 {result['gemm_shape']}"
+            self.gemm[source] = max(result["gemm_tflops"], self.gemm.get(source, 0))
         return result
 
     def fits(self, side, what):
@@ -241,13 +253,14 @@ class Bench:
         need = side.wall_seconds if side.wall_seconds is not None else 0.1 * self.args.budget
         if self.deadline.left() > need:
             return True
-        self.notes.append(f"budget: {what} not run ({self.deadline.left():.0f} s left, a run took "
-                          f"{need:.0f} s)")
+        self.notes.append(f"budget: {what} not run ({self.deadline.left():.1f} s left, a run took "
+                          f"{need:.1f} s)")
         return False
 
     def probe_torch(self):
         a = self.args
         if not a.python:
+            self.notes.append("no interpreter given (--python ''): the PyTorch rows are left out")
             return
         probe = subprocess.run([a.python, "-c", "import torch; print(torch.__version__); "
                                 "print(torch.cuda.is_available())"], capture_output=True, text=True)
@@ -266,19 +279,18 @@ class Bench:
         os.makedirs(self.work, exist_ok=True)
         self.make_data()
         self.probe_torch()
-        hspmd_fits = True
+        hspmd_runs = True  # until a run fails: the next one would fail alike
         for r in range(a.rounds):
-            if not self.fits(self.hspmd, f"round {r + 1}"):
+            if hspmd_runs and not self.fits(self.hspmd, f"round {r + 1}"):
                 break
-            if hspmd_fits:
+            if hspmd_runs:
                 result, batch, notes = with_batch_fallback(self.batch, lambda b: self.run_hspmd(b, r))
                 self.hspmd.notes += notes
                 if result is not None:
                     self.hspmd.record(result)
-                if result is None and batch == 1 and notes:
-                    hspmd_fits = False  # not even one sequence: PyTorch runs the full batch alone
-                else:
                     self.batch = batch
+                else:
+                    hspmd_runs = False  # PyTorch goes on (at the full batch if not even one sequence fit)
             for side, mode in self.torch_sides:
                 if self.fits(side, f"round {r + 1} of {side.name}"):
                     result = self.run_torch(side, mode, self.batch, r)
@@ -341,7 +353,7 @@ class Bench:
                  f"FLOPs per step {train_flops(self.config, self.batch, a.seq):.3e} (6 x "
                  f"{count(matrix_params(self.config))} matrix parameters x tokens + attention; bench/model_flops.py)",
                  f"MFU: against {a.peak_tflops:g} TFLOP/s (--peak-tflops) and against the best bf16 GEMM measured here"
-                 f" ({'%.1f TFLOP/s' % gemm if gemm else 'none measured'})",
+                 f" ({'%.4g TFLOP/s' % gemm if gemm else 'none measured'})",
                  "",
                  f"{'side':24} | {'batch':>5} {'step s':>8} {'tokens/s':>10} {'hspmd/side':>10} | {'TFLOP/s':>8} "
                  f"{'MFU peak':>8} {'MFU GEMM':>8} | {'peak GiB':>8} {'hspmd/side':>10} | losses (first, last)"]
@@ -364,7 +376,7 @@ class Bench:
                      "(bytes in use; on a GPU its CUDA pool), PyTorch's torch.cuda.max_memory_allocated (a GPU "
                      "only).")
         for source, rate in sorted(self.gemm.items()):
-            lines.append(f"bf16 GEMM: {source}: {rate:.1f} TFLOP/s")
+            lines.append(f"bf16 GEMM: {source}: {rate:.4g} TFLOP/s")
         for row in rows:
             for note in row["notes"]:
                 lines.append(f"note: {row['side']}: {note}")
@@ -426,9 +438,10 @@ def worker(args):
     sdpa = getattr(F, "scaled_dot_product_attention", None)
     # torch >= 2.5 takes grouped-query heads as they are; before, k and v are repeated per query head.
     gqa_native = sdpa is not None and tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
+    attn = {"flash": False, "gqa": gqa_native}  # what SDPA is asked for (below)
 
     def attention(q, k, v):
-        if gqa_native:
+        if attn["gqa"]:
             return sdpa(q, k, v, is_causal=True, enable_gqa=True)
         k, v = k.repeat_interleave(nq // nkv, dim=1), v.repeat_interleave(nq // nkv, dim=1)
         if sdpa is not None:
@@ -526,13 +539,16 @@ def worker(args):
         freqs = torch.outer(torch.arange(args.seq, dtype=torch.float64), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos().float().to(device), emb.sin().float().to(device)
-        flash = None
+        # What SDPA runs, fastest first: the flash kernel on the grouped heads, the flash kernel on k
+        # and v repeated per query head, whatever SDPA picks. A refusal in step 1 moves down the list.
+        choices = [{"flash": False, "gqa": gqa_native}]
         if cuda:
             try:
                 from torch.nn.attention import SDPBackend, sdpa_kernel
-                flash = lambda: sdpa_kernel([SDPBackend.FLASH_ATTENTION])  # noqa: E731
+                choices = ([{"flash": True, "gqa": True}] if gqa_native else []) + [{"flash": True, "gqa": False}] + choices
             except ImportError:
                 result["notes"].append("torch.nn.attention.sdpa_kernel missing: SDPA picks its backend")
+        attn.update(choices.pop(0))
 
         def train_step(i):
             rows = [docs[(i * args.batch + r) % len(docs)] for r in range(args.batch)]
@@ -541,8 +557,8 @@ def worker(args):
             targets[:, :-1] = ids[:, 1:]  # the next token inside each row; none after the last
             opt.zero_grad(set_to_none=True)
             with torch.autocast(device.type, dtype=torch.bfloat16):
-                if flash is not None:
-                    with flash():
+                if attn["flash"]:
+                    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
                         loss = step_model(ids, targets, cos, sin)
                 else:
                     loss = step_model(ids, targets, cos, sin)
@@ -553,21 +569,27 @@ def worker(args):
 
         losses, times = [], []
         for i in range(args.steps):
-            start = time.perf_counter()
-            try:
-                loss = train_step(i)
-            except RuntimeError as e:
-                if flash is None or i > 0 or "out of memory" in str(e).lower():
-                    raise
-                result["notes"].append(f"the flash backend refused ({str(e).splitlines()[0]}); SDPA picks its backend")
-                flash = None
-                opt.zero_grad(set_to_none=True)
+            while True:
                 start = time.perf_counter()
-                loss = train_step(i)
+                try:
+                    loss = train_step(i)
+                    break
+                except RuntimeError as e:
+                    if not choices or i > 0 or "out of memory" in str(e).lower():
+                        raise
+                    result["notes"].append(f"SDPA refused {attn} ({str(e).strip().splitlines()[0][:200]}); "
+                                           f"now {choices[0]}")
+                    attn.update(choices.pop(0))
+                    opt.zero_grad(set_to_none=True)
             losses.append(loss.item())
             if cuda:
                 torch.cuda.synchronize(device)
             times.append(time.perf_counter() - start)
+        if sdpa is None:
+            result["notes"].append("attention: no SDPA in this torch, a plain causal softmax")
+        else:
+            result["notes"].append(f"SDPA: {'the flash backend' if attn['flash'] else 'its own choice of backend'}, "
+                                   f"{'grouped heads (enable_gqa)' if attn['gqa'] else 'k and v repeated per head'}")
         result.update({"batch": args.batch, "losses": losses, "step_seconds": times,
                        "peak_bytes": torch.cuda.max_memory_allocated(device) if cuda else None})
         del model, step_model, opt, params, groups
@@ -613,7 +635,7 @@ def parse_args(argv=None):
                     help="on the CPU: configs/llama-tiny.json, batch 2 x 64, 2 steps, 2 rounds (checks the script)")
     ap.add_argument("--device", default=None, help="cuda (default), cuda:N, or cpu")
     ap.add_argument("--config", default=None, help="model config (default bench/llama-1b.json)")
-    ap.add_argument("--batch", type=int, default=None, help="sequences per step, one micro-batch (default 4)")
+    ap.add_argument("--batch", type=int, default=None, help="sequences per step, one micro-batch (default 2)")
     ap.add_argument("--seq", type=int, default=None, help="tokens per sequence (default 4096)")
     ap.add_argument("--steps", type=int, default=None, help="steps per run, the first a warm-up (default 3)")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 2)")
@@ -638,7 +660,7 @@ def parse_args(argv=None):
     dry = args.dry_run
     defaults = {"device": "cpu" if dry else "cuda",
                 "config": os.path.join(ROOT, "configs/llama-tiny.json" if dry else "bench/llama-1b.json"),
-                "batch": env_default("BENCH_LLAMA_BATCH", 2 if dry else 4),
+                "batch": env_default("BENCH_LLAMA_BATCH", 2),
                 "seq": 64 if dry else 4096,
                 "steps": env_default("BENCH_LLAMA_STEPS", 2 if dry else 3),
                 "rounds": env_default("BENCH_LLAMA_ROUNDS", 2),

@@ -82,6 +82,18 @@ class DriverLogicTest(unittest.TestCase):
         self.assertTrue(gpu_llama.is_out_of_memory("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"))
         self.assertFalse(gpu_llama.is_out_of_memory("hspmd: error: --device cuda: no CUDA device"))
 
+    def test_step_metrics_skip_events_and_a_cut_off_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "m.jsonl")
+            with open(path, "w") as f:
+                f.write('{"step": 1, "loss": 10.4, "step_seconds": 2.5, "peak_bytes": 100}\n'
+                        '{"event": "eval", "step": 1, "val_loss": 10.3}\n'
+                        '{"step": 2, "loss": 10.2, "step_seconds": 1.5, "peak_bytes": 120}\n'
+                        '{"step": 3, "loss": 10.')  # the run was stopped while writing
+            steps = gpu_llama.read_step_metrics(path)
+        self.assertEqual([s["step"] for s in steps], [1, 2])
+        self.assertEqual(gpu_llama.read_step_metrics(os.path.join(d, "missing.jsonl")), [])
+
     def test_the_best_bf16_gemm_of_a_benchmark_report(self):
         report = {"benchmarks": [
             {"name": "gemm/bf16/4096/4096/4096/manual_time", "run_type": "iteration", "FLOP/s": 6.0e14},
