@@ -99,11 +99,11 @@ class Deadline:
         return self.end - time.monotonic()
 
 
-def run_process(cmd, log_path, timeout, env=None):
+def run_process(cmd, log_path, timeout):
     """Runs cmd with its output in log_path; returns (exit code or None when stopped at the timeout,
     output). The whole process group is stopped, so nothing outlives the budget."""
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             rc = proc.wait(timeout=max(timeout, 1))
         except subprocess.TimeoutExpired:
@@ -592,7 +592,7 @@ def worker(args):
                                    f"{'grouped heads (enable_gqa)' if attn['gqa'] else 'k and v repeated per head'}")
         result.update({"batch": args.batch, "losses": losses, "step_seconds": times,
                        "peak_bytes": torch.cuda.max_memory_allocated(device) if cuda else None})
-        del model, step_model, opt, params, groups
+        model = step_model = opt = params = groups = None  # the GPU's memory for the GEMM below
         result["gemm_tflops"], result["gemm_shape"] = gemm_tflops(torch, device)
     except Exception as e:  # noqa: BLE001: the driver reports any failure as a note of this side
         oom = "out of memory" in str(e).lower()
