@@ -114,6 +114,13 @@ def torch_interpreter():
 
 
 class DryRunTest(unittest.TestCase):
+    def test_the_parameter_count_is_hspmds(self):
+        for config in ("bench/llama-1b.json", "configs/llama-tiny.json"):
+            info = subprocess.run([os.environ["HSPMD_BIN"], "model", "info", os.path.join(ROOT, config)],
+                                  capture_output=True, text=True, check=True).stdout
+            line = next(x for x in info.splitlines() if x.startswith("parameters: "))
+            self.assertEqual(int(line.split()[1]), gpu_llama.model_parameters(load_config(config)), config)
+
     def test_a_dry_run_on_the_cpu_prints_the_table(self):
         hspmd = os.environ.get("HSPMD_BIN")
         self.assertTrue(hspmd, "HSPMD_BIN (the built hspmd) must be set; ctest sets it")
