@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -57,6 +58,9 @@ struct NcclCommunicator::State {
   void* scratch = nullptr;  // one int for barrier
   std::string broken;       // worker thread only: the first error
   std::atomic<bool> abort_requested{false};  // set by abort() from any thread
+  // Guards `running` and, while no operation runs, `comm` against abort() from another thread.
+  std::mutex mutex;
+  bool running = false;  // the worker is inside an operation: its polling loop does the abort
 
   // Polls until the non-blocking communicator has finished the calls just made; throws on
   // error or at the deadline (after aborting the communicator).
@@ -205,7 +209,17 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::abort(const std::string& reason) {
-  state_->abort_requested = true;  // the worker's polling loop aborts the NCCL communicator
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->abort_requested = true;
+    // Idle: abort now, so peers inside an operation with this member fail fast (as Gloo's closed
+    // sockets make them) instead of at their timeout. Running: the worker's polling loop aborts.
+    if (!state_->running && state_->comm != nullptr) {
+      cudaSetDevice(state_->device);
+      ncclCommAbort(state_->comm);
+      state_->comm = nullptr;
+    }
+  }
   queue_.abort(reason + " (" + describe() + ")");
 }
 
@@ -224,6 +238,18 @@ Work NcclCommunicator::run(const char* op, std::function<void(DeviceViews&)> enq
   return queue_.submit(what, [this, what, ready, enqueue = std::move(enqueue)] {
     HSPMD_CHECK(state_->broken.empty()) << what << ": the group is broken by an earlier error (" << state_->broken
                                         << "); rebuild it under a new generation";
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      HSPMD_CHECK(!state_->abort_requested) << what << ": the communicator was aborted";
+      state_->running = true;
+    }
+    struct Idle {
+      State& state;
+      ~Idle() {
+        std::lock_guard<std::mutex> lock(state.mutex);
+        state.running = false;
+      }
+    } idle{*state_};
     try {
       HSPMD_CUDA_CALL(what, cudaSetDevice(state_->device));
       auto deadline = Clock::now() + options_.timeout;
