@@ -125,5 +125,29 @@ TEST(FakeDeviceTrain, CommunicatorsOnDeviceMemoryEqualTheHostBitForBit) {
   expect_same_bits(train(dp2, 2, true, "", true), train(dp2, 2, false));
 }
 
+TEST(FakeDeviceTrain, ASwitchMovesTheStateOnDeviceBuffers) {
+  // The fused BSR of a switch (DistTrainer::switch_to) sends and receives the weights and AdamW
+  // moments as device buffers, as over NCCL, and the run still equals one process.
+  const sharding::Strategy dp2 = testing::strategy(R"({"name": "dp2", "pipelines": [
+    {"micro_batch_size": 2, "num_micro_batches": 1, "stages": [{"ranks": "0", "layers": "0-3"}]},
+    {"micro_batch_size": 2, "num_micro_batches": 1, "stages": [{"ranks": "1", "layers": "0-3"}]}]})");
+  const sharding::Strategy tp2 = testing::strategy(R"({"name": "tp2", "pipelines": [
+    {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3"}]}]})");
+  std::vector<std::shared_ptr<hspmd::testing::FakeDeviceMemory>> fakes(2);
+  for (auto& f : fakes) f = std::make_shared<hspmd::testing::FakeDeviceMemory>();
+  const testing::DistRun r =
+      testing::run_phases({{1, tp2}, {3, dp2}}, testing::dist_options(4),
+                          {.configure = [&](int rank, DistOptions& o) {
+                            o.compute = [memory = fakes[rank]](int) { return testing::fake_device_compute(memory); };
+                            o.comm_on_device = true;
+                          }});
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_EQ(r.switches[rank].size(), 1u) << "rank " << rank;
+    EXPECT_GT(r.switches[rank][0].rank_sent_bytes, 0) << "rank " << rank;
+    EXPECT_GT(fakes[rank]->region_copies, 0) << "rank " << rank;
+  }
+  testing::expect_matches_single_process(r, 4);
+}
+
 }  // namespace
 }  // namespace hspmd::runtime
