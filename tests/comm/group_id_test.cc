@@ -1,6 +1,8 @@
 // The group id exchange a transport (NCCL) connects with: member 0's bytes reach every member
 // through the store, binary-safe; wrong sizes and a missing member 0 are errors naming the key and
 // the store.
+#include "hspmd/comm/group_id.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,7 +11,6 @@
 
 #include "comm/comm_testlib.h"
 #include "hspmd/comm/file_store.h"
-#include "hspmd/comm/group_id.h"
 #include "hspmd/comm/prefix_store.h"
 #include "hspmd/core/error.h"
 
@@ -35,7 +36,13 @@ TEST(GroupId, MemberZerosBytesReachEveryMember) {
   std::vector<std::thread> members;
   for (int r = 2; r >= 0; --r) {  // the readers start first and wait
     members.emplace_back([&, r] {
-      seen[r] = share_group_id(group, r, 128, [&] { ++made[r]; return id_bytes(9); }, Millis(10'000), "test");
+      seen[r] = share_group_id(
+          group, r, 128,
+          [&] {
+            ++made[r];
+            return id_bytes(9);
+          },
+          Millis(10'000), "test");
     });
   }
   for (auto& t : members) t.join();
@@ -55,15 +62,19 @@ TEST(GroupId, WrongSizesAndAMissingMemberZeroAreErrorsNamingKeyAndStore) {
     }
     return std::string("no error");
   };
-  const std::string missing =
-      error_of([&] { share_group_id(store, 1, 128, [] { return std::string(); }, Millis(50), "connecting group [0,1]"); });
+  const std::string missing = error_of([&] {
+    share_group_id(
+        store, 1, 128, [] { return std::string(); }, Millis(50), "connecting group [0,1]");
+  });
   EXPECT_THAT(missing, HasSubstr("connecting group [0,1]: no group id from member 0 under 'group_id' in file://"));
   const std::string made_short = error_of([&] {
-    share_group_id(store, 0, 128, [] { return std::string(5, 'x'); }, Millis(50), "connecting group [0,1]");
+    share_group_id(
+        store, 0, 128, [] { return std::string(5, 'x'); }, Millis(50), "connecting group [0,1]");
   });
   EXPECT_THAT(made_short, HasSubstr("made a group id of 5 bytes, expected 128"));
   store.set(kGroupIdKey, std::string(64, 'y'));  // another transport's id
-  const std::string wrong = error_of([&] { share_group_id(store, 1, 128, nullptr, Millis(50), "connecting group [0,1]"); });
+  const std::string wrong =
+      error_of([&] { share_group_id(store, 1, 128, nullptr, Millis(50), "connecting group [0,1]"); });
   EXPECT_THAT(wrong, HasSubstr("the group id under 'group_id' in file://"));
   EXPECT_THAT(wrong, HasSubstr("has 64 bytes, expected 128"));
 }

@@ -154,7 +154,8 @@ TEST_F(NcclTest, TwoRanksOnTwoGpusTrainAsOneProcessOnTheCpu) {
           const graph::ComputeDevice compute = rank_compute(d.train, d.device, rank);
           d.compute = [compute](int) { return compute; };
           d.comm_on_device = true;
-          comm::GroupCache groups(store, rank, comm_backend(CommKind::kNccl, compute, comm::Millis(120'000), "127.0.0.1"));
+          comm::GroupCache groups(store, rank,
+                                  comm_backend(CommKind::kNccl, compute, comm::Millis(120'000), "127.0.0.1"));
           DistTrainer t(model, ds, plan, d, rank, 2, groups);
           while (!t.done()) got[rank].push_back(t.step().loss);
         } catch (const std::exception& e) {

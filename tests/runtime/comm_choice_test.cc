@@ -1,11 +1,12 @@
 // Which communicators a rank uses (--comm) and where it computes: NCCL by default for GPU ranks of
 // a build with NCCL, Gloo otherwise; NCCL for CPU ranks, or without NCCL, is an error naming
 // --comm; NCCL puts each rank of a host on its own GPU, Gloo lets them share one.
+#include "hspmd/runtime/comm_choice.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "hspmd/core/error.h"
-#include "hspmd/runtime/comm_choice.h"
 
 namespace hspmd::runtime {
 namespace {

@@ -56,7 +56,8 @@ TEST(DeviceComm, CollectivesAndAFusedBsrRunOnDeviceBuffers) {
     const Tensor reduced =
         execute_reshard_staged(sum, a_shape, rank, summand.clone(&device.allocator), session, "post", device.allocator);
     ASSERT_EQ(reduced.device().to_string(), "cuda:3");
-    std::vector<float> expected = values_of(part_of(a_shape, 0, *Annotation::parse("dup{[0-1](S0:2)}").region(rank, a_shape)));
+    std::vector<float> expected =
+        values_of(part_of(a_shape, 0, *Annotation::parse("dup{[0-1](S0:2)}").region(rank, a_shape)));
     for (float& v : expected) v *= 3;
     EXPECT_EQ(values_of(reduced), expected) << "rank " << rank;
 
@@ -66,9 +67,10 @@ TEST(DeviceComm, CollectivesAndAFusedBsrRunOnDeviceBuffers) {
          {std::tuple{a_shape, a_from, a_to, 0.0f}, std::tuple{b_shape, b_from, b_to, 100.0f}}) {
       const auto src = from.region(rank, shape);
       const auto dst = to.region(rank, shape);
-      sources.push_back({src ? part_of(shape, start, *src).clone(&device.allocator) : Tensor(), src.value_or(sharding::Region{})});
-      destinations.push_back(
-          {dst ? Tensor::zeros(dst->shape(), DType::kFloat32, &device.allocator) : Tensor(), dst.value_or(sharding::Region{})});
+      sources.push_back(
+          {src ? part_of(shape, start, *src).clone(&device.allocator) : Tensor(), src.value_or(sharding::Region{})});
+      destinations.push_back({dst ? Tensor::zeros(dst->shape(), DType::kFloat32, &device.allocator) : Tensor(),
+                              dst.value_or(sharding::Region{})});
     }
     execute_fused_bsr(bsr, rank, sources, destinations, session, "switch");
     session.wait_deferred();
@@ -78,7 +80,8 @@ TEST(DeviceComm, CollectivesAndAFusedBsrRunOnDeviceBuffers) {
       const auto dst = to.region(rank, shape);
       if (!dst) continue;
       ASSERT_EQ(destinations[d].tensor.device().to_string(), "cuda:3");
-      EXPECT_EQ(values_of(destinations[d].tensor), values_of(part_of(shape, start, *dst))) << "rank " << rank << ", tensor " << d;
+      EXPECT_EQ(values_of(destinations[d].tensor), values_of(part_of(shape, start, *dst)))
+          << "rank " << rank << ", tensor " << d;
       ++checked;
     }
     EXPECT_EQ(checked, rank == 0 ? 1 : 2);

@@ -19,9 +19,9 @@
 // Which memory a backend moves: Gloo host memory only (a GPU rank over Gloo stages its Reshards
 // through the host, runtime/reshard_exec.h); NCCL device memory, and host buffers through device
 // copies (nccl/nccl_communicator.h). SelfCommunicator (groups of one) copies with memcpy: host
-// memory only, which is all it gets (the resolver lowers no collective over one member). Reductions are
-// sums; float32, float64, int32 and int64 are reduced natively, bfloat16 in float32 (converted,
-// reduced, rounded back once). Byte-moving operations accept every dtype.
+// memory only, which is all it gets (the resolver lowers no collective over one member).
+// Reductions are sums; float32, float64, int32 and int64 are reduced natively, bfloat16 in
+// float32 (converted, reduced, rounded back once). Byte-moving operations accept every dtype.
 //
 // Errors (wrong counts, a dead peer, a timeout) surface from Work::wait() as hspmd::Error naming
 // the operation, the group, its generation and, where known, the peer. After a transport error a

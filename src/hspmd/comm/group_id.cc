@@ -16,8 +16,8 @@ std::string share_group_id(Store& store, int group_rank, size_t size, const std:
   try {
     id = store.get(kGroupIdKey, timeout);
   } catch (const std::exception& e) {
-    HSPMD_THROW() << what << ": no group id from member 0 under '" << kGroupIdKey << "' in " << store.describe()
-                  << " (" << e.what() << ")";
+    HSPMD_THROW() << what << ": no group id from member 0 under '" << kGroupIdKey << "' in " << store.describe() << " ("
+                  << e.what() << ")";
   }
   HSPMD_CHECK(id.size() == size) << what << ": the group id under '" << kGroupIdKey << "' in " << store.describe()
                                  << " has " << id.size() << " bytes, expected " << size;

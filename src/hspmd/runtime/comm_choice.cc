@@ -45,8 +45,7 @@ comm::Backend comm_backend(CommKind kind, const graph::ComputeDevice& compute, c
   if (kind == CommKind::kGloo) return comm::gloo_backend({.timeout = timeout, .host = host});
 #if HSPMD_CUDA
   cuda::CudaTensorMemory& memory = cuda::cuda_tensor_memory(compute.allocator);
-  return comm::nccl_backend(
-      {.device = memory.device_index(), .timeout = timeout, .compute_stream = memory.stream()});
+  return comm::nccl_backend({.device = memory.device_index(), .timeout = timeout, .compute_stream = memory.stream()});
 #else
   HSPMD_THROW() << "--comm nccl: this hspmd was built without NCCL (configured with HSPMD_CUDA off); compute on "
                 << compute.allocator.device().to_string();

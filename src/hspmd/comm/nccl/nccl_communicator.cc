@@ -326,7 +326,8 @@ Work NcclCommunicator::broadcast(const BroadcastOptions& o) {
   int root = index_of(o.root);
   return run("broadcast", [this, o, root](DeviceViews& views) {
     void* data = views.read_written(o.data);
-    enqueued("ncclBroadcast", ncclBroadcast(data, data, o.data.nbytes(), ncclUint8, root, state_->comm, state_->stream));
+    enqueued("ncclBroadcast",
+             ncclBroadcast(data, data, o.data.nbytes(), ncclUint8, root, state_->comm, state_->stream));
   });
 }
 
@@ -367,8 +368,9 @@ Work NcclCommunicator::send_recv(const SendRecvOptions& o) {
       HSPMD_CHECK(self_sends[k].second == self_recvs[k].second)
           << "send_recv on NCCL " << describe() << ": message " << k << " to self changes size";
       if (self_sends[k].second == 0) continue;
-      HSPMD_CUDA_CALL("send_recv to self", cudaMemcpyAsync(self_recvs[k].first, self_sends[k].first, self_sends[k].second,
-                                                           cudaMemcpyDeviceToDevice, state_->stream));
+      HSPMD_CUDA_CALL("send_recv to self",
+                      cudaMemcpyAsync(self_recvs[k].first, self_sends[k].first, self_sends[k].second,
+                                      cudaMemcpyDeviceToDevice, state_->stream));
     }
   });
 }
