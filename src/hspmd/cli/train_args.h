@@ -28,6 +28,7 @@ struct TrainArgs {
   std::string switch_bsr = "fused";   // --switch-bsr: resolve::BsrAlgorithm of the --switch moves
   int nproc = 0;
   double comm_timeout = 300;  // seconds: bound on connecting and on every communication
+  std::string comm;           // --comm gloo|nccl (runtime/comm_choice.h); empty: by the device
   bool check_single = false;
   // The planner's cluster spec and profile: elastic training re-plans with them, dispatch by
   // length prices with them.

@@ -40,6 +40,8 @@
 #include "hspmd/planner/planner.h"
 #include "hspmd/runtime/fault_injection.h"
 #include "hspmd/runtime/checkpoint.h"
+#include "hspmd/runtime/comm_choice.h"
+#include "hspmd/runtime/rank_compute.h"
 #include "hspmd/runtime/dist_trainer.h"
 #include "hspmd/runtime/scheduled_switches.h"
 #include "hspmd/runtime/training_log.h"
@@ -354,16 +356,26 @@ TrainWorker::TrainWorker(const TrainArgs& args, std::shared_ptr<const models::Mo
   if (env) {
     p.store = comm::open_run_store(p.env);
     p.admission = admission_of(args, *p.store, p.env.rank, world);
-    p.groups = std::make_unique<comm::GroupCache>(p.store, p.env.rank,
-                                                  comm::gloo_backend({.timeout = timeout, .host = p.env.host}),
-                                                  p.admission ? p.admission->generation : 0);
-  } else {  // one process: its groups are groups of one (comm/self_communicator.h)
-    HSPMD_CHECK(!args.elastic) << "--elastic needs workers started by `hspmd launch`";
-    p.groups = std::make_unique<comm::GroupCache>(nullptr, 0, nullptr);
   }
   p.cluster = cluster_of(args, world);
   runtime::DistOptions options = worker_options(args, p.w, p.devices->of(p.env.rank), p.cluster ? &*p.cluster : nullptr,
                                                 p.admission ? &*p.admission : nullptr);
+  // The rank's compute device exists before its groups: an NCCL communicator orders its operations
+  // after that device's compute stream.
+  const runtime::CommKind comm_kind = runtime::choose_comm(
+      args.comm.empty() ? std::nullopt : std::optional(runtime::parse_comm(args.comm)), args.options.device);
+  options.train.device = runtime::rank_device(args.options.device, comm_kind, p.env.local_rank);
+  const graph::ComputeDevice compute = runtime::rank_compute(options.train, options.device, p.env.rank);
+  options.compute = [compute](int) { return compute; };
+  if (env) {
+    p.groups = std::make_unique<comm::GroupCache>(p.store, p.env.rank,
+                                                  runtime::comm_backend(comm_kind, compute, timeout, p.env.host),
+                                                  p.admission ? p.admission->generation : 0);
+    options.comm_on_device = comm_kind == runtime::CommKind::kNccl;
+  } else {  // one process: its groups are groups of one (comm/self_communicator.h), host buffers
+    HSPMD_CHECK(!args.elastic) << "--elastic needs workers started by `hspmd launch`";
+    p.groups = std::make_unique<comm::GroupCache>(nullptr, 0, nullptr);
+  }
   if (one_process) options.plan_name = "single-process";
   p.first_strategy = p.admission ? p.admission->strategy : p.w.plans[p.w.in_force].strategy;
   p.trainer = std::make_unique<runtime::DistTrainer>(

@@ -49,11 +49,12 @@ DistTrainer::DistTrainer(std::shared_ptr<const models::Model> model, const data:
       world_size_(world_size),
       compute_(options_.compute ? options_.compute(rank) : rank_compute(options_.train, options_.device, rank)),
       allocator_(std::make_unique<Allocator>(compute_.allocator)),
-      comm_memory_(compute_.allocator.device().type == DeviceType::kCPU
+      comm_memory_(compute_.allocator.device().type == DeviceType::kCPU || options_.comm_on_device
                        ? nullptr
                        : std::make_unique<Allocator>(Allocator::Options{
                              .capacity_bytes = 0, .name = "rank " + std::to_string(rank) + " host staging"})),
-      session_(groups, rank, comm_memory_ ? comm_memory_.get() : allocator_.get()),
+      session_(groups, rank, comm_memory_ ? comm_memory_.get() : allocator_.get(),
+               comm_memory_ ? nullptr : compute_.copy_region),
       plans_(graph_, rank,
              {.schedule = options_.schedule,
               .seq_len = options_.train.seq_len,

@@ -110,6 +110,10 @@ struct DistOptions {
   // Where each rank computes; unset: the host, or the GPU train.device names (runtime/rank_compute.h).
   // Set: another backend (the tests' fake device runs the CPU kernels behind device tensors).
   std::function<graph::ComputeDevice(int rank)> compute{};
+  // The rank's communicators move its compute device's memory (NCCL on a GPU, runtime/comm_choice.h):
+  // Reshards and gradient syncs run on device buffers. False: they move host memory (Gloo), and a
+  // GPU rank stages its Reshards through the host (execute_reshard_staged).
+  bool comm_on_device = false;
 };
 
 // What one switch did, the same on every rank but rank_sent_bytes (times are the slowest rank's).
@@ -309,8 +313,8 @@ class DistTrainer {
   int rank_, world_size_;
   graph::ComputeDevice compute_;  // where the rank computes (options_.train.device)
   std::unique_ptr<Allocator> allocator_;
-  // A GPU rank's communication buffers: host memory (Gloo), staged by execute_reshard_staged. Null on
-  // a host rank, whose buffers come from allocator_.
+  // A GPU rank's communication buffers when its communicators move host memory (Gloo), staged by
+  // execute_reshard_staged. Null on a host rank and with comm_on_device: buffers from allocator_.
   std::unique_ptr<Allocator> comm_memory_;
   CommSession session_;
   resolve::ResolveCache cache_;
