@@ -5,28 +5,10 @@
 #include <map>
 #include <optional>
 
+#include "hspmd/planner/switch_seconds.h"
 #include "hspmd/switching/switch_plan.h"
 
 namespace hspmd::planner {
-
-namespace {
-
-// Seconds of a fused BSR: each sender's and each receiver's messages one after the other at their
-// links' bandwidths, all senders in parallel.
-double bsr_seconds(const resolve::FusedBsr& bsr, const resolve::Topology& topology) {
-  std::map<int, double> out, in;
-  for (const resolve::BsrMessage& m : bsr.messages()) {
-    const double t = static_cast<double>(m.bytes) / topology.bandwidth(m.sender, m.receiver);
-    out[m.sender] += t;
-    in[m.receiver] += t;
-  }
-  double worst = 0;
-  for (const auto& [rank, t] : out) worst = std::max(worst, t);
-  for (const auto& [rank, t] : in) worst = std::max(worst, t);
-  return worst;
-}
-
-}  // namespace
 
 LengthStrategies::LengthStrategies(const models::Model& model, const CostModel& cost_model,
                                    std::vector<LengthStrategy> set, const PipelineModelOptions& options)
