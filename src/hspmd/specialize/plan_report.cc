@@ -278,6 +278,14 @@ class Builder {
     return *c;
   }
 
+  // An annotation's canonical text, written once: the Reshards of every layer share a few
+  // annotations, each the text of every subgroup (thousands of ranks: kilobytes).
+  const std::string& text_of(const Annotation& a) {
+    auto it = texts_.find(a);
+    if (it == texts_.end()) it = texts_.emplace(a, a.to_string()).first;
+    return it->second;
+  }
+
   // Groups of one list, by (name pattern, classification, src, dst, shape).
   using Index = std::unordered_map<std::string, size_t>;
 
@@ -290,7 +298,7 @@ class Builder {
       return false;
     }
     auto [pattern, layer] = layer_pattern(name);
-    std::string src_text = src.to_string(), dst_text = dst.to_string(), shape_text = hspmd::to_string(shape);
+    std::string src_text = text_of(src), dst_text = text_of(dst), shape_text = hspmd::to_string(shape);
     std::string cls = classification(parts);
     auto [slot, fresh] = index.emplace(pattern + "\n" + cls + "\n" + src_text + "\n" + dst_text + "\n" + shape_text,
                                        into.size());
@@ -371,6 +379,7 @@ class Builder {
   std::map<int, int> runs_;  // device -> micro-batches of its pipeline
   std::map<size_t, std::unique_ptr<resolve::ResolveCache>> caches_;  // by element size
   Index activations_, syncs_, gathers_;
+  std::unordered_map<Annotation, std::string, sharding::AnnotationHash> texts_;
 };
 
 }  // namespace
