@@ -98,6 +98,10 @@ std::unique_ptr<SpecializedPlan> PlanCache::specialize(const sharding::Annotatio
   if (p->active) {
     p->forward_releases = exec.forward_releases(model_.loss);
     p->backward_releases = exec.backward_releases(model_.grads);
+    if (plan.shard_parameters) {
+      p->forward_gathers = specialize::forward_gather_units(exec);
+      p->backward_gathers = specialize::backward_gather_units(exec);
+    }
     const auto [pipeline, stage] = p->pipelines.locate(rank_);
     const int num_stages = static_cast<int>(p->pipelines.pipelines[pipeline].stages.size());
     const sharding::PipelineSchedule& mb = plan.pipelines[exec.data_group()];
@@ -148,8 +152,9 @@ void PlanCache::connect(const SpecializedPlan& p, const std::vector<int>& member
     const switching::ParamLayout& l = p.param_layouts[i];
     add_resolution_groups(resolutions_.resolve(p.grad_annotations[i], l.state, l.shape, l.name + ".grad"), "post",
                           groups);
-    if (l.state != l.value) {
-      add_resolution_groups(resolutions_.resolve(l.state, l.value, l.shape, l.name), "post", groups);
+    // ZeRO-1/2's gather after the update, ZeRO-3's per layer in F and B: state -> what the passes read.
+    if (l.state != l.read) {
+      add_resolution_groups(resolutions_.resolve(l.state, l.read, l.shape, l.name), "post", groups);
     }
   }
   // Connecting is collective per group: walking one sorted list everywhere means the first group

@@ -1,5 +1,6 @@
 #include "hspmd/runtime/step_runner.h"
 
+#include <map>
 #include <string>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "hspmd/kernels/elementwise.h"
 #include "hspmd/runtime/fault_injection.h"
 #include "hspmd/runtime/gradient_sync.h"
+#include "hspmd/runtime/parameter_gathers.h"
 #include "hspmd/specialize/reshard_resolution.h"
 
 namespace hspmd::runtime {
@@ -86,9 +88,16 @@ StepRunner::Share StepRunner::share_of(const SpecializedPlan& plan, const std::v
   HSPMD_CHECK(split.size() == parts.size()) << "rank " << rank_ << ": the dispatch split the batch over "
                                             << split.size() << " pipelines, plan " << plan.name << " has "
                                             << parts.size();
+  int fewest = static_cast<int>(split.front().size()), most = fewest;
+  for (const auto& pipeline : split) {
+    fewest = std::min(fewest, static_cast<int>(pipeline.size()));
+    most = std::max(most, static_cast<int>(pipeline.size()));
+  }
+  // Every holder of a parameter gathers it once per pass it runs (runtime/parameter_gathers.h).
+  HSPMD_CHECK(!plan.exec->plan().shard_parameters || fewest == most)
+      << "plan " << plan.name << ": ZeRO-3 (\"zero\": 3) needs every pipeline to run as many micro-batches, but the "
+      << "dispatch gave between " << fewest << " and " << most << "; use \"zero\": 2 with dispatch by length";
   if (!plan.active) return {};  // a spare runs no micro-batch
-  int fewest = static_cast<int>(split.front().size());
-  for (const auto& pipeline : split) fewest = std::min(fewest, static_cast<int>(pipeline.size()));
   const int group = plan.exec->data_group();
   Share share{std::move(split.at(group)), plan.schedule, fewest};
   // A dispatched pipeline runs as many micro-batches as it was given, under the plan's schedule kind.
@@ -129,11 +138,17 @@ void StepRunner::forward(MicroBatch& mb, ShardedState& state) {
   const double start = parts_.tracer.now_us();
   mb.values.assign(graph_.graph.num_ops(), {});
   for (int id : plan_->exec->placeholders()) mb.values[id] = {mb.feeds.at(graph_.graph.op(id).name)};
-  for (const TensorState& s : state.tensors) mb.values[graph_.params[s.param].op] = {s.value};
+  const bool sharded = plan_->exec->plan().shard_parameters;  // ZeRO-3: gathered layer by layer below
+  if (!sharded) {
+    for (const TensorState& s : state.tensors) mb.values[graph_.params[s.param].op] = {s.value};
+  }
+  ParameterGathers gathers = parameter_gathers(plan_->forward_gathers, state);
   const std::vector<int>& ops = plan_->exec->forward_ops();
   for (size_t k = 0; k < ops.size(); ++k) {
+    if (sharded) gathers.before(static_cast<int>(k), mb.values);
     run_op(ops[k], mb);
     for (TensorRef t : plan_->forward_releases[k]) mb.values[t.op][t.index] = Tensor();  // B keeps what it reads
+    if (sharded) gathers.after(static_cast<int>(k), mb.values);
   }
   parts_.pacer.pad();
   if (plan_->exec->holds(graph_.loss)) {
@@ -146,10 +161,28 @@ void StepRunner::backward(MicroBatch& mb, ShardedState& state, bool reduce_gradi
   fault_point(rank_, step_, "backward");
   const double start = parts_.tracer.now_us();
   const auto& steps = plan_->exec->backward_steps();
+  const bool sharded = plan_->exec->plan().shard_parameters;
+  HSPMD_ASSERT(!sharded || reduce_gradients) << "rank " << rank_ << ": ZeRO-3 reduces every micro-batch's gradients";
+  ParameterGathers gathers = parameter_gathers(plan_->backward_gathers, state);
+  // ZeRO-3: each gradient is reduced into its shard as soon as B has produced it (every holder
+  // produces it at the same position of the same steps): one parameter's whole gradient at a time.
+  std::map<int, std::vector<TensorState*>> produced;  // gradient op id -> the parameters it ends
+  if (sharded) {
+    for (TensorState& s : state.tensors) produced[graph_.grads[s.param].op].push_back(&s);
+  }
   for (size_t k = 0; k < steps.size(); ++k) {
+    if (sharded) gathers.before(static_cast<int>(k), mb.values);
     run_op(steps[k].op, mb);
     for (TensorRef t : plan_->backward_releases[k]) mb.values[t.op][t.index] = Tensor();
+    if (!sharded) continue;
+    gathers.after(static_cast<int>(k), mb.values);
+    const auto done = produced.find(steps[k].op);
+    if (done == produced.end()) continue;
+    reduce_now(done->second, mb, "B" + std::to_string(mb.index));
+    produced.erase(done);
   }
+  HSPMD_ASSERT(produced.empty()) << "rank " << rank_ << ": B" << mb.index << " did not produce the gradient of '"
+                                 << produced.begin()->second.front()->name << "'";
   if (!reduce_gradients) {  // else reduce_into_shards adds them up on its way
     parts_.pacer.begin();    // accumulating the gradients is the device's compute too
     for (TensorState& s : state.tensors) {
@@ -166,8 +199,33 @@ void StepRunner::backward(MicroBatch& mb, ShardedState& state, bool reduce_gradi
   }
   parts_.pacer.pad();
   parts_.tracer.record(std::string("B").append(std::to_string(mb.index)), "compute", start, parts_.tracer.now_us());
-  if (reduce_gradients) reduce_into_shards(mb, state);
+  if (reduce_gradients && !sharded) reduce_into_shards(mb, state);
   mb.values.clear();
+}
+
+ParameterGathers StepRunner::parameter_gathers(const std::vector<specialize::GatherUnit>& units,
+                                               const ShardedState& state) {
+  return ParameterGathers(units, state, graph_.params, [this](const TensorState& s) {
+    parts_.pacer.pad();
+    const double start = parts_.tracer.now_us();
+    const resolve::Resolution& r = parts_.resolutions.resolve(s.annotation, s.read_annotation, s.shape, s.name);
+    Tensor whole = execute_reshard_staged(r, s.shape, rank_, s.value, parts_.session, "post", parts_.allocator);
+    parts_.tracer.record(s.name + ".gather", "comm", start, parts_.tracer.now_us());
+    return whole;
+  });
+}
+
+void StepRunner::reduce_now(const std::vector<TensorState*>& params, MicroBatch& mb, const std::string& pass) {
+  parts_.pacer.pad();
+  const double start = parts_.tracer.now_us();
+  for (TensorState* s : params) {
+    const TensorRef g = graph_.grads[s->param];
+    Tensor& value = mb.values[g.op][g.index];
+    HSPMD_ASSERT(value.defined()) << "rank " << rank_ << ": no gradient of '" << s->name << "' in " << pass;
+    reduce_into_shard(*s, value, rank_, parts_.resolutions, parts_.session, parts_.compute);
+    value = Tensor();
+  }
+  parts_.tracer.record("reduce-grads-" + pass, "comm", start, parts_.tracer.now_us());
 }
 
 void StepRunner::reduce_into_shards(MicroBatch& mb, ShardedState& state) {

@@ -4,7 +4,8 @@
 // one, in its schedule's order (GPipe or 1F1B); F and B run op by op (each value freed after its
 // last reader, Reshards executed on the run's communicators) and the parameter gradients are
 // summed over micro-batches into the training state (under ZeRO-2, reduced into its shards group of
-// micro-batches by group: runtime/gradient_sync.h). What follows (gradient sync, AdamW) is the
+// micro-batches by group: runtime/gradient_sync.h; under ZeRO-3 each as soon as B produces it, the
+// parameters gathered layer by layer: runtime/parameter_gathers.h). What follows (gradient sync, AdamW) is the
 // trainer's (runtime/dist_trainer.h).
 //
 //   StepRunner runner(model, graph, rank, {.seq_len = 256}, {allocator, session, cache, pacer, tracer});
@@ -24,6 +25,7 @@
 #include "hspmd/models/model.h"
 #include "hspmd/resolve/resolver.h"
 #include "hspmd/runtime/compute_pacer.h"
+#include "hspmd/runtime/parameter_gathers.h"
 #include "hspmd/runtime/plan_cache.h"
 #include "hspmd/runtime/reshard_exec.h"
 #include "hspmd/runtime/trace.h"
@@ -84,6 +86,10 @@ class StepRunner {
   // earlier ones, are reduced into the state's shards (runtime/gradient_sync.h), not kept.
   void backward(MicroBatch& mb, ShardedState& state, bool reduce_gradients);
   void reduce_into_shards(MicroBatch& mb, ShardedState& state);
+  // ZeRO-3: reduces `params`' gradients, just produced by B (`pass`, for the trace), into their shards.
+  void reduce_now(const std::vector<TensorState*>& params, MicroBatch& mb, const std::string& pass);
+  // ZeRO-3's gathers of a pass (runtime/parameter_gathers.h) on the run's communicators.
+  ParameterGathers parameter_gathers(const std::vector<specialize::GatherUnit>& units, const ShardedState& state);
   void run_op(int id, MicroBatch& mb);
   Tensor run_reshard(int id, const Tensor& src, const SymBinding& binding, const std::string& channel);
   // The vocab-parallel loss's all-gather of the shards' row statistics (graph/token_loss.h).

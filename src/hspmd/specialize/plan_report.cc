@@ -160,10 +160,13 @@ class Builder {
       const graph::TensorInfo& info = g.info(*g.find(s.param));
       add(r_.gradient_syncs, syncs_, s.param, s.deduced, s.target, info.shape, info.dtype, false, sync_runs());
       if (plan_.optimizer_states().count(s.param)) {
-        add(r_.parameter_gathers, gathers_, s.param, s.target, s.param_annotation, info.shape, info.dtype, false);
+        // ZeRO-3 gathers before each layer's use in F and again in B: at most 2 per micro-batch.
+        add(r_.parameter_gathers, gathers_, s.param, s.target, s.param_annotation, info.shape, info.dtype, false,
+            plan_.shard_parameters ? 2 * sync_runs() : 1);
       }
     }
     if (plan_.shard_gradients) r_.zero2_gradient_groups = sync_runs();
+    r_.zero3 = plan_.shard_parameters;
     for (const auto* list : {&r_.activations, &r_.gradient_syncs, &r_.parameter_gathers}) {
       for (const ReshardGroup& grp : *list) {
         for (const auto& [tier, bytes] : grp.occurrence_step_bytes) r_.step_bytes_by_tier[tier] += bytes * grp.occurrences;
@@ -467,8 +470,11 @@ std::string to_string(const PlanReport& r) {
       << "): " << r.gradient_syncs.size() << " groups\n";
   print_groups(out, r.gradient_syncs, "per tensor");
   if (!r.parameter_gathers.empty()) {
-    out << "\nParameter gathers (ZeRO-1 optimizer state -> parameter; once per step, in Pre): "
-        << r.parameter_gathers.size() << " groups\n";
+    out << "\nParameter gathers (ZeRO optimizer state -> parameter; "
+        << (r.zero3 ? "ZeRO-3: per layer before its use in F and in B, at most " +
+                          std::to_string(2 * r.zero2_gradient_groups) + " per step"
+                    : std::string("once per step, after the update"))
+        << "): " << r.parameter_gathers.size() << " groups\n";
     print_groups(out, r.parameter_gathers, "per tensor");
   }
   out << "\nMemory estimate per rank (float32; specialize/memory_estimate.h)\n";

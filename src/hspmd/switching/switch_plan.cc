@@ -13,8 +13,9 @@ std::vector<ParamLayout> param_layouts(const sharding::AnnotationPlan& plan,
   std::vector<ParamLayout> out;
   out.reserve(params.size());
   for (const auto& [name, shape] : params) {
-    out.push_back({name, shape, specialize::without_zero(plan.at(name)),
-                   specialize::without_zero(plan.optimizer_state(name))});
+    const sharding::Annotation read = specialize::without_zero(plan.at(name));
+    const sharding::Annotation state = specialize::without_zero(plan.optimizer_state(name));
+    out.push_back({name, shape, plan.shard_parameters ? state : read, state, read});
   }
   return out;
 }
