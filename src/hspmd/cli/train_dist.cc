@@ -223,6 +223,19 @@ std::optional<elastic::Admission> admission_of(const TrainArgs& args, comm::Stor
   return elastic::ElasticRun::join(store, rank, world, comm::Millis(600'000));
 }
 
+// Whether the run switches only the bf16 compute copy (--switch-states bf16-params); Error naming
+// the flag it does not combine with.
+bool bf16_switches(const TrainArgs& args) {
+  if (args.switch_states != "bf16-params") return false;
+  HSPMD_CHECK(args.options.precision == DType::kBFloat16)
+      << "--switch-states bf16-params moves the parameters as bf16 values: it needs --precision bf16";
+  HSPMD_CHECK(!args.elastic) << "--switch-states bf16-params does not combine with --elastic (recovery moves the "
+                                "full state)";
+  HSPMD_CHECK(args.switch_bsr == "fused") << "--switch-states bf16-params runs the fused BSR, not --switch-bsr "
+                                          << args.switch_bsr;
+  return true;
+}
+
 // The trainer's options for this worker: the run's flags, its emulated device, and the plan it
 // starts under (a joining worker's is the running workers').
 runtime::DistOptions worker_options(const TrainArgs& args, const WorkerPlans& w, const runtime::EmulatedDevice& device,
@@ -233,6 +246,7 @@ runtime::DistOptions worker_options(const TrainArgs& args, const WorkerPlans& w,
                                .trace = !args.trace.empty(),
                                .plan_name = w.plans[w.in_force].strategy.name};
   options.topology = cluster;
+  options.bf16_switches = bf16_switches(args);
   if (admission) {
     options.members = admission->members;
     options.plan_name = admission->strategy.name;
@@ -449,6 +463,7 @@ void run_dist_train(const TrainArgs& args) {
   if (!args.init_weights.empty()) const runtime::HfWeights checked(args.init_weights, *model);
   if (!args.devices.empty()) const runtime::EmulatedDevices checked = runtime::EmulatedDevices::from_file(args.devices, world);
   runtime::validate_options(args.options, *model);
+  bf16_switches(args);
   const data::TokenDataset checked_data = data::TokenDataset::open(args.data);
   runtime::check_dataset_fits(checked_data, *model);
   if (args.eval_every > 0) const data::TokenDataset checked_validation = data::TokenDataset::open_validation(args.data);

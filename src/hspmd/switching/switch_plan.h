@@ -51,6 +51,9 @@ struct SwitchOptions {
   const resolve::Topology* topology = nullptr;  // nullptr: one host, all links equal
   resolve::BsrAlgorithm algorithm = resolve::BsrAlgorithm::kFusedHeuristic;  // resolve/fused_bsr.h
   std::vector<int> dead{};                     // ranks that cannot send (failed)
+  // Bytes per element of the parameter values on the wire: 4 (float32 master weights), or 2 when
+  // only their bf16 compute copy moves (switching/bf16_switch_plan.h). The moments are float32.
+  int64_t value_element_size = 4;
 };
 
 struct SwitchPlan {
