@@ -286,6 +286,7 @@ void DistTrainer::send_bf16_parameters(Bf16SwitchTraffic& traffic) {
         host_tensor(s.region.shape(), DType::kBFloat16, staging, allocator_.get()), s.region};
   }
   auto world = all_ranks_group();
+  world->barrier().wait();  // the time is the transfer's, not waiting for the last rank (as switch_to)
   const auto start = Clock::now();
   const std::map<int, int64_t> sent_to = execute_fused_bsr(sp.bsr, rank_, sources, destinations, session_, "switch");
   traffic.params_out_seconds = max_over(*world, seconds_since(start));
@@ -318,6 +319,7 @@ std::vector<Tensor> DistTrainer::bring_back_gradients(Bf16SwitchTraffic& traffic
   }
   session_.wait_deferred();
   auto world = all_ranks_group();
+  world->barrier().wait();  // a stage that finished its backward early waits here, not in the timed BSR
   const auto start = Clock::now();
   const std::map<int, int64_t> sent_to = execute_fused_bsr(sp.bsr, rank_, sources, destinations, session_, "switch");
   traffic.grads_back_seconds = max_over(*world, seconds_since(start));
