@@ -93,7 +93,13 @@ void check_single_process(const TrainArgs& args, const std::shared_ptr<const mod
   // bf16 rounds every matmul and attention operand: a float32 reassociation (a TP all-reduce)
   // that moves a value across a bf16 rounding boundary moves its operand by a bf16 ulp, so bf16
   // runs are held to the bound the runtime's tests use for them (tests/runtime/dist_run_testlib.h).
-  const double kTolerance = args.options.precision == DType::kBFloat16 ? 1e-4 : 1e-5;
+  // With bf16-only switches, a step under another strategy than the first also computes with the
+  // embedding and norm weights rounded to bf16 (a relative change of up to 2^-9 each), and later
+  // steps with weights updated from those gradients: runtime_bf16_switch_dist_test measured up to
+  // 2.5e-4 against full switches, and holds them to 2e-3.
+  const double kTolerance = args.switch_states == "bf16-params"           ? 2e-3
+                            : args.options.precision == DType::kBFloat16 ? 1e-4
+                                                                         : 1e-5;
   std::printf("losses match the single-process run: max relative difference %.2e over %zu steps (tolerance %.0e): %s\n",
               worst, losses.size(), kTolerance, worst <= kTolerance ? "PASS" : "FAIL");
   std::fflush(stdout);
