@@ -21,6 +21,10 @@
 //       examples/strategies/table12-c6-15h800-24h20.json --model configs/llama-32b.json
 //       --cluster examples/clusters/paper-16h800-32h20.json --states params+adam   (one line)
 //
+// --states bf16-params prints instead the two moves of each step under B while A keeps the master
+// state (switching/bf16_switch_plan.h: bf16 parameters out, float32 gradients back), beside the full
+// switch of weights and Adam moments.
+//
 // --no-heuristics plans one BSR per tensor with the lowest-rank owner sending (slices a receiver
 // already holds are still copied locally), for comparison;
 // --dead 15 keeps failed ranks from sending (their shards come from data-parallel replicas).
