@@ -19,6 +19,7 @@
 #include "hspmd/runtime/training_log.h"
 #include "hspmd/switching/bf16_switch_plan.h"
 #include "runtime/dist_run_testlib.h"
+#include "runtime/fake_device_compute_testlib.h"
 #include "runtime/runtime_testlib.h"
 
 namespace hspmd::runtime {
@@ -165,6 +166,23 @@ TEST_F(Bf16Switch, StepsLogThePlannedBytesFewerThanAFullSwitch) {
   EXPECT_EQ(to_pp2.grads_back_bytes, plan.grads_back.bsr.total_bytes());
   EXPECT_THAT(to_pp2.to_string(), HasSubstr("bf16 only: weights and Adam moments stay under plan tp2"));
   EXPECT_THAT(bf16.switches[0][1].to_string(), HasSubstr("steps compute on them again"));
+}
+
+// A GPU rank's path (runtime/fake_device_compute_testlib.h: device tensors behind the CPU kernels):
+// the parameters are rounded and the gradients sent from host copies through the staging buffers,
+// and the received values copied to the device. The same kernels in the same order: the same bits.
+TEST_F(Bf16Switch, OnDevicesEqualsTheHostBitForBit) {
+  ShardRegions unused;
+  const DistRun host = run_phases(alternating(), bf16_options(), recording(true, unused, ""));
+  const DistRun device = run_phases(alternating(), bf16_options(), {.configure = [](int, DistOptions& o) {
+                                      o.bf16_switches = true;
+                                      auto memory = std::make_shared<hspmd::testing::FakeDeviceMemory>();
+                                      o.compute = [memory](int) { return testing::fake_device_compute(memory); };
+                                    }});
+  EXPECT_EQ(device.losses, host.losses);
+  ASSERT_TRUE(device.steps[0][1].bf16_switch.has_value());
+  EXPECT_EQ(device.steps[0][1].bf16_switch->params_out_wire_by_tier, host.steps[0][1].bf16_switch->params_out_wire_by_tier);
+  for (const auto& [name, w] : host.weights) EXPECT_EQ(relative_difference(device.weights.at(name), w), 0.0) << name;
 }
 
 TEST_F(Bf16Switch, NeedsBf16Precision) {
