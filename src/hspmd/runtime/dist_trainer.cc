@@ -141,7 +141,9 @@ std::string DistTrainer::describe() const {
   const SpecializedPlan& p = computing();
   std::ostringstream out;
   if (!p.active) {
-    out << "rank " << rank_ << ": spare under plan " << p.name << " (holds no state; joins the loss reduction only)";
+    out << "rank " << rank_ << ": spare under plan " << p.name
+        << (current_->active ? " (computes nothing; holds its master state under plan " + current_->name + ")"
+                             : std::string(" (holds no state; joins the loss reduction only)"));
     return out.str();
   }
   const auto [pipeline, stage] = p.pipelines.locate(rank_);

@@ -256,11 +256,6 @@ SwitchReport DistTrainer::switch_compute_to(const sharding::AnnotationPlan& plan
 
 namespace {
 
-// Where the BSR's buffers live: host memory (a GPU rank's staging allocator, else the rank's own).
-Tensor host_tensor(const Shape& shape, DType dtype, Allocator* staging, Allocator* rank_memory) {
-  return Tensor::empty(shape, dtype, staging != nullptr ? staging : rank_memory);
-}
-
 // `t` converted to `dtype` (rounding to nearest even into bf16; bf16 to float32 is exact).
 Tensor converted(const Tensor& t, DType dtype, Allocator* memory) {
   Tensor out = Tensor::empty(t.shape(), dtype, memory);
@@ -272,18 +267,18 @@ Tensor converted(const Tensor& t, DType dtype, Allocator* memory) {
 
 void DistTrainer::send_bf16_parameters(Bf16SwitchTraffic& traffic) {
   const switching::SwitchPlan& sp = bf16_->moves.params_out;
-  Allocator* staging = comm_memory_.get();
-  const bool on_host = staging == nullptr;
+  // The BSR's buffers are host memory: a GPU rank's staging allocator, else the rank's own.
+  const bool on_host = comm_memory_ == nullptr;
+  Allocator* host = on_host ? allocator_.get() : comm_memory_.get();
   std::vector<LocalShard> sources(sp.tensors.size()), destinations(sp.tensors.size());
   for (const TensorState& s : state_.tensors) {
-    const Tensor value = s.value.to_host();
-    sources[sp.tensor_index(s.param, StatePart::kValue)] = {
-        converted(value, DType::kBFloat16, on_host ? allocator_.get() : staging), s.region};
+    sources[sp.tensor_index(s.param, StatePart::kValue)] = {converted(s.value.to_host(), DType::kBFloat16, host),
+                                                            s.region};
   }
   compute_state_ = ShardedState::laid_out(*bf16_->plan, graph_.params, rank_, optimizer_options(options_.train));
   for (const TensorState& s : compute_state_.tensors) {
     destinations[sp.tensor_index(s.param, StatePart::kValue)] = {
-        host_tensor(s.region.shape(), DType::kBFloat16, staging, allocator_.get()), s.region};
+        Tensor::empty(s.region.shape(), DType::kBFloat16, host), s.region};
   }
   auto world = all_ranks_group();
   world->barrier().wait();  // the time is the transfer's, not waiting for the last rank (as switch_to)
@@ -295,7 +290,7 @@ void DistTrainer::send_bf16_parameters(Bf16SwitchTraffic& traffic) {
   // attention of a bf16 run rounds its operands to bf16 anyway.
   for (TensorState& s : compute_state_.tensors) {
     const Tensor& bf16 = destinations[sp.tensor_index(s.param, StatePart::kValue)].tensor;
-    const Tensor value = converted(bf16, DType::kFloat32, on_host ? allocator_.get() : staging);
+    const Tensor value = converted(bf16, DType::kFloat32, host);
     s.value = on_host ? value : value.clone(allocator_.get());
   }
   traffic.plan = bf16_->plan->name;
@@ -306,8 +301,8 @@ void DistTrainer::send_bf16_parameters(Bf16SwitchTraffic& traffic) {
 
 std::vector<Tensor> DistTrainer::bring_back_gradients(Bf16SwitchTraffic& traffic) {
   const switching::SwitchPlan& sp = bf16_->moves.grads_back;
-  Allocator* staging = comm_memory_.get();
-  const bool on_host = staging == nullptr;
+  const bool on_host = comm_memory_ == nullptr;
+  Allocator* host = on_host ? allocator_.get() : comm_memory_.get();
   std::vector<LocalShard> sources(sp.tensors.size()), destinations(sp.tensors.size());
   for (TensorState& s : compute_state_.tensors) {
     const Tensor synced = take_synced_gradient(s, rank_, cache_, session_, compute_);
@@ -315,7 +310,7 @@ std::vector<Tensor> DistTrainer::bring_back_gradients(Bf16SwitchTraffic& traffic
   }
   for (const TensorState& s : state_.tensors) {
     destinations[sp.tensor_index(s.param, StatePart::kValue)] = {
-        host_tensor(s.state_region.shape(), DType::kFloat32, staging, allocator_.get()), s.state_region};
+        Tensor::empty(s.state_region.shape(), DType::kFloat32, host), s.state_region};
   }
   session_.wait_deferred();
   auto world = all_ranks_group();

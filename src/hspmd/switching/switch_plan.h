@@ -10,9 +10,10 @@
 //
 // What moves: every parameter with its own annotation, and (optimizer_states) AdamW's two moments
 // with the optimizer-state annotation (the ZeRO-1 shard when the plan shards it). All are float32
-// (master weights and moments), unless SwitchOptions::value_element_size says the values move as bf16. The tensors are listed parameter by parameter in the order of
-// switching/state_parts.h (value, exp_avg, exp_avg_sq), which is the index order of SwitchPlan::bsr's
-// pieces; SwitchPlan::tensor_index names that order.
+// (master weights and moments), unless SwitchOptions::value_element_size says the values move as
+// bf16. The tensors are listed parameter by parameter in the order of switching/state_parts.h
+// (value, exp_avg, exp_avg_sq), which is the index order of SwitchPlan::bsr's pieces;
+// SwitchPlan::tensor_index names that order.
 #pragma once
 
 #include <cstdint>
