@@ -185,6 +185,19 @@ struct WorkerPlans {
   size_t in_force = 0;  // the plan of the run's next step
 };
 
+// Whether the run switches only the bf16 compute copy (--switch-states bf16-params); Error naming
+// the flag it does not combine with.
+bool bf16_switches(const TrainArgs& args) {
+  if (args.switch_states != "bf16-params") return false;
+  HSPMD_CHECK(args.options.precision == DType::kBFloat16)
+      << "--switch-states bf16-params moves the parameters as bf16 values: it needs --precision bf16";
+  HSPMD_CHECK(!args.elastic) << "--switch-states bf16-params does not combine with --elastic (recovery moves the "
+                                "full state)";
+  HSPMD_CHECK(args.switch_bsr == "fused") << "--switch-states bf16-params runs the fused BSR, not --switch-bsr "
+                                          << args.switch_bsr;
+  return true;
+}
+
 // Error when the strategies' ranks are not the run's workers.
 WorkerPlans worker_plans(const TrainArgs& args, const models::Model& model, const data::TokenDataset& dataset,
                          int world_size) {
@@ -192,6 +205,7 @@ WorkerPlans worker_plans(const TrainArgs& args, const models::Model& model, cons
   if (w.by_length) {  // start under the strategy chosen for the first batch
     w.by_length->first = w.by_length->training->first_strategy(dataset, args.options, {});
     const size_t f = w.by_length->first;
+    if (bf16_switches(args)) w.by_length->strategies->price_bf16_switches(f);  // the base holds the state
     w.plans = {{1, "", w.by_length->strategies->at(f).strategy, w.by_length->strategies->plan(f)}};
   }
   w.world = w.by_length ? w.by_length->world() : world_of(w.plans);
@@ -227,19 +241,6 @@ std::optional<elastic::Admission> admission_of(const TrainArgs& args, comm::Stor
   if (!args.elastic || restart_count() == 0) return std::nullopt;
   std::cout << "rank " << rank << ": restarted; asking the running workers to admit it" << std::endl;
   return elastic::ElasticRun::join(store, rank, world, comm::Millis(600'000));
-}
-
-// Whether the run switches only the bf16 compute copy (--switch-states bf16-params); Error naming
-// the flag it does not combine with.
-bool bf16_switches(const TrainArgs& args) {
-  if (args.switch_states != "bf16-params") return false;
-  HSPMD_CHECK(args.options.precision == DType::kBFloat16)
-      << "--switch-states bf16-params moves the parameters as bf16 values: it needs --precision bf16";
-  HSPMD_CHECK(!args.elastic) << "--switch-states bf16-params does not combine with --elastic (recovery moves the "
-                                "full state)";
-  HSPMD_CHECK(args.switch_bsr == "fused") << "--switch-states bf16-params runs the fused BSR, not --switch-bsr "
-                                          << args.switch_bsr;
-  return true;
 }
 
 // The trainer's options for this worker: the run's flags, its emulated device, and the plan it
