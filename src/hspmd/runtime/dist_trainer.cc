@@ -74,6 +74,10 @@ DistTrainer::DistTrainer(std::shared_ptr<const models::Model> model, const data:
   members_ = options_.members.empty() ? all_ranks(world_size_) : options_.members;
   if (dataset_ != nullptr) check_dataset_fits(*dataset_, *model_);
   validate_options(o, *model_);
+  HSPMD_CHECK(!options_.bf16_switches || o.precision == DType::kBFloat16)
+      << "bf16-only switches (--switch-states bf16-params) move the parameters as bf16 values: they need "
+         "--precision bf16, got --precision "
+      << dtype_name(o.precision);
   if (o.threads > 0) kernels::set_num_threads(o.threads);
   current_ = &plans_.find_or_build(plan, options_.plan_name, members_);
   state_ = ShardedState::laid_out(*current_, graph_.params, rank_, optimizer_options(o));
@@ -128,17 +132,19 @@ std::shared_ptr<comm::Communicator> DistTrainer::all_ranks_group() {
 
 DistTrainer::~DistTrainer() = default;
 
-const specialize::ExecGraph& DistTrainer::exec_graph() const { return *current_->exec; }
-const std::vector<specialize::Task>& DistTrainer::schedule() const { return current_->schedule; }
-const specialize::PipelineLayout& DistTrainer::pipelines() const { return current_->pipelines; }
-const std::string& DistTrainer::plan_name() const { return current_->name; }
-bool DistTrainer::active() const { return current_->active; }
+const specialize::ExecGraph& DistTrainer::exec_graph() const { return *computing().exec; }
+const std::vector<specialize::Task>& DistTrainer::schedule() const { return computing().schedule; }
+const specialize::PipelineLayout& DistTrainer::pipelines() const { return computing().pipelines; }
+const std::string& DistTrainer::plan_name() const { return computing().name; }
+bool DistTrainer::active() const { return computing().active; }
 
 std::string DistTrainer::describe() const {
-  const SpecializedPlan& p = *current_;
+  const SpecializedPlan& p = computing();
   std::ostringstream out;
   if (!p.active) {
-    out << "rank " << rank_ << ": spare under plan " << p.name << " (holds no state; joins the loss reduction only)";
+    out << "rank " << rank_ << ": spare under plan " << p.name
+        << (current_->active ? " (computes nothing; holds its master state under plan " + current_->name + ")"
+                             : std::string(" (holds no state; joins the loss reduction only)"));
     return out.str();
   }
   const auto [pipeline, stage] = p.pipelines.locate(rank_);
@@ -189,9 +195,16 @@ StepMetrics DistTrainer::step() {
   std::vector<data::Segment> segments = given ? *given_batch_ : loader_->next();
   const data::Batch global = data::pack(segments, {.seq_len = o.seq_len});
   const int64_t labels = global.num_label_tokens();
-  const double loss_sum =
-      run_passes(segments, labels, /*train=*/true, given ? std::optional(data::BatchLayout::kRows) : std::nullopt);
-  const double loss = post(loss_sum);
+  std::optional<Bf16SwitchTraffic> traffic;
+  if (bf16_) {
+    traffic.emplace();
+    send_bf16_parameters(*traffic);
+  }
+  const double loss_sum = runner_.run(computing(), bf16_ ? compute_state_ : state_, segments, labels,
+                                      {.train = true,
+                                       .step = step_ + 1,
+                                       .layout = given ? std::optional(data::BatchLayout::kRows) : std::nullopt});
+  const double loss = post(loss_sum, traffic ? &*traffic : nullptr);
   in_step_ = false;
   given_batch_.reset();
 
@@ -205,29 +218,38 @@ StepMetrics DistTrainer::step() {
   m.tokens_per_second = m.step_seconds > 0 ? static_cast<double>(m.tokens) / m.step_seconds : 0.0;
   m.peak_bytes = allocator_->peak_bytes();
   m.grad_norm = last_grad_norm_;
+  m.bf16_switch = std::move(traffic);
   return m;
 }
 
-double DistTrainer::post(double loss_sum) {
-  const double start = tracer_.now_us();
-  session_.wait_deferred();
-  // Gradient sync into the optimizer-state layout; squares of the elements this rank counts.
-  double squares = 0;
+std::vector<Tensor> DistTrainer::sync_gradients() {
   std::vector<Tensor> grads(state_.tensors.size());
   for (size_t i = 0; i < state_.tensors.size(); ++i) {
-    TensorState& s = state_.tensors[i];
-    grads[i] = take_synced_gradient(s, rank_, cache_, session_, compute_);
-    if (counts_once(s.state_annotation, s.shape, rank_)) squares += compute_.sum_squares(grads[i]);
+    grads[i] = take_synced_gradient(state_.tensors[i], rank_, cache_, session_, compute_);
     fault_point(rank_, step_ + 1, "grad-sync");
+  }
+  return grads;
+}
+
+double DistTrainer::post(double loss_sum, Bf16SwitchTraffic* traffic) {
+  const double start = tracer_.now_us();
+  session_.wait_deferred();
+  // Gradients in the optimizer-state layout; squares of the elements this rank counts.
+  std::vector<Tensor> grads = traffic ? bring_back_gradients(*traffic) : sync_gradients();
+  double squares = 0;
+  for (size_t i = 0; i < state_.tensors.size(); ++i) {
+    const TensorState& s = state_.tensors[i];
+    if (counts_once(s.state_annotation, s.shape, rank_)) squares += compute_.sum_squares(grads[i]);
   }
   // Kept until the update: if the totals reach another rank but not this one, it can still apply
   // the step after a failure (finish_interrupted_step).
   synced_grads_ = grads;
-  std::vector<double> totals{squares, runner_.counts_loss(*current_) ? loss_sum : 0.0};
+  std::vector<double> totals{squares, runner_.counts_loss(computing()) ? loss_sum : 0.0};
   all_ranks_group()->allreduce({.data = comm::CommBuffer::of(totals)}).wait();
   if (commits_.step) commits_.step(step_ + 1, totals);  // before any weight changes anywhere
   apply_update(grads, totals, /*gather=*/true);
   synced_grads_.reset();
+  compute_state_ = {};  // the bf16 copies live for one step
   session_.wait_deferred();
   tracer_.record("post", "optimizer", start, tracer_.now_us());
   return totals[1];

@@ -454,9 +454,12 @@ std::map<int, int64_t> execute_fused_bsr(const resolve::FusedBsr& bsr, int devic
   if (it == bsr.ops.end()) return {};
   const std::string where = "fused BSR of " + std::to_string(n) + " tensors on device " + std::to_string(device) +
                             " (channel '" + channel + "')";
+  // The element type of the shards (a rank that only receives has no source to tell it).
   DType dtype = DType::kFloat32;
-  for (const LocalShard& s : sources) {
-    if (s.tensor.defined()) dtype = s.tensor.dtype();
+  for (const std::vector<LocalShard>* shards : {&sources, &destinations}) {
+    for (const LocalShard& s : *shards) {
+      if (s.tensor.defined()) dtype = s.tensor.dtype();
+    }
   }
   const StepContext ctx{where, device, dtype, session, channel};
   std::map<int, PeerTraffic> peers;
