@@ -18,8 +18,8 @@ PyTorch 2.x from PyPI. For each size and each of --rounds rounds, one after the 
 The host may be shared and noisy, so the sides are interleaved within each round and every figure
 is the best round's: a side's round time is the median of its steps after the first (a warm-up).
 
-FLOPs of one training step (the same count for all): 3 x forward, forward = 2 x (matrix params
-except the embedding) x tokens + causal attention 2 x S^2 x (Nq x D) per sequence and layer.
+FLOPs of one training step (the same count for all): bench/model_flops.py, 6 x (matrix params
+except the embedding) x tokens + causal attention 6 x S^2 x (Nq x D) per sequence and layer.
 Peak memory: resident-set high-water mark above the RSS before the model was built (its largest
 value over the rounds).
 """
@@ -32,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from model_flops import train_flops
 
 torch = None  # imported by the worker only: the driver runs under any Python
 F = None
@@ -202,17 +204,6 @@ class Side:
         self.peak = max(self.peak, result["peak_rss_bytes"])
         rel = [abs(a - b) / abs(b) for a, b in zip(result["losses"], hspmd_losses)]
         self.max_rel_loss_diff = max([self.max_rel_loss_diff] + rel)
-
-
-def train_flops(config, batch, seq):
-    h, f, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
-    nq, nkv = config["num_attention_heads"], config["num_key_value_heads"]
-    d = h // nq
-    per_layer = h * nq * d * 2 + h * nkv * d * 2 + 3 * h * f  # q, o, k, v, gate, up, down
-    matrix_params = layers * per_layer + config["vocab_size"] * h  # + lm_head (tied or not)
-    tokens = batch * seq
-    forward = 2 * matrix_params * tokens + layers * batch * 2 * seq * seq * nq * d
-    return 3 * forward
 
 
 def median(xs):

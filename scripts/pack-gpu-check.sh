@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the GPU tests (label gpu: every gpu_*_test program, one per tests/gpu/*_test.cc but the
-# *_host_test.cc ones, which need no GPU) and the CUDA kernel benchmark and packs them for a
-# machine with a CUDA device but without this machine's Debian packages (no network there): the
-# stripped test programs, the shared libraries they load that such an image lacks (oneDNN, OpenMP,
+# *_host_test.cc ones, which need no GPU), the CUDA kernel benchmark and hspmd itself (for the Llama
+# benchmark, bench/gpu_llama.py, packed with its model config) and packs them for a machine with a
+# CUDA device but without this machine's Debian packages (no network there): the stripped
+# programs, the shared libraries they load that such an image lacks (oneDNN, OpenMP,
 # libstdc++, the CUDA runtime ...), and, for an image whose C library is older than this
 # machine's, this machine's C library and loader. The
 # CUDA driver and cuBLASLt (540 MB) are not packed: the device image has the driver and the CUDA 13
@@ -24,16 +25,17 @@ grep -q "HSPMD_CUDA:BOOL=ON" "$build/CMakeCache.txt" || {
   echo "pack-gpu-check: $build was configured without HSPMD_CUDA (the CUDA toolkit was not found)" >&2
   exit 1
 }
-cmake --build --preset "$preset" -j "${JOBS:-2}" --target tests_gpu bench_cuda_kernels_bench
+cmake --build --preset "$preset" -j "${JOBS:-2}" --target tests_gpu bench_cuda_kernels_bench hspmd
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/bin" "$stage/lib" "$stage/glibc"
+mkdir -p "$stage/bin" "$stage/lib" "$stage/glibc" "$stage/bench"
 tests=("$build"/gpu_*_test)
 [[ -e ${tests[0]} ]] || { echo "pack-gpu-check: no gpu_*_test in $build" >&2; exit 1; }
-for t in "${tests[@]}" "$build/bench_cuda_kernels_bench"; do
+for t in "${tests[@]}" "$build/bench_cuda_kernels_bench" "$build/hspmd"; do
   strip -o "$stage/bin/$(basename "$t")" "$t"
 done
+cp bench/gpu_llama.py bench/model_flops.py bench/llama-1b.json "$stage/bench/"
 
 # Every library the tests load, by the path it resolves to here.
 missing=$(ldd "$stage"/bin/* | grep "not found" || true)
@@ -60,7 +62,7 @@ tar -C "$stage" -cf - . | xz -T1 -6 > "$pack/gpu-check.tar.xz"
 cp "$stage/MANIFEST" "$pack/MANIFEST"
 bytes=$(du -cb "$pack" | tail -1 | cut -f1)
 unpacked=$(du -sb "$stage" | cut -f1)
-echo "pack-gpu-check: $pack holds ${#tests[@]} test programs and the benchmark, $((bytes / 1024 / 1024)) MiB ($bytes bytes; $((unpacked / 1024 / 1024)) MiB unpacked)"
+echo "pack-gpu-check: $pack holds ${#tests[@]} test programs, the kernel benchmark and hspmd, $((bytes / 1024 / 1024)) MiB ($bytes bytes; $((unpacked / 1024 / 1024)) MiB unpacked)"
 if ((bytes > max_bytes)); then
   echo "pack-gpu-check: $pack is over 60 MiB" >&2
   exit 1

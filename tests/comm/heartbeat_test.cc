@@ -10,6 +10,7 @@
 #include <future>
 #include <thread>
 
+#include "comm/blocking_store_testlib.h"
 #include "comm/comm_testlib.h"
 #include "hspmd/comm/file_store.h"
 #include "hspmd/comm/heartbeat.h"
@@ -201,6 +202,31 @@ TEST(Heartbeat, RankCutOffFromTheStoreFencesItself) {
   std::lock_guard<std::mutex> lock(why_mutex);
   EXPECT_NE(why.find("cut off from the run"), std::string::npos) << why;
   EXPECT_NE(why.find("store unreachable"), std::string::npos) << why;
+}
+
+// The cut-off is decided when the timeout passes, not when a hanging store call gives up: the beat
+// thread is stuck in a call the whole time, and after the call returns no other is started.
+TEST(Heartbeat, CutOffIsDecidedWhileAStoreCallIsBlocked) {
+  testing::TempDir dir;
+  auto store = std::make_shared<testing::BlockingStore>(std::make_shared<FileStore>(dir.path()));
+  std::atomic<int> hanging_at_decision{-1};
+  HeartbeatOptions options{.interval = 50ms, .timeout = 1s};
+  options.on_cut_off = [&](const std::string&) { hanging_at_decision = store->hanging.load(); };
+  Heartbeat hb(store, 0, {0, 1}, options);
+  const testing::ReleaseOnExit release{*store};  // the Heartbeat's destructor joins its threads
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(hb.cut_off());
+  store->block();
+  const auto blocked = Clock::now();
+  while (!hb.cut_off() && Clock::now() - blocked < 20s) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(hb.cut_off()) << "no cut-off while the store call hangs";
+  EXPECT_GE(Clock::now() - blocked, 500ms) << "declared itself cut off well before the timeout";
+  while (hanging_at_decision < 0 && Clock::now() - blocked < 20s) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(hanging_at_decision, 1) << "the decision did not come while the beat thread's call hung";
+  const int started = store->started;
+  store->release();
+  std::this_thread::sleep_for(300ms);  // six beat intervals
+  EXPECT_EQ(store->started, started) << "a store call started after the cut-off";
 }
 
 }  // namespace

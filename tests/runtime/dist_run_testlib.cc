@@ -72,6 +72,7 @@ DistRun run_phases(const std::vector<Phase>& phases, const TrainerOptions& o, co
   DistRun out;
   out.losses.resize(world);
   out.grad_norms.resize(world);
+  out.steps.resize(world);
   out.peak_bytes.resize(world);
   out.switches.resize(world);
   out.specializations.resize(world);
@@ -93,6 +94,7 @@ DistRun run_phases(const std::vector<Phase>& phases, const TrainerOptions& o, co
       const StepMetrics m = t.step();
       out.losses[rank].push_back(m.loss);
       out.grad_norms[rank].push_back(m.grad_norm);
+      out.steps[rank].push_back(m);
       out.peak_bytes[rank] = std::max(out.peak_bytes[rank], m.peak_bytes);
     }
     if (ro.after) ro.after(t);

@@ -25,6 +25,7 @@ sharding::Strategy strategy(const std::string& json);
 
 struct DistRun {
   std::vector<std::vector<double>> losses, grad_norms;  // [rank][step]
+  std::vector<std::vector<StepMetrics>> steps;          // [rank][step]
   std::vector<size_t> peak_bytes;                       // [rank] the allocator's high-water mark over all steps
   graph::TensorMap weights;                             // assembled from every rank's shards
   std::vector<std::vector<SwitchReport>> switches;      // [rank] in order

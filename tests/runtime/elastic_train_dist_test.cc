@@ -159,6 +159,22 @@ TEST_F(ElasticTrain, StateWithoutReplicaComesFromTheNewestCompleteCheckpoint) {
   expect_single_process_weights(path("ckpt"));
 }
 
+// ZeRO-3 shards the master weights as well: a dead rank's value shards exist nowhere else either,
+// so the survivors fall back to the newest complete checkpoint the same way.
+TEST_F(ElasticTrain, Zero3StateComesFromTheNewestCompleteCheckpoint) {
+  const std::string strategy = path("dp2-pp2-zero3.json");
+  std::string zero3 = kDataParallelStrategy;
+  zero3.replace(zero3.find(R"("zero1": false)"), 14, R"("zero": 3)");
+  std::ofstream(strategy) << zero3;
+  const testing::CommandResult r =
+      run_with_faults("1:3:backward", elastic(strategy) + " --save " + path("ckpt") + " --save-every 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("in backward of step 3"));
+  EXPECT_THAT(r.output, HasSubstr("state restored from the newest checkpoint; resumes after step 2"));
+  EXPECT_THAT(r.output, HasSubstr("PASS"));
+  expect_single_process_weights(path("ckpt"));
+}
+
 // The launcher restarts the dead worker (--max-restarts); it joins at a step boundary, the run
 // re-plans with it and gives it state in the same kind of fused BSR.
 TEST_F(ElasticTrain, RestartedWorkerRejoinsAndTakesPartAgain) {

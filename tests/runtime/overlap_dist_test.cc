@@ -101,6 +101,13 @@ TEST(Overlap, HeterogeneousPipelinesEqualSyncAfterBackward) {
   expect_overlap_changes_nothing(with_zero(2, kHetero));
 }
 
+// ZeRO-3 keeps its own reduces in B (each gradient as soon as produced, on the main thread) whatever
+// the bucket size; the communication thread only takes its shards in Post.
+TEST(Overlap, Zero3UnderBucketsEqualsSyncAfterBackwardAndOneProcess) {
+  expect_overlap_changes_nothing(with_zero(3, kDp2Pp2));
+  expect_matches_single_process(run(with_zero(3, kDp2Tp2), dist_options(kSteps), buckets(kSmallBuckets)), kSteps);
+}
+
 TEST(Overlap, OverlappedRunsEqualOneProcess) {
   expect_matches_single_process(run(with_zero(1, kDp2Pp2), dist_options(kSteps), buckets(kSmallBuckets)), kSteps);
   expect_matches_single_process(run(with_zero(2, kHetero), dist_options(kSteps), buckets(kSmallBuckets)), kSteps);

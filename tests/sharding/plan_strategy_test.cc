@@ -21,6 +21,8 @@ TEST(AnnotationPlan, RoundTripsThroughJsonAndFile) {
   plan.set_optimizer_state("w", Annotation::parse("split1{[0-1](S0:2);[2-3](S0:2)}"));
   plan.pipelines = {{2, 4}, {1, 8}};
   plan.recompute = true;
+  plan.shard_gradients = true;
+  plan.shard_parameters = true;
   AnnotationPlan back = AnnotationPlan::from_json_text(plan.to_json_text(), "mem");
   EXPECT_EQ(back, plan);
   EXPECT_EQ(back.optimizer_state("input_ids"), plan.at("input_ids"));  // falls back to the tensor
@@ -34,6 +36,9 @@ TEST(AnnotationPlan, ErrorsNameTheKey) {
   const std::string bad = error_of([] { AnnotationPlan::from_json_text(R"({"tensors": {"lm_head.weight": "dup{[0-3"}})", "p.json"); });
   EXPECT_NE(bad.find("p.json: tensors.\"lm_head.weight\": "), std::string::npos) << bad;
   EXPECT_NE(bad.find("cannot parse annotation 'dup{[0-3' at offset 8: expected ']'"), std::string::npos) << bad;
+  EXPECT_NE(error_of([] { AnnotationPlan::from_json_text(R"({"tensors": {}, "shard_parameters": true})", "p.json"); })
+                .find("p.json: \"shard_parameters\" (ZeRO-3) needs \"shard_gradients\" (ZeRO-2) too"),
+            std::string::npos);
   EXPECT_NE(error_of([] { AnnotationPlan::from_json_text(R"({"tensors": {"w": 3}})", "p.json"); })
                 .find("tensors.\"w\": expected an annotation string"),
             std::string::npos);
@@ -136,7 +141,7 @@ TEST(Strategy, BadContextParallelDegreesAreRefused) {
   EXPECT_EQ(mixed.pipelines[0].stages[1].cp, 1);
 }
 
-// The ZeRO stage: "zero": 0|1|2, the older "zero1" read as 1 or 0, both must agree, 3 refused.
+// The ZeRO stage: "zero": 0|1|2|3, the older "zero1" read as 1 or 0, both must agree.
 TEST(Strategy, ZeroStageKeyAndTheOlderZero1Key) {
   auto with = [](const std::string& keys) {
     return Strategy::from_json_text("{" + keys + R"(, "pipelines": [{"micro_batch_size": 1, "num_micro_batches": 1,
@@ -153,10 +158,14 @@ TEST(Strategy, ZeroStageKeyAndTheOlderZero1Key) {
   EXPECT_EQ(Strategy::from_json_text(two.to_json_text(), "again"), two);
   const std::string disagree = error_of([&] { with(R"("zero1": true, "zero": 2)"); });
   EXPECT_NE(disagree.find("z.json: \"zero1\": true and \"zero\": 2 disagree"), std::string::npos) << disagree;
-  const std::string three = error_of([&] { with(R"("zero": 3)"); });
-  EXPECT_NE(three.find("z.json: \"zero\": 3 (sharded parameters) is not implemented"), std::string::npos) << three;
+  const Strategy three = with(R"("zero": 3)");
+  EXPECT_TRUE(three.shards_parameters() && three.shards_gradients() && three.shards_optimizer_states());
+  EXPECT_FALSE(two.shards_parameters());
+  EXPECT_EQ(Strategy::from_json_text(three.to_json_text(), "again"), three);
   const std::string bad = error_of([&] { with(R"("zero": "two")"); });
-  EXPECT_NE(bad.find("z.json: \"zero\" must be 0, 1 or 2"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("z.json: \"zero\" must be 0, 1, 2 or 3"), std::string::npos) << bad;
+  const std::string four = error_of([&] { with(R"("zero": 4)"); });
+  EXPECT_NE(four.find("z.json: \"zero\" must be 0, 1, 2 or 3 (the ZeRO stage), got 4"), std::string::npos) << four;
 }
 
 // Strict reading: a key hspmd does not read is refused where it is, with the nearest known key,

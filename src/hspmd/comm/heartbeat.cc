@@ -27,6 +27,7 @@ Heartbeat::Heartbeat(std::shared_ptr<Store> store, int rank, std::vector<int> pe
   }
   beat_and_check();  // publish the first beat before anyone can miss it
   thread_ = std::thread([this] { loop(); });
+  timer_ = std::thread([this] { watch_own_beats(); });
 }
 
 Heartbeat::~Heartbeat() {
@@ -36,11 +37,13 @@ Heartbeat::~Heartbeat() {
   }
   cv_.notify_all();
   thread_.join();
+  timer_.join();
 }
 
 std::vector<std::pair<int, std::string>> Heartbeat::launcher_notices() {
   std::vector<std::pair<int, std::string>> noticed;
   for (const auto& [rank, peer] : peers_) {
+    if (cut_off()) break;
     if (is_dead(rank)) continue;
     if (auto notice = store_->try_get(dead_key(rank))) {
       noticed.emplace_back(rank, "its launcher reports " + death_notice_text(*notice, dead_key(rank)));
@@ -50,12 +53,18 @@ std::vector<std::pair<int, std::string>> Heartbeat::launcher_notices() {
 }
 
 void Heartbeat::beat_and_check() {
+  const auto sent = std::chrono::steady_clock::now();
   store_->set(heartbeat_key(rank_), std::to_string(++beats_));
-  last_beat_ = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (cut_off_) return;  // the timer decided while this beat was under way
+    last_beat_ = sent;
+  }
   std::vector<std::pair<int, std::string>> newly_dead = launcher_notices();
   auto now = std::chrono::steady_clock::now();
   for (auto& [rank, peer] : peers_) {
     const int r = rank;
+    if (cut_off()) return;
     if (is_dead(r) || std::any_of(newly_dead.begin(), newly_dead.end(), [r](const auto& d) { return d.first == r; })) {
       continue;
     }
@@ -91,7 +100,7 @@ void Heartbeat::loop() {
   const Millis poll = std::min(options_.notice_poll, options_.interval);
   auto next_beat = std::chrono::steady_clock::now() + options_.interval;
   std::unique_lock<std::mutex> lock(mutex_);
-  while (!cv_.wait_for(lock, poll, [&] { return stopping_; })) {
+  while (!cv_.wait_for(lock, poll, [&] { return stopping_ || cut_off_; })) {
     lock.unlock();
     try {
       if (std::chrono::steady_clock::now() >= next_beat) {
@@ -101,22 +110,40 @@ void Heartbeat::loop() {
         check_notices();
       }
     } catch (const std::exception& e) {
-      // A store hiccup: the next beat retries; peers tolerate missed beats up to their timeout.
-      // Past it they count this rank dead, so it fences itself: no more store operations at all.
-      const auto silent = std::chrono::duration_cast<Millis>(std::chrono::steady_clock::now() - last_beat_);
-      if (silent > options_.timeout) {
-        lock.lock();
-        cut_off_ = true;
-        lock.unlock();
-        if (options_.on_cut_off) {
-          options_.on_cut_off("rank " + std::to_string(rank_) + " could not reach the store " + store_->describe() +
-                              " for " + std::to_string(silent.count()) + " ms (" + e.what() +
-                              "): cut off from the run, whose other members count it dead by now");
-        }
-        return;
-      }
+      // A store hiccup: the next beat retries; peers tolerate missed beats up to their timeout,
+      // and the timer decides when that has passed.
+      note_store_error(e.what());
     }
     lock.lock();
+  }
+}
+
+void Heartbeat::note_store_error(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_store_error_ = what;
+}
+
+void Heartbeat::watch_own_beats() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    const auto deadline = last_beat_ + options_.timeout;
+    if (std::chrono::steady_clock::now() < deadline) {
+      cv_.wait_until(lock, deadline, [&] { return stopping_; });
+      continue;  // the beat may have got through meanwhile: the deadline moved
+    }
+    cut_off_ = true;
+    const auto silent = std::chrono::duration_cast<Millis>(std::chrono::steady_clock::now() - last_beat_);
+    const std::string error =
+        last_store_error_.empty() ? "its store calls got no reply" : "last error: " + last_store_error_;
+    lock.unlock();
+    cv_.notify_all();  // the beat thread starts no store call any more
+    if (options_.on_cut_off) {
+      options_.on_cut_off("rank " + std::to_string(rank_) + " could not reach the store " + store_->describe() +
+                          " for " + std::to_string(silent.count()) + " ms (heartbeat timeout " +
+                          std::to_string(options_.timeout.count()) + " ms; " + error +
+                          "): cut off from the run, whose other members count it dead from now on");
+    }
+    return;
   }
 }
 

@@ -11,6 +11,10 @@
 //
 // Death is final: a rank once declared dead stays dead for this Heartbeat. A rank that cannot
 // beat for `timeout` itself knows its peers count it dead: it declares itself cut off (fencing).
+// A timer thread makes that decision at the timeout itself, even while a store call of the beat
+// thread is still blocked (a partitioned link holds a Redis call for its I/O bound): counted from
+// when the last beat the store took was sent, so this rank stops no later than its peers, who
+// count from when they saw that beat.
 #pragma once
 
 #include <condition_variable>
@@ -35,9 +39,10 @@ struct HeartbeatOptions {
   // Called on the heartbeat thread once per peer declared dead (e.g. to abort communication that
   // waits on it); `how` is the launcher's notice or "missed heartbeats for N ms".
   std::function<void(int rank, const std::string& how)> on_death{};
-  // Called on the heartbeat thread, once, when this rank could not publish a beat for `timeout`
-  // (the store is unreachable: this host is cut off). Its peers have declared it dead by then, so
-  // it must stop and never write to the run again; the Heartbeat itself stops touching the store.
+  // Called once, on the timer thread, when this rank could not publish a beat for `timeout` (the
+  // store is unreachable: this host is cut off). Its peers declare it dead from then on, so it must
+  // stop and never write to the run again; the Heartbeat itself starts no store call any more (one
+  // already under way when the timeout passed may still finish).
   std::function<void(const std::string& why)> on_cut_off{};
 };
 
@@ -71,6 +76,10 @@ class Heartbeat {
   // Records the peers as dead, then calls on_death for each (outside the lock).
   void declare_dead(const std::vector<std::pair<int, std::string>>& newly_dead);
   void loop();
+  // The timer thread: declares this rank cut off once no beat got through for `timeout`.
+  void watch_own_beats();
+  // Records a store error of the beat thread, for the cut-off message.
+  void note_store_error(const std::string& what);
 
   std::shared_ptr<Store> store_;
   int rank_;
@@ -82,13 +91,17 @@ class Heartbeat {
     std::chrono::steady_clock::time_point last_change;
   };
   std::map<int, Peer> peers_;  // heartbeat thread only (after construction)
-  std::chrono::steady_clock::time_point last_beat_;  // the last beat the store took; heartbeat thread only
   mutable std::mutex mutex_;
+  // When the last beat the store took was sent (the cut-off timer counts from it) and the beat
+  // thread's last store error; both under mutex_.
+  std::chrono::steady_clock::time_point last_beat_;
+  std::string last_store_error_;
   std::set<int> dead_;
   bool cut_off_ = false;
   bool stopping_ = false;
   std::condition_variable cv_;
   std::thread thread_;
+  std::thread timer_;
 };
 
 }  // namespace hspmd::comm

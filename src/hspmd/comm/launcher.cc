@@ -16,8 +16,10 @@
 #include <random>
 #include <sstream>
 
+#include "hspmd/comm/communicator.h"
 #include "hspmd/comm/heartbeat.h"
 #include "hspmd/comm/prefix_store.h"
+#include "hspmd/comm/run_watch.h"
 #include "hspmd/comm/store_values.h"
 #include "hspmd/core/error.h"
 
@@ -64,7 +66,9 @@ struct Worker {
   // Fencing (elastic): what the store said about this incarnation.
   bool member = false;                     // some agreed generation listed it (the first incarnation is)
   bool fenced = false;                     // the launcher killed it for the run
-  std::optional<std::string> first_beat;   // hb/<rank> when it started (a restart's is stale)
+  Clock::time_point started_at{};
+  bool beat_read = false;                  // a reading begun after it started has seen its hb/<rank>
+  std::optional<std::string> first_beat;   // hb/<rank> in that reading (a restart's is stale)
   std::optional<std::string> last_beat;
   bool beating = false;                    // its heartbeat moved since it started
   Clock::time_point beat_changed{};
@@ -130,16 +134,26 @@ class Supervisor {
   void stop_all(int signal, int exit_code, const std::string& why);
   void signal_running(int signal);
   bool all_done() const;
-  // Elastic: reads the store and fences local workers the run has declared dead (launcher.h).
+  // Elastic: fences local workers the run has declared dead, and kills them all when the store has
+  // been out of reach for the heartbeat timeout (launcher.h), from the watch's newest reading.
   void watch_run();
   void fence(Worker& w, const std::string& why);
+  // When the host counts as cut off unless a reading gets through first.
+  Clock::time_point cut_off_deadline() const { return reading_.read_at + options_.heartbeat_timeout; }
+  // The newest reading failed, or none has got through for a quarter of the heartbeat timeout
+  // (a call hangs on a cut link for the store's I/O bound before it fails).
+  bool store_out_of_reach() const;
+  // Elastic, every worker gone without success while the store is out of reach (cut off too, they
+  // may have stopped themselves first): the launcher waits for its own verdict, the store within
+  // reach again or the cut-off at the deadline.
+  bool awaiting_store_verdict() const;
 
   const LaunchOptions& options_;
   std::vector<Worker> workers_;  // by local rank: the current incarnation
   std::vector<Worker> retired_;  // earlier incarnations whose output is still draining
   std::string store_url_, run_id_;
   sigset_t old_mask_{};
-  std::shared_ptr<Store> run_store_;  // for publishing deaths when elastic
+  std::shared_ptr<Store> run_store_;
   bool stopping_ = false;
   Clock::time_point kill_deadline_;
   bool killed_ = false;
@@ -148,12 +162,9 @@ class Supervisor {
   bool any_success_ = false;
   int first_failure_ = 0;
   // Fencing state (elastic).
-  int generation_ = 0;             // the newest agreed generation seen in the store
-  int initial_generation_ = 0;     // the newest one when the launcher started
-  Clock::time_point next_watch_{};
-  Clock::time_point store_reached_{};  // the last time every read of a watch succeeded
-  bool cut_off_ = false;
-  std::string store_error_;        // why the last watch could not read the store ("" when it could)
+  std::unique_ptr<RunWatch> watch_;  // reads the store and publishes deaths, off this thread
+  RunWatch::Reading reading_;        // its newest reading
+  std::vector<bool> rejoins_;        // by local rank: an earlier incarnation of the rank ran in this run
   int fenced_exits_ = 0, failed_exits_ = 0;
 };
 
@@ -177,7 +188,9 @@ void Supervisor::start_worker(int local, int restarts) {
       {"RANK", std::to_string(w.rank)},          {"WORLD_SIZE", std::to_string(world)},
       {"LOCAL_RANK", std::to_string(local)},     {"LOCAL_WORLD_SIZE", std::to_string(options_.nproc)},
       {"HSPMD_STORE", store_url_},               {"HSPMD_RUN_ID", run_id_},
-      {"HSPMD_RESTART_COUNT", std::to_string(restarts)}};
+      // A rank whose earlier incarnation ran on a host launched before (this host started again)
+      // is a restart too: it asks the running workers to admit it.
+      {"HSPMD_RESTART_COUNT", std::to_string(restarts + (rejoins_[local] ? 1 : 0))}};
   if (!options_.host.empty()) env.emplace_back("HSPMD_HOST", options_.host);
   pid_t pid = ::fork();
   HSPMD_CHECK(pid >= 0) << "fork for rank " << w.rank << ": " << std::strerror(errno);
@@ -189,16 +202,9 @@ void Supervisor::start_worker(int local, int restarts) {
   w.running = true;
   w.out = {out_pipe[0], 1, {}};
   w.err = {err_pipe[0], 2, {}};
-  // A launcher that starts into a run already past generation 0 (a host started again) has
-  // workers that are no members until admitted.
-  w.member = restarts == 0 && initial_generation_ == 0;
-  if (options_.elastic) {
-    try {
-      w.first_beat = w.last_beat = run_store_->try_get(heartbeat_key(w.rank));
-    } catch (const Error&) {
-      // The store is unreachable just now: watch_run() notices if that lasts.
-    }
-  }
+  // A restart, or a rank of a host started again, is no member until admitted.
+  w.member = restarts == 0 && !rejoins_[local];
+  w.started_at = Clock::now();
   // The earlier incarnation's output streams may still be draining: keep them until they close.
   Worker& slot = workers_[local];
   if (slot.out.fd >= 0 || slot.err.fd >= 0) retired_.push_back(std::move(slot));
@@ -238,10 +244,11 @@ void Supervisor::on_worker_exit(Worker& w) {
   int alive = 0;
   for (const auto& o : workers_) alive += o.running ? 1 : 0;
   say(what + "; --elastic: " + std::to_string(alive) + " local workers keep running");
-  try {
-    publish_death(*run_store_, w.rank, describe_wait_status(w.status));
-  } catch (const std::exception& e) {
-    say(std::string("cannot publish the death in the store: ") + e.what());
+  if (!store_out_of_reach()) {
+    watch_->publish_death(w.rank, describe_wait_status(w.status));
+  } else {  // a notice cannot get through; writing into a run this host may be cut off from is no use
+    say("not publishing the death of rank " + std::to_string(w.rank) +
+        ": the store is out of reach; the run learns it from the heartbeat timeout");
   }
   if (first_failure_ == 0 && !w.fenced) first_failure_ = code;  // a fenced one's SIGKILL came from here
   if (w.restarts < options_.max_restarts) {
@@ -260,50 +267,58 @@ void Supervisor::fence(Worker& w, const std::string& why) {
 }
 
 void Supervisor::watch_run() {
-  const auto now = Clock::now();
-  if (!options_.elastic || stopping_ || now < next_watch_) return;
-  next_watch_ = now + Millis(100);
-  try {
-    // Each newly agreed generation: a running worker it leaves out is dead to the run.
-    while (auto text = run_store_->try_get("gen" + std::to_string(generation_ + 1) + "/members")) {
-      ++generation_;
-      const std::vector<int> members = parse_rank_list(*text, "gen" + std::to_string(generation_) + "/members");
-      for (auto& w : workers_) {
-        if (!w.running || w.fenced) continue;
-        if (std::binary_search(members.begin(), members.end(), w.rank)) {
-          w.member = true;
-        } else if (w.member) {
-          fence(w, "the run agreed on generation " + std::to_string(generation_) + " without it (members [" + *text +
-                       "])");
-        }
-      }
-    }
-    // A worker whose heartbeat is silent for the timeout is dead by its peers' rule.
+  if (!options_.elastic || stopping_) return;
+  reading_ = watch_->take();
+  for (const std::string& note : reading_.notes) say(note);
+  // Each newly agreed generation: a running worker it leaves out is dead to the run.
+  for (const auto& [generation, members] : reading_.generations) {
     for (auto& w : workers_) {
       if (!w.running || w.fenced) continue;
-      std::optional<std::string> beat = run_store_->try_get(heartbeat_key(w.rank));
-      if (beat != w.last_beat) {
-        w.last_beat = beat;
-        w.beat_changed = now;
-        w.beating = w.beating || beat != w.first_beat;
-      } else if (w.beating && now - w.beat_changed > options_.heartbeat_timeout) {
-        fence(w, "its heartbeat has been silent for " +
-                     std::to_string(std::chrono::duration_cast<Millis>(now - w.beat_changed).count()) +
-                     " ms (stopped or hung), so the run counts it dead");
+      if (std::binary_search(members.begin(), members.end(), w.rank)) {
+        w.member = true;
+      } else if (w.member) {
+        fence(w, "the run agreed on generation " + std::to_string(generation) + " without it (members [" +
+                     group_key(members) + "])");
       }
     }
-    store_reached_ = now;
-    store_error_.clear();
-  } catch (const Error& e) {
-    store_error_ = e.what();
-    const auto silent = std::chrono::duration_cast<Millis>(now - store_reached_);
-    if (silent <= options_.heartbeat_timeout) return;  // a hiccup; the workers tolerate it too
-    cut_off_ = true;
-    stop_all(SIGKILL, kExitCutOff,
-             "cannot reach the store " + run_store_->describe() + " for " + std::to_string(silent.count()) + " ms (" +
-                 e.what() + "): this host is cut off from the run, whose other members count its workers dead; "
-                 "killing them (fenced), exit code " + std::to_string(kExitCutOff));
   }
+  // A worker whose heartbeat is silent for the timeout is dead by its peers' rule. Only readings
+  // that got through count: a store out of reach is the cut-off below, not a silent worker.
+  for (auto& w : workers_) {
+    if (!w.running || w.fenced || reading_.read_at < w.started_at) continue;
+    const std::optional<std::string>& beat = reading_.beats.at(w.rank);
+    if (!w.beat_read) {
+      w.beat_read = true;
+      w.first_beat = w.last_beat = beat;
+      w.beat_changed = reading_.read_at;
+    } else if (beat != w.last_beat) {
+      w.last_beat = beat;
+      w.beat_changed = reading_.read_at;
+      w.beating = w.beating || beat != w.first_beat;
+    } else if (w.beating && reading_.read_at - w.beat_changed > options_.heartbeat_timeout) {
+      fence(w, "its heartbeat has been silent for " +
+                   std::to_string(std::chrono::duration_cast<Millis>(reading_.read_at - w.beat_changed).count()) +
+                   " ms (stopped or hung), so the run counts it dead");
+    }
+  }
+  const auto now = Clock::now();
+  if (now < cut_off_deadline()) return;
+  // Decided here and now, whatever store call the watch is stuck in; nothing more is written.
+  stop_all(SIGKILL, kExitCutOff,
+           "cannot reach the store " + run_store_->describe() + " for " +
+               std::to_string(std::chrono::duration_cast<Millis>(now - reading_.read_at).count()) +
+               " ms (heartbeat timeout " + std::to_string(options_.heartbeat_timeout.count()) + " ms; " +
+               (reading_.error.empty() ? std::string("no reply") : reading_.error) +
+               "): this host is cut off from the run, whose other members count its workers dead; killing them "
+               "(fenced), exit code " + std::to_string(kExitCutOff));
+}
+
+bool Supervisor::store_out_of_reach() const {
+  return !reading_.error.empty() || Clock::now() - reading_.read_at > options_.heartbeat_timeout / 4;
+}
+
+bool Supervisor::awaiting_store_verdict() const {
+  return options_.elastic && !stopping_ && !any_success_ && store_out_of_reach();
 }
 
 void Supervisor::reap() {
@@ -347,10 +362,18 @@ int Supervisor::run() {
   }
   // Opening the store here checks the URL before any worker starts.
   run_store_ = std::make_shared<PrefixStore>(open_store(store_url), "run/" + run_id + "/");
-  store_reached_ = Clock::now();
+  rejoins_.assign(options_.nproc, false);
   if (options_.elastic) {
-    while (run_store_->try_get("gen" + std::to_string(generation_ + 1) + "/members")) ++generation_;
-    initial_generation_ = generation_;
+    int generation = 0;
+    while (run_store_->try_get("gen" + std::to_string(generation + 1) + "/members")) ++generation;
+    std::vector<int> ranks;
+    for (int local = 0; local < options_.nproc; ++local) {
+      const int rank = options_.node_rank * options_.nproc + local;
+      ranks.push_back(rank);
+      rejoins_[local] = run_store_->try_get(heartbeat_key(rank)).has_value();
+    }
+    watch_ = std::make_unique<RunWatch>(run_store_, ranks, generation, Millis(100));
+    reading_ = watch_->take();
   }
 
   sigset_t mask, old_mask;
@@ -367,7 +390,7 @@ int Supervisor::run() {
     throw;
   }
 
-  while (!all_done()) {
+  while (!all_done() || awaiting_store_verdict()) {
     std::vector<pollfd> fds{{sfd, POLLIN, 0}};
     std::vector<std::pair<Stream*, std::string>> streams;
     for (auto* list : {&workers_, &retired_}) {
@@ -380,6 +403,10 @@ int Supervisor::run() {
       }
     }
     int timeout_ms = 200;
+    if (watch_ && !stopping_) {  // wake for the cut-off deadline itself
+      auto left = std::chrono::duration_cast<Millis>(cut_off_deadline() - Clock::now()).count() + 1;
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 100));
+    }
     if (stopping_ && !killed_) {
       auto left = std::chrono::duration_cast<Millis>(kill_deadline_ - Clock::now()).count();
       timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 200));
@@ -415,12 +442,7 @@ int Supervisor::run() {
   ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   if (options_.elastic && !stopping_) {
     exit_code_ = any_success_ ? 0 : first_failure_;
-    if (!any_success_ && !store_error_.empty()) {
-      // The workers stopped by themselves, cut off like the launcher (they fence themselves too).
-      say("the store " + run_store_->describe() + " is unreachable (" + store_error_ +
-          "): this host is cut off from the run; exit code " + std::to_string(kExitCutOff));
-      exit_code_ = kExitCutOff;
-    } else if (!any_success_ && fenced_exits_ > 0 && failed_exits_ == 0) {
+    if (!any_success_ && fenced_exits_ > 0 && failed_exits_ == 0) {
       say("every local worker was fenced: the run declared them dead; exit code " + std::to_string(kExitFenced));
       exit_code_ = kExitFenced;
     }

@@ -12,15 +12,21 @@
 // message naming the rank and its status/signal; with `elastic`, the survivors keep running
 // and the death is published in the store as "dead/<rank>" (membership.h reads it), so they
 // learn the new membership at once; with `max_restarts`, the dead worker is then started again
-// (HSPMD_RESTART_COUNT=k in its environment, 0 for the first incarnation).
+// (HSPMD_RESTART_COUNT=k in its environment, 0 for the first incarnation). A host launched again
+// into a running elastic run (its ranks' heartbeats are in the store: they ran before) starts its
+// workers as restarts too (HSPMD_RESTART_COUNT >= 1): they ask the running workers to admit them.
+// A run id names one run: reusing one whose keys are still in the store makes the workers join it.
 //
 // Fencing (elastic): a worker the run has declared dead must never write to it again, even if it
-// resumes (SIGCONT after SIGSTOP, a healed partition). The launcher watches the store and
-// SIGKILLs a local worker once (a) the survivors agreed on a generation without it, or (b) its
-// heartbeat ("hb/<rank>") has been silent for `heartbeat_timeout`, the rule its peers declare it
-// dead by. When the launcher itself cannot reach the store for `heartbeat_timeout`, its host is
-// cut off: the other side counts its workers dead, so it kills them all and exits with
-// kExitCutOff. A launcher therefore never waits forever on a worker that cannot make progress.
+// resumes (SIGCONT after SIGSTOP, a healed partition). The launcher watches the store (on a
+// thread of its own, comm/run_watch.h) and SIGKILLs a local worker once (a) the survivors agreed
+// on a generation without it, or (b) its heartbeat ("hb/<rank>") has been silent for
+// `heartbeat_timeout`, the rule its peers declare it dead by. When no reading of the store has got
+// through for `heartbeat_timeout` (counted from when the last one that did began), its host is cut
+// off: the other side counts its workers dead, so it kills them all and exits with kExitCutOff,
+// decided at that moment even while a store call hangs, and without writing to the store again
+// (a death is published only while the store is within reach). A launcher therefore never waits
+// forever on a worker that cannot make progress.
 #pragma once
 
 #include <string>

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iostream>
 #include <iterator>
 #include <numeric>
 #include <sstream>
@@ -176,7 +177,10 @@ void ElasticRun::start_heartbeat() {
   };
   // Fencing: cut off from the store, this rank is dead to the others; it stops communicating now
   // and recover() refuses to write anything more (see fenced()).
-  h.on_cut_off = [this](const std::string& why) { groups_.abort(why); };
+  h.on_cut_off = [this](const std::string& why) {
+    std::cerr << why << std::endl;  // the decision, when it is made (the step that fails comes later)
+    groups_.abort(why);
+  };
   // One Heartbeat per generation, watching its members: a death is final for it.
   heartbeat_ = std::make_unique<comm::Heartbeat>(store_, rank_, membership_.members(), h);
 }
@@ -202,6 +206,9 @@ void ElasticRun::commit_step(int64_t step, const std::vector<double>& totals) {
   throw_if_fenced();
   // Every rank writes the same value; the first write is the commit.
   store_->set(generation_key("commit/" + std::to_string(step)), step_totals_text(totals));
+  // Cut off while the write was under way: the step is not applied here (the others settle it
+  // from the store, where the write may or may not have landed).
+  throw_if_fenced();
   if (rank_ != membership_.members().front()) return;
   // Restarted workers asking to join are admitted after the NEXT step: every member learns it then
   // from this key, written before this rank could take part in that step's totals.

@@ -236,6 +236,7 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
   }
   plan.recompute = st.recompute;
   plan.shard_gradients = st.shards_gradients();
+  plan.shard_parameters = st.shards_parameters();
   return plan;
 }
 

@@ -99,6 +99,10 @@ std::unique_ptr<SpecializedPlan> PlanCache::specialize(const sharding::Annotatio
   if (p->active) {
     p->forward_releases = exec.forward_releases(model_.loss);
     p->backward_releases = exec.backward_releases(model_.grads);
+    if (plan.shard_parameters) {
+      p->forward_gathers = specialize::forward_gather_units(exec);
+      p->backward_gathers = specialize::backward_gather_units(exec);
+    }
     const auto [pipeline, stage] = p->pipelines.locate(rank_);
     const int num_stages = static_cast<int>(p->pipelines.pipelines[pipeline].stages.size());
     const sharding::PipelineSchedule& mb = plan.pipelines[exec.data_group()];
@@ -119,7 +123,8 @@ void PlanCache::connect(const SpecializedPlan& p, const std::vector<int>& member
   // Every group a step of the plan communicates on, for all ranks alike, from the same resolutions
   // the steps run (the cache keeps them): each Reshard of F ("F") and B ("B") with every pipeline's
   // micro-batch shapes, the vocab-parallel loss's statistics gathers ("F"), the gradient syncs
-  // ("grad"), ZeRO-1 parameter gathers and the all-rank reduction ("post").
+  // ("grad", ZeRO-3's too), ZeRO-1/2's parameter gathers, ZeRO-3's per-layer ones and the all-rank
+  // reduction ("post").
   const sharding::AnnotationPlan& plan = p.exec->plan();
   std::vector<SymBinding> bindings;
   for (const sharding::PipelineSchedule& mb : plan.pipelines) {
@@ -149,8 +154,9 @@ void PlanCache::connect(const SpecializedPlan& p, const std::vector<int>& member
     const switching::ParamLayout& l = p.param_layouts[i];
     add_resolution_groups(resolutions_.resolve(p.grad_annotations[i], l.state, l.shape, l.name + ".grad"),
                           kGradientChannel, groups);
-    if (l.state != l.value) {
-      add_resolution_groups(resolutions_.resolve(l.state, l.value, l.shape, l.name), "post", groups);
+    // ZeRO-1/2's gather after the update, ZeRO-3's per layer in F and B: state -> what the passes read.
+    if (l.state != l.read) {
+      add_resolution_groups(resolutions_.resolve(l.state, l.read, l.shape, l.name), "post", groups);
     }
   }
   // Connecting is collective per group: walking one sorted list everywhere means the first group

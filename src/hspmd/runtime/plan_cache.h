@@ -24,6 +24,7 @@
 #include "hspmd/runtime/reshard_exec.h"
 #include "hspmd/sharding/plan.h"
 #include "hspmd/specialize/exec_graph.h"
+#include "hspmd/specialize/gather_units.h"
 #include "hspmd/specialize/memory_estimate.h"
 #include "hspmd/specialize/pipeline_layout.h"
 #include "hspmd/specialize/schedule.h"
@@ -43,6 +44,8 @@ struct SpecializedPlan {
   specialize::MemoryEstimate memory;
   std::vector<switching::ParamLayout> param_layouts;   // every parameter, this rank's or not
   std::vector<sharding::Annotation> grad_annotations;  // per parameter, as B leaves its gradient
+  // ZeRO-3: the units F (forward_ops) and B (backward_steps) gather; empty under other stages.
+  std::vector<specialize::GatherUnit> forward_gathers, backward_gathers;
 };
 
 struct PlanCacheOptions {

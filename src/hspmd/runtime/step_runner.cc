@@ -1,5 +1,6 @@
 #include "hspmd/runtime/step_runner.h"
 
+#include <map>
 #include <string>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "hspmd/kernels/elementwise.h"
 #include "hspmd/runtime/fault_injection.h"
 #include "hspmd/runtime/gradient_sync.h"
+#include "hspmd/runtime/parameter_gathers.h"
 #include "hspmd/specialize/reshard_resolution.h"
 
 namespace hspmd::runtime {
@@ -48,7 +50,7 @@ double StepRunner::run(const SpecializedPlan& plan, ShardedState& state, const s
   const Share share = share_of(plan, segments, pass.train);
   std::vector<MicroBatch> batches(share.micro_batches.size());
   // The backward passes that make gradients final: under ZeRO-2 the last of each group of
-  // micro-batches (reduced into the shards), else this rank's last (synced meanwhile when the sync
+  // micro-batches (reduced into the shards; ZeRO-3's groups are single micro-batches), else this rank's last (synced meanwhile when the sync
   // overlaps; without overlap the trainer's Post syncs them all).
   const bool into_shards = pass.train && plan.exec->plan().shard_gradients;
   std::vector<int> group_ends;
@@ -94,9 +96,16 @@ StepRunner::Share StepRunner::share_of(const SpecializedPlan& plan, const std::v
   HSPMD_CHECK(split.size() == parts.size()) << "rank " << rank_ << ": the dispatch split the batch over "
                                             << split.size() << " pipelines, plan " << plan.name << " has "
                                             << parts.size();
+  int fewest = static_cast<int>(split.front().size()), most = fewest;
+  for (const auto& pipeline : split) {
+    fewest = std::min(fewest, static_cast<int>(pipeline.size()));
+    most = std::max(most, static_cast<int>(pipeline.size()));
+  }
+  // Every holder of a parameter gathers it once per pass it runs (runtime/parameter_gathers.h).
+  HSPMD_CHECK(!plan.exec->plan().shard_parameters || fewest == most)
+      << "plan " << plan.name << ": ZeRO-3 (\"zero\": 3) needs every pipeline to run as many micro-batches, but the "
+      << "dispatch gave between " << fewest << " and " << most << "; use \"zero\": 2 with dispatch by length";
   if (!plan.active) return {};  // a spare runs no micro-batch
-  int fewest = static_cast<int>(split.front().size());
-  for (const auto& pipeline : split) fewest = std::min(fewest, static_cast<int>(pipeline.size()));
   const int group = plan.exec->data_group();
   Share share{std::move(split.at(group)), plan.schedule, fewest};
   // A dispatched pipeline runs as many micro-batches as it was given, under the plan's schedule kind.
@@ -137,11 +146,17 @@ void StepRunner::forward(MicroBatch& mb, ShardedState& state) {
   const double start = parts_.tracer.now_us();
   mb.values.assign(graph_.graph.num_ops(), {});
   for (int id : plan_->exec->placeholders()) mb.values[id] = {mb.feeds.at(graph_.graph.op(id).name)};
-  for (const TensorState& s : state.tensors) mb.values[graph_.params[s.param].op] = {s.value};
+  const bool sharded = plan_->exec->plan().shard_parameters;  // ZeRO-3: gathered layer by layer below
+  if (!sharded) {
+    for (const TensorState& s : state.tensors) mb.values[graph_.params[s.param].op] = {s.value};
+  }
+  ParameterGathers gathers = parameter_gathers(plan_->forward_gathers, state);
   const std::vector<int>& ops = plan_->exec->forward_ops();
   for (size_t k = 0; k < ops.size(); ++k) {
+    if (sharded) gathers.before(static_cast<int>(k), mb.values);
     run_op(ops[k], mb);
     for (TensorRef t : plan_->forward_releases[k]) mb.values[t.op][t.index] = Tensor();  // B keeps what it reads
+    if (sharded) gathers.after(static_cast<int>(k), mb.values);
   }
   parts_.pacer.pad();
   if (plan_->exec->holds(graph_.loss)) {
@@ -153,8 +168,14 @@ void StepRunner::forward(MicroBatch& mb, ShardedState& state) {
 void StepRunner::backward(MicroBatch& mb, ShardedState& state, GradientRound round) {
   fault_point(rank_, step_, "backward");
   const double start = parts_.tracer.now_us();
+  const auto& steps = plan_->exec->backward_steps();
+  const bool sharded = plan_->exec->plan().shard_parameters;
+  HSPMD_ASSERT(!sharded || round == GradientRound::kIntoShards)
+      << "rank " << rank_ << ": ZeRO-3 reduces every micro-batch's gradients";
   BucketedGradientSync& sync = parts_.gradient_sync;
-  const bool final = round != GradientRound::kNone;
+  // ZeRO-3 reduces its gradients here, one parameter at a time (below); the others' final
+  // gradients go to the sync.
+  const bool final = round != GradientRound::kNone && !sharded;
   // Overlapped, each final gradient goes to the sync as soon as the op computing it has run.
   const bool as_computed = final && sync.overlaps();
   std::vector<std::vector<size_t>> finished_by(as_computed ? graph_.graph.num_ops() : 0);  // op -> tensors
@@ -163,10 +184,25 @@ void StepRunner::backward(MicroBatch& mb, ShardedState& state, GradientRound rou
   }
   std::vector<bool> handed(state.tensors.size(), false);
   if (final) sync.begin_round(round == GradientRound::kIntoShards);
-  const auto& steps = plan_->exec->backward_steps();
+  ParameterGathers gathers = parameter_gathers(plan_->backward_gathers, state);
+  // ZeRO-3: each gradient is reduced into its shard as soon as B has produced it (every holder
+  // produces it at the same position of the same steps): one parameter's whole gradient at a time.
+  std::map<int, std::vector<TensorState*>> produced;  // gradient op id -> the parameters it ends
+  if (sharded) {
+    for (TensorState& s : state.tensors) produced[graph_.grads[s.param].op].push_back(&s);
+  }
   for (size_t k = 0; k < steps.size(); ++k) {
+    if (sharded) gathers.before(static_cast<int>(k), mb.values);
     run_op(steps[k].op, mb);
     for (TensorRef t : plan_->backward_releases[k]) mb.values[t.op][t.index] = Tensor();
+    if (sharded) {
+      gathers.after(static_cast<int>(k), mb.values);
+      const auto done = produced.find(steps[k].op);
+      if (done == produced.end()) continue;
+      reduce_now(done->second, mb, "B" + std::to_string(mb.index));
+      produced.erase(done);
+      continue;
+    }
     if (!as_computed) continue;
     for (size_t i : finished_by[steps[k].op]) {
       parts_.pacer.begin();
@@ -176,11 +212,15 @@ void StepRunner::backward(MicroBatch& mb, ShardedState& state, GradientRound rou
       sync.gradient_done(i);
     }
   }
-  parts_.pacer.begin();  // accumulating the gradients is the device's compute too
-  for (size_t i = 0; i < state.tensors.size(); ++i) {
-    if (!handed[i]) accumulate(mb, state.tensors[i], final);
+  HSPMD_ASSERT(produced.empty()) << "rank " << rank_ << ": B" << mb.index << " did not produce the gradient of '"
+                                 << produced.begin()->second.front()->name << "'";
+  if (!sharded) {
+    parts_.pacer.begin();  // accumulating the gradients is the device's compute too
+    for (size_t i = 0; i < state.tensors.size(); ++i) {
+      if (!handed[i]) accumulate(mb, state.tensors[i], final);
+    }
+    parts_.pacer.end();
   }
-  parts_.pacer.end();
   parts_.pacer.pad();
   parts_.tracer.record(std::string("B").append(std::to_string(mb.index)), "compute", start, parts_.tracer.now_us());
   for (size_t i = 0; i < state.tensors.size(); ++i) {  // without overlap: the whole round now
@@ -202,6 +242,31 @@ void StepRunner::accumulate(MicroBatch& mb, TensorState& s, bool final) {
   }
   // A final gradient is the sync's from now on: it frees it once reduced.
   if (final) value = Tensor();
+}
+
+ParameterGathers StepRunner::parameter_gathers(const std::vector<specialize::GatherUnit>& units,
+                                               const ShardedState& state) {
+  return ParameterGathers(units, state, graph_.params, [this](const TensorState& s) {
+    parts_.pacer.pad();
+    const double start = parts_.tracer.now_us();
+    const resolve::Resolution& r = parts_.resolutions.resolve(s.annotation, s.read_annotation, s.shape, s.name);
+    Tensor whole = execute_reshard_staged(r, s.shape, rank_, s.value, parts_.session, "post", parts_.allocator);
+    parts_.tracer.record(s.name + ".gather", "comm", start, parts_.tracer.now_us());
+    return whole;
+  });
+}
+
+void StepRunner::reduce_now(const std::vector<TensorState*>& params, MicroBatch& mb, const std::string& pass) {
+  parts_.pacer.pad();
+  const double start = parts_.tracer.now_us();
+  for (TensorState* s : params) {
+    const TensorRef g = graph_.grads[s->param];
+    Tensor& value = mb.values[g.op][g.index];
+    HSPMD_ASSERT(value.defined()) << "rank " << rank_ << ": no gradient of '" << s->name << "' in " << pass;
+    reduce_into_shard(*s, value, rank_, parts_.resolutions, parts_.session, parts_.compute);
+    value = Tensor();
+  }
+  parts_.tracer.record("reduce-grads-" + pass, "comm", start, parts_.tracer.now_us());
 }
 
 void StepRunner::run_op(int id, MicroBatch& mb) {

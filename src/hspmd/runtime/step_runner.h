@@ -6,8 +6,10 @@
 // summed over micro-batches into the training state. The backward pass that makes gradients final
 // (this rank's last; under ZeRO-2 the last of each group of micro-batches) hands each one, as the
 // op computing it finishes, to the bucketed gradient sync (runtime/bucketed_gradient_sync.h),
-// which reduces its buckets on a communication thread meanwhile. What follows (the rest of the
-// gradient sync, AdamW) is the trainer's (runtime/dist_trainer.h).
+// which reduces its buckets on a communication thread meanwhile. Under ZeRO-3 each gradient is
+// reduced into its shard on this thread as soon as B produces it, the parameters gathered layer by
+// layer (runtime/parameter_gathers.h). What follows (the rest of the gradient sync, AdamW) is the
+// trainer's (runtime/dist_trainer.h).
 //
 //   StepRunner runner(model, graph, rank, {.seq_len = 256},
 //                     {allocator, session, cache, pacer, tracer, compute, sync});
@@ -28,6 +30,7 @@
 #include "hspmd/resolve/resolver.h"
 #include "hspmd/runtime/bucketed_gradient_sync.h"
 #include "hspmd/runtime/compute_pacer.h"
+#include "hspmd/runtime/parameter_gathers.h"
 #include "hspmd/runtime/plan_cache.h"
 #include "hspmd/runtime/reshard_exec.h"
 #include "hspmd/runtime/trace.h"
@@ -88,11 +91,16 @@ class StepRunner {
   void forward(MicroBatch& mb, ShardedState& state);
   // What a backward pass does with the gradients it computes: adds them to the state's, or also
   // hands the sums to the gradient sync (a round: ZeRO-2's group ends, ZeRO-0/1's last pass).
+  // ZeRO-3 (every pass a group: kIntoShards) reduces them itself, with reduce_now.
   enum class GradientRound { kNone, kIntoShards, kSynced };
   void backward(MicroBatch& mb, ShardedState& state, GradientRound round);
   // Adds mb's gradient of s to s.grad (the first micro-batch's is copied, unless `final`: then it
   // is s.grad, and mb lets go of it).
   void accumulate(MicroBatch& mb, TensorState& s, bool final);
+  // ZeRO-3: reduces `params`' gradients, just produced by B (`pass`, for the trace), into their shards.
+  void reduce_now(const std::vector<TensorState*>& params, MicroBatch& mb, const std::string& pass);
+  // ZeRO-3's gathers of a pass (runtime/parameter_gathers.h) on the run's communicators.
+  ParameterGathers parameter_gathers(const std::vector<specialize::GatherUnit>& units, const ShardedState& state);
   void run_op(int id, MicroBatch& mb);
   Tensor run_reshard(int id, const Tensor& src, const SymBinding& binding, const std::string& channel);
   // The vocab-parallel loss's all-gather of the shards' row statistics (graph/token_loss.h).

@@ -77,6 +77,7 @@ ShardedState ShardedState::laid_out(const SpecializedPlan& p, const std::vector<
     s.name = l.name;
     s.shape = l.shape;
     s.annotation = l.value;
+    s.read_annotation = l.read;
     s.grad_annotation = p.grad_annotations[i];
     s.state_annotation = l.state;
     s.region = *l.value.region(rank, l.shape);

@@ -10,8 +10,9 @@
 //   write_rank_shards(dir, rank, state.shards(rank, /*with_moments=*/true));
 //
 // Regions are global coordinates: `region` is this rank's slice of the value (under the parameter's
-// annotation, ZeRO flags cleared), `state_region` its slice of the moments (the optimizer-state
-// annotation; a ZeRO-1 shard inside `region`, else equal to it).
+// annotation, ZeRO flags cleared; under ZeRO-3 the optimizer-state annotation: the master weights
+// are sharded too), `state_region` its slice of the moments (the optimizer-state annotation; a
+// ZeRO-1 shard inside `region`, else equal to it).
 #pragma once
 
 #include <cstdint>
@@ -38,7 +39,10 @@ struct TensorState {
   std::string name;  // Hugging Face name
   Shape shape;       // global
   bool decay = false;  // weight decay applies (matrices, or every tensor with decay_vectors)
-  sharding::Annotation annotation;        // of the value (ZeRO flags cleared)
+  sharding::Annotation annotation;        // of the value (ZeRO flags cleared; ZeRO-3: state_annotation)
+  // Where the passes read the value (switching::ParamLayout::read): `annotation`, or under ZeRO-3
+  // the parameter's own, all-gathered from the value's shard layer by layer (runtime/parameter_gathers.h).
+  sharding::Annotation read_annotation;
   sharding::Annotation grad_annotation;   // as the backward ops leave the gradient
   sharding::Annotation state_annotation;  // of the moments (= annotation without ZeRO-1)
   sharding::Region region, state_region;

@@ -56,6 +56,7 @@ std::string AnnotationPlan::to_json_text() const {
   }
   j["recompute"] = recompute;
   if (shard_gradients) j["shard_gradients"] = true;
+  if (shard_parameters) j["shard_parameters"] = true;
   return j.dump(2);
 }
 
@@ -118,6 +119,12 @@ AnnotationPlan AnnotationPlan::from_json_text(const std::string& text, const std
   if (j.contains("shard_gradients")) {
     HSPMD_CHECK(j["shard_gradients"].is_boolean()) << source << ": \"shard_gradients\" must be true or false";
     plan.shard_gradients = j["shard_gradients"].get<bool>();
+  }
+  if (j.contains("shard_parameters")) {
+    HSPMD_CHECK(j["shard_parameters"].is_boolean()) << source << ": \"shard_parameters\" must be true or false";
+    plan.shard_parameters = j["shard_parameters"].get<bool>();
+    HSPMD_CHECK(!plan.shard_parameters || plan.shard_gradients)
+        << source << ": \"shard_parameters\" (ZeRO-3) needs \"shard_gradients\" (ZeRO-2) too";
   }
   return plan;
 }

@@ -15,11 +15,14 @@
 //       {"micro_batch_size": 2, "num_micro_batches": 4}, {"micro_batch_size": 1, "num_micro_batches": 8}
 //     ],
 //     "recompute": false,                            // optional, default false
-//     "shard_gradients": true                        // optional, default false (ZeRO-2, below)
+//     "shard_gradients": true,                       // optional, default false (ZeRO-2, below)
+//     "shard_parameters": true                       // optional, default false (ZeRO-3, below)
 //   }
 // shard_gradients (ZeRO-2): each group of micro-batches' gradients is reduced into the optimizer
 // -state layout as soon as its backward pass is done, so no whole gradient is kept from one group to
-// the next (runtime/gradient_sync.h). Written only when true.
+// the next (runtime/gradient_sync.h). shard_parameters (ZeRO-3, needs shard_gradients): the master
+// weights are kept in the optimizer-state layout too, and gathered into the tensor's annotation per
+// layer by the passes that read them (runtime/parameter_gathers.h). Each is written only when true.
 // Every load error names the source and the key at fault, e.g.
 //   "plan.json: tensors.\"lm_head.weight\": cannot parse annotation 'dup{[0-3' ..."
 #pragma once
@@ -59,6 +62,9 @@ class AnnotationPlan {
   std::vector<PipelineSchedule> pipelines;
   bool recompute = false;
   bool shard_gradients = false;
+  // ZeRO-3: each holder keeps only its optimizer-state shard of the parameter's value; the passes
+  // all-gather it into the parameter's annotation per layer (runtime/parameter_gathers.h).
+  bool shard_parameters = false;
 
   std::string to_json_text() const;
   // `source` names the file in error messages.

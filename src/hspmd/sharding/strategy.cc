@@ -53,15 +53,14 @@ bool optional_bool(const Json& j, const std::string& key, const std::string& whe
   return j[key].get<bool>();
 }
 
-// "zero": 0|1|2, or the older "zero1": true|false (1|0); both present must name the same stage.
+// "zero": 0|1|2|3, or the older "zero1": true|false (1|0); both present must name the same stage.
 int parse_zero_stage(const Json& j, const std::string& where) {
   int stage = 0;
   if (j.contains("zero")) {
     const Json& v = j["zero"];
     HSPMD_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= 3)
-        << where << ": \"zero\" must be 0, 1 or 2 (the ZeRO stage), got " << v.dump();
+        << where << ": \"zero\" must be 0, 1, 2 or 3 (the ZeRO stage), got " << v.dump();
     stage = v.get<int>();
-    HSPMD_CHECK(stage <= 2) << where << ": \"zero\": 3 (sharded parameters) is not implemented; use 0, 1 or 2";
   }
   if (j.contains("zero1")) {
     const int old = optional_bool(j, "zero1", where) ? 1 : 0;
@@ -190,6 +189,28 @@ void Strategy::validate(int num_layers) const {
     for (int l = 0; l < num_layers; ++l) {
       HSPMD_CHECK(owner[l] >= 0) << "pipelines[" << p << "]: layer " << l
                                  << " is not covered by any stage; each layer must be covered exactly once";
+    }
+  }
+  if (shards_parameters()) check_one_pipeline_shape();
+}
+
+void Strategy::check_one_pipeline_shape() const {
+  // Every holder of a parameter all-gathers it once per layer use, in its own pass order: the
+  // holders must run the same passes (micro-batch count), with the parameter at the same place.
+  const PipelineSpec& first = pipelines.front();
+  for (size_t p = 1; p < pipelines.size(); ++p) {
+    const PipelineSpec& other = pipelines[p];
+    auto refuse = [&](const std::string& what) {
+      HSPMD_THROW() << "strategy " << name << ": \"zero\": 3 needs pipelines of one shape (stages, layers, TP and CP "
+                    << "degrees, micro-batch count); pipelines[" << p << "] differs from pipelines[0] in " << what
+                    << "; use \"zero\": 2 across pipelines of different shapes";
+    };
+    if (other.num_micro_batches != first.num_micro_batches) refuse("num_micro_batches");
+    if (other.stages.size() != first.stages.size()) refuse("its number of stages");
+    for (size_t s = 0; s < first.stages.size(); ++s) {
+      const StageSpec &a = first.stages[s], &b = other.stages[s];
+      if (a.first_layer != b.first_layer || a.last_layer != b.last_layer) refuse(stage_key(p, s) + ".layers");
+      if (a.tp() != b.tp() || a.cp != b.cp) refuse(stage_key(p, s) + "'s TP or CP degree");
     }
   }
 }

@@ -15,12 +15,14 @@
 //       ...
 //     ]
 //   }
-// ZeRO ("zero": 0, 1 or 2; the older "zero1": true reads as 1, false as 0, and a file giving both
+// ZeRO ("zero": 0, 1, 2 or 3; the older "zero1": true reads as 1, false as 0, and a file giving both
 // must agree): 1 shards the AdamW moments over the replicas of each parameter (its data-parallel
 // and CP duplicates) and reduce-scatters the summed gradients into those shards after the
 // backward pass; 2 also keeps no whole gradient across micro-batches: each group of micro-batches'
 // gradients is reduce-scattered into the shard as soon as its backward is done
-// (sharding::AnnotationPlan::shard_gradients). Stage 3 (parameters sharded) is refused by name.
+// (sharding::AnnotationPlan::shard_gradients); 3 also keeps each replica's master weights as its
+// shard only, all-gathered layer by layer where the passes read them
+// (sharding::AnnotationPlan::shard_parameters). Stage 3 needs pipelines of one shape (validate()).
 //
 // "ranks" is a string of ids and ascending ranges ("0-3,8") or an array of ints; "layers" is
 // "a-b" (inclusive) or a single layer "a". The embedding lives on each pipeline's first stage, the
@@ -79,7 +81,7 @@ struct PipelineSpec {
 
 struct Strategy {
   std::string name;
-  int zero = 0;  // ZeRO stage: 0, 1 or 2 (see above)
+  int zero = 0;  // ZeRO stage: 0 to 3 (see above)
   bool recompute = false;
   std::vector<PipelineSpec> pipelines;
 
@@ -87,13 +89,15 @@ struct Strategy {
   bool shards_optimizer_states() const { return zero >= 1; }
   // ZeRO-2: gradients are reduce-scattered into those shards micro-batch group by group.
   bool shards_gradients() const { return zero >= 2; }
+  // ZeRO-3: the parameters too, gathered per layer before use.
+  bool shards_parameters() const { return zero >= 3; }
 
   // Every rank used, ascending.
   std::vector<int> ranks() const;
   // Index of the stage of pipeline p that holds layer l (validate() guarantees exactly one).
   int stage_of_layer(int p, int l) const;
   // Throws Error naming the pipeline/stage at fault unless every pipeline covers layers
-  // 0..num_layers-1 exactly once.
+  // 0..num_layers-1 exactly once, and, under ZeRO-3, unless all pipelines have one shape.
   void validate(int num_layers) const;
 
   std::string to_json_text() const;
@@ -101,6 +105,9 @@ struct Strategy {
   static Strategy from_file(const std::string& path);
 
   friend bool operator==(const Strategy&, const Strategy&) = default;
+
+ private:
+  void check_one_pipeline_shape() const;  // ZeRO-3's condition, naming the first difference
 };
 
 }  // namespace hspmd::sharding

@@ -5,6 +5,7 @@
 #include "hspmd/core/byte_size.h"
 #include "hspmd/core/dtype.h"
 #include "hspmd/kernels/lm_head_loss.h"
+#include "hspmd/specialize/gather_units.h"
 
 namespace hspmd::specialize {
 
@@ -17,18 +18,26 @@ std::string MemoryEstimate::to_string() const {
 MemoryEstimate estimate_memory(const ExecGraph& exec, const MemoryEstimateOptions& options) {
   const graph::Graph& g = exec.graph();
   MemoryEstimate m;
-  int64_t whole_gradients = 0;  // the parameter layout's bytes
+  int64_t whole_gradients = 0;    // the parameter layout's bytes
+  int64_t state_bytes_total = 0;  // the optimizer-state layout's
   for (int id : exec.parameters()) {
     const graph::TensorRef ref{id, 0};
     const graph::TensorInfo& info = g.info(ref);
     const int64_t bytes = exec.local_shape(ref, {}).numel() * static_cast<int64_t>(dtype_size(info.dtype));
     const Shape shape = evaluate(info.shape, {});
-    const sharding::Annotation state = without_zero(exec.plan().optimizer_state(g.op(id).name));
-    const int64_t state_bytes =
-        state.region(exec.rank(), shape).value_or(sharding::Region::full(Shape{})).numel() * dtype_size(info.dtype);
+    // The state's shard, located in place: building the annotation without_zero per parameter
+    // copied its device groups for every parameter of every rank.
+    const sharding::Annotation& state = exec.plan().optimizer_state(g.op(id).name);
+    int64_t state_numel = 1;  // a rank outside the state's groups: a scalar, as before
+    if (const auto where = state.locate(exec.rank())) {
+      const auto [group, index] = *where;
+      state_numel = state.ds(group).with_zero(false).region(index, state.group_part(group, shape)).numel();
+    }
+    const int64_t state_bytes = state_numel * static_cast<int64_t>(dtype_size(info.dtype));
     m.parameters += bytes;
     m.gradients += bytes + state_bytes;
     whole_gradients += bytes;
+    state_bytes_total += state_bytes;
     m.optimizer_states += 2 * state_bytes;
   }
   const SymBinding binding{{"T", options.micro_batch_tokens}, {"N", 1}};
@@ -51,10 +60,24 @@ MemoryEstimate estimate_memory(const ExecGraph& exec, const MemoryEstimateOption
     }
   }
   m.activations = saved * options.micro_batches_in_flight + transient;
+  const sharding::AnnotationPlan& plan = exec.plan();
+  if (plan.shard_parameters) {
+    // ZeRO-3 keeps the state shard of values and gradients. A pass holds what its gather schedule
+    // holds at most (the layer it runs and the next one, each parameter freed after its last
+    // reader); B holds one parameter's whole gradient until it is reduced into the shard.
+    auto bytes_of = [&](int id) {
+      return exec.local_shape({id, 0}, {}).numel() * static_cast<int64_t>(dtype_size(g.info({id, 0}).dtype));
+    };
+    int64_t largest = 0;
+    for (int id : exec.parameters()) largest = std::max(largest, bytes_of(id));
+    m.parameters = state_bytes_total + std::max(peak_gathered_bytes(forward_gather_units(exec), bytes_of),
+                                                peak_gathered_bytes(backward_gather_units(exec), bytes_of));
+    m.gradients = state_bytes_total + largest;
+    return m;
+  }
   // ZeRO-2 keeps no whole gradient between backward passes when each of this rank's micro-batches is
   // a group of its own (runtime/gradient_sync.h): the whole gradient then lives only during one
   // backward pass, when no forward value dies within a forward pass, so it counts only beyond those.
-  const sharding::AnnotationPlan& plan = exec.plan();
   if (plan.shard_gradients && !plan.pipelines.empty() && exec.data_group() >= 0) {
     int fewest = plan.pipelines.front().num_micro_batches;
     for (const sharding::PipelineSchedule& p : plan.pipelines) fewest = std::min(fewest, p.num_micro_batches);

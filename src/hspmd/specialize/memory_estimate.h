@@ -9,7 +9,10 @@
 // Parameters: the rank's shards. Gradients: the accumulators (parameter layout) plus the synced
 // gradients (optimizer-state layout); under ZeRO-2 with one micro-batch per gradient group, the
 // synced shard plus what a backward pass's whole gradient needs beyond the forward pass's
-// transient values (the two never coexist). Optimizer states: AdamW's two moments on the state shard.
+// transient values (the two never coexist). Under ZeRO-3 parameters are the state shard plus the
+// most a pass holds gathered (specialize/gather_units.h: about the layer it runs and the next one),
+// gradients the state shard plus the largest parameter's (B reduces each as soon as it is produced).
+// Optimizer states: AdamW's two moments on the state shard.
 // Activations: the forward values a micro-batch keeps for its backward pass (with recompute, only
 // what B does not replay: specialize/exec_graph.h), times the most
 // micro-batches in flight in the schedule, plus one micro-batch's values that die within its

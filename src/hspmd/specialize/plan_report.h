@@ -98,10 +98,11 @@ struct PlanReport {
   std::vector<PipelineReport> pipelines;  // in subgroup order
   std::vector<ReshardGroup> activations;  // forward then backward Reshards, in graph order of first occurrence
   std::vector<ReshardGroup> gradient_syncs;    // deduced gradient -> optimizer target
-  std::vector<ReshardGroup> parameter_gathers;  // ZeRO-1 optimizer state -> parameter
+  std::vector<ReshardGroup> parameter_gathers;  // ZeRO optimizer state -> parameter
   std::map<std::string, int64_t> step_bytes_by_tier;  // link tier name -> bytes per step
   std::vector<RankMemory> memory;  // every rank of the pipelines, ascending, at seq_len
   int zero2_gradient_groups = 0;   // ZeRO-2: how many times a step runs each gradient sync; 0: once, in Post
+  bool zero3 = false;              // ZeRO-3: parameters gathered per layer in F and B
   int reshards_total = 0;     // Reshard ops of the graph
   int reshards_identity = 0;  // of them, the identity everywhere (not listed)
   ScheduleKind schedule = ScheduleKind::k1F1B;

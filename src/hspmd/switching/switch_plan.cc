@@ -13,8 +13,9 @@ std::vector<ParamLayout> param_layouts(const sharding::AnnotationPlan& plan,
   std::vector<ParamLayout> out;
   out.reserve(params.size());
   for (const auto& [name, shape] : params) {
-    out.push_back({name, shape, specialize::without_zero(plan.at(name)),
-                   specialize::without_zero(plan.optimizer_state(name))});
+    const sharding::Annotation read = specialize::without_zero(plan.at(name));
+    const sharding::Annotation state = specialize::without_zero(plan.optimizer_state(name));
+    out.push_back({name, shape, plan.shard_parameters ? state : read, state, read});
   }
   return out;
 }
@@ -50,7 +51,8 @@ SwitchPlan plan_switch(const std::vector<ParamLayout>& from, const std::vector<P
       if (part != StatePart::kValue && !options.optimizer_states) continue;
       const bool value = part == StatePart::kValue;
       out.tensors.push_back(
-          {state_tensor_name(a.name, part), a.shape, value ? a.value : a.state, value ? b.value : b.state, 4});
+          {state_tensor_name(a.name, part), a.shape, value ? a.value : a.state, value ? b.value : b.state,
+                               value ? options.value_element_size : int64_t{4}});
       HSPMD_ASSERT(out.tensors.size() == out.tensor_index(i, part) + 1) << "switch: tensor order of '" << a.name << "'";
     }
   }

@@ -8,11 +8,13 @@
 //   s.bsr.ops[3]                    // device 3: LocalCopy ..., Send peer=0 ..., Recv peer=5 ...
 //   s.sent_by_tier[kInterNode]      // bytes over inter-node links
 //
-// What moves: every parameter with its own annotation, and (optimizer_states) AdamW's two moments
+// What moves: every parameter with its own annotation (under ZeRO-3 its optimizer-state one: the
+// master weights are kept sharded), and (optimizer_states) AdamW's two moments
 // with the optimizer-state annotation (the ZeRO-1 shard when the plan shards it). All are float32
-// (master weights and moments). The tensors are listed parameter by parameter in the order of
-// switching/state_parts.h (value, exp_avg, exp_avg_sq), which is the index order of SwitchPlan::bsr's
-// pieces; SwitchPlan::tensor_index names that order.
+// (master weights and moments), unless SwitchOptions::value_element_size says the values move as
+// bf16. The tensors are listed parameter by parameter in the order of switching/state_parts.h
+// (value, exp_avg, exp_avg_sq), which is the index order of SwitchPlan::bsr's pieces;
+// SwitchPlan::tensor_index names that order.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +36,11 @@ namespace hspmd::switching {
 struct ParamLayout {
   std::string name;
   Shape shape;
-  sharding::Annotation value;  // the parameter
+  sharding::Annotation value;  // the parameter's master weights (== state under ZeRO-3)
   sharding::Annotation state;  // its optimizer state (== value without ZeRO-1)
+  // Where the passes read it: value, or under ZeRO-3 the tensor's annotation, all-gathered from
+  // value per layer (runtime/parameter_gathers.h). A switch does not move it.
+  sharding::Annotation read;
 };
 
 // The layouts of `params` (name, global shape) under `plan`; Error naming a parameter the plan
@@ -51,6 +56,9 @@ struct SwitchOptions {
   const resolve::Topology* topology = nullptr;  // nullptr: one host, all links equal
   resolve::BsrAlgorithm algorithm = resolve::BsrAlgorithm::kFusedHeuristic;  // resolve/fused_bsr.h
   std::vector<int> dead{};                     // ranks that cannot send (failed)
+  // Bytes per element of the parameter values on the wire: 4 (float32 master weights), or 2 when
+  // only their bf16 compute copy moves (switching/bf16_switch_plan.h). The moments are float32.
+  int64_t value_element_size = 4;
 };
 
 struct SwitchPlan {
