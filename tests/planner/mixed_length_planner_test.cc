@@ -2,7 +2,8 @@
 // pipelines per length interval covering the lengths in order, strategies per maximum length that
 // the dispatch accepts, and lengths no method holds are refused with the length. Its objective is
 // the dispatcher's pipeline model, and its dynamic program finds the optimum of its space (several
-// methods per interval: TP, CP and PP degrees, micro-batch sizes and ZeRO-1 over copies) that exhaustive enumeration finds.
+// methods per interval: TP, CP and PP degrees, micro-batch sizes and ZeRO-1 over copies) that
+// exhaustive enumeration finds.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
