@@ -188,13 +188,14 @@ run_partition() {
   [ $code_b = 76 ] || fail "partition: host B's launcher exited $code_b, not 76 (cut off): $(tail -20 "$work/partition-b.log")"
   grep -q "this host is cut off from the run" "$work/partition-b.log" || fail "partition: $(tail -10 "$work/partition-b.log")"
   [ -z "$(ip netns pids "$ns_b")" ] || fail "partition: processes of host B still run after its launcher exited"
-  # B's launcher decided when the heartbeat timeout had passed since its last reading of the store
-  # got through, not when a store call hanging on the cut link gave up (1 s more at least), and
-  # tried no write into the store it could not reach.
+  # B's launcher decided on the heartbeat timeout (never before it: the logged time without the
+  # store is at least the timeout; that it decides while a store call still hangs is
+  # Heartbeat.CutOffIsDecidedWhileAStoreCallIsBlocked's, a test without timings), and tried no write
+  # into the store it could not reach.
   local decided ms
   decided=$(grep -oE 'cannot reach the store .* for [0-9]+ ms \(heartbeat timeout 2000 ms' "$work/partition-b.log" | head -1)
   ms=$(echo "$decided" | sed -nE 's/.* for ([0-9]+) ms .*/\1/p')
-  [ -n "$ms" ] && [ "$ms" -ge 2000 ] && [ "$ms" -lt 3000 ] ||
+  [ -n "$ms" ] && [ "$ms" -ge 2000 ] ||
     fail "partition: B's launcher decided after ${ms:-?} ms without the store (timeout 2000 ms): $(grep 'hspmd launch' "$work/partition-b.log")"
   ! grep -q "cannot publish the death" "$work/partition-b.log" || fail "partition: B tried to publish into the store it was cut off from"
   wait_for_step_after_recovery "$work/partition-a.log" 120 || fail "partition: A did not go on: $(tail -20 "$work/partition-a.log")"

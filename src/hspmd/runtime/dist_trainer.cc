@@ -59,6 +59,9 @@ DistTrainer::DistTrainer(std::shared_ptr<const models::Model> model, const data:
                              .capacity_bytes = 0, .name = "rank " + std::to_string(rank) + " host staging"})),
       session_(groups, rank, comm_memory_ ? comm_memory_.get() : allocator_.get(),
                comm_memory_ ? nullptr : compute_.copy_region),
+      // The cluster's link tiers steer every step's BSRs (the sender on the receiver's node), as
+      // they do the switches' and explain's.
+      cache_(resolve::ResolveOptions{.topology = options_.topology}),
       plans_(graph_, rank,
              {.schedule = options_.schedule,
               .seq_len = options_.train.seq_len,

@@ -276,10 +276,7 @@ void StepRunner::run_op(int id, MicroBatch& mb) {
     parts_.pacer.pad();
     const TensorRef in = op.inputs[0];
     const Tensor src = plan_->exec->holds(in) ? mb.values[in.op][in.index] : Tensor();
-    const double start = parts_.tracer.now_us();
-    Tensor out = run_reshard(id, src, mb.binding, op.backward ? "B" : "F");
-    parts_.tracer.record(op.name, "comm", start, parts_.tracer.now_us());
-    outs = {out};
+    outs = {run_reshard(id, src, mb.binding, op.backward ? "B" : "F")};
     return;
   }
   // After a peer's death (elastic training aborts the groups) this step is lost: stop computing
@@ -336,8 +333,15 @@ Tensor StepRunner::run_reshard(int id, const Tensor& src, const SymBinding& bind
   HSPMD_CHECK(mine->group >= 0 || is_static(shape))
       << "Reshard '" << op.name << "' changes the top tier of an activation (" << exec.annotation(in).to_string()
       << " -> " << exec.annotation(out).to_string() << "); pipelines with their own micro-batch shapes cannot do that";
-  return execute_reshard_staged(*mine->resolution, mine->shape, rank_, src, parts_.session, channel,
-                                parts_.allocator, graph_.graph.info(out).dtype);
+  const double start = parts_.tracer.now_us();
+  Tensor result = execute_reshard_staged(*mine->resolution, mine->shape, rank_, src, parts_.session, channel,
+                                         parts_.allocator, graph_.graph.info(out).dtype);
+  // Only a rank that sent, received or copied has the Reshard in its trace (a BSR's unchosen owners
+  // have none).
+  if (parts_.tracer.enabled() && !mine->resolution->ops_of(rank_).empty()) {
+    parts_.tracer.record(op.name, "comm", start, parts_.tracer.now_us());
+  }
+  return result;
 }
 
 bool StepRunner::counts_loss(const SpecializedPlan& plan) const {
