@@ -32,6 +32,11 @@ TrainerOptions dist_options(int64_t steps) {
 
 sharding::Strategy strategy(const std::string& json) { return sharding::Strategy::from_json_text(json, "test"); }
 
+sharding::Strategy with_zero(int zero, const std::string& pipelines, bool recompute) {
+  return strategy(R"({"name": "zero)" + std::to_string(zero) + R"(", "zero": )" + std::to_string(zero) +
+                  R"(, "recompute": )" + (recompute ? "true" : "false") + R"(, "pipelines": )" + pipelines + "}");
+}
+
 namespace {
 
 struct Reference {

@@ -22,6 +22,8 @@ namespace hspmd::runtime::testing {
 models::LlamaConfig dist_config(bool tied = false);
 TrainerOptions dist_options(int64_t steps);  // tiny_options on one kernel thread
 sharding::Strategy strategy(const std::string& json);
+// `pipelines` (a strategy's "pipelines" array) under ZeRO stage `zero`, named "zero<stage>".
+sharding::Strategy with_zero(int zero, const std::string& pipelines, bool recompute = false);
 
 struct DistRun {
   std::vector<std::vector<double>> losses, grad_norms;  // [rank][step]

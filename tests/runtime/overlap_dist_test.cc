@@ -35,16 +35,12 @@ using testing::expect_matches_single_process;
 using testing::run;
 using testing::RunOptions;
 using testing::strategy;
+using testing::with_zero;
 
 constexpr int64_t kSteps = 3;
 // MiB per bucket: a few of the test model's tensors each, so every rank hands over several buckets
 // while its backward pass goes on.
 constexpr double kSmallBuckets = 0.004;
-
-sharding::Strategy with_zero(int zero, const std::string& pipelines) {
-  return strategy(R"({"name": "zero)" + std::to_string(zero) + R"(", "zero": )" + std::to_string(zero) +
-                  R"(, "pipelines": )" + pipelines + "}");
-}
 
 // Two micro-batches per pipeline, so gradients are summed before the last backward pass finishes them
 // (and ZeRO-2 reduces two groups).
