@@ -200,14 +200,13 @@ run_partition() {
   ! grep -q "cannot publish the death" "$work/partition-b.log" || fail "partition: B tried to publish into the store it was cut off from"
   wait_for_step_after_recovery "$work/partition-a.log" 120 || fail "partition: A did not go on: $(tail -20 "$work/partition-a.log")"
   local t1; t1=$(now)
-  # Host B never writes to the run again: with the link back up, its heartbeat keys stay as they were.
+  # Host B never writes to the run again: its processes are gone (above) and the store's commits end
+  # where A resumed (commits_end_at_resume below). Its heartbeat keys are not compared across the
+  # link's return: a beat sent before the decision can still sit in the kernel's socket buffer and
+  # arrive when the link comes back (seen once in CI), which is not a write after the decision.
   in_ns "$ns_sw" ip link set "${tag}b1" up
-  local before after
-  before=$(REDISCLI_AUTH="$password" in_ns "$ns_a" redis-cli -h "$addr_a" -p "$port" mget run/partition/hb/2 run/partition/hb/3 2> /dev/null | tr '\n' ' ')
   wait "$launcher_a"; local code_a=$?
-  after=$(REDISCLI_AUTH="$password" in_ns "$ns_a" redis-cli -h "$addr_a" -p "$port" mget run/partition/hb/2 run/partition/hb/3 2> /dev/null | tr '\n' ' ')
   [ $code_a = 0 ] || fail "partition: host A exit code $code_a: $(tail -20 "$work/partition-a.log")"
-  [ "$before" = "$after" ] || fail "partition: host B's heartbeats changed after it was cut off ($before -> $after)"
   grep -q "recovery: ranks \[2,3\] lost" "$work/partition-a.log" || fail "partition: no recovery on A"
   grep -q "PASS" "$work/partition-a.log" || fail "partition: losses differ from one process: $(grep -iE 'check|loss' "$work/partition-a.log" | tail -5)"
   steps_applied_once partition 14
