@@ -20,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "hspmd/planner/cost_model.h"
@@ -53,6 +54,7 @@ class LayerPrograms {
     double per_layer = 0, fixed = 0;       // f(x) = per_layer x + fixed, per micro-batch
     double tail_per_layer = 0, tail_fixed = 0;  // gradient sync + optimizer, per step
     double capacity = 0;
+    auto operator<=>(const StageLine&) const = default;
   };
 
   // A layer split and the pipeline time it gives for n micro-batches: A + (n - 1) B.
@@ -82,20 +84,41 @@ class LayerPrograms {
     }
   };
 
+  // Pipelines of a candidate with equal stage lines and micro-batch size are interchangeable: each
+  // such type is priced, tabled and counted once, however many pipelines it has (hundreds of equal
+  // pipelines at 1,024 GPUs), so level 2 grows with the types, not with the pipelines.
+  struct PipelineType {
+    std::vector<StageLine> lines;
+    int b = 1, max_n = 1;
+    std::vector<int> members;  // its pipelines, ascending
+    std::vector<double> g;     // g[n]: its time for n micro-batches (kInf: does not fit), 1 <= n <= max_n
+  };
+
+  // What table() is keyed on: the pipeline's stage lines, its micro-batch size, count limit and D.
+  struct TableKey {
+    int max_n = 0, b = 0, D = 0;
+    std::vector<StageLine> lines;
+    auto operator<=>(const TableKey&) const = default;
+  };
+
+  // What a stage's layers and ends cost, keyed on its group: (ranks, cp, b, first, last).
+  using GroupKey = std::tuple<std::vector<int>, int, int, bool, bool>;
+
+  // A lower bound on the step of any solution of a candidate whose pipelines are these types:
+  // layers and micro-batches relaxed to real numbers, and the three terms of a pipeline's time (sum
+  // of its stages, the bottleneck times n - 1, the slowest sync) each at its own minimum. Memory is
+  // ignored (it only removes solutions).
+  double relaxed_bound(const std::vector<PipelineType>& types) const;
   // `rings[j]`: the slowest link of the gradient ring of stage index j (the same for every pipeline).
-  // A lower bound on the step of any solution of a candidate whose pipelines have these stage lines
-  // and micro-batch sizes: layers and micro-batches relaxed to real numbers, and the three terms of
-  // a pipeline's time (sum of its stages, the bottleneck times n - 1, the slowest sync) each at its
-  // own minimum. Memory is ignored (it only removes solutions).
-  double relaxed_bound(const std::vector<std::vector<StageLine>>& lines, const std::vector<int>& b) const;
-  std::vector<StageLine> stage_lines(const Candidate& c, size_t p,
-                                     const std::vector<std::pair<double, double>>& rings) const;
+  std::vector<StageLine> stage_lines(const Candidate& c, size_t p, const std::vector<std::pair<double, double>>& rings);
+  std::pair<double, double> ring_link(const std::vector<int>& ring);  // collective_link, memoized
   double memory(const StageLine& s, int x, int b, int in_flight, int D) const;
   std::optional<SplitLine> best_split(const std::vector<StageLine>& st, double m, const std::vector<int>& in_flight,
                                       int b, int D);
   PipelineTable table(const std::vector<StageLine>& st, int max_n, int b, int D);
-  std::optional<std::vector<int>> program(const std::vector<std::vector<double>>& g, const std::vector<int>& b,
-                                          const std::vector<int>& hi, int64_t hi_sum);
+  // Micro-batch counts per type: for each type, how many of its pipelines run n micro-batches.
+  std::optional<std::vector<std::map<int, int>>> program(const std::vector<PipelineType>& types,
+                                                         const std::vector<int>& hi, int64_t hi_sum);
 
   const CostModel& cost;
   const PlannerOptions& options;
@@ -103,7 +126,9 @@ class LayerPrograms {
   int layers = 0;
   int milps_ = 0;
   int relaxation_pruned_ = 0;
-  std::map<std::string, PipelineTable> tables;  // by pipeline signature
+  std::map<TableKey, PipelineTable> tables;
+  std::map<std::vector<int>, std::pair<double, double>> ring_links_;
+  std::map<GroupKey, std::pair<double, double>> group_costs_;  // (per layer, ends) of a stage's group
 };
 
 }  // namespace hspmd::planner
