@@ -26,6 +26,34 @@ std::pair<double, double> LayerPrograms::ring_link(const std::vector<int>& ring)
   return it->second;
 }
 
+// A group's layer, ends (its TP collectives read every pair of its ranks' links) and memory: found
+// once per group and size, as the same groups recur in candidate after candidate.
+const LayerPrograms::GroupCosts& LayerPrograms::group_costs(const Group& g, int b, bool first, bool last) {
+  HSPMD_CHECK(g.ranks.size() < 4096 && g.cp < 1024 && b < 1024)
+      << "planner: group of " << g.ranks.size() << " ranks, CP " << g.cp << ", micro-batch " << b
+      << " beyond the group memo's key";
+  const int64_t key = (static_cast<int64_t>(g.ranks.front()) << 34) | (static_cast<int64_t>(g.ranks.size()) << 22) |
+                      (static_cast<int64_t>(g.cp) << 12) | (static_cast<int64_t>(b) << 2) | (first ? 2 : 0) |
+                      (last ? 1 : 0);
+  auto it = group_costs_.find(key);
+  if (it != group_costs_.end() && it->second.ranks == g.ranks) return it->second;
+  GroupCosts k;
+  k.ranks = g.ranks;
+  k.per_layer = layer_seconds(cost, g, b);
+  k.ends = (last ? cost.stage_compute(g.kind, g.tp(), 0, true, b, g.cp) : 0) +
+           cost.ends_tp_comm(g.ranks, first, last, b, g.cp);
+  k.capacity = kInf;
+  for (int r : g.ranks) {
+    const double m = cost.topology().device(r).memory;
+    if (m > 0) k.capacity = std::min(k.capacity, m);
+  }
+  if (it != group_costs_.end()) {
+    uncached_ = std::move(k);  // another group of the same key: priced, not cached
+    return uncached_;
+  }
+  return group_costs_.emplace(key, std::move(k)).first->second;
+}
+
 // Stage lines of pipeline p of candidate c.
 std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(
     const Candidate& c, size_t p, const std::vector<std::pair<double, double>>& rings) {
@@ -42,17 +70,10 @@ std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(
     s.cp = g.cp;
     s.first = j == 0;
     s.last = j + 1 == pipe.size();
-    // The group's layer and ends (its TP collectives read every pair of its ranks' links): priced once
-    // per group and size, as the same groups recur in candidate after candidate.
-    const GroupKey key{g.ranks, s.cp, b, s.first, s.last};
-    auto costs = group_costs_.find(key);
-    if (costs == group_costs_.end()) {
-      const double ends = (s.last ? cost.stage_compute(g.kind, s.tp, 0, true, b, s.cp) : 0) +
-                          cost.ends_tp_comm(g.ranks, s.first, s.last, b, s.cp);
-      costs = group_costs_.emplace(key, std::make_pair(layer_seconds(cost, g, b), ends)).first;
-    }
-    s.per_layer = costs->second.first;
-    s.fixed = costs->second.second + (s.last ? 0 : cost.p2p(g.ranks.front(), pipe[j + 1].ranks.front(), b, s.cp));
+    const GroupCosts& k = group_costs(g, b, s.first, s.last);
+    s.per_layer = k.per_layer;
+    s.fixed = k.ends + (s.last ? 0 : cost.p2p(g.ranks.front(), pipe[j + 1].ranks.front(), b, s.cp));
+    s.capacity = k.capacity;
     auto tail = [&](int x) {
       const double params = shape.stage_parameters(x, s.first, s.last) / s.tp;
       // Replicas: the D pipelines x the stage's CP ranks (the ring's link from the pipelines').
@@ -61,11 +82,6 @@ std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(
     };
     s.tail_per_layer = tail(2) - tail(1);
     s.tail_fixed = tail(1) - s.tail_per_layer;
-    s.capacity = kInf;
-    for (int r : g.ranks) {
-      const double m = cost.topology().device(r).memory;
-      if (m > 0) s.capacity = std::min(s.capacity, m);
-    }
     out.push_back(s);
   }
   return out;
@@ -370,18 +386,16 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
   // pipeline runs at least one (the same for every pipeline of a size).
   std::vector<PipelineType> types;
   std::vector<int> type_of(D);
-  std::map<std::pair<int, std::vector<StageLine>>, int> index;
   for (int p = 0; p < D; ++p) {
     const int max_n = static_cast<int>((B - (all_sizes - b[p])) / b[p]);
     if (max_n < 1) return std::nullopt;
-    auto key = std::make_pair(b[p], stage_lines(c, p, rings));
-    auto it = index.find(key);
-    if (it == index.end()) {
-      it = index.emplace(key, static_cast<int>(types.size())).first;
-      types.push_back({std::move(key.second), b[p], max_n, {}, {}});
-    }
-    type_of[p] = it->second;
-    types[it->second].members.push_back(p);
+    std::vector<StageLine> lines = stage_lines(c, p, rings);
+    // A linear scan: the types are few (a handful where D is in the hundreds).
+    int k = 0;
+    while (k < static_cast<int>(types.size()) && (types[k].b != b[p] || types[k].lines != lines)) ++k;
+    if (k == static_cast<int>(types.size())) types.push_back({std::move(lines), b[p], max_n, {}, {}});
+    type_of[p] = k;
+    types[k].members.push_back(p);
   }
   if (prune_at < kInf && relaxed_bound(types) >= prune_at) {
     ++relaxation_pruned_;

@@ -20,7 +20,7 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "hspmd/planner/cost_model.h"
@@ -101,8 +101,6 @@ class LayerPrograms {
     auto operator<=>(const TableKey&) const = default;
   };
 
-  // What a stage's layers and ends cost, keyed on its group: (ranks, cp, b, first, last).
-  using GroupKey = std::tuple<std::vector<int>, int, int, bool, bool>;
 
   // A lower bound on the step of any solution of a candidate whose pipelines are these types:
   // layers and micro-batches relaxed to real numbers, and the three terms of a pipeline's time (sum
@@ -128,7 +126,17 @@ class LayerPrograms {
   int relaxation_pruned_ = 0;
   std::map<TableKey, PipelineTable> tables;
   std::map<std::vector<int>, std::pair<double, double>> ring_links_;
-  std::map<GroupKey, std::pair<double, double>> group_costs_;  // (per layer, ends) of a stage's group
+  // What a stage's layers, ends and memory are (StageLine's, the p2p to the next stage aside), per
+  // group: keyed on its first rank, size, CP degree, micro-batch size and ends, the ranks kept to
+  // tell apart groups of equal key (the search's groups are consecutive ranks; others are priced
+  // uncached).
+  struct GroupCosts {
+    std::vector<int> ranks;
+    double per_layer = 0, ends = 0, capacity = 0;
+  };
+  const GroupCosts& group_costs(const Group& g, int b, bool first, bool last);
+  std::unordered_map<int64_t, GroupCosts> group_costs_;
+  GroupCosts uncached_;
 };
 
 }  // namespace hspmd::planner
