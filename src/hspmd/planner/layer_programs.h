@@ -7,11 +7,13 @@
 //       For every n at or above the stage count (where 1F1B's memory no longer depends on n) the
 //       best split is a line in n; the lower envelope of those lines is found exactly with a few
 //       solves at their crossing points (each solve at a real-valued n).
-//   (b) micro-batches per pipeline: binaries y_{p,n} (pipeline p runs n micro-batches of its size
-//       b_p), one per pipeline, sum n b_p y_{p,n} = global batch, minimizing the slowest pipeline. Each
-//       pipeline's window of n is narrowed first, exactly: pipeline times grow with n, so the
+//   (b) micro-batches per pipeline: pipelines of equal stage lines and micro-batch size form a type
+//       (interchangeable: hundreds of pipelines at 1,024 GPUs are a handful of types); per type k
+//       and count n, integer z_{k,n} = how many of its pipelines run n micro-batches (a binary when
+//       the type is one pipeline), sum n b_k z_{k,n} = global batch, minimizing the slowest pipeline.
+//       Each type's window of n is narrowed first, exactly: pipeline times grow with n, so the
 //       optimum's threshold T* (the least time at which the pipelines can take every micro-batch)
-//       bounds every count.
+//       bounds every count. Tables, relaxations and windows are likewise found once per type.
 // The costs are the cost model's building blocks (planner/cost_model.h), so a solution is priced
 // the same way CostModel::predict prices it.
 #pragma once
