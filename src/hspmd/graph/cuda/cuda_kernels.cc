@@ -7,6 +7,7 @@
 #include "hspmd/core/cuda/cuda_error.h"
 #include "hspmd/core/cuda/cuda_tensor_memory.h"
 #include "hspmd/core/error.h"
+#include "hspmd/kernels/cross_entropy.h"
 #include "hspmd/kernels/cuda/attention.h"
 #include "hspmd/kernels/cuda/cross_entropy.h"
 #include "hspmd/kernels/cuda/elementwise.h"
@@ -70,18 +71,32 @@ Tensor as_bf16(const KernelContext& k, const Gpu& gpu, const Tensor& x) {
 }
 
 // The vocabulary-parallel token losses normalize each row with statistics gathered from every
-// shard (KernelContext::gather_vocab_shards); the CUDA kernels hold whole rows only so far. A
-// shard's loss runs the CPU kernel on host copies of its inputs, and its outputs are copied back:
-// correct, and as slow as the copies of the logits' shard (or of x and w for the fused head).
+// shard (KernelContext::gather_vocab_shards). A shard computes its statistics on the device; they
+// meet on the host (the runtime's all-gather goes through host memory: 3 float64 per token), where
+// the CPU kernel combines them into the losses and the whole row's lse (a few flops per token),
+// which return to the device for the loss's sum and the backward.
 bool holds_a_vocabulary_shard(const KernelContext& k) { return k.op.attrs.vocab_size != 0; }
 
-void run_on_the_host(KernelContext& k) {
-  std::vector<Tensor> inputs;
-  for (const Tensor& t : k.inputs) inputs.push_back(t.to_host());
-  KernelContext host{k.op, inputs, k.output_shapes, &Allocator::process_default(), {}, k.gather_vocab_shards};
-  KernelRegistry::standard().get(k.op, DeviceType::kCPU)(host);
-  k.outputs.clear();
-  for (const Tensor& t : host.outputs) k.outputs.push_back(t.clone(k.allocator));
+// What the shard's kernels need to know of the row: where its columns start, how wide it is.
+int64_t vocab_start(const KernelContext& k) { return k.op.attrs.vocab_start; }
+int64_t vocab_size(const KernelContext& k) { return k.op.attrs.vocab_size; }
+
+// (loss, lse) from this shard's statistics stats [3, T] float64 on the device.
+void finish_shard_loss(KernelContext& k, const Gpu& gpu, const Tensor& stats, const Tensor& targets,
+                       const Tensor& loss_scale) {
+  HSPMD_CHECK(k.gather_vocab_shards) << k.op.name << ": this rank holds vocabulary columns from " << vocab_start(k)
+                                     << " of " << vocab_size(k)
+                                     << " but was given no way to gather the other shards' statistics";
+  const int64_t tokens = targets.numel();
+  const Tensor all = k.gather_vocab_shards(stats.to_host());
+  Tensor losses = Tensor::empty(Shape{tokens}, DType::kFloat32), lse = Tensor::empty(Shape{tokens}, DType::kFloat32);
+  kernels::cross_entropy_combine(all, targets.to_host(), losses, lse,
+                                 {.ignore_index = k.op.attrs.ignore_index, .vocab_start = vocab_start(k),
+                                  .vocab_size = vocab_size(k), .softcap = k.op.attrs.softcap});
+  losses = losses.clone(k.allocator);
+  Tensor loss = k.new_output(0);
+  kc::scaled_loss_sum(f32(losses), tokens, f32(loss_scale), f32(loss), gpu.stream);
+  k.outputs = {loss, lse.clone(k.allocator)};
 }
 
 void add_leaf_kernels(KernelRegistry& r) {
@@ -319,24 +334,31 @@ void add_reshape_kernels(KernelRegistry& r) {
   r.add(OpKind::kReshard, DeviceType::kCUDA, kAnyDType, [](KernelContext& k) { k.outputs = {k.inputs[0]}; });
 }
 
+kc::CrossEntropyShape ce_shape(const KernelContext& k, const Tensor& logits) {
+  return {.tokens = logits.dim(0), .vocab = logits.dim(1), .ignore_index = k.op.attrs.ignore_index,
+          .softcap = k.op.attrs.softcap, .vocab_start = vocab_start(k), .vocab_size = vocab_size(k)};
+}
+
 void add_token_loss_kernels(KernelRegistry& r) {
   // cross_entropy(logits, targets, loss_scale) -> (loss, lse)
   r.add(OpKind::kCrossEntropy, DeviceType::kCUDA, kF32, [](KernelContext& k) {
-    if (holds_a_vocabulary_shard(k)) return run_on_the_host(k);
     const Gpu gpu = gpu_of(k);
     const Tensor &logits = k.inputs[0], &targets = k.inputs[1], &loss_scale = k.inputs[2];
+    if (holds_a_vocabulary_shard(k)) {
+      Tensor stats = Tensor::empty(Shape{3, targets.numel()}, DType::kFloat64, k.allocator);
+      kc::cross_entropy_shard_stats(logits.dtype(), in(logits), targets.dtype(), in(targets),
+                                    stats.device_data<double>(), targets.numel(), ce_shape(k, logits), gpu.stream);
+      return finish_shard_loss(k, gpu, stats, targets, loss_scale);
+    }
     Tensor loss = k.new_output(0), lse = k.new_output(1);
     Tensor losses = Tensor::empty(Shape{targets.numel()}, DType::kFloat32, k.allocator);
     kc::cross_entropy_fwd(logits.dtype(), in(logits), targets.dtype(), in(targets), f32(losses), f32(lse),
-                          {.tokens = logits.dim(0), .vocab = logits.dim(1), .ignore_index = k.op.attrs.ignore_index,
-                           .softcap = k.op.attrs.softcap},
-                          gpu.stream);
+                          ce_shape(k, logits), gpu.stream);
     kc::scaled_loss_sum(f32(losses), losses.numel(), f32(loss_scale), f32(loss), gpu.stream);
     k.outputs = {loss, lse};
   });
   // cross_entropy_bwd(logits, targets, lse, loss_scale, dloss) -> dlogits
   r.add(OpKind::kCrossEntropyBwd, DeviceType::kCUDA, kF32, [](KernelContext& k) {
-    if (holds_a_vocabulary_shard(k)) return run_on_the_host(k);
     const Gpu gpu = gpu_of(k);
     const std::vector<Tensor>& x = k.inputs;
     const Tensor& logits = x[0];
@@ -344,9 +366,7 @@ void add_token_loss_kernels(KernelRegistry& r) {
     Tensor dlosses = Tensor::empty(Shape{logits.dim(0)}, DType::kFloat32, k.allocator);
     kc::token_loss_grads(f32(x[3]), f32(x[4]), f32(dlosses), dlosses.numel(), gpu.stream);
     kc::cross_entropy_bwd(logits.dtype(), in(logits), x[1].dtype(), in(x[1]), f32(x[2]), f32(dlosses), out(dlogits),
-                          {.tokens = logits.dim(0), .vocab = logits.dim(1), .ignore_index = k.op.attrs.ignore_index,
-                           .softcap = k.op.attrs.softcap},
-                          gpu.stream);
+                          ce_shape(k, logits), gpu.stream);
     k.outputs = {dlogits};
   });
 }
@@ -354,7 +374,7 @@ void add_token_loss_kernels(KernelRegistry& r) {
 kc::LmHeadLossShape head_shape(const KernelContext& k) {
   const Tensor &x = k.inputs[0], &w = k.inputs[1];
   return {.tokens = x.dim(0), .hidden = x.dim(1), .vocab = w.dim(0), .ignore_index = k.op.attrs.ignore_index,
-          .softcap = k.op.attrs.softcap, .chunk_rows = 0};
+          .softcap = k.op.attrs.softcap, .chunk_rows = 0, .vocab_start = vocab_start(k), .vocab_size = vocab_size(k)};
 }
 
 // The chunked lm-head loss (kernels/cuda/lm_head_loss.h); bf16_operands casts x and w to bfloat16
@@ -362,7 +382,6 @@ kc::LmHeadLossShape head_shape(const KernelContext& k) {
 void add_lm_head_loss_kernels(KernelRegistry& r) {
   // lm_head_loss(x, w, targets, loss_scale) -> (loss, lse)
   r.add(OpKind::kLmHeadLoss, DeviceType::kCUDA, kF32, [](KernelContext& k) {
-    if (holds_a_vocabulary_shard(k)) return run_on_the_host(k);
     const Gpu gpu = gpu_of(k);
     Tensor x = k.inputs[0], w = k.inputs[1];
     const Tensor &targets = k.inputs[2], &loss_scale = k.inputs[3];
@@ -370,9 +389,15 @@ void add_lm_head_loss_kernels(KernelRegistry& r) {
       x = as_bf16(k, gpu, x);
       w = as_bf16(k, gpu, w);
     }
+    const kc::LmHeadLossContext ctx{gemm_for(gpu), gpu.memory.allocator(), gpu.stream};
+    if (holds_a_vocabulary_shard(k)) {
+      Tensor stats = Tensor::empty(Shape{3, targets.numel()}, DType::kFloat64, k.allocator);
+      kc::lm_head_loss_stats(ctx, x.dtype(), in(x), in(w), targets.dtype(), in(targets), stats.device_data<double>(),
+                             head_shape(k));
+      return finish_shard_loss(k, gpu, stats, targets, loss_scale);
+    }
     Tensor loss = k.new_output(0), lse = k.new_output(1);
     Tensor losses = Tensor::empty(Shape{targets.numel()}, DType::kFloat32, k.allocator);
-    const kc::LmHeadLossContext ctx{gemm_for(gpu), gpu.memory.allocator(), gpu.stream};
     kc::lm_head_loss_fwd(ctx, x.dtype(), in(x), in(w), targets.dtype(), in(targets), f32(losses), f32(lse),
                          head_shape(k));
     kc::scaled_loss_sum(f32(losses), losses.numel(), f32(loss_scale), f32(loss), gpu.stream);
@@ -380,7 +405,6 @@ void add_lm_head_loss_kernels(KernelRegistry& r) {
   });
   // lm_head_loss_bwd(x, w, targets, lse, loss_scale, dloss) -> (dx, dw)
   r.add(OpKind::kLmHeadLossBwd, DeviceType::kCUDA, kF32, [](KernelContext& k) {
-    if (holds_a_vocabulary_shard(k)) return run_on_the_host(k);
     const Gpu gpu = gpu_of(k);
     Tensor x = k.inputs[0], w = k.inputs[1];
     const std::vector<Tensor>& in_ = k.inputs;
