@@ -255,40 +255,56 @@ void add_attention_kernels(KernelRegistry& r) {
 }
 
 // The decoder graphs' attention is context_attention, whose rows carry their packed positions
-// (q_index, kv_index): without context parallelism both are 0..T-1 and the op is attention. A CP
-// rank's rows (a share of the queries, in the load-balanced order) have no CUDA kernel yet: an
-// Error. Checking reads the two index vectors on the host, which waits for the stream's work
-// queued so far; the CP kernel will make it unnecessary.
-void expect_packed_order(const KernelContext& k, const Tensor& q_index, const Tensor& kv_index) {
-  const int64_t tq = q_index.numel(), tk = kv_index.numel();
-  bool identity = tq == tk;
-  for (const Tensor* index : {&q_index, &kv_index}) {
-    if (!identity) break;
-    const Tensor host = index->to_host();
-    for (int64_t i = 0; i < tk && identity; ++i) identity = static_cast<int64_t>(host.element_as_double(i)) == i;
-  }
-  HSPMD_CHECK(identity) << "the CUDA attention takes the packed order only (" << tq << " query rows of " << tk
-                        << " tokens, not 0..T-1): context-parallel attention runs on the CPU only so far ("
-                        << k.op.name << ")";
+// (q_index, kv_index): a CP rank's share of the queries (in the load-balanced order) against the
+// gathered keys, or 0..T-1 for both without context parallelism. The indices stay on the device:
+// the kernel turns kv_index into each packed position's row (scratch [Tk] int64).
+kc::ContextRows context_rows(const KernelContext& k, const Tensor& kv_row) {
+  const Tensor &q_index = k.inputs[4], &kv_index = k.inputs[5];
+  HSPMD_CHECK(q_index.dtype() == kv_index.dtype())
+      << k.op.name << ": q_index is " << dtype_name(q_index.dtype()) << " and kv_index " << dtype_name(kv_index.dtype())
+      << "; the CUDA context_attention takes one index dtype";
+  return {.index_dtype = q_index.dtype(), .q_index = in(q_index), .kv_index = in(kv_index),
+          .keys = kv_index.numel(), .kv_row = kv_row.device_data<int64_t>()};
 }
 
-// context_attention(q, k, v, cu_seqlens, q_index, kv_index) without CP: attention.
+Tensor kv_row_scratch(const KernelContext& k) {
+  return Tensor::empty(Shape{k.inputs[5].numel()}, DType::kInt64, k.allocator);
+}
+
 void add_context_attention_kernels(KernelRegistry& r) {
+  // context_attention(q, k, v, cu_seqlens, q_index, kv_index) -> (out, lse)
   r.add(OpKind::kContextAttention, DeviceType::kCUDA, kF32, [](KernelContext& k) {
-    expect_packed_order(k, k.inputs[4], k.inputs[5]);
-    const std::vector<Tensor> in(k.inputs.begin(), k.inputs.begin() + 4);
-    KernelContext plain{k.op, in, k.output_shapes, k.allocator, {}, {}};
-    attention_forward(plain);
-    k.outputs = std::move(plain.outputs);
+    const Gpu gpu = gpu_of(k);
+    Tensor q = k.inputs[0], key = k.inputs[1], v = k.inputs[2];
+    const Tensor& cu_seqlens = k.inputs[3];
+    if (k.op.attrs.bf16_operands) {
+      q = rounded_to_bf16(k, gpu, q);
+      key = rounded_to_bf16(k, gpu, key);
+      v = rounded_to_bf16(k, gpu, v);
+    }
+    const Tensor kv_row = kv_row_scratch(k);
+    Tensor o = k.new_output(0), lse = k.new_output(1);
+    kc::context_attention_fwd(q.dtype(), in(q), in(key), in(v), cu_seqlens.dtype(), in(cu_seqlens),
+                              context_rows(k, kv_row), out(o), f32(lse), attention_shape(k), gpu.stream);
+    k.outputs = {o, lse};
   });
-  // context_attention_bwd(q, k, v, cu_seqlens, q_index, kv_index, out, lse, dout)
+  // context_attention_bwd(q, k, v, cu_seqlens, q_index, kv_index, out, lse, dout) -> (dq, dk, dv)
   r.add(OpKind::kContextAttentionBwd, DeviceType::kCUDA, kF32, [](KernelContext& k) {
-    expect_packed_order(k, k.inputs[4], k.inputs[5]);
-    const std::vector<Tensor>& x = k.inputs;
-    const std::vector<Tensor> in{x[0], x[1], x[2], x[3], x[6], x[7], x[8]};
-    KernelContext plain{k.op, in, k.output_shapes, k.allocator, {}, {}};
-    attention_backward(plain);
-    k.outputs = std::move(plain.outputs);
+    const Gpu gpu = gpu_of(k);
+    Tensor q = k.inputs[0], key = k.inputs[1], v = k.inputs[2], dout = k.inputs[8];
+    const Tensor &cu_seqlens = k.inputs[3], &o = k.inputs[6], &lse = k.inputs[7];
+    if (k.op.attrs.bf16_operands) {
+      q = rounded_to_bf16(k, gpu, q);
+      key = rounded_to_bf16(k, gpu, key);
+      v = rounded_to_bf16(k, gpu, v);
+      dout = rounded_to_bf16(k, gpu, dout);
+    }
+    const Tensor kv_row = kv_row_scratch(k);
+    Tensor dq = k.new_output(0), dk = k.new_output(1), dv = k.new_output(2);
+    kc::context_attention_bwd(q.dtype(), in(q), in(key), in(v), cu_seqlens.dtype(), in(cu_seqlens),
+                              context_rows(k, kv_row), in(o), f32(lse), in(dout), f32(dq), f32(dk), f32(dv),
+                              attention_shape(k), gpu.stream);
+    k.outputs = {dq, dk, dv};
   });
 }
 
@@ -477,8 +493,6 @@ const std::vector<CpuOnlyKernel>& cpu_only_kernels() {
                         OpKind::kLmHeadLossBwd, OpKind::kBiasAdd, OpKind::kBiasAddBwd}) {
       l.push_back({kind, DType::kFloat64, f64});
     }
-    // context_attention in float32 has a CUDA entry for the packed order (no context parallelism);
-    // a CP rank's share of the rows is refused at run time (expect_packed_order).
     l.push_back({OpKind::kContextAttention, DType::kFloat64, f64});
     l.push_back({OpKind::kContextAttentionBwd, DType::kFloat64, f64});
     return l;
