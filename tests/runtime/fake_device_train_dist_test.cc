@@ -94,6 +94,14 @@ TEST(FakeDeviceTrain, TwoTensorParallelRanksOnDevicesEqualTheHostBitForBit) {
   expect_same_bits(train(tp2, 2, true), train(tp2, 2, false));
 }
 
+TEST(FakeDeviceTrain, TwoContextParallelRanksOnDevicesEqualTheHostBitForBit) {
+  // CP 2: each rank's query rows and their packed positions (q_index) on the device, the keys and
+  // values gathered (kv_index) and the key gradients reduce-scattered across the host.
+  const sharding::Strategy cp2 = testing::strategy(R"({"name": "cp2", "pipelines": [
+    {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3", "cp": 2}]}]})");
+  expect_same_bits(train(cp2, 2, true), train(cp2, 2, false));
+}
+
 TEST(FakeDeviceTrain, DataParallelWithZero1OnDevicesEqualsTheHostBitForBit) {
   const sharding::Strategy dp2 = testing::strategy(R"({"name": "dp2-zero1", "zero1": true, "pipelines": [
     {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0", "layers": "0-3"}]},
