@@ -113,7 +113,7 @@ TEST_F(ErrorsCli, TrainOnAGpuWithoutOneIsOneLine) {
   const testing::RunResult elastic = run(train + " --device cuda:1 --elastic --strategy " +
                                          testing::source_file("examples/strategies/local-dp2.json"));
   EXPECT_EQ(elastic.code, 1);
-  EXPECT_THAT(elastic.err, HasSubstr("--device cuda:1: --switch, --elastic and --dispatch run on the CPU only"));
+  EXPECT_THAT(elastic.err, HasSubstr("--device cuda:1: --elastic and --dispatch run on the CPU only"));
 }
 
 TEST_F(ErrorsCli, MissingDatasetNamesTheFile) {

@@ -30,9 +30,12 @@ struct TrainRun {
   std::vector<std::vector<SavedShard>> state;  // [rank] values and moments, host tensors
 };
 
-TrainRun train(const sharding::Strategy& st, int world, bool on_fake_device, const std::string& save = "") {
+// `then`: a strategy switched to after the first step (DistTrainer::switch_to).
+TrainRun train(const sharding::Strategy& st, int world, bool on_fake_device, const std::string& save = "",
+               const sharding::Strategy* then = nullptr) {
   const auto model = models::llama(testing::dist_config());
   const sharding::AnnotationPlan plan = model->compile_plan(st);
+  const sharding::AnnotationPlan next = then ? model->compile_plan(*then) : plan;
   const data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
   TrainRun run;
   run.losses.resize(world);
@@ -44,7 +47,10 @@ TrainRun train(const sharding::Strategy& st, int world, bool on_fake_device, con
     auto memory = std::make_shared<hspmd::testing::FakeDeviceMemory>();
     if (on_fake_device) o.compute = [memory](int) { return testing::fake_device_compute(memory); };
     DistTrainer t(model, ds, plan, o, rank, world, groups);
-    while (!t.done()) run.losses[rank].push_back(t.step().loss);
+    while (!t.done()) {
+      run.losses[rank].push_back(t.step().loss);
+      if (then != nullptr && run.losses[rank].size() == 1) t.switch_to(next, then->name);
+    }
     if (on_fake_device) {  // the rank's tensors did live on the device, and crossed to it and back
       EXPECT_GT(memory->in_use, 0u);
       EXPECT_GT(memory->to_device, 0);
@@ -100,6 +106,16 @@ TEST(FakeDeviceTrain, TwoContextParallelRanksOnDevicesEqualTheHostBitForBit) {
   const sharding::Strategy cp2 = testing::strategy(R"({"name": "cp2", "pipelines": [
     {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3", "cp": 2}]}]})");
   expect_same_bits(train(cp2, 2, true), train(cp2, 2, false));
+}
+
+TEST(FakeDeviceTrain, ASwitchOnDevicesEqualsTheHostBitForBit) {
+  // TP 2 to DP 2 after the first step: the switch's BSR moves host copies of the device shards.
+  const sharding::Strategy tp2 = testing::strategy(R"({"name": "tp2", "pipelines": [
+    {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3"}]}]})");
+  const sharding::Strategy dp2 = testing::strategy(R"({"name": "dp2", "pipelines": [
+    {"micro_batch_size": 2, "num_micro_batches": 1, "stages": [{"ranks": "0", "layers": "0-3"}]},
+    {"micro_batch_size": 2, "num_micro_batches": 1, "stages": [{"ranks": "1", "layers": "0-3"}]}]})");
+  expect_same_bits(train(tp2, 2, true, "", &dp2), train(tp2, 2, false, "", &dp2));
 }
 
 TEST(FakeDeviceTrain, DataParallelWithZero1OnDevicesEqualsTheHostBitForBit) {

@@ -121,11 +121,12 @@ void run_train(TrainArgs args, const CLI::App& sub) {
   if (!args.resume.empty()) args.options = resumed_options(args, sub, *models::load_model(args.model));
   const bool distributed = !args.strategy.empty() || !args.strategies_for_max_len.empty();
   // Distributed ranks on a GPU communicate through Gloo with host staging (several may share one
-  // GPU); switching, elastic recovery and dispatch by length move state with CPU kernels only so far.
+  // GPU), a switch's BSR too; elastic recovery and dispatch by length move state with CPU kernels
+  // only so far.
   HSPMD_CHECK(args.options.device.type == DeviceType::kCPU ||
-              (args.switches.empty() && !args.elastic && !args.dispatch && args.strategies_for_max_len.empty()))
+              (!args.elastic && !args.dispatch && args.strategies_for_max_len.empty()))
       << "--device " << args.options.device.to_string()
-      << ": --switch, --elastic and --dispatch run on the CPU only so far (--device cpu)";
+      << ": --elastic and --dispatch run on the CPU only so far (--device cpu)";
   if (distributed) return run_dist_train(args);
   HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty() && args.switches.empty() && !args.dispatch &&
               !args.elastic)

@@ -101,7 +101,20 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
     if (a == rank_ || b == rank_) session_.group({a, b}, "switch");
   }
   ShardedState moved = ShardedState::laid_out(next, graph_.params, rank_, optimizer_options(options_.train));
-  const StateTransfer transfer = state_transfer(sp, moved, !dead.empty());
+  StateTransfer transfer = state_transfer(sp, moved, !dead.empty());
+  // A device rank's BSR moves host copies (its communicators are Gloo's, as for its Reshards): the
+  // sources are copied out now and the new shards copied in once it is done; a kept shard (the
+  // source's own tensor) is neither.
+  const bool staged = allocator_->device().type != DeviceType::kCPU;
+  StateTransfer on_device = transfer;  // handles: the device shards themselves
+  if (staged) {
+    for (LocalShard& source : transfer.sources) {
+      if (source.tensor.defined()) source.tensor = source.tensor.to_host();
+    }
+    for (LocalShard& destination : transfer.destinations) {
+      destination.tensor = Tensor::empty(destination.region.shape(), destination.tensor.dtype());
+    }
+  }
   world->barrier().wait();  // the BSR's time is the transfer, not waiting for the last rank to plan
   fault_point(rank_, step_ + 1, "switch");
   const auto bsr_start = Clock::now();
@@ -117,6 +130,12 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
            execute_fused_bsr(one, rank_, {transfer.sources[i]}, {transfer.destinations[i]}, session_, "switch")) {
         sent_to[peer] += bytes;
       }
+    }
+  }
+  if (staged) {
+    for (size_t i = 0; i < transfer.destinations.size(); ++i) {
+      const bool kept = on_device.destinations[i].tensor.shares_storage_with(on_device.sources[i].tensor);
+      if (!kept) on_device.destinations[i].tensor.copy_from(transfer.destinations[i].tensor);
     }
   }
   const double bsr_seconds = seconds_since(bsr_start);
