@@ -1,7 +1,9 @@
 // The CUDA backend's speed on one GPU: cuBLASLt GEMM rates (bf16 with fp32 accumulation, fp32,
 // TF32) at 4096^3 and at the GEMM shapes of a 1.1B Llama (hidden 2048, 32 heads of 64 with 4 KV
 // heads, FFN 5632, vocabulary 32000) for 4096 tokens, and the memory-bound kernels' bandwidth
-// (RMSNorm, SwiGLU, cross-entropy, multi-tensor AdamW). Times come from CUDA events around each
+// (RMSNorm, SwiGLU, cross-entropy, multi-tensor AdamW), and causal attention's rate with the flash
+// kernel and with the reference one (the Llama's 32 heads of 64, 4 KV heads, one sequence of 4096
+// bf16 tokens). Times come from CUDA events around each
 // batch of calls (Google Benchmark's manual time). Without a CUDA device it prints
 // "SKIPPED: no CUDA device" and exits 77 (scripts/gpu-check.sh runs it after the GPU tests).
 //
@@ -21,8 +23,11 @@
 #include "hspmd/core/cuda/cuda_error.h"
 #include "hspmd/core/cuda/stream.h"
 #include "hspmd/kernels/cuda/adamw.h"
+#include "hspmd/kernels/cuda/attention_choice.h"
+#include "hspmd/kernels/cuda/attention.h"
 #include "hspmd/kernels/cuda/cross_entropy.h"
 #include "hspmd/kernels/cuda/elementwise.h"
+#include "hspmd/kernels/cuda/flash_attention.h"
 #include "hspmd/kernels/cuda/gemm.h"
 #include "hspmd/kernels/cuda/rms_norm.h"
 
@@ -30,6 +35,7 @@ namespace hspmd::bench {
 namespace {
 
 namespace kc = hspmd::kernels::cuda;
+using kc::CudaAttentionKernel;
 
 // One device, stream, allocator and cuBLASLt handle for every benchmark of the program.
 struct Gpu {
@@ -45,11 +51,11 @@ Gpu& gpu() {
 
 // Times `calls` runs of fn per iteration with CUDA events; `bytes_or_flops` per run becomes the
 // counter `counter` as a rate.
-void time_on_gpu(benchmark::State& state, const std::function<void()>& fn, double per_call, const char* counter) {
+void time_on_gpu(benchmark::State& state, const std::function<void()>& fn, double per_call, const char* counter,
+                 int calls = 10) {
   Gpu& g = gpu();
   fn();  // warm-up: cuBLASLt's heuristic, the allocator's first blocks
   g.stream.synchronize();
-  const int calls = 10;
   for (auto _ : state) {
     g.start.record(g.stream);
     for (int i = 0; i < calls; ++i) fn();
@@ -177,6 +183,63 @@ void adamw_multi_tensor(benchmark::State& state) {
       (4.0 + 4 * 4 + 3 * 4 + 2) * tensors * n, "bytes/s");
 }
 BENCHMARK(adamw_multi_tensor)->UseManualTime();
+
+enum class AttentionPass { kForward, kBackward };
+
+// Causal attention over one sequence of 4096 tokens, 32 query heads and 4 KV heads of 64, bf16,
+// zeros in (the rate does not depend on the values). FLOPs: Q K^T and P V over the lower triangle,
+// 2 x 2 x T^2 / 2 x heads x head_dim forward; the backward's five products 2.5 times that.
+void attention(benchmark::State& state, CudaAttentionKernel kernel, AttentionPass pass) {
+  const int64_t tokens = 4096, q_heads = 32, kv_heads = 4, head_dim = 64;
+  Gpu& g = gpu();
+  const kc::AttentionShape shape{.tokens = tokens, .q_heads = q_heads, .kv_heads = kv_heads, .head_dim = head_dim,
+                                 .sequences = 1, .scale = 0.0, .window = 0};
+  const int64_t q_elements = tokens * q_heads * head_dim, kv_elements = tokens * kv_heads * head_dim;
+  std::vector<cuda::DeviceBuffer> zeros;
+  auto buffer = [&](int64_t bytes) -> void* {
+    zeros.emplace_back(g.memory, bytes, g.stream.get());
+    HSPMD_CUDA_CHECK(cudaMemsetAsync(zeros.back().data(), 0, bytes, g.stream.get()));
+    return zeros.back().data();
+  };
+  void *q = buffer(q_elements * 2), *k = buffer(kv_elements * 2), *v = buffer(kv_elements * 2),
+       *out = buffer(q_elements * 2), *dout = buffer(q_elements * 2);
+  auto* lse = static_cast<float*>(buffer(q_heads * tokens * 4));
+  auto *dq = static_cast<float*>(buffer(q_elements * 4)), *dk = static_cast<float*>(buffer(kv_elements * 4)),
+       *dv = static_cast<float*>(buffer(kv_elements * 4));
+  const int32_t offsets[2] = {0, static_cast<int32_t>(tokens)};
+  void* cu = buffer(sizeof(offsets));
+  HSPMD_CUDA_CHECK(cudaMemcpyAsync(cu, offsets, sizeof(offsets), cudaMemcpyHostToDevice, g.stream.get()));
+  const bool flash = kernel == CudaAttentionKernel::kFlash;
+  const double forward_flops = 2.0 * tokens * tokens * q_heads * head_dim;
+  std::function<void()> run = [&] {
+    if (flash) {
+      kc::flash_attention_fwd(q, k, v, DType::kInt32, cu, out, lse, shape, g.stream.get());
+    } else {
+      kc::reference_attention_fwd(DType::kBFloat16, q, k, v, DType::kInt32, cu, out, lse, shape, g.stream.get());
+    }
+  };
+  if (pass == AttentionPass::kBackward) {
+    run();  // out and lse for the backward
+    run = [&] {
+      if (flash) {
+        kc::flash_attention_bwd(q, k, v, DType::kInt32, cu, out, lse, dout, dq, dk, dv, shape, g.stream.get());
+      } else {
+        kc::reference_attention_bwd(DType::kBFloat16, q, k, v, DType::kInt32, cu, out, lse, dout, dq, dk, dv, shape,
+                                    g.stream.get());
+      }
+    };
+  }
+  // One call per iteration: the reference backward takes long at this size.
+  time_on_gpu(state, run, pass == AttentionPass::kForward ? forward_flops : 2.5 * forward_flops, "FLOP/s", 1);
+}
+BENCHMARK_CAPTURE(attention, flash_fwd, CudaAttentionKernel::kFlash, AttentionPass::kForward)
+    ->Iterations(3)->UseManualTime();
+BENCHMARK_CAPTURE(attention, reference_fwd, CudaAttentionKernel::kReference, AttentionPass::kForward)
+    ->Iterations(3)->UseManualTime();
+BENCHMARK_CAPTURE(attention, flash_bwd, CudaAttentionKernel::kFlash, AttentionPass::kBackward)
+    ->Iterations(3)->UseManualTime();
+BENCHMARK_CAPTURE(attention, reference_bwd, CudaAttentionKernel::kReference, AttentionPass::kBackward)
+    ->Iterations(3)->UseManualTime();
 
 }  // namespace
 }  // namespace hspmd::bench

@@ -114,6 +114,15 @@ TEST_F(ErrorsCli, TrainOnAGpuWithoutOneIsOneLine) {
                                          testing::source_file("examples/strategies/local-dp2.json"));
   EXPECT_EQ(elastic.code, 1);
   EXPECT_THAT(elastic.err, HasSubstr("--device cuda:1: --elastic and --dispatch run on the CPU only"));
+  // NCCL moves GPU memory: with CPU ranks it is an error naming the flag, before any worker starts.
+  const std::string dp2 = " --strategy " + testing::source_file("examples/strategies/local-dp2.json");
+  const testing::RunResult nccl_on_cpu = run(train + " --comm nccl" + dp2 + " --nproc 2");
+  EXPECT_EQ(nccl_on_cpu.code, 1);
+  EXPECT_EQ(lines(nccl_on_cpu.err), 1) << nccl_on_cpu.err;
+  EXPECT_THAT(nccl_on_cpu.err, HasSubstr("--comm nccl moves GPU memory, but the ranks compute on cpu"));
+  const testing::RunResult unknown = run(train + " --comm mpi" + dp2);
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_THAT(unknown.err, HasSubstr("--comm mpi: expected gloo or nccl"));
 }
 
 TEST_F(ErrorsCli, MissingDatasetNamesTheFile) {

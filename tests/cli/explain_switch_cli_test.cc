@@ -76,5 +76,25 @@ TEST_F(ExplainSwitchCli, SplittingOneRankIntoTensorParallelSendsHalfTheMatricesA
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("  1 -> 0: ")));
 }
 
+// bf16-only (--states bf16-params), rank 0 keeping the master state: each step under TP 2 sends rank
+// 1 its half of the matrices and the norms as bf16 (2 bytes), and rank 1 sends back its half of the
+// matrices' gradients as float32 (rank 0 holds every norm gradient itself); beside it, the full
+// switch of weights and both moments.
+TEST_F(ExplainSwitchCli, Bf16ParamsPrintsEachStepsMovesBesideTheFullSwitch) {
+  const std::string a = strategy("on-0", "0"), b = strategy("tp2", "0-1");
+  const testing::RunResult r = explain_switch(a, b, "bf16-params");
+  ASSERT_EQ(r.code, 0) << r.err;
+  constexpr int64_t kToRank1 = (kEmbed + kLmHead + kQ + kO + kK + kVProj + kMlp) / 2 + kNorms;
+  constexpr int64_t kParamsOut = 2 * kToRank1, kGradsBack = 4 * (kToRank1 - kNorms);
+  EXPECT_THAT(r.out, HasSubstr("params out (bf16, 2 bytes an element): 1 messages, "));
+  EXPECT_THAT(r.out, HasSubstr("inter-node " + std::to_string(kParamsOut) + " B (" + std::to_string(kParamsOut) +
+                               " bytes); local copies")) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("grads back (float32, 4 bytes an element): 1 messages, ")) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("(" + std::to_string(kGradsBack) + " bytes): intra-node")) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("per step: ")) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("(" + std::to_string(kParamsOut + kGradsBack) + " bytes)")) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("(" + std::to_string(3 * 4 * kToRank1) + " bytes): intra-node")) << r.out;
+}
+
 }  // namespace
 }  // namespace hspmd::cli

@@ -1,5 +1,5 @@
 // NCCL backend (label gpu): every operation on device buffers, one rank per visible GPU (up to
-// 4) as threads. Skipped when no GPU is visible or hspmd was built without HSPMD_CUDA.
+// 4) as threads. Skipped when fewer than 2 GPUs are visible or hspmd was built without HSPMD_CUDA.
 #include <gtest/gtest.h>
 
 #if defined(HSPMD_CUDA)
@@ -41,6 +41,9 @@ class DeviceTensor {
 TEST(NcclCommunicator, EveryOperationOnVisibleGpus) {
   int gpus = NcclCommunicator::device_count();
   if (gpus == 0) GTEST_SKIP() << "no GPU visible";
+  // A group of one is served by SelfCommunicator (host memcpy), not NCCL: the one-rank NCCL
+  // communicator is tests/gpu/nccl_test.cc's.
+  if (gpus < 2) GTEST_SKIP() << "one GPU visible: NCCL groups need 2 ranks, one per GPU";
   int world = std::min(gpus, 4);
   std::printf("NCCL test on %d GPU rank(s)\n", world);
   testing::run_ranks(
@@ -92,7 +95,7 @@ TEST(NcclCommunicator, EveryOperationOnVisibleGpus) {
         for (int64_t i = 0; i < h.numel(); ++i) ASSERT_EQ(h.element_as_double(i), value(rank, i));
         comm->barrier().wait(std::chrono::seconds(60));
       },
-      Millis(60'000), [](int rank) { return nccl_backend(rank); });
+      Millis(60'000), [](int rank) { return nccl_backend({.device = rank}); });
 }
 
 }  // namespace

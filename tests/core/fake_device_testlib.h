@@ -34,6 +34,8 @@ class FakeDeviceMemory final : public MemoryBackend {
   // Not synchronized: for tests whose threads each have their own fake.
   size_t in_use = 0;
   int to_device = 0, to_host = 0, within = 0, zeroed = 0;
+  // Box copies a compute over this memory ran on it (runtime/fake_device_compute_testlib.h).
+  int region_copies = 0;
 
  private:
   std::string name_ = "fake cuda:3";

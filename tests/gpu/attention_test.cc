@@ -1,7 +1,7 @@
-// The reference CUDA attention against the CPU kernel (kernels/attention.h), forward and backward:
-// packed sequences of 5, 1 and 140 tokens (several key chunks), grouped-query heads, head
-// dimensions below and above the block size, float32 and bfloat16, int32 and int64 offsets, without
-// and with a sliding window.
+// The reference CUDA attention (reference_attention_fwd / _bwd) against the CPU kernel
+// (kernels/attention.h), forward and backward: packed sequences of 5, 1 and 140 tokens (several key
+// chunks), grouped-query heads, head dimensions below and above the block size, float32 and
+// bfloat16, int32 and int64 offsets, without and with a sliding window.
 #include "hspmd/kernels/cuda/attention.h"
 
 #include <gtest/gtest.h>
@@ -43,15 +43,15 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchTheCpu) {
          gdv = device_empty(v.shape(), DType::kFloat32);
     const AttentionShape shape{.tokens = tokens, .q_heads = q_heads, .kv_heads = kv_heads, .head_dim = head_dim,
                                .sequences = 3, .scale = 0.0, .window = window};
-    attention_fwd(dtype, gq.data(), gk.data(), gv.data(), offsets_dtype, gcu.data(), gout.data(), glse.as<float>(),
-                  shape, stream_.get());
-    attention_bwd(dtype, gq.data(), gk.data(), gv.data(), offsets_dtype, gcu.data(), gout.data(), glse.as<float>(),
-                  gdout.data(), gdq.as<float>(), gdk.as<float>(), gdv.as<float>(), shape, stream_.get());
+    reference_attention_fwd(dtype, gq.data(), gk.data(), gv.data(), offsets_dtype, gcu.data(), gout.data(),
+                            glse.as<float>(), shape, stream_.get());
+    reference_attention_bwd(dtype, gq.data(), gk.data(), gv.data(), offsets_dtype, gcu.data(), gout.data(),
+                            glse.as<float>(), gdout.data(), gdq.as<float>(), gdk.as<float>(), gdv.as<float>(), shape,
+                            stream_.get());
     const double rtol = bf16 ? kBFloat16Rtol : 1e-5, atol = bf16 ? kBFloat16Atol : 1e-5;
     const std::string what = ", window " + std::to_string(window);
     EXPECT_TRUE(all_close(to_f32(download(gout, q.shape(), dtype)), out, rtol, atol, "out" + what));
-    EXPECT_TRUE(
-        all_close(download(glse, {q_heads, tokens}, DType::kFloat32), lse, 1e-5, 1e-5, "lse" + what));
+    EXPECT_TRUE(all_close(download(glse, {q_heads, tokens}, DType::kFloat32), lse, 1e-5, 1e-5, "lse" + what));
     // The backward's delta = sum(dout * out) reads the stored out: rounded to bf16 under bf16.
     EXPECT_TRUE(all_close(download(gdq, q.shape(), DType::kFloat32), dq, rtol, atol, "dq" + what));
     EXPECT_TRUE(all_close(download(gdk, k.shape(), DType::kFloat32), dk, rtol, atol, "dk" + what));

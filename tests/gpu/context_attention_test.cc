@@ -101,8 +101,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaContextAttention,
                                   std::string(dtype_name(std::get<1>(info.param)));
                          });
 
-// Without context parallelism (both indices 0..T-1) the kernel is plain attention: the same
-// operations in the same order, so the forward is bitwise that of attention_fwd.
+// Without context parallelism (both indices 0..T-1) the kernel is the reference attention: the
+// same operations in the same order, so the forward is bitwise that of reference_attention_fwd.
 TEST_F(GpuTest, ThePackedOrderIsExactlyPlainAttention) {
   const Tensor cu = Tensor::from_vector<int32_t>({4}, {0, 5, 6, kTokens});
   std::vector<int64_t> identity(kTokens);
@@ -116,8 +116,8 @@ TEST_F(GpuTest, ThePackedOrderIsExactlyPlainAttention) {
   auto cp_out = device_empty(q.shape(), DType::kFloat32), cp_lse = device_empty({kQHeads, kTokens}, DType::kFloat32);
   const AttentionShape shape{.tokens = kTokens, .q_heads = kQHeads, .kv_heads = kKvHeads, .head_dim = kHeadDim,
                              .sequences = 3, .scale = 0.0, .window = 0};
-  attention_fwd(DType::kFloat32, gq.data(), gk.data(), gv.data(), DType::kInt32, gcu.data(), plain_out.data(),
-                plain_lse.as<float>(), shape, stream_.get());
+  reference_attention_fwd(DType::kFloat32, gq.data(), gk.data(), gv.data(), DType::kInt32, gcu.data(),
+                          plain_out.data(), plain_lse.as<float>(), shape, stream_.get());
   context_attention_fwd(DType::kFloat32, gq.data(), gk.data(), gv.data(), DType::kInt32, gcu.data(),
                         {.index_dtype = DType::kInt64, .q_index = gindex.data(), .kv_index = gindex.data(),
                          .keys = kTokens, .kv_row = gkv_row.as<int64_t>()},

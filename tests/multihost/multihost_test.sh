@@ -188,25 +188,25 @@ run_partition() {
   [ $code_b = 76 ] || fail "partition: host B's launcher exited $code_b, not 76 (cut off): $(tail -20 "$work/partition-b.log")"
   grep -q "this host is cut off from the run" "$work/partition-b.log" || fail "partition: $(tail -10 "$work/partition-b.log")"
   [ -z "$(ip netns pids "$ns_b")" ] || fail "partition: processes of host B still run after its launcher exited"
-  # B's launcher decided when the heartbeat timeout had passed since its last reading of the store
-  # got through, not when a store call hanging on the cut link gave up (1 s more at least), and
-  # tried no write into the store it could not reach.
+  # B's launcher decided on the heartbeat timeout (never before it: the logged time without the
+  # store is at least the timeout; that it decides while a store call still hangs is
+  # Heartbeat.CutOffIsDecidedWhileAStoreCallIsBlocked's, a test without timings), and tried no write
+  # into the store it could not reach.
   local decided ms
   decided=$(grep -oE 'cannot reach the store .* for [0-9]+ ms \(heartbeat timeout 2000 ms' "$work/partition-b.log" | head -1)
   ms=$(echo "$decided" | sed -nE 's/.* for ([0-9]+) ms .*/\1/p')
-  [ -n "$ms" ] && [ "$ms" -ge 2000 ] && [ "$ms" -lt 3000 ] ||
+  [ -n "$ms" ] && [ "$ms" -ge 2000 ] ||
     fail "partition: B's launcher decided after ${ms:-?} ms without the store (timeout 2000 ms): $(grep 'hspmd launch' "$work/partition-b.log")"
   ! grep -q "cannot publish the death" "$work/partition-b.log" || fail "partition: B tried to publish into the store it was cut off from"
   wait_for_step_after_recovery "$work/partition-a.log" 120 || fail "partition: A did not go on: $(tail -20 "$work/partition-a.log")"
   local t1; t1=$(now)
-  # Host B never writes to the run again: with the link back up, its heartbeat keys stay as they were.
+  # Host B never writes to the run again: its processes are gone (above) and the store's commits end
+  # where A resumed (commits_end_at_resume below). Its heartbeat keys are not compared across the
+  # link's return: a beat sent before the decision can still sit in the kernel's socket buffer and
+  # arrive when the link comes back (seen once in CI), which is not a write after the decision.
   in_ns "$ns_sw" ip link set "${tag}b1" up
-  local before after
-  before=$(REDISCLI_AUTH="$password" in_ns "$ns_a" redis-cli -h "$addr_a" -p "$port" mget run/partition/hb/2 run/partition/hb/3 2> /dev/null | tr '\n' ' ')
   wait "$launcher_a"; local code_a=$?
-  after=$(REDISCLI_AUTH="$password" in_ns "$ns_a" redis-cli -h "$addr_a" -p "$port" mget run/partition/hb/2 run/partition/hb/3 2> /dev/null | tr '\n' ' ')
   [ $code_a = 0 ] || fail "partition: host A exit code $code_a: $(tail -20 "$work/partition-a.log")"
-  [ "$before" = "$after" ] || fail "partition: host B's heartbeats changed after it was cut off ($before -> $after)"
   grep -q "recovery: ranks \[2,3\] lost" "$work/partition-a.log" || fail "partition: no recovery on A"
   grep -q "PASS" "$work/partition-a.log" || fail "partition: losses differ from one process: $(grep -iE 'check|loss' "$work/partition-a.log" | tail -5)"
   steps_applied_once partition 14

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "hspmd/models/llama_plan.h"
@@ -142,6 +143,38 @@ TEST(ExplainCliTest, ProfilePricesCpStages) {
   EXPECT_THAT(r.output, HasSubstr("predicted step time: "));
   EXPECT_THAT(r.output, HasSubstr("stage 0 (slow TP2 CP2, 4 layers): per micro-batch "));
   EXPECT_THAT(r.output, HasSubstr(" s CP (K/V gathers)"));
+}
+
+// `hspmd simulate`: the planner's plan written by `hspmd plan` as the fixed strategy, a loss and a
+// return: the table has both policies, the JSON both runs with the planner's re-plans in its log,
+// and a misspelled trace key is refused naming it.
+TEST_F(PlanCliTest, SimulateComparesThePlannerWithAFixedStrategy) {
+  write_cluster(1e9);
+  const std::string model = kRoot + "/configs/llama-tiny.json";
+  const std::string common = " --model " + model + " --cluster " + path("cluster.json") + " --profile " + path("profile.json");
+  ASSERT_EQ(hspmd::testing::run_hspmd("plan" + common + " --global-batch 8 --seq-len 64 --no-zero1 --out " +
+                                      path("s.json")).code, 0);
+  std::ofstream(path("trace.json")) << R"({"name": "t", "seq_len": 64, "steps": 30, "global_batch": 8,
+      "checkpoint": {"every": 10, "restore_seconds": 1},
+      "events": [{"step": 10, "lose": "1"}, {"step": 20, "return": "1"}]})";
+  const auto r = hspmd::testing::run_hspmd("simulate" + common + " --trace " + path("trace.json") + " --strategy " +
+                                           path("s.json") + " --json " + path("out.json"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("policy"));
+  EXPECT_THAT(r.output, HasSubstr("\nplanner "));
+  EXPECT_THAT(r.output, HasSubstr("fixed: "));
+  std::ifstream in(path("out.json"));
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(json, HasSubstr(R"("name": "planner")"));
+  EXPECT_THAT(json, HasSubstr(R"("steps": 30)"));
+  EXPECT_THAT(json, HasSubstr("before step 10 (lost 1)"));
+
+  std::ofstream(path("bad.json")) << R"({"seq_len": 64, "steps": 3, "global_batch": 8, "event": []})";
+  const auto bad = hspmd::testing::run_hspmd("simulate" + common + " --trace " + path("bad.json"));
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.output, HasSubstr(path("bad.json") + R"(: unknown key "event" (did you mean "events"?))"));
+  const auto help = hspmd::testing::run_hspmd("simulate --help");
+  EXPECT_THAT(help.output, HasSubstr("--trace"));
 }
 
 }  // namespace

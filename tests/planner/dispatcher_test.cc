@@ -191,6 +191,30 @@ TEST(DispatcherTest, StrategiesPerMaximumLengthCountTheSwitch) {
   }
 }
 
+// bf16-only switches with "short" holding the state: "long" pays its two per-step moves (bf16
+// parameters out, float32 gradients back) whatever ran before, "short" nothing even from "long".
+TEST(DispatcherTest, Bf16OnlySwitchesPriceEveryStepAwayFromTheBase) {
+  const models::LlamaConfig config = testing::tiny_config();
+  const Profile profile = testing::two_kind_profile(3.0);
+  const resolve::Topology topo = cluster(1e9, 1e9);
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 64});
+  const sharding::Strategy short_one = sharding::Strategy::from_json_text(R"({"name": "short", "pipelines": [
+      {"micro_batch_size": 1, "num_micro_batches": 1, "stages": [{"ranks": "2-3", "layers": "0-3"}]}]})", "s.json");
+  LengthStrategies set(models::Llama(config), cm, {{32, short_one}, {64, two_pipelines("long")}}, {.seq_len = 64});
+  set.price_bf16_switches(0);
+  EXPECT_EQ(set.bf16_step_seconds(0), 0);
+  EXPECT_GT(set.bf16_step_seconds(1), 0);
+  // Half the parameters' bytes out and the gradients back cost less than the full switch's three copies.
+  EXPECT_LT(set.bf16_step_seconds(1), set.switch_seconds(0, 1));
+  const std::vector<int64_t> short_batch{20, 20, 10, 12};
+  for (size_t current : {size_t{0}, size_t{1}}) {
+    const Choice c = set.choose(short_batch, current);
+    EXPECT_NEAR(c.predicted[0], dispatch(short_batch, set.pipelines(0)).step_seconds, 1e-12) << "from " << current;
+    EXPECT_NEAR(c.predicted[1], dispatch(short_batch, set.pipelines(1)).step_seconds + set.bf16_step_seconds(1), 1e-12)
+        << "from " << current;
+  }
+}
+
 }  // namespace
 }  // namespace hspmd::planner
 

@@ -2,7 +2,8 @@
 // pipelines per length interval covering the lengths in order, strategies per maximum length that
 // the dispatch accepts, and lengths no method holds are refused with the length. Its objective is
 // the dispatcher's pipeline model, and its dynamic program finds the optimum of its space (several
-// methods per interval: TP, CP and PP degrees and micro-batch sizes) that exhaustive enumeration finds.
+// methods per interval: TP, CP and PP degrees, micro-batch sizes and ZeRO-1 over copies) that
+// exhaustive enumeration finds.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -111,10 +112,41 @@ TEST(MixedLengthPlannerTest, IntervalTimeIsTheDispatchersPipelineModel) {
   EXPECT_GT(checked, 10);
 }
 
+// A long sequence that fits a pipeline only with its optimizer states sharded over its copies
+// (ZeRO-1, as the homogeneous DP x TP x PP baselines run): the planner must find that layout
+// instead of refusing the length (or, on the paper's 32 H20, choosing a slower method that fits
+// without ZeRO-1), and the strategy it writes must be ZeRO-1 so the dispatcher holds the sequence.
+TEST(MixedLengthPlannerTest, ShardsOptimizerStatesWhenOnlyZero1HoldsTheLongestSequence) {
+  const models::LlamaConfig config = testing::tiny_config();
+  const resolve::Topology topo = testing::two_kind_cluster(4, 0, 30e6);
+  const Profile profile = testing::two_kind_profile(3.0);
+  const MixedLengthOptions probe{
+      .seq_len = 1 << 20, .global_batch_tokens = 1 << 20, .cp_degrees = {1}, .pipeline_degrees = {1}};
+  const MixedLengthSpace space(models::Llama(config), topo, profile, {{1 << 20, 1}}, probe);
+  int64_t without = 0, with = 0;
+  for (const ParallelMethod& m : space.methods()) {
+    int64_t& longest_held = m.zero1_copies == 1 ? without : with;
+    longest_held = std::max(longest_held, m.model.max_tokens);
+  }
+  std::cout << "longest held without ZeRO-1 " << without << ", with " << with << "\n";
+  ASSERT_GT(with, without + 1) << "the case needs a length only ZeRO-1 holds";
+  const int64_t longest = without + 1;
+  const std::vector<std::pair<int64_t, uint64_t>> lengths = {{16, 200}, {longest, 2}};
+  const MixedLengthOptions options{
+      .seq_len = longest, .global_batch_tokens = 4 * longest, .cp_degrees = {1}, .pipeline_degrees = {1}};
+  const MixedLengthPlan plan = plan_mixed_length(models::Llama(config), topo, profile, lengths, options);
+  std::cout << plan.to_string();
+  EXPECT_EQ(plan.heterogeneous.zero, 1);
+  EXPECT_GE(plan.heterogeneous.pipelines.size(), 2u);
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = longest});
+  const std::vector<PipelineModel> pipes = pipeline_models(cm, plan.heterogeneous, {.seq_len = longest});
+  EXPECT_NO_THROW(dispatch(std::vector<int64_t>{longest, 16, 16}, pipes));
+}
+
 // The least step over the whole space, by enumeration: every grouping of the non-empty buckets
 // into consecutive intervals (intervals that differ only by empty buckets carry the same work),
 // and for each interval every set of pipelines of at most methods_per_interval methods holding
-// its longest sequence, any copies, within the devices of each kind.
+// its longest sequence, any copies (at least a ZeRO-1 method's own), within the devices of each kind.
 double exhaustive_best(const MixedLengthSpace& space, int64_t* plans) {
   std::vector<int> filled;
   for (int b = 0; b < space.buckets(); ++b) {
@@ -139,7 +171,8 @@ double exhaustive_best(const MixedLengthSpace& space, int64_t* plans) {
         for (int m = first; m < n_methods; ++m) {
           const ParallelMethod& method = space.methods()[m];
           if (!space.holds(m, from, to)) continue;
-          for (int copies = 1; used[method.kind_index] + copies * method.devices() <= space.kind_devices(method.kind_index);
+          for (int copies = space.min_copies(m);
+               used[method.kind_index] + copies * method.devices() <= space.kind_devices(method.kind_index);
                ++copies) {
             used[method.kind_index] += copies * method.devices();
             pick.push_back({m, copies});

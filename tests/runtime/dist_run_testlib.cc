@@ -32,6 +32,11 @@ TrainerOptions dist_options(int64_t steps) {
 
 sharding::Strategy strategy(const std::string& json) { return sharding::Strategy::from_json_text(json, "test"); }
 
+sharding::Strategy with_zero(int zero, const std::string& pipelines, bool recompute) {
+  return strategy(R"({"name": "zero)" + std::to_string(zero) + R"(", "zero": )" + std::to_string(zero) +
+                  R"(, "recompute": )" + (recompute ? "true" : "false") + R"(, "pipelines": )" + pipelines + "}");
+}
+
 namespace {
 
 struct Reference {
@@ -72,6 +77,7 @@ DistRun run_phases(const std::vector<Phase>& phases, const TrainerOptions& o, co
   DistRun out;
   out.losses.resize(world);
   out.grad_norms.resize(world);
+  out.steps.resize(world);
   out.peak_bytes.resize(world);
   out.switches.resize(world);
   out.specializations.resize(world);
@@ -93,6 +99,7 @@ DistRun run_phases(const std::vector<Phase>& phases, const TrainerOptions& o, co
       const StepMetrics m = t.step();
       out.losses[rank].push_back(m.loss);
       out.grad_norms[rank].push_back(m.grad_norm);
+      out.steps[rank].push_back(m);
       out.peak_bytes[rank] = std::max(out.peak_bytes[rank], m.peak_bytes);
     }
     if (ro.after) ro.after(t);

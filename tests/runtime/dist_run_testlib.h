@@ -22,9 +22,12 @@ namespace hspmd::runtime::testing {
 models::LlamaConfig dist_config(bool tied = false);
 TrainerOptions dist_options(int64_t steps);  // tiny_options on one kernel thread
 sharding::Strategy strategy(const std::string& json);
+// `pipelines` (a strategy's "pipelines" array) under ZeRO stage `zero`, named "zero<stage>".
+sharding::Strategy with_zero(int zero, const std::string& pipelines, bool recompute = false);
 
 struct DistRun {
   std::vector<std::vector<double>> losses, grad_norms;  // [rank][step]
+  std::vector<std::vector<StepMetrics>> steps;          // [rank][step]
   std::vector<size_t> peak_bytes;                       // [rank] the allocator's high-water mark over all steps
   graph::TensorMap weights;                             // assembled from every rank's shards
   std::vector<std::vector<SwitchReport>> switches;      // [rank] in order

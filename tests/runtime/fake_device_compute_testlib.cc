@@ -7,6 +7,7 @@
 #include "hspmd/kernels/adamw.h"
 #include "hspmd/kernels/elementwise.h"
 #include "hspmd/kernels/reduce.h"
+#include "hspmd/kernels/slice.h"
 
 namespace hspmd::runtime::testing {
 
@@ -38,7 +39,7 @@ graph::KernelRegistry staged_cpu_kernels() {
 
 graph::ComputeDevice fake_device_compute(std::shared_ptr<hspmd::testing::FakeDeviceMemory> memory) {
   static const graph::KernelRegistry kernels = staged_cpu_kernels();
-  return {.allocator = Allocator(std::move(memory)),
+  return {.allocator = Allocator(memory),
           .kernels = &kernels,
           .add = [](const Tensor& a, const Tensor& b, const Tensor& out) {
             const Tensor sum = a.to_host();  // a fresh host copy: a is on the fake device
@@ -53,6 +54,13 @@ graph::ComputeDevice fake_device_compute(std::shared_ptr<hspmd::testing::FakeDev
             Tensor(p).copy_from(hp);  // handles: the copies write the device tensors' storage
             Tensor(m).copy_from(hm);
             Tensor(v).copy_from(hv);
+          },
+          .copy_region = [memory](const Tensor& src, const std::vector<int64_t>& src_starts, const Tensor& dst,
+                            const std::vector<int64_t>& dst_starts, const std::vector<int64_t>& extents) {
+            const Tensor hd = dst.to_host();
+            kernels::copy_region(src.to_host(), src_starts, hd, dst_starts, extents);
+            Tensor(dst).copy_from(hd);
+            ++memory->region_copies;
           }};
 }
 

@@ -9,6 +9,9 @@
 //   auto memory = std::make_shared<hspmd::testing::FakeDeviceMemory>();   // one per rank
 //   o.compute = [memory](int) { return fake_device_compute(memory); };
 //   memory->to_device;                                                     // copies it received
+//
+// Its copy_region packs Reshards on the device when the communicators move device memory
+// (DistOptions::comm_on_device): over Gloo here, which can, since the fake's memory is the host's.
 #pragma once
 
 #include <memory>

@@ -30,9 +30,11 @@ struct TrainRun {
   std::vector<std::vector<SavedShard>> state;  // [rank] values and moments, host tensors
 };
 
-// `then`: a strategy switched to after the first step (DistTrainer::switch_to).
+// `then`: a strategy switched to after the first step (DistTrainer::switch_to). comm_on_device:
+// the communicators move the device's memory (as NCCL does on a GPU), so the Reshards pack, move
+// and unpack device buffers instead of staging through the host.
 TrainRun train(const sharding::Strategy& st, int world, bool on_fake_device, const std::string& save = "",
-               const sharding::Strategy* then = nullptr) {
+               const sharding::Strategy* then = nullptr, bool comm_on_device = false) {
   const auto model = models::llama(testing::dist_config());
   const sharding::AnnotationPlan plan = model->compile_plan(st);
   const sharding::AnnotationPlan next = then ? model->compile_plan(*then) : plan;
@@ -46,6 +48,7 @@ TrainRun train(const sharding::Strategy& st, int world, bool on_fake_device, con
     o.plan_name = st.name;
     auto memory = std::make_shared<hspmd::testing::FakeDeviceMemory>();
     if (on_fake_device) o.compute = [memory](int) { return testing::fake_device_compute(memory); };
+    o.comm_on_device = comm_on_device;
     DistTrainer t(model, ds, plan, o, rank, world, groups);
     while (!t.done()) {
       run.losses[rank].push_back(t.step().loss);
@@ -55,6 +58,10 @@ TrainRun train(const sharding::Strategy& st, int world, bool on_fake_device, con
       EXPECT_GT(memory->in_use, 0u);
       EXPECT_GT(memory->to_device, 0);
       EXPECT_GT(memory->to_host, 0);
+      if (world > 1) {  // every rank has Reshards to run; packed on the device only without staging
+        if (comm_on_device) EXPECT_GT(memory->region_copies, 0);
+        else EXPECT_EQ(memory->region_copies, 0);
+      }
     }
     run.state[rank] = t.state_shards();
     if (!save.empty()) t.save(save);
@@ -123,6 +130,46 @@ TEST(FakeDeviceTrain, DataParallelWithZero1OnDevicesEqualsTheHostBitForBit) {
     {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0", "layers": "0-3"}]},
     {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "1", "layers": "0-3"}]}]})");
   expect_same_bits(train(dp2, 2, true), train(dp2, 2, false));
+}
+
+TEST(FakeDeviceTrain, CommunicatorsOnDeviceMemoryEqualTheHostBitForBit) {
+  // No host staging: tensor-parallel activations and gradient syncs (collectives), a pipeline's
+  // sends and receives, and ZeRO-1's reduce-scatter run on device buffers.
+  const sharding::Strategy tp2 = testing::strategy(R"({"name": "tp2", "pipelines": [
+    {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3"}]}]})");
+  expect_same_bits(train(tp2, 2, true, "", nullptr, true), train(tp2, 2, false));
+  const sharding::Strategy pp2 = testing::strategy(R"({"name": "pp2", "pipelines": [
+    {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0", "layers": "0-1"},
+                                                                {"ranks": "1", "layers": "2-3"}]}]})");
+  expect_same_bits(train(pp2, 2, true, "", nullptr, true), train(pp2, 2, false));
+  const sharding::Strategy dp2 = testing::strategy(R"({"name": "dp2-zero1", "zero1": true, "pipelines": [
+    {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0", "layers": "0-3"}]},
+    {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "1", "layers": "0-3"}]}]})");
+  expect_same_bits(train(dp2, 2, true, "", nullptr, true), train(dp2, 2, false));
+}
+
+TEST(FakeDeviceTrain, ASwitchMovesTheStateOnDeviceBuffers) {
+  // The fused BSR of a switch (DistTrainer::switch_to) sends and receives the weights and AdamW
+  // moments as device buffers, as over NCCL, and the run still equals one process.
+  const sharding::Strategy dp2 = testing::strategy(R"({"name": "dp2", "pipelines": [
+    {"micro_batch_size": 2, "num_micro_batches": 1, "stages": [{"ranks": "0", "layers": "0-3"}]},
+    {"micro_batch_size": 2, "num_micro_batches": 1, "stages": [{"ranks": "1", "layers": "0-3"}]}]})");
+  const sharding::Strategy tp2 = testing::strategy(R"({"name": "tp2", "pipelines": [
+    {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3"}]}]})");
+  std::vector<std::shared_ptr<hspmd::testing::FakeDeviceMemory>> fakes(2);
+  for (auto& f : fakes) f = std::make_shared<hspmd::testing::FakeDeviceMemory>();
+  const testing::DistRun r =
+      testing::run_phases({{1, tp2}, {3, dp2}}, testing::dist_options(4),
+                          {.configure = [&](int rank, DistOptions& o) {
+                            o.compute = [memory = fakes[rank]](int) { return testing::fake_device_compute(memory); };
+                            o.comm_on_device = true;
+                          }});
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_EQ(r.switches[rank].size(), 1u) << "rank " << rank;
+    EXPECT_GT(r.switches[rank][0].rank_sent_bytes, 0) << "rank " << rank;
+    EXPECT_GT(fakes[rank]->region_copies, 0) << "rank " << rank;
+  }
+  testing::expect_matches_single_process(r, 4);
 }
 
 }  // namespace

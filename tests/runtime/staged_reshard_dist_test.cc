@@ -1,7 +1,8 @@
 // execute_reshard_staged without a GPU: two ranks (threads, Gloo over loopback) whose tensors live
 // on a fake device (core/fake_device_testlib.h) all-reduce a partial tensor through host buffers,
 // as a GPU rank's Reshards and gradient syncs do. The result is back on the device, exact, and
-// every byte crossed the host once each way; on a host rank the call is execute_reshard itself.
+// every byte crossed the host once each way; on a host rank, and on a device rank whose session
+// buffers are on that device, the call is execute_reshard itself.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -48,7 +49,7 @@ TEST(StagedReshard, ADeviceRanksAllReduceGoesThroughTheHost) {
   }
 }
 
-TEST(StagedReshard, OnTheHostItIsExecuteReshard) {
+TEST(StagedReshard, WithBuffersWhereTheTensorsAreItIsExecuteReshard) {
   const Shape shape{2, 2};
   const resolve::Resolution r =
       resolve::resolve(Annotation::parse("dup{[0](D:1)}"), Annotation::parse("dup{[0](D:1)}"), shape, "w");
@@ -58,14 +59,19 @@ TEST(StagedReshard, OnTheHostItIsExecuteReshard) {
     const Tensor w = Tensor::from_vector<float>(shape, {1, 2, 3, 4}, &host);
     EXPECT_TRUE(execute_reshard_staged(r, shape, rank, w, session, "post", host).shares_storage_with(w));
 
-    // A device rank's session must stage through host buffers.
+    // A session whose buffers are the device's (communicators that move device memory, NCCL) runs
+    // the device's tensors directly: no host crossing.
     auto fake = std::make_shared<testing::FakeDeviceMemory>();
     Allocator device(fake);
     CommSession on_device(groups, rank, &device);
     const Tensor w_on_device = w.clone(&device);
-    EXPECT_THAT(
-        testing::error_of([&] { execute_reshard_staged(r, shape, rank, w_on_device, on_device, "post", device); }),
-        ::testing::HasSubstr("the comm session's buffers must be host memory"));
+    const int to_host = fake->to_host;
+    EXPECT_TRUE(execute_reshard_staged(r, shape, rank, w_on_device, on_device, "post", device)
+                    .shares_storage_with(w_on_device));
+    EXPECT_EQ(fake->to_host, to_host);
+    // Device buffers for host tensors: neither staged nor direct.
+    EXPECT_THAT(testing::error_of([&] { execute_reshard_staged(r, shape, rank, w, on_device, "post", host); }),
+                ::testing::HasSubstr("tensors on cpu, comm session buffers on cuda:3"));
   });
 }
 

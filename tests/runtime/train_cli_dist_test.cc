@@ -4,10 +4,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <filesystem>
+#include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -205,6 +209,45 @@ TEST_F(TrainCli, CommTimeoutReachesTheWorkers) {
                                          example("examples/strategies/local-dp2.json"));
   EXPECT_NE(bad.code, 0);
   EXPECT_THAT(bad.output, HasSubstr("HSPMD_COMM_TIMEOUT=soon is not a positive number of seconds"));
+}
+
+// --grad-bucket-mb reaches the workers: with buckets, rank 0's gradient reductions (its
+// "grad-bucket" trace spans) run on a thread of their own, with 0 on the thread that runs B; the
+// losses are the same. A negative size is refused before training.
+TEST_F(TrainCli, GradientBucketsMoveTheSyncToACommunicationThread) {
+  std::map<std::string, std::vector<double>> losses;
+  for (const std::string name : {"after", "overlapped"}) {
+    const std::string mib = name == "after" ? "0" : "0.004";
+    testing::CommandResult r = run_hspmd(common(2) + " --nproc 2 --strategy " +
+                                         example("examples/strategies/local-dp2.json") + " --grad-bucket-mb " + mib +
+                                         " --trace " + path(name + ".json") + " --metrics " + path(name + ".jsonl"));
+    ASSERT_EQ(r.code, 0) << r.output;
+    losses[name] = metric(path(name + ".jsonl"));
+    std::ifstream in(path(name + ".rank0.json"));
+    const nlohmann::json trace = nlohmann::json::parse(in);
+    std::set<int> backward_threads, sync_threads;
+    int buckets = 0;
+    for (const nlohmann::json& e : trace.at("traceEvents")) {
+      const std::string event = e.at("name").get<std::string>();
+      if (event.rfind("grad-bucket", 0) == 0) {
+        sync_threads.insert(e.at("tid").get<int>());
+        ++buckets;
+      } else if (event[0] == 'B' && event.size() > 1 && std::isdigit(static_cast<unsigned char>(event[1]))) {
+        backward_threads.insert(e.at("tid").get<int>());
+      }
+    }
+    ASSERT_EQ(backward_threads.size(), 1u) << name;
+    ASSERT_EQ(sync_threads.size(), 1u) << name;
+    EXPECT_EQ(*sync_threads.begin() == *backward_threads.begin(), name == "after") << name;
+    if (name == "overlapped") {
+      EXPECT_GT(buckets, 2 * 2) << "more than 2 buckets in each of the 2 steps";
+    }
+  }
+  EXPECT_EQ(losses["overlapped"], losses["after"]);
+  testing::CommandResult bad = run_hspmd(common(1) + " --nproc 2 --strategy " +
+                                         example("examples/strategies/local-dp2.json") + " --grad-bucket-mb -1");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_THAT(bad.output, HasSubstr("--grad-bucket-mb"));
 }
 
 TEST_F(TrainCli, PlanBeyondEmulatedMemoryIsRefusedUpFront) {

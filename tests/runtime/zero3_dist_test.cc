@@ -31,13 +31,9 @@ using testing::expect_matches_single_process;
 using testing::run;
 using testing::run_phases;
 using testing::strategy;
+using testing::with_zero;
 
 constexpr int64_t kSteps = 3;
-
-sharding::Strategy with_zero(int zero, const std::string& pipelines, bool recompute = false) {
-  return strategy(R"({"name": "zero)" + std::to_string(zero) + R"(", "zero": )" + std::to_string(zero) +
-                  R"(, "recompute": )" + (recompute ? "true" : "false") + R"(, "pipelines": )" + pipelines + "}");
-}
 
 // `n` data-parallel pipelines of one rank each, 2 micro-batches of 1.
 std::string data_parallel(int n) {

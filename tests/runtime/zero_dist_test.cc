@@ -28,14 +28,9 @@ using testing::expect_matches_single_process;
 using testing::run;
 using testing::run_phases;
 using testing::strategy;
+using testing::with_zero;
 
 constexpr int64_t kSteps = 3;
-
-// `pipelines` (the strategy's "pipelines" array) under ZeRO stage `zero`.
-sharding::Strategy with_zero(int zero, const std::string& pipelines) {
-  return strategy(R"({"name": "zero)" + std::to_string(zero) + R"(", "zero": )" + std::to_string(zero) +
-                  R"(, "pipelines": )" + pipelines + "}");
-}
 
 const char* kDp2 = R"([
   {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0", "layers": "0-3"}]},

@@ -18,6 +18,11 @@ TEST(DeviceGroup, TextFormRangesAndErrors) {
   EXPECT_EQ(DeviceGroup::parse("[]").size(), 0);
   EXPECT_EQ(DeviceGroup({5, 6}).index_of(6), 1);
   EXPECT_EQ(DeviceGroup({5, 6}).index_of(7), -1);
+  EXPECT_EQ(DeviceGroup({9, 2, 3, 4, 0}).index_of(4), 3);
+  EXPECT_EQ(DeviceGroup({9, 2, 3, 4, 0}).index_of(0), 4);
+  EXPECT_EQ(DeviceGroup({9, 2, 3, 4, 0}).index_of(1), -1);
+  EXPECT_EQ(DeviceGroup().index_of(0), -1);
+  EXPECT_EQ(DeviceGroup(std::vector<int>{}), DeviceGroup());
   EXPECT_NE(error_of([] { DeviceGroup({1, 2, 1}); }).find("device 1 appears twice"), std::string::npos);
   EXPECT_NE(error_of([] { DeviceGroup::parse("[3-1]"); }).find("at offset"), std::string::npos);
   EXPECT_NE(DeviceGroup({0, 1}).hash(), DeviceGroup({1, 0}).hash());
@@ -90,6 +95,14 @@ TEST(Annotation, LayoutFollowsBothTiers) {
   EXPECT_FALSE(x.region(3, Shape{6, 4}).has_value());
   EXPECT_EQ(x.locate(2), std::make_pair(1, 1));
   EXPECT_EQ(x.devices(), (std::vector<int>{0, 1, 2}));
+  // Groups out of order and not consecutive: every device found in its group, no other.
+  const Annotation y = Annotation::make({DeviceGroup({7, 8, 2}), DeviceGroup({0}), DeviceGroup({3, 4, 5})},
+                                        {DistState::split(0, 3), DistState(), DistState::split(0, 3)}, 0);
+  for (int g = 0; g < y.hsize(); ++g) {
+    for (int i = 0; i < y.group(g).size(); ++i) EXPECT_EQ(y.locate(y.group(g)[i]), std::make_pair(g, i));
+  }
+  for (int absent : {1, 6, 9}) EXPECT_FALSE(y.locate(absent).has_value()) << absent;
+  EXPECT_EQ(y.with_hdim(kDuplicate).locate(4), std::make_pair(2, 1));
   // hsize 1 normalizes hdim.
   EXPECT_EQ(Annotation::make({DeviceGroup({0, 1})}, {DistState::dup(2)}, 0).hdim(), kDuplicate);
 }

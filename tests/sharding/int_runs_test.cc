@@ -15,5 +15,19 @@ TEST(IntRuns, ConsecutiveAscendingValuesJoinARun) {
   EXPECT_EQ(runs_text({4, 5, 9}, ".."), "4..5,9");
 }
 
+TEST(IntRuns, RunIndexFindsEachValuesPositionAndRepeats) {
+  const std::vector<int> values{8, 9, 10, 0, 1, 5, 20, 21};
+  const RunIndex where(values);
+  for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(where.position(values[i]), static_cast<int>(i)) << values[i];
+  for (int absent : {-1, 2, 4, 6, 7, 11, 19, 22}) EXPECT_EQ(where.position(absent), -1) << absent;
+  EXPECT_FALSE(where.repeated());
+  EXPECT_EQ(RunIndex(std::vector<int>{}).position(0), -1);
+  // A value inside another run, a run that starts where another does, a run reaching into the next.
+  EXPECT_EQ(RunIndex({0, 1, 2, 3, 7, 2}).repeated(), 2);
+  EXPECT_EQ(RunIndex({4, 5, 4}).repeated(), 4);
+  EXPECT_EQ(RunIndex({6, 7, 8, 0, 1, 2, 3, 4, 5, 6}).repeated(), 6);
+  EXPECT_EQ(RunIndex({0, 1, 2, 3, 9, 1, 2}).repeated(), 1);
+}
+
 }  // namespace
 }  // namespace hspmd::sharding

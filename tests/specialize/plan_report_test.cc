@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 #include <utility>
@@ -12,7 +13,9 @@
 #include "hspmd/core/error.h"
 #include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
+#include "hspmd/specialize/exec_graph.h"
 #include "hspmd/specialize/plan_report.h"
+#include "hspmd/specialize/rank_memory.h"
 
 namespace hspmd::specialize {
 namespace {
@@ -140,6 +143,88 @@ TEST_F(PlanReportTest, LocalHetero4SyncsGathersAndTotals) {
   const std::string text = to_string(r);
   EXPECT_THAT(text, HasSubstr("model.layers.{0..1}.attn_out (2x)  bottom[AR,Identity]"));
   EXPECT_THAT(text, HasSubstr("stage 1  ranks [3]"));
+}
+
+// The report estimates memory once per class of ranks (specialize/rank_memory.h). On a layout with
+// classes that repeat and pipelines that look alike but differ, every rank's estimate must be the
+// one its own ExecGraph gives: pipeline 2 repeats pipeline 0 (its estimates are reused); pipeline 1
+// has pipeline 0's stages but twice the micro-batch size (another T); pipeline 3 has them with
+// fewer micro-batches, the same T and the same micro-batches in flight (under ZeRO-2 its ranks, fed
+// the pipeline with the fewest micro-batches, hold no whole gradient between backward passes);
+// pipeline 4 is TP 1 with uneven stages. ZeRO-3 (pipelines of one shape only), where the estimate
+// also follows each rank's gather schedule: three copies of pipeline 0.
+TEST_F(PlanReportTest, MemoryEqualsEachRanksOwnExecGraphEstimate) {
+  auto stage = [](std::vector<int> ranks, int first, int last) {
+    sharding::StageSpec s;
+    s.ranks = std::move(ranks);
+    s.first_layer = first;
+    s.last_layer = last;
+    return s;
+  };
+  auto pipeline = [](int size, int count, std::vector<sharding::StageSpec> stages) {
+    sharding::PipelineSpec p;
+    p.micro_batch_size = size;
+    p.num_micro_batches = count;
+    p.stages = std::move(stages);
+    return p;
+  };
+  // Every rank's reported estimate against its own ExecGraph's; returns the classes and own estimates.
+  auto check = [&](const sharding::Strategy& st, std::vector<int>& classes, std::vector<MemoryEstimate>& own) {
+    const sharding::AnnotationPlan plan = models::compile_llama_plan(config_, st);
+    const PlanReport r = make_plan_report(*model_, plan, {ScheduleKind::k1F1B, 16, nullptr});
+    std::vector<RankMemoryQuery> queries;
+    for (const PipelineReport& p : r.pipelines) {
+      for (const StageReport& s : p.stages) {
+        for (int rank : s.ranks) queries.push_back({rank, {p.binding.at("T"), max_in_flight(s.schedule)}});
+      }
+    }
+    std::sort(queries.begin(), queries.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    ASSERT_EQ(r.memory.size(), queries.size());
+    for (const RankMemoryQuery& q : queries) {
+      own.push_back(estimate_memory(ExecGraph(model_->graph, plan, q.rank), q.options));
+      const MemoryEstimate& reported = r.memory.at(q.rank).estimate;
+      EXPECT_EQ(r.memory.at(q.rank).rank, q.rank);
+      EXPECT_EQ(reported.parameters, own.back().parameters) << "rank " << q.rank;
+      EXPECT_EQ(reported.gradients, own.back().gradients) << "rank " << q.rank;
+      EXPECT_EQ(reported.optimizer_states, own.back().optimizer_states) << "rank " << q.rank;
+      EXPECT_EQ(reported.activations, own.back().activations) << "rank " << q.rank;
+    }
+    classes = memory_classes(model_->graph, plan, graph::deduce_annotations(model_->graph, plan), queries);
+  };
+  const auto tp2_pp2 = [&](int base, int size, int count) {
+    return pipeline(size, count, {stage({base, base + 1}, 0, 1), stage({base + 2, base + 3}, 2, 3)});
+  };
+  for (int zero : {1, 2}) {
+    SCOPED_TRACE("ZeRO " + std::to_string(zero));
+    sharding::Strategy st;
+    st.name = "classes";
+    st.zero = zero;
+    st.pipelines = {tp2_pp2(0, 1, 4), tp2_pp2(4, 2, 2), tp2_pp2(8, 1, 4), tp2_pp2(12, 1, 2),
+                    pipeline(1, 4, {stage({16}, 0, 2), stage({17}, 3, 3)})};
+    std::vector<int> classes;
+    std::vector<MemoryEstimate> own;
+    check(st, classes, own);
+    ASSERT_EQ(classes.size(), 18u);
+    // The layout does exercise reuse, and the distinctions the classes must keep.
+    EXPECT_EQ(classes[8], classes[0]);
+    EXPECT_EQ(classes[11], classes[3]);
+    EXPECT_NE(classes[1], classes[0]);  // another index in the TP group
+    EXPECT_NE(classes[4], classes[0]);
+    EXPECT_NE(own[4].activations, own[0].activations);
+    EXPECT_NE(classes[12], classes[0]);
+    if (zero == 2) {
+      EXPECT_NE(own[12].gradients, own[0].gradients);
+    }
+    EXPECT_LT(*std::max_element(classes.begin(), classes.end()), 14);
+  }
+  sharding::Strategy zero3;
+  zero3.name = "classes-zero3";
+  zero3.zero = 3;
+  zero3.pipelines = {tp2_pp2(0, 1, 4), tp2_pp2(4, 1, 4), tp2_pp2(8, 1, 4)};
+  std::vector<int> classes;
+  std::vector<MemoryEstimate> own;
+  check(zero3, classes, own);
+  EXPECT_EQ(classes, (std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}));
 }
 
 // Every shipped strategy, on its model and (for the paper's strategies) the paper's cluster

@@ -69,6 +69,24 @@ TEST_F(DispatchCliTest, StrategiesPerMaximumLengthSwitchPerBatchAndMatchSinglePr
   EXPECT_THAT(r.output, HasSubstr("PASS"));
 }
 
+// --switch-states bf16-params: the weights and Adam moments stay under the first batch's strategy;
+// steps under the other get bf16 weights and send their gradients back (docs/switching.md). The
+// single-process check allows for the bf16 rounding of the weights no kernel rounds (2e-3).
+TEST_F(DispatchCliTest, Bf16OnlySwitchesPerBatchMatchSingleProcess) {
+  const std::string strategies =
+      "--strategy-for-max-len 64:" + path("long.json") + " --strategy-for-max-len 48:" + path("short.json");
+  const auto r = hspmd::testing::run_hspmd(train(strategies + " --precision bf16 --switch-states bf16-params --check-single"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("bf16 only: weights and Adam moments stay under plan short"));
+  EXPECT_THAT(r.output, HasSubstr("| bf16 switch short -> long: params out "));
+  EXPECT_THAT(r.output, HasSubstr("(tolerance 2e-03): PASS"));
+
+  const auto fp32 = hspmd::testing::run_hspmd(train(strategies + " --switch-states bf16-params"));
+  EXPECT_NE(fp32.code, 0);
+  EXPECT_THAT(fp32.output, HasSubstr("--switch-states bf16-params moves the parameters as bf16 values: it needs "
+                                     "--precision bf16"));
+}
+
 TEST_F(DispatchCliTest, DispatchOnOneStrategyMatchesSingleProcess) {
   const auto r = hspmd::testing::run_hspmd(train("--strategy " + path("short.json") + " --dispatch --check-single"));
   ASSERT_EQ(r.code, 0) << r.output;

@@ -17,6 +17,7 @@ void add_profile_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_cluster_command(CLI::App& app);
 void add_checkpoint_command(CLI::App& app);
+void add_simulate_command(CLI::App& app);
 
 inline void register_commands(CLI::App& app) {
   add_launch_command(app);
@@ -30,6 +31,7 @@ inline void register_commands(CLI::App& app) {
   add_plan_command(app);
   add_cluster_command(app);
   add_checkpoint_command(app);
+  add_simulate_command(app);
 }
 
 }  // namespace hspmd::cli

@@ -21,6 +21,10 @@
 //       examples/strategies/table12-c6-15h800-24h20.json --model configs/llama-32b.json
 //       --cluster examples/clusters/paper-16h800-32h20.json --states params+adam   (one line)
 //
+// --states bf16-params prints instead the two moves of each step under B while A keeps the master
+// state (switching/bf16_switch_plan.h: bf16 parameters out, float32 gradients back), beside the full
+// switch of weights and Adam moments.
+//
 // --no-heuristics plans one BSR per tensor with the lowest-rank owner sending (slices a receiver
 // already holds are still copied locally), for comparison;
 // --dead 15 keeps failed ranks from sending (their shards come from data-parallel replicas).
@@ -44,6 +48,7 @@
 #include "hspmd/resolve/topology.h"
 #include "hspmd/sharding/strategy.h"
 #include "hspmd/specialize/plan_report.h"
+#include "hspmd/switching/bf16_switch_plan.h"
 #include "hspmd/switching/switch_plan.h"
 
 namespace hspmd::cli {
@@ -88,10 +93,44 @@ void run_strategy(const ExplainOptions& o) {
   }
 }
 
+// "  intra-node 1.00 MiB (1048576 bytes), inter-node 0 B (0 bytes)"
+std::string tier_bytes(const std::map<resolve::LinkTier, int64_t>& by_tier) {
+  std::string out;
+  for (resolve::LinkTier t : {resolve::LinkTier::kIntraNode, resolve::LinkTier::kInterNode}) {
+    const int64_t bytes = by_tier.count(t) ? by_tier.at(t) : 0;
+    out += std::string(out.empty() ? "" : ", ") + std::string(resolve::link_tier_name(t)) + " " +
+           format_bytes(bytes) + " (" + std::to_string(bytes) + " bytes)";
+  }
+  return out;
+}
+
+// --states bf16-params: the two moves of every step under B while A keeps the master state
+// (switching/bf16_switch_plan.h), beside the full switch A -> B of weights and Adam moments.
+void print_bf16_switch(const ExplainOptions& o, const sharding::Strategy& sa, const sharding::Strategy& sb,
+                       const std::vector<switching::ParamLayout>& a, const std::vector<switching::ParamLayout>& b,
+                       const resolve::Topology& topo) {
+  HSPMD_CHECK(!o.no_heuristics && o.bsr_algorithm == "fused" && o.dead.empty())
+      << "--states bf16-params plans the fused BSR of a healthy run: leave out --no-heuristics, --bsr-algorithm and --dead";
+  const switching::Bf16SwitchPlan bf16 = switching::plan_bf16_switch(a, b, &topo);
+  const switching::SwitchPlan full = switching::plan_switch(a, b, {.optimizer_states = true, .topology = &topo});
+  auto line = [](const char* what, const switching::SwitchPlan& p) {
+    std::cout << "  " << what << ": " << p.bsr.messages().size() << " messages, " << format_bytes(p.bsr.total_bytes())
+              << " (" << p.bsr.total_bytes() << " bytes): " << tier_bytes(p.sent_by_tier) << "; local copies "
+              << format_bytes(p.local_copy_bytes) << "\n";
+  };
+  std::cout << "switch " << sa.name << " -> " << sb.name << ", states bf16-params: float32 weights and Adam moments "
+            << "stay under " << sa.name << "; every step under " << sb.name << " moves\n";
+  line("params out (bf16, 2 bytes an element)", bf16.params_out);
+  line("grads back (float32, 4 bytes an element)", bf16.grads_back);
+  std::cout << "  per step: " << format_bytes(bf16.step_bytes()) << " (" << bf16.step_bytes() << " bytes)\n"
+            << "the full switch instead (params+adam, float32, once each way):\n";
+  line("weights and Adam moments", full);
+}
+
 void run_switch(const ExplainOptions& o) {
   HSPMD_CHECK(o.switch_files.size() == 2) << "--switch needs two strategy files, A.json B.json";
-  HSPMD_CHECK(o.states == "params" || o.states == "params+adam")
-      << "--states must be 'params' or 'params+adam', got '" << o.states << "'";
+  HSPMD_CHECK(o.states == "params" || o.states == "params+adam" || o.states == "bf16-params")
+      << "--states must be 'params', 'params+adam' or 'bf16-params', got '" << o.states << "'";
   HSPMD_CHECK(!o.cluster.empty()) << "--switch needs --cluster C.json (link bandwidths decide the senders)";
   const auto start = std::chrono::steady_clock::now();
   const std::shared_ptr<const models::Model> model = models::load_model(o.model);
@@ -107,6 +146,8 @@ void run_switch(const ExplainOptions& o) {
     }
   }
   const std::vector<std::pair<std::string, Shape>> params = models::parameter_shapes(*model);
+  if (o.states == "bf16-params") return print_bf16_switch(o, sa, sb, switching::param_layouts(a, params),
+                                                          switching::param_layouts(b, params), topo);
   switching::SwitchOptions options;
   options.optimizer_states = o.states == "params+adam";
   options.topology = &topo;
@@ -179,7 +220,9 @@ void add_explain_command(CLI::App& app) {
   cmd->add_option("--cluster", opts->cluster, "cluster spec JSON (devices, link bandwidths)");
   cmd->add_option("--profile", opts->profile,
                   "profile JSON (--strategy, with --cluster): print the predicted step time and memory per rank");
-  cmd->add_option("--states", opts->states, "what moves: params or params+adam")->capture_default_str();
+  cmd->add_option("--states", opts->states,
+                  "what moves: params, params+adam, or bf16-params (per step: bf16 weights out, float32 gradients "
+                  "back, beside the full switch)")->capture_default_str();
   cmd->add_flag("--no-heuristics", opts->no_heuristics,
                 "one BSR per tensor, lowest-rank owner sends (= --bsr-algorithm per-tensor-lowest-owner)");
   cmd->add_option("--bsr-algorithm", opts->bsr_algorithm,

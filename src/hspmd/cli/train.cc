@@ -35,6 +35,7 @@
 #include "hspmd/models/model_factory.h"
 #include "hspmd/resolve/fused_bsr.h"
 #include "hspmd/runtime/checkpoint.h"
+#include "hspmd/runtime/comm_choice.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
 #include "hspmd/runtime/trainer.h"
 #include "hspmd/runtime/training_log.h"
@@ -120,9 +121,11 @@ void run_train(TrainArgs args, const CLI::App& sub) {
   }
   if (!args.resume.empty()) args.options = resumed_options(args, sub, *models::load_model(args.model));
   const bool distributed = !args.strategy.empty() || !args.strategies_for_max_len.empty();
-  // Distributed ranks on a GPU communicate through Gloo with host staging (several may share one
-  // GPU), a switch's BSR too; elastic recovery and dispatch by length move state with CPU kernels
-  // only so far.
+  // --comm against the device once, before any worker starts.
+  runtime::choose_comm(args.comm.empty() ? std::nullopt : std::optional(runtime::parse_comm(args.comm)),
+                       args.options.device);
+  // Elastic recovery and dispatch by length move state with CPU kernels only so far. (A switch's
+  // fused BSR runs on GPUs: on device buffers over NCCL, on host copies of the shards over Gloo.)
   HSPMD_CHECK(args.options.device.type == DeviceType::kCPU ||
               (!args.elastic && !args.dispatch && args.strategies_for_max_len.empty()))
       << "--device " << args.options.device.to_string()
@@ -204,8 +207,8 @@ void define_train_options(CLI::App* sub, TrainArgs* args) {
   sub->add_option_function<std::string>(
       "--device", [&o](const std::string& name) { o.device = parse_device(name); },
       "where training runs: cpu (default), or cuda / cuda:N (GPU N: parameters, AdamW state and activations in its "
-      "memory, the batch copied in each step; with --strategy every rank uses that GPU and communicates through Gloo "
-      "with host staging; needs a build with the CUDA backend; docs/gpu.md)")
+      "memory, the batch copied in each step; with --strategy see --comm; needs a build with the CUDA backend; "
+      "docs/gpu.md)")
       ->default_str("cpu");
   sub->add_option("--save", args->save, "checkpoint directory, written at the end (and every --save-every steps)");
   sub->add_option("--save-every", args->save_every, "also checkpoint every K steps")->check(CLI::NonNegativeNumber);
@@ -245,13 +248,31 @@ void define_train_options(CLI::App* sub, TrainArgs* args) {
       })
       ->capture_default_str()
       ->group(dist);
+  sub->add_option("--switch-states", args->switch_states,
+                  "what a switch (--switch, --strategy-for-max-len) moves: params+adam (float32 weights and Adam "
+                  "states, once) or bf16-params (needs --precision bf16: weights and Adam states stay under the "
+                  "first strategy; each step under another sends it the bf16 weights and brings the gradients back)")
+      ->check(CLI::IsMember({"params+adam", "bf16-params"}))
+      ->capture_default_str()
+      ->group(dist);
   sub->add_option("--comm-timeout", args->comm_timeout,
                   "seconds a communication (or connecting) may take before the run fails; cover your slowest "
                   "save or step (default: $HSPMD_COMM_TIMEOUT, else 300)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber)
       ->group(dist);
+  sub->add_option("--comm", args->comm,
+                  "how ranks communicate: gloo (host memory; GPU ranks stage through the host and all use the "
+                  "--device GPU, so several may share it) or nccl (GPU memory; rank L of a host on GPU N+L of "
+                  "--device cuda:N). Default: nccl with --device cuda in a build with NCCL, else gloo")
+      ->group(dist);
   sub->add_option("--schedule", args->schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str()->group(dist);
+  sub->add_option("--grad-bucket-mb", args->grad_bucket_mb,
+                  "MiB of gradient per bucket reduced on a communication thread during the backward pass "
+                  "(0: no overlap, every gradient synced after the backward)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group(dist);
   sub->add_option("--devices", args->devices, "emulated devices JSON: per-rank relative speed and memory")->group(dist);
   sub->add_option("--trace", args->trace, "write a Chrome trace per rank (FILE.rank<N>.json)")->group(dist);
   auto planner_inputs = "Planner inputs (--elastic, dispatch by length)";

@@ -26,8 +26,14 @@ struct TrainArgs {
   std::optional<sharding::Strategy> strategy_value;
   std::vector<std::string> switches;  // --switch STEP:STRATEGY.json, in step order
   std::string switch_bsr = "fused";   // --switch-bsr: resolve::BsrAlgorithm of the --switch moves
+  // --switch-states: what a switch moves. params+adam: the float32 weights and both moments, once;
+  // bf16-params: the master state stays under the first strategy and each step under another moves
+  // its bf16 parameters out and its gradients back (runtime::DistOptions::bf16_switches).
+  std::string switch_states = "params+adam";
   int nproc = 0;
   double comm_timeout = 300;  // seconds: bound on connecting and on every communication
+  double grad_bucket_mb = 25;  // runtime::DistOptions::grad_bucket_mb (0: no overlap)
+  std::string comm;           // --comm gloo|nccl (runtime/comm_choice.h); empty: by the device
   bool check_single = false;
   // The planner's cluster spec and profile: elastic training re-plans with them, dispatch by
   // length prices with them.

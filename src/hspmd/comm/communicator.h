@@ -15,9 +15,13 @@
 //                   .recvs = {{3, CommBuffer::of(c)}}}).wait();      // posts all, then waits
 //
 // Buffers are raw pointer + element count + DType (CommBuffer), so host tensors, std::vectors
-// and device memory (NCCL) pass alike; CommBuffer::of(tensor) views a Tensor. Reductions are
-// sums; float32, float64, int32 and int64 are reduced natively, bfloat16 in float32 (converted,
-// reduced, rounded back once). Byte-moving operations accept every dtype.
+// and device memory pass alike; CommBuffer::of(tensor) views a Tensor wherever its storage is.
+// Which memory a backend moves: Gloo host memory only (a GPU rank over Gloo stages its Reshards
+// through the host, runtime/reshard_exec.h); NCCL device memory, and host buffers through device
+// copies (nccl/nccl_communicator.h). SelfCommunicator (groups of one) copies with memcpy: host
+// memory only, which is all it gets (the resolver lowers no collective over one member).
+// Reductions are sums; float32, float64, int32 and int64 are reduced natively, bfloat16 in
+// float32 (converted, reduced, rounded back once). Byte-moving operations accept every dtype.
 //
 // Errors (wrong counts, a dead peer, a timeout) surface from Work::wait() as hspmd::Error naming
 // the operation, the group, its generation and, where known, the peer. After a transport error a
@@ -42,7 +46,7 @@ struct CommBuffer {
   DType dtype = DType::kFloat32;
 
   size_t nbytes() const { return static_cast<size_t>(count) * dtype_size(dtype); }
-  static CommBuffer of(const Tensor& tensor) { return {tensor.raw_data(), tensor.numel(), tensor.dtype()}; }
+  static CommBuffer of(const Tensor& tensor) { return {tensor.device_raw_data(), tensor.numel(), tensor.dtype()}; }
   template <typename T>
   static CommBuffer of(std::vector<T>& values) {
     return {values.data(), static_cast<int64_t>(values.size()), dtype_of<T>()};

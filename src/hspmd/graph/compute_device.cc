@@ -2,6 +2,7 @@
 
 #include "hspmd/kernels/elementwise.h"
 #include "hspmd/kernels/reduce.h"
+#include "hspmd/kernels/slice.h"
 
 namespace hspmd::graph {
 
@@ -11,7 +12,8 @@ ComputeDevice cpu_compute(Allocator::Options options) {
           .add = [](const Tensor& a, const Tensor& b, const Tensor& out) { kernels::add(a, b, out); },
           .sum_squares = [](const Tensor& x) { return kernels::sum_squares(x); },
           .adamw_step = [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, int64_t step,
-                           const kernels::AdamWOptions& o) { kernels::adamw_step(p, g, m, v, step, o); }};
+                           const kernels::AdamWOptions& o) { kernels::adamw_step(p, g, m, v, step, o); },
+          .copy_region = kernels::copy_region};
 }
 
 }  // namespace hspmd::graph

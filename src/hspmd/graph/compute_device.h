@@ -12,12 +12,18 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "hspmd/core/allocator.h"
 #include "hspmd/graph/kernel_registry.h"
 #include "hspmd/kernels/adamw.h"
 
 namespace hspmd::graph {
+
+// dst[dst_starts + box] = src[src_starts + box] for the box of `extents` (kernels/slice.h's
+// copy_region), both tensors on one device.
+using RegionCopy = std::function<void(const Tensor& src, const std::vector<int64_t>& src_starts, const Tensor& dst,
+                                      const std::vector<int64_t>& dst_starts, const std::vector<int64_t>& extents)>;
 
 struct ComputeDevice {
   Allocator allocator;                  // every tensor of the run; its device is where it computes
@@ -30,6 +36,9 @@ struct ComputeDevice {
   std::function<void(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, int64_t step,
                      const kernels::AdamWOptions& options)>
       adamw_step;
+  // Box copies between the device's tensors: a Reshard's packing when the communicators move this
+  // device's memory (runtime/reshard_exec.h).
+  RegionCopy copy_region;
 };
 
 // The host: a host pool with these options and the CPU kernels.

@@ -5,35 +5,17 @@
 #include <map>
 #include <optional>
 
+#include "hspmd/planner/switch_seconds.h"
+#include "hspmd/switching/bf16_switch_plan.h"
 #include "hspmd/switching/switch_plan.h"
 
 namespace hspmd::planner {
 
-namespace {
-
-// Seconds of a fused BSR: each sender's and each receiver's messages one after the other at their
-// links' bandwidths, all senders in parallel.
-double bsr_seconds(const resolve::FusedBsr& bsr, const resolve::Topology& topology) {
-  std::map<int, double> out, in;
-  for (const resolve::BsrMessage& m : bsr.messages()) {
-    const double t = static_cast<double>(m.bytes) / topology.bandwidth(m.sender, m.receiver);
-    out[m.sender] += t;
-    in[m.receiver] += t;
-  }
-  double worst = 0;
-  for (const auto& [rank, t] : out) worst = std::max(worst, t);
-  for (const auto& [rank, t] : in) worst = std::max(worst, t);
-  return worst;
-}
-
-}  // namespace
-
 LengthStrategies::LengthStrategies(const models::Model& model, const CostModel& cost_model,
                                    std::vector<LengthStrategy> set, const PipelineModelOptions& options)
-    : set_(std::move(set)) {
+    : set_(std::move(set)), topology_(&cost_model.topology()) {
   HSPMD_CHECK(!set_.empty()) << "strategies per maximum length: none given";
   const std::vector<std::pair<std::string, Shape>> params = models::parameter_shapes(model);
-  std::vector<std::vector<switching::ParamLayout>> layouts;
   for (size_t i = 0; i < set_.size(); ++i) {
     const LengthStrategy& s = set_[i];
     HSPMD_CHECK(s.max_len > 0) << "strategy " << s.strategy.name << ": maximum length " << s.max_len
@@ -48,7 +30,7 @@ LengthStrategies::LengthStrategies(const models::Model& model, const CostModel& 
     }
     plans_.push_back(model.compile_plan(s.strategy));
     models_.push_back(pipeline_models(cost_model, s.strategy, options));
-    layouts.push_back(switching::param_layouts(plans_.back(), params));
+    layouts_.push_back(switching::param_layouts(plans_.back(), params));
   }
   const size_t n = set_.size();
   switch_seconds_.assign(n, std::vector<double>(n, 0));
@@ -57,10 +39,21 @@ LengthStrategies::LengthStrategies(const models::Model& model, const CostModel& 
     for (size_t b = 0; b < n; ++b) {
       if (a == b) continue;
       const switching::SwitchPlan sp =
-          switching::plan_switch(layouts[a], layouts[b], {.topology = &cost_model.topology()});
+          switching::plan_switch(layouts_[a], layouts_[b], {.topology = &cost_model.topology()});
       switch_bytes_[a][b] = sp.bsr.total_bytes();
       switch_seconds_[a][b] = bsr_seconds(sp.bsr, cost_model.topology());
     }
+  }
+}
+
+void LengthStrategies::price_bf16_switches(size_t base) {
+  HSPMD_CHECK(base < set_.size()) << "strategies per maximum length: no strategy " << base;
+  bf16_base_ = base;
+  bf16_step_seconds_.assign(set_.size(), 0.0);
+  for (size_t s = 0; s < set_.size(); ++s) {
+    if (s == base) continue;
+    const switching::Bf16SwitchPlan p = switching::plan_bf16_switch(layouts_[base], layouts_[s], topology_);
+    bf16_step_seconds_[s] = bsr_seconds(p.params_out.bsr, *topology_) + bsr_seconds(p.grads_back.bsr, *topology_);
   }
 }
 
@@ -78,7 +71,9 @@ Choice LengthStrategies::choose(std::span<const int64_t> lengths, size_t current
       continue;
     }
     Dispatch d = dispatch(lengths, models_[i]);
-    const double sw = current == kNone || i == current ? 0.0 : switch_seconds_[current][i];
+    const double sw = bf16_base_                          ? bf16_step_seconds_[i]
+                      : current == kNone || i == current ? 0.0
+                                                         : switch_seconds_[current][i];
     best.predicted[i] = d.step_seconds + sw;
     if (!found || best.predicted[i] < best.predicted[best.strategy]) {
       found = true;

@@ -9,10 +9,14 @@
 // Switch cost: the bytes of the one fused BSR that moves every parameter and both AdamW moments
 // (switching::plan_switch, the plan the trainer executes), each message over its link's bandwidth;
 // senders work in parallel, so the switch takes as long as the busiest sender or receiver.
+// With bf16-only switches (price_bf16_switches, switching/bf16_switch_plan.h) the state stays under
+// one base strategy: the base costs nothing more, and every step under another pays its two moves
+// (bf16 parameters out, float32 gradients back), whichever strategy the step before ran.
 #pragma once
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,6 +26,7 @@
 #include "hspmd/planner/dispatcher.h"
 #include "hspmd/sharding/plan.h"
 #include "hspmd/sharding/strategy.h"
+#include "hspmd/switching/switch_plan.h"
 
 namespace hspmd::planner {
 
@@ -58,6 +63,10 @@ class LengthStrategies {
   // Predicted seconds of switching from strategy a to strategy b (0 when a == b).
   double switch_seconds(size_t a, size_t b) const { return switch_seconds_.at(a).at(b); }
   int64_t switch_bytes(size_t a, size_t b) const { return switch_bytes_.at(a).at(b); }
+  // From now on choose() prices bf16-only switches with the master state under strategy `base`.
+  void price_bf16_switches(size_t base);
+  // Predicted seconds of the two moves of a step under `s` while `base` holds the state (0: s == base).
+  double bf16_step_seconds(size_t s) const { return bf16_step_seconds_.at(s); }
 
  private:
   std::vector<LengthStrategy> set_;
@@ -65,6 +74,10 @@ class LengthStrategies {
   std::vector<std::vector<PipelineModel>> models_;
   std::vector<std::vector<double>> switch_seconds_;
   std::vector<std::vector<int64_t>> switch_bytes_;
+  std::vector<std::vector<switching::ParamLayout>> layouts_;
+  const resolve::Topology* topology_ = nullptr;
+  std::optional<size_t> bf16_base_;
+  std::vector<double> bf16_step_seconds_;
 };
 
 // "4096:A.json" -> {4096, Strategy::from_file("A.json")}; Error naming the flag's text otherwise.

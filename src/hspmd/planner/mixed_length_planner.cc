@@ -143,6 +143,7 @@ std::string ParallelMethod::to_string() const {
   std::ostringstream out;
   out << kind << " TP " << tp << " x CP " << cp << " x PP " << pp << ", micro-batches of " << model.micro_batch_tokens
       << " tokens";
+  if (zero1_copies > 1) out << ", ZeRO-1 over " << zero1_copies << "+ copies";
   return out.str();
 }
 
@@ -189,21 +190,31 @@ MixedLengthSpace::MixedLengthSpace(const models::Model& model, const resolve::To
           m.tp = tp;
           m.cp = c;
           m.pp = pp;
-          Allocator alloc(nodes);
-          const auto pipe = build_pipeline(m, layers_, alloc, 1);
-          if (!pipe) continue;
-          const sharding::Strategy one{"method", 0, false, {*pipe}};
-          const PipelineModel base = pipeline_models(cm, one, {.seq_len = options.seq_len}).at(0);
-          if (base.max_tokens < 2) continue;
-          int64_t previous_tokens = 0;
-          for (int b : options.micro_batch_sizes) {
-            m.micro_batch_size = b;
-            m.model = base;
-            m.model.micro_batch_tokens = std::min<int64_t>(base.max_tokens, b * options.seq_len);
-            // A larger size the memory caps at the same tokens is the same method.
-            if (m.model.micro_batch_tokens == previous_tokens) continue;
-            previous_tokens = m.model.micro_batch_tokens;
-            methods_.push_back(m);
+          // ZeRO-1 over k copies frees optimizer memory for activations: each k (1: without) whose
+          // copies fit the kind and that holds longer sequences than the fewer copies is a method.
+          int64_t previous_max = 0;
+          for (int copies = 1; copies * group * pp <= kind_devices_[k]; copies *= 2) {
+            Allocator alloc(nodes);
+            std::vector<sharding::PipelineSpec> pipes;
+            for (int i = 0; i < copies; ++i) {
+              if (auto pipe = build_pipeline(m, layers_, alloc, 1)) pipes.push_back(std::move(*pipe));
+            }
+            if (static_cast<int>(pipes.size()) < copies) break;
+            const sharding::Strategy together{"method", copies > 1 ? 1 : 0, false, std::move(pipes)};
+            const PipelineModel base = pipeline_models(cm, together, {.seq_len = options.seq_len}).at(0);
+            if (base.max_tokens < 2 || base.max_tokens <= previous_max) continue;
+            previous_max = base.max_tokens;
+            m.zero1_copies = copies;
+            int64_t previous_tokens = 0;
+            for (int b : options.micro_batch_sizes) {
+              m.micro_batch_size = b;
+              m.model = base;
+              m.model.micro_batch_tokens = std::min<int64_t>(base.max_tokens, b * options.seq_len);
+              // A larger size the memory caps at the same tokens is the same method.
+              if (m.model.micro_batch_tokens == previous_tokens) continue;
+              previous_tokens = m.model.micro_batch_tokens;
+              methods_.push_back(m);
+            }
           }
         }
       }
@@ -329,7 +340,8 @@ class Program {
       const int method = candidates.methods[k];
       const ParallelMethod& m = space_.methods()[method];
       const int room = (space_.kind_devices(m.kind_index) - used[m.kind_index]) / m.devices();
-      if (room == 0) continue;
+      const int fewest = m.zero1_copies;
+      if (room < fewest) continue;
       const auto here = [&](int n) {
         pick.push_back({candidates.times[k], n});
         const double v = balanced_seconds(pick, breaks_);
@@ -352,7 +364,7 @@ class Program {
         }
       };
       if (here(room) < c.seconds) {  // else no count of this method ends a better set
-        int lo = 1, hi = room;
+        int lo = fewest, hi = room;
         while (lo < hi) {
           const int mid = lo + (hi - lo) / 2;
           if (here(mid) <= rest(mid)) {
@@ -362,10 +374,10 @@ class Program {
           }
         }
         consider(lo);
-        if (lo > 1) consider(lo - 1);
+        if (lo > fewest) consider(lo - 1);
       }
       if (!extend) continue;
-      for (int n = 1; n <= room; ++n) {
+      for (int n = fewest; n <= room; ++n) {
         // Sets extending this one leave the rest of the plan no more devices than rest(n), which
         // only grows with n: once it reaches the best found, no larger count can do better.
         if (rest(n) >= c.seconds) break;
@@ -407,10 +419,14 @@ class Program {
       bool dominated = false;
       for (size_t a = 0; a < holding.size() && !dominated; ++a) {
         const ParallelMethod& ma = methods[holding[a]];
-        if (a == b || ma.kind_index != mb.kind_index || ma.devices() > mb.devices() || !no_slower(a, b)) continue;
-        // Equal methods: keep the first.
+        // a must also be usable wherever b is: with no more copies.
+        if (a == b || ma.kind_index != mb.kind_index || ma.devices() > mb.devices() ||
+            ma.zero1_copies > mb.zero1_copies || !no_slower(a, b)) {
+          continue;
+        }
+        // Equal methods: keep the one needing fewer copies, else the first.
         const bool equal = ma.devices() == mb.devices() && no_slower(b, a);
-        dominated = !equal || a < b;
+        dominated = !equal || ma.zero1_copies < mb.zero1_copies || a < b;
       }
       if (!dominated) {
         kept.methods.push_back(holding[b]);
@@ -517,7 +533,12 @@ MixedLengthPlan plan_mixed_length(const models::Model& model, const resolve::Top
         pipes[pl.interval][pl.entry].push_back(*pipe);
       }
     }
-    sharding::Strategy st{name, 0, false, {}};
+    // ZeRO-1 when a chosen method's memory counts on it (its shards only shrink with more pipelines).
+    bool zero1 = false;
+    for (const Picked& p : picked) {
+      for (const MethodCopies& mc : p.pipelines) zero1 = zero1 || methods[mc.method].zero1_copies > 1;
+    }
+    sharding::Strategy st{name, zero1 ? 1 : 0, false, {}};
     for (size_t i = 0; i < picked.size(); ++i) {
       for (auto& entry : pipes[i]) {
         for (auto& pipe : entry) st.pipelines.push_back(std::move(pipe));

@@ -9,8 +9,11 @@
 //
 // Method. Lengths are grouped into doubling buckets ([1, 2), [2, 4), ..., up to seq_len). A
 // *parallel method* is a pipeline template on one device kind: TP degree t (profiled) x CP degree c
-// (t x c consecutive devices of one node) x PP degree s (layers split evenly) and a micro-batch size
-// b (micro-batches packed up to b x seq_len tokens, or what the memory holds); its time for packed
+// (t x c consecutive devices of one node) x PP degree s (layers split evenly), a micro-batch size
+// b (micro-batches packed up to b x seq_len tokens, or what the memory holds) and whether its
+// optimizer states are sharded (ZeRO-1) over at least k of its own copies (k = 2, 4, ...: more
+// memory for activations, so longer sequences; the method then runs with k copies or more, and the
+// strategy is ZeRO-1 when any chosen method is); its time for packed
 // micro-batches is the dispatcher's model (planner/dispatcher.h, from the cost model) and its memory
 // bounds the longest sequence it holds. The expected work of a step in an interval of buckets is the
 // histogram's sequences there, scaled to the global batch's tokens.
@@ -58,6 +61,10 @@ struct ParallelMethod {
   int kind_index = 0;  // into MixedLengthSpace::kinds()
   int tp = 1, cp = 1, pp = 1;
   int micro_batch_size = 1;
+  // ZeRO-1 over at least this many replicas (1: none). The memory is priced with the optimizer
+  // states sharded over `zero1_copies` pipelines of this method, so the method may be used only
+  // with that many copies (a strategy's ZeRO-1 shards over every pipeline: never fewer).
+  int zero1_copies = 1;
   PipelineModel model;  // micro_batch_tokens = min(memory limit, micro_batch_size x seq_len)
   int devices() const { return tp * cp * pp; }
   std::string to_string() const;  // "slow TP 2 x CP 1 x PP 2, micro-batches of 2 x 256 tokens"
@@ -89,6 +96,8 @@ class MixedLengthSpace {
   const LengthLoad& load(int from, int to) const { return loads_[from][to]; }  // buckets [from, to)
   // Whether `method` holds the longest sequence of buckets [from, to).
   bool holds(int method, int from, int to) const;
+  // The fewest copies `method` may run with (its zero1_copies).
+  int min_copies(int method) const { return methods_[method].zero1_copies; }
   // Seconds of the step's share of buckets [from, to) run by these pipelines, its work balanced so
   // that they finish together (0 for an interval without sequences). `shares`, when given, receives
   // per entry the share of the interval's work one copy takes. Every method must hold the interval.

@@ -1,6 +1,6 @@
 #include "hspmd/resolve/comm_op.h"
 
-#include <sstream>
+#include <string>
 
 namespace hspmd::resolve {
 
@@ -35,24 +35,28 @@ std::string_view reshard_kind_name(ReshardKind kind) {
   return "?";
 }
 
+// Appended to one string, not streamed: `hspmd explain` of thousands of ranks prints millions of ops,
+// and a stream per op (its locale set up each time) was a fifth of the whole report.
 std::string CommOp::to_string() const {
-  std::ostringstream out;
-  out << comm_kind_name(kind);
+  std::string out(comm_kind_name(kind));
   if (!group.empty()) {
-    out << " group=[";
-    for (size_t i = 0; i < group.size(); ++i) out << (i ? "," : "") << group[i];
-    out << "]";
+    out += " group=[";
+    for (size_t i = 0; i < group.size(); ++i) {
+      if (i) out += ',';
+      out += std::to_string(group[i]);
+    }
+    out += ']';
   }
-  if (peer >= 0) out << " peer=" << peer;
-  if (dim >= 0) out << " dim=" << dim;
-  if (zero_input) out << " zero-input";
+  if (peer >= 0) out += " peer=" + std::to_string(peer);
+  if (dim >= 0) out += " dim=" + std::to_string(dim);
+  if (zero_input) out += " zero-input";
   for (const Piece& p : pieces) {
-    out << " ";
-    if (p.tensor != 0) out << "t" << p.tensor << ":";
-    out << p.region.to_string();
+    out += ' ';
+    if (p.tensor != 0) out += "t" + std::to_string(p.tensor) + ":";
+    out += p.region.to_string();
   }
-  out << " bytes=" << bytes;
-  return out.str();
+  out += " bytes=" + std::to_string(bytes);
+  return out;
 }
 
 }  // namespace hspmd::resolve

@@ -324,9 +324,15 @@ size_t ResolveCache::KeyHash::operator()(const Key& k) const {
 const Resolution& ResolveCache::resolve(const Annotation& src, const Annotation& dst, const Shape& shape,
                                         const std::string& tensor) {
   Key key{src, dst, shape.dims()};
+  std::lock_guard<std::mutex> lock(mutex_);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
   return cache_.emplace(std::move(key), resolve::resolve(src, dst, shape, tensor, options_)).first->second;
+}
+
+size_t ResolveCache::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cache_.size();
 }
 
 }  // namespace hspmd::resolve

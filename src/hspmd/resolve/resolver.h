@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -77,9 +78,11 @@ Resolution resolve(const sharding::Annotation& src, const sharding::Annotation& 
 class ResolveCache {
  public:
   explicit ResolveCache(ResolveOptions options = {}) : options_(options) {}
+  // Thread-safe (the gradient sync's communication thread resolves while the main thread does);
+  // a returned Resolution stays valid, unchanged, as long as the cache.
   const Resolution& resolve(const sharding::Annotation& src, const sharding::Annotation& dst, const Shape& shape,
                             const std::string& tensor);
-  size_t size() const { return cache_.size(); }
+  size_t size() const;
 
  private:
   struct Key {
@@ -91,7 +94,8 @@ class ResolveCache {
     size_t operator()(const Key& k) const;
   };
   ResolveOptions options_;
-  std::unordered_map<Key, Resolution, KeyHash> cache_;
+  mutable std::mutex mutex_;
+  std::unordered_map<Key, Resolution, KeyHash> cache_;  // nodes never move: references stay valid
 };
 
 }  // namespace hspmd::resolve

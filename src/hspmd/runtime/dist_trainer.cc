@@ -14,7 +14,6 @@
 #include "hspmd/kernels/slice.h"
 #include "hspmd/kernels/threading.h"
 #include "hspmd/runtime/fault_injection.h"
-#include "hspmd/runtime/gradient_sync.h"
 #include "hspmd/runtime/rank_compute.h"
 
 // DistTrainer (runtime/dist_trainer.h): construction, the step (the step runner's passes, Post,
@@ -24,6 +23,11 @@ namespace hspmd::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+int64_t bucket_bytes(double mib) {
+  HSPMD_CHECK(std::isfinite(mib) && mib >= 0) << "grad_bucket_mb " << mib << ": must be >= 0 (0: no overlap)";
+  return std::llround(mib * (1 << 20));
+}
 
 std::vector<int> all_ranks(int world) {
   std::vector<int> r(world);
@@ -49,11 +53,15 @@ DistTrainer::DistTrainer(std::shared_ptr<const models::Model> model, const data:
       world_size_(world_size),
       compute_(options_.compute ? options_.compute(rank) : rank_compute(options_.train, options_.device, rank)),
       allocator_(std::make_unique<Allocator>(compute_.allocator)),
-      comm_memory_(compute_.allocator.device().type == DeviceType::kCPU
+      comm_memory_(compute_.allocator.device().type == DeviceType::kCPU || options_.comm_on_device
                        ? nullptr
                        : std::make_unique<Allocator>(Allocator::Options{
                              .capacity_bytes = 0, .name = "rank " + std::to_string(rank) + " host staging"})),
-      session_(groups, rank, comm_memory_ ? comm_memory_.get() : allocator_.get()),
+      session_(groups, rank, comm_memory_ ? comm_memory_.get() : allocator_.get(),
+               comm_memory_ ? nullptr : compute_.copy_region),
+      // The cluster's link tiers steer every step's BSRs (the sender on the receiver's node), as
+      // they do the switches' and explain's.
+      cache_(resolve::ResolveOptions{.topology = options_.topology}),
       plans_(graph_, rank,
              {.schedule = options_.schedule,
               .seq_len = options_.train.seq_len,
@@ -63,16 +71,22 @@ DistTrainer::DistTrainer(std::shared_ptr<const models::Model> model, const data:
       lr_schedule_(optimizer_options(options_.train).schedule),
       pacer_(options_.device.speed),
       tracer_(rank, options_.trace),
+      grad_sync_(rank, bucket_bytes(options_.grad_bucket_mb), compute_.allocator.device().type == DeviceType::kCPU,
+                 {cache_, session_, compute_, pacer_, tracer_}),
       runner_(*model_, graph_, rank,
               {.seq_len = options_.train.seq_len,
                .schedule = options_.schedule,
                .layout = options_.layout,
                .split_batch = options_.split_batch},
-              {*allocator_, session_, cache_, pacer_, tracer_, compute_}) {
+              {*allocator_, session_, cache_, pacer_, tracer_, compute_, grad_sync_}) {
   const TrainerOptions& o = options_.train;
   members_ = options_.members.empty() ? all_ranks(world_size_) : options_.members;
   if (dataset_ != nullptr) check_dataset_fits(*dataset_, *model_);
   validate_options(o, *model_);
+  HSPMD_CHECK(!options_.bf16_switches || o.precision == DType::kBFloat16)
+      << "bf16-only switches (--switch-states bf16-params) move the parameters as bf16 values: they need "
+         "--precision bf16, got --precision "
+      << dtype_name(o.precision);
   if (o.threads > 0) kernels::set_num_threads(o.threads);
   current_ = &plans_.find_or_build(plan, options_.plan_name, members_);
   state_ = ShardedState::laid_out(*current_, graph_.params, rank_, optimizer_options(o));
@@ -127,17 +141,19 @@ std::shared_ptr<comm::Communicator> DistTrainer::all_ranks_group() {
 
 DistTrainer::~DistTrainer() = default;
 
-const specialize::ExecGraph& DistTrainer::exec_graph() const { return *current_->exec; }
-const std::vector<specialize::Task>& DistTrainer::schedule() const { return current_->schedule; }
-const specialize::PipelineLayout& DistTrainer::pipelines() const { return current_->pipelines; }
-const std::string& DistTrainer::plan_name() const { return current_->name; }
-bool DistTrainer::active() const { return current_->active; }
+const specialize::ExecGraph& DistTrainer::exec_graph() const { return *computing().exec; }
+const std::vector<specialize::Task>& DistTrainer::schedule() const { return computing().schedule; }
+const specialize::PipelineLayout& DistTrainer::pipelines() const { return computing().pipelines; }
+const std::string& DistTrainer::plan_name() const { return computing().name; }
+bool DistTrainer::active() const { return computing().active; }
 
 std::string DistTrainer::describe() const {
-  const SpecializedPlan& p = *current_;
+  const SpecializedPlan& p = computing();
   std::ostringstream out;
   if (!p.active) {
-    out << "rank " << rank_ << ": spare under plan " << p.name << " (holds no state; joins the loss reduction only)";
+    out << "rank " << rank_ << ": spare under plan " << p.name
+        << (current_->active ? " (computes nothing; holds its master state under plan " + current_->name + ")"
+                             : std::string(" (holds no state; joins the loss reduction only)"));
     return out.str();
   }
   const auto [pipeline, stage] = p.pipelines.locate(rank_);
@@ -188,9 +204,27 @@ StepMetrics DistTrainer::step() {
   std::vector<data::Segment> segments = given ? *given_batch_ : loader_->next();
   const data::Batch global = data::pack(segments, {.seq_len = o.seq_len});
   const int64_t labels = global.num_label_tokens();
-  const double loss_sum =
-      run_passes(segments, labels, /*train=*/true, given ? std::optional(data::BatchLayout::kRows) : std::nullopt);
-  const double loss = post(loss_sum);
+  std::optional<Bf16SwitchTraffic> traffic;
+  if (bf16_) {
+    traffic.emplace();
+    send_bf16_parameters(*traffic);
+  }
+  ShardedState& computed = bf16_ ? compute_state_ : state_;  // whose gradients B computes
+  double loss = 0;
+  grad_sync_.start(computed, step_ + 1);
+  try {
+    const double loss_sum =
+        runner_.run(computing(), computed, segments, labels,
+                    {.train = true,
+                     .step = step_ + 1,
+                     .layout = given ? std::optional(data::BatchLayout::kRows) : std::nullopt});
+    loss = post(loss_sum, traffic ? &*traffic : nullptr);
+  } catch (...) {
+    // The communication thread lets go of the state before anyone settles the step
+    // (finish_interrupted_step); its running bucket ends within the communicators' timeout.
+    grad_sync_.abandon();
+    throw;
+  }
   in_step_ = false;
   given_batch_.reset();
 
@@ -204,29 +238,31 @@ StepMetrics DistTrainer::step() {
   m.tokens_per_second = m.step_seconds > 0 ? static_cast<double>(m.tokens) / m.step_seconds : 0.0;
   m.peak_bytes = allocator_->peak_bytes();
   m.grad_norm = last_grad_norm_;
+  m.bf16_switch = std::move(traffic);
   return m;
 }
 
-double DistTrainer::post(double loss_sum) {
+double DistTrainer::post(double loss_sum, Bf16SwitchTraffic* traffic) {
   const double start = tracer_.now_us();
   session_.wait_deferred();
-  // Gradient sync into the optimizer-state layout; squares of the elements this rank counts.
+  // Gradients in the optimizer-state layout (the sync's rest, then waiting for the communication
+  // thread; under a bf16-only switch moved back to the base); squares of the elements this rank counts.
+  std::vector<Tensor> synced = grad_sync_.finish();
+  std::vector<Tensor> grads = traffic ? bring_back_gradients(synced, *traffic) : std::move(synced);
   double squares = 0;
-  std::vector<Tensor> grads(state_.tensors.size());
   for (size_t i = 0; i < state_.tensors.size(); ++i) {
-    TensorState& s = state_.tensors[i];
-    grads[i] = take_synced_gradient(s, rank_, cache_, session_, compute_);
+    const TensorState& s = state_.tensors[i];
     if (counts_once(s.state_annotation, s.shape, rank_)) squares += compute_.sum_squares(grads[i]);
-    fault_point(rank_, step_ + 1, "grad-sync");
   }
   // Kept until the update: if the totals reach another rank but not this one, it can still apply
   // the step after a failure (finish_interrupted_step).
   synced_grads_ = grads;
-  std::vector<double> totals{squares, runner_.counts_loss(*current_) ? loss_sum : 0.0};
+  std::vector<double> totals{squares, runner_.counts_loss(computing()) ? loss_sum : 0.0};
   all_ranks_group()->allreduce({.data = comm::CommBuffer::of(totals)}).wait();
   if (commits_.step) commits_.step(step_ + 1, totals);  // before any weight changes anywhere
   apply_update(grads, totals, /*gather=*/true);
   synced_grads_.reset();
+  compute_state_ = {};  // the bf16 copies live for one step
   session_.wait_deferred();
   tracer_.record("post", "optimizer", start, tracer_.now_us());
   return totals[1];

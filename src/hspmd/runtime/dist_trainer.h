@@ -28,10 +28,12 @@
 //          micro-batch (with recompute only each layer's boundary: B replays the rest, see
 //          specialize/exec_graph.h); each value is freed after its last reader; parameter gradients
 //          are summed over micro-batches.
-//   Post   gradient sync (deduced -> optimizer-state annotation: AR, SplitAR, SplitRS, BSR ...), the
-//          global gradient norm (each element counted once: one subgroup of a replicated tensor, the
-//          first holder of each region inside it) and clipping, AdamW on the rank's state shard,
-//          parameter gather (state -> parameter).
+//   Post   gradient sync (deduced -> optimizer-state annotation: AR, SplitAR, SplitRS, BSR ...; in
+//          buckets on a communication thread, mostly during B: runtime/bucketed_gradient_sync.h;
+//          ZeRO-3 reduces each gradient in B itself: runtime/step_runner.h),
+//          the global gradient norm (each element counted once: one subgroup of a replicated
+//          tensor, the first holder of each region inside it) and clipping, AdamW on the rank's
+//          state shard, parameter gather (state -> parameter).
 //   Loss   the sum of the loss of every micro-batch of every pipeline, counted once per pipeline.
 // Communicators: the constructor connects every group a step will use, taken from the resolutions
 // of the plan's Reshards, gradient syncs and gathers (collective; one sorted order on every rank),
@@ -47,6 +49,9 @@
 // under the new plan. No checkpoint is written or read; step, data position and learning-rate
 // schedule go on. Each plan is specialized (executable graph, pipelines, schedule, memory
 // estimate, communicators) once per run and kept, so switching back costs only the BSR.
+// With DistOptions::bf16_switches a switch moves nothing: the state stays under the plan the
+// trainer was built with, and each step under another plan moves its bf16 parameters there and its
+// gradients back (switching/bf16_switch_plan.h; the step's StepMetrics::bf16_switch says what moved).
 // A rank the current plan does not use is a spare: it holds no state, reads the global batch (so
 // its data position stays the run's) and joins only the step's final all-rank reduction of loss
 // and gradient norm, so it knows both and can take part in the next switch. Every process of the
@@ -74,6 +79,7 @@
 #include "hspmd/runtime/reshard_exec.h"
 #include "hspmd/runtime/sharded_checkpoint.h"
 #include "hspmd/runtime/trace.h"
+#include "hspmd/runtime/bucketed_gradient_sync.h"
 #include "hspmd/runtime/checkpoint.h"
 #include "hspmd/runtime/plan_cache.h"
 #include "hspmd/graph/compute_device.h"
@@ -84,6 +90,7 @@
 #include "hspmd/specialize/memory_estimate.h"
 #include "hspmd/specialize/pipeline_layout.h"
 #include "hspmd/specialize/schedule.h"
+#include "hspmd/switching/bf16_switch_plan.h"
 
 namespace hspmd::runtime {
 
@@ -107,9 +114,25 @@ struct DistOptions {
   // The output head and its loss fused or apart (models::ModelBuildOptions::fused_head_loss); unset:
   // the model's default. Every rank of a run must choose alike.
   std::optional<bool> fused_head_loss{};
+  // Gradient buckets (runtime/bucketed_gradient_sync.h): the backward pass hands each bucket of
+  // this many MiB of gradient to a communication thread as soon as its gradients are final, so its
+  // reduction overlaps with the rest of the backward. 0: no overlap (every gradient synced in Post,
+  // on the main thread), as on a GPU rank for now (its kernels' stream is not ordered with another
+  // thread's copies; the CUDA backend's comm stream is to come). Results are the same either way.
+  double grad_bucket_mb = 25;
   // Where each rank computes; unset: the host, or the GPU train.device names (runtime/rank_compute.h).
   // Set: another backend (the tests' fake device runs the CPU kernels behind device tensors).
   std::function<graph::ComputeDevice(int rank)> compute{};
+  // The rank's communicators move its compute device's memory (NCCL on a GPU, runtime/comm_choice.h):
+  // Reshards and gradient syncs run on device buffers. False: they move host memory (Gloo), and a
+  // GPU rank stages its Reshards through the host (execute_reshard_staged).
+  bool comm_on_device = false;
+  // bf16-only switches (switching/bf16_switch_plan.h; needs train.precision bf16): the master
+  // weights and AdamW moments stay under the plan the trainer is built with (the base); switch_to
+  // another plan moves nothing then, and each step under it sends the parameters there as bf16
+  // values and brings the float32 gradients back to the base, where AdamW steps. switch_to the
+  // base again computes under it as before.
+  bool bf16_switches = false;
 };
 
 // What one switch did, the same on every rank but rank_sent_bytes (times are the slowest rank's).
@@ -130,6 +153,11 @@ struct SwitchReport {
   std::string algorithm = "fused";      // resolve::bsr_algorithm_name
   double bsr_seconds = 0;               // the fused BSR
   double total_seconds = 0;             // validation, specialization, connecting and the BSR
+  // A bf16-only switch (DistOptions::bf16_switches): nothing moved now; each step under `to` moves
+  // these bytes (as planned; 0 when `to` is the base, `base`).
+  bool bf16_only = false;
+  std::string base;
+  int64_t params_out_bytes = 0, grads_back_bytes = 0;
 
   nlohmann::json to_json() const;  // one metrics JSONL line ({"event": "switch", ...})
   std::string to_string() const;   // one log line
@@ -244,6 +272,10 @@ class DistTrainer {
   // Whether this rank trains under the current plan (false: a spare).
   bool active() const;
 
+  // The gradient buckets of the last training step, as indices into the rank's parameters in the
+  // model's order (runtime/bucketed_gradient_sync.h).
+  const std::vector<std::vector<size_t>>& gradient_buckets() const { return grad_sync_.buckets(); }
+
   // This rank's parameter shards, each element once over all ranks (see the norm above), float32.
   std::vector<SavedShard> parameter_shards() const { return state_.shards(rank_, false); }
   // The same plus the AdamW moments ("<param>.exp_avg", "<param>.exp_avg_sq").
@@ -285,6 +317,20 @@ class DistTrainer {
                                         resolve::BsrAlgorithm algorithm, const std::vector<int>& dead) const;
   // Allocates `moved` (a shard kept in place is the old tensor, not a copy).
   StateTransfer state_transfer(const switching::SwitchPlan& sp, ShardedState& moved, bool after_failure);
+  // ---- bf16-only switches (dist_trainer_switch.cc) ----
+  // The plan the next steps compute under, and the two moves of each such step.
+  struct Bf16Compute {
+    SpecializedPlan* plan;
+    switching::Bf16SwitchPlan moves;
+  };
+  SwitchReport switch_compute_to(const sharding::AnnotationPlan& plan, const std::string& name);
+  // Fills compute_state_ (laid out under bf16_->plan) with the base values rounded to bf16.
+  void send_bf16_parameters(Bf16SwitchTraffic& traffic);
+  // Moves compute_state_'s gradients, synced under bf16_->plan (`synced`, one per
+  // compute_state_.tensors entry), to the base's optimizer-state layout: one per state_.tensors entry.
+  std::vector<Tensor> bring_back_gradients(const std::vector<Tensor>& synced, Bf16SwitchTraffic& traffic);
+  // The plan the next step computes under (bf16_->plan, else the base).
+  const SpecializedPlan& computing() const { return bf16_ ? *bf16_->plan : *current_; }
   // This rank's part of one global batch under the current plan (the step runner's run); returns
   // the sum of its micro-batch losses.
   double run_passes(const std::vector<data::Segment>& segments, int64_t labels, bool train,
@@ -296,7 +342,8 @@ class DistTrainer {
                     const data::LoaderState& loader, const std::string& source);
   // The data position moved to `state` (a restore, a redone step); nothing without a dataset.
   void reset_loader(const data::LoaderState& state);
-  double post(double loss_sum);  // returns the global loss; updates weights
+  // Returns the global loss; updates weights. `traffic`: the step computed under bf16_->plan.
+  double post(double loss_sum, Bf16SwitchTraffic* traffic);
   // AdamW on this rank's state with the synced gradients and the global {squares, loss} totals;
   // `gather` = false skips the ZeRO-1 parameter gather (recovery: the old groups are gone).
   void apply_update(std::vector<Tensor>& grads, const std::vector<double>& totals, bool gather);
@@ -309,14 +356,16 @@ class DistTrainer {
   int rank_, world_size_;
   graph::ComputeDevice compute_;  // where the rank computes (options_.train.device)
   std::unique_ptr<Allocator> allocator_;
-  // A GPU rank's communication buffers: host memory (Gloo), staged by execute_reshard_staged. Null on
-  // a host rank, whose buffers come from allocator_.
+  // A GPU rank's communication buffers when its communicators move host memory (Gloo), staged by
+  // execute_reshard_staged. Null on a host rank and with comm_on_device: buffers from allocator_.
   std::unique_ptr<Allocator> comm_memory_;
   CommSession session_;
   resolve::ResolveCache cache_;
   PlanCache plans_;
   SpecializedPlan* current_ = nullptr;
   ShardedState state_;
+  std::optional<Bf16Compute> bf16_;
+  ShardedState compute_state_;  // during a step under bf16_->plan: its bf16-valued parameters
   std::unique_ptr<data::Loader> loader_;
   graph::LrSchedule lr_schedule_;
   int64_t step_ = 0;
@@ -331,6 +380,7 @@ class DistTrainer {
   ComputePacer pacer_;
   double last_grad_norm_ = 0;
   Tracer tracer_;
+  BucketedGradientSync grad_sync_;  // its thread uses the members above
   StepRunner runner_;  // computes with the members above
 };
 

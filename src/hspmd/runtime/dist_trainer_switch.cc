@@ -9,6 +9,7 @@
 #include "hspmd/core/byte_size.h"
 #include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
+#include "hspmd/kernels/cast.h"
 #include "hspmd/runtime/fault_injection.h"
 #include "hspmd/switching/switch_plan.h"
 
@@ -81,6 +82,13 @@ std::map<resolve::LinkTier, int64_t> wire_bytes_by_tier(comm::Communicator& worl
 SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const std::string& name,
                                     resolve::BsrAlgorithm algorithm,
                                     const std::vector<int>& dead) {
+  if (options_.bf16_switches) {
+    HSPMD_CHECK(dead.empty()) << "bf16-only switches keep the master state under plan " << current_->name
+                              << ": they cannot recover state from failed ranks (switch with the full state)";
+    HSPMD_CHECK(algorithm == resolve::BsrAlgorithm::kFusedHeuristic)
+        << "bf16-only switches run the fused BSR, not " << resolve::bsr_algorithm_name(algorithm);
+    return switch_compute_to(plan, name);
+  }
   const auto start = Clock::now();
   const double trace_start = tracer_.now_us();
   session_.wait_deferred();
@@ -102,17 +110,18 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
   }
   ShardedState moved = ShardedState::laid_out(next, graph_.params, rank_, optimizer_options(options_.train));
   StateTransfer transfer = state_transfer(sp, moved, !dead.empty());
-  // A device rank's BSR moves host copies (its communicators are Gloo's, as for its Reshards): the
-  // sources are copied out now and the new shards copied in once it is done; a kept shard (the
-  // source's own tensor) is neither.
-  const bool staged = allocator_->device().type != DeviceType::kCPU;
+  // A device rank whose communicators move host memory (Gloo; staging in comm_memory_) moves host
+  // copies, as for its Reshards: the sources are copied out now and the new shards copied in once
+  // the BSR is done; a kept shard (the source's own tensor) is neither. Over NCCL the BSR packs and
+  // moves the device shards themselves.
+  const bool staged = comm_memory_ != nullptr;
   StateTransfer on_device = transfer;  // handles: the device shards themselves
   if (staged) {
     for (LocalShard& source : transfer.sources) {
-      if (source.tensor.defined()) source.tensor = source.tensor.to_host();
+      if (source.tensor.defined()) source.tensor = source.tensor.clone(comm_memory_.get());
     }
     for (LocalShard& destination : transfer.destinations) {
-      destination.tensor = Tensor::empty(destination.region.shape(), destination.tensor.dtype());
+      destination.tensor = Tensor::empty(destination.region.shape(), destination.tensor.dtype(), comm_memory_.get());
     }
   }
   world->barrier().wait();  // the BSR's time is the transfer, not waiting for the last rank to plan
@@ -233,6 +242,116 @@ DistTrainer::StateTransfer DistTrainer::state_transfer(const switching::SwitchPl
   return t;
 }
 
+SwitchReport DistTrainer::switch_compute_to(const sharding::AnnotationPlan& plan, const std::string& name) {
+  const auto start = Clock::now();
+  session_.wait_deferred();
+  auto world = all_ranks_group();
+  SwitchReport report;
+  report.from = computing().name;
+  report.to = name;
+  report.step = step_;
+  report.bf16_only = true;
+  report.base = current_->name;
+  SpecializedPlan& next = switch_target(plan, name, *world, report.specialized);
+  if (&next == current_) {
+    bf16_.reset();  // back to the base: its steps run on the master state itself
+  } else {
+    switching::Bf16SwitchPlan moves = switching::plan_bf16_switch(current_->param_layouts, next.param_layouts,
+                                                                  options_.topology);
+    std::set<std::pair<int, int>> pairs;  // connected in one sorted order everywhere, as for a full switch
+    for (const switching::SwitchPlan* sp : {&moves.params_out, &moves.grads_back}) {
+      for (const resolve::BsrMessage& m : sp->bsr.messages()) pairs.insert(std::minmax(m.sender, m.receiver));
+    }
+    for (const auto& [a, b] : pairs) {
+      if (a == rank_ || b == rank_) session_.group({a, b}, "switch");
+    }
+    report.params_out_bytes = moves.params_out.bsr.total_bytes();
+    report.grads_back_bytes = moves.grads_back.bsr.total_bytes();
+    bf16_ = Bf16Compute{&next, std::move(moves)};
+  }
+  report.total_seconds = max_over(*world, seconds_since(start));
+  return report;
+}
+
+namespace {
+
+// `t` converted to `dtype` (rounding to nearest even into bf16; bf16 to float32 is exact).
+Tensor converted(const Tensor& t, DType dtype, Allocator* memory) {
+  Tensor out = Tensor::empty(t.shape(), dtype, memory);
+  kernels::cast(t, out);
+  return out;
+}
+
+}  // namespace
+
+void DistTrainer::send_bf16_parameters(Bf16SwitchTraffic& traffic) {
+  const switching::SwitchPlan& sp = bf16_->moves.params_out;
+  // The BSR's buffers are host memory: a GPU rank's staging allocator, else the rank's own.
+  const bool on_host = comm_memory_ == nullptr;
+  Allocator* host = on_host ? allocator_.get() : comm_memory_.get();
+  std::vector<LocalShard> sources(sp.tensors.size()), destinations(sp.tensors.size());
+  for (const TensorState& s : state_.tensors) {
+    sources[sp.tensor_index(s.param, StatePart::kValue)] = {converted(s.value.to_host(), DType::kBFloat16, host),
+                                                            s.region};
+  }
+  compute_state_ = ShardedState::laid_out(*bf16_->plan, graph_.params, rank_, optimizer_options(options_.train));
+  for (const TensorState& s : compute_state_.tensors) {
+    destinations[sp.tensor_index(s.param, StatePart::kValue)] = {
+        Tensor::empty(s.region.shape(), DType::kBFloat16, host), s.region};
+  }
+  auto world = all_ranks_group();
+  world->barrier().wait();  // the time is the transfer's, not waiting for the last rank (as switch_to)
+  const auto start = Clock::now();
+  const std::map<int, int64_t> sent_to = execute_fused_bsr(sp.bsr, rank_, sources, destinations, session_, "switch");
+  traffic.params_out_seconds = max_over(*world, seconds_since(start));
+  sources.clear();
+  // The kernels read float32 parameters: a bf16 value is exact in float32, and every matmul and
+  // attention of a bf16 run rounds its operands to bf16 anyway.
+  for (TensorState& s : compute_state_.tensors) {
+    const Tensor& bf16 = destinations[sp.tensor_index(s.param, StatePart::kValue)].tensor;
+    const Tensor value = converted(bf16, DType::kFloat32, host);
+    s.value = on_host ? value : value.clone(allocator_.get());
+  }
+  traffic.plan = bf16_->plan->name;
+  traffic.base = current_->name;
+  traffic.params_out_by_tier = sp.sent_by_tier;
+  traffic.params_out_wire_by_tier = wire_bytes_by_tier(*world, sent_to, options_.topology, rank_);
+}
+
+std::vector<Tensor> DistTrainer::bring_back_gradients(const std::vector<Tensor>& synced,
+                                                      Bf16SwitchTraffic& traffic) {
+  const switching::SwitchPlan& sp = bf16_->moves.grads_back;
+  const bool on_host = comm_memory_ == nullptr;
+  Allocator* host = on_host ? allocator_.get() : comm_memory_.get();
+  std::vector<LocalShard> sources(sp.tensors.size()), destinations(sp.tensors.size());
+  HSPMD_ASSERT(synced.size() == compute_state_.tensors.size())
+      << "rank " << rank_ << ": " << synced.size() << " synced gradients for " << compute_state_.tensors.size()
+      << " parameters under plan " << bf16_->plan->name;
+  for (size_t i = 0; i < synced.size(); ++i) {
+    const TensorState& s = compute_state_.tensors[i];
+    sources[sp.tensor_index(s.param, StatePart::kValue)] = {synced[i].to_host(), s.state_region};
+  }
+  for (const TensorState& s : state_.tensors) {
+    destinations[sp.tensor_index(s.param, StatePart::kValue)] = {
+        Tensor::empty(s.state_region.shape(), DType::kFloat32, host), s.state_region};
+  }
+  session_.wait_deferred();
+  auto world = all_ranks_group();
+  world->barrier().wait();  // a stage that finished its backward early waits here, not in the timed BSR
+  const auto start = Clock::now();
+  const std::map<int, int64_t> sent_to = execute_fused_bsr(sp.bsr, rank_, sources, destinations, session_, "switch");
+  traffic.grads_back_seconds = max_over(*world, seconds_since(start));
+  std::vector<Tensor> grads;
+  grads.reserve(state_.tensors.size());
+  for (const TensorState& s : state_.tensors) {
+    const Tensor& g = destinations[sp.tensor_index(s.param, StatePart::kValue)].tensor;
+    grads.push_back(on_host ? g : g.clone(allocator_.get()));
+  }
+  traffic.grads_back_by_tier = sp.sent_by_tier;
+  traffic.grads_back_wire_by_tier = wire_bytes_by_tier(*world, sent_to, options_.topology, rank_);
+  return grads;
+}
+
 InterruptedStep DistTrainer::finish_interrupted_step(const std::vector<int>& members,
                                                     const std::optional<std::vector<double>>& committed) {
   HSPMD_CHECK(std::binary_search(members.begin(), members.end(), rank_))
@@ -293,11 +412,28 @@ nlohmann::json SwitchReport::to_json() const {
           {"specialized", specialized}, {"sent_bytes", sent_bytes},
           {"sent_bytes_by_tier", tiers}, {"wire_bytes_by_tier", wire}, {"sent_bytes_by_rank", ranks},
           {"local_copy_bytes", local_copy_bytes}, {"messages", messages}, {"algorithm", algorithm},
-          {"bsr_seconds", bsr_seconds}, {"total_seconds", total_seconds}};
+          {"bsr_seconds", bsr_seconds}, {"total_seconds", total_seconds},
+          {"states", bf16_only ? "bf16-params" : "params+adam"}, {"base", base},
+          {"params_out_bytes", params_out_bytes}, {"grads_back_bytes", grads_back_bytes}};
 }
 
 std::string SwitchReport::to_string() const {
   std::ostringstream out;
+  if (bf16_only) {
+    out << "switch after step " << step << ": plan " << from << " -> " << to << " ("
+        << (specialized ? "specialized now" : "cached graphs") << "), bf16 only: weights and Adam moments stay under plan "
+        << base;
+    if (to == base) {
+      out << "; steps compute on them again";
+    } else {
+      out << "; each step under " << to << " sends bf16 parameters " << format_bytes(params_out_bytes) << " ("
+          << params_out_bytes << " bytes) out and float32 gradients " << format_bytes(grads_back_bytes) << " ("
+          << grads_back_bytes << " bytes) back";
+    }
+    char time[48];
+    std::snprintf(time, sizeof time, "; switch %.3fs", total_seconds);
+    return out.str() + time;
+  }
   out << "switch after step " << step << ": plan " << from << " -> " << to << " ("
       << (specialized ? "specialized now" : "cached graphs") << "), "
       << (algorithm == "fused" ? std::string("one fused BSR") : "BSR " + algorithm) << ": " << messages

@@ -10,7 +10,7 @@ Tensor reduced(const TensorState& s, const Tensor& summand, int rank, resolve::R
                CommSession& session, const graph::ComputeDevice& compute) {
   const resolve::Resolution& r = cache.resolve(s.grad_annotation, s.state_annotation, s.shape, s.name + ".grad");
   Allocator memory = compute.allocator;  // a handle on the device's memory
-  return execute_reshard_staged(r, s.shape, rank, summand, session, "post", memory);
+  return execute_reshard_staged(r, s.shape, rank, summand, session, kGradientChannel, memory);
 }
 
 }  // namespace

@@ -11,6 +11,11 @@
 //   reduce_into_shard(s, mb_grad, rank, cache, session, compute);   // s.grad_shard += reduce(mb_grad)
 //   Tensor synced = take_synced_gradient(s, rank, cache, session, compute);   // in Post
 //
+// The reductions run on the "grad" channel (kGradientChannel): a communication thread runs them
+// during the backward pass (runtime/bucketed_gradient_sync.h) on communicators of their own.
+// ZeRO-3's run on the computing thread, one parameter as soon as B produces its gradient
+// (runtime/step_runner.h), while that communication thread idles until Post.
+//
 // `compute` is the rank's device (graph/compute_device.h): the reduced values land in its memory
 // (staged through the host when it is a GPU and the communicator moves host memory) and are added
 // up with its kernels.
@@ -24,6 +29,8 @@
 #include "hspmd/runtime/training_state.h"
 
 namespace hspmd::runtime {
+
+inline constexpr const char* kGradientChannel = "grad";
 
 // Reduces `summand` (this rank's summand of s's gradient, in s.grad_annotation's layout) into s's
 // optimizer-state layout and adds the result to s.grad_shard (allocated at the first call).

@@ -7,6 +7,7 @@
 #include "hspmd/core/error.h"
 #include "hspmd/graph/op_registry.h"
 #include "hspmd/graph/token_loss.h"
+#include "hspmd/runtime/gradient_sync.h"
 #include "hspmd/specialize/reshard_resolution.h"
 
 namespace hspmd::runtime {
@@ -121,8 +122,9 @@ std::unique_ptr<SpecializedPlan> PlanCache::specialize(const sharding::Annotatio
 void PlanCache::connect(const SpecializedPlan& p, const std::vector<int>& members) {
   // Every group a step of the plan communicates on, for all ranks alike, from the same resolutions
   // the steps run (the cache keeps them): each Reshard of F ("F") and B ("B") with every pipeline's
-  // micro-batch shapes, the vocab-parallel loss's statistics gathers ("F"), the gradient syncs,
-  // ZeRO-1 parameter gathers and the all-rank reduction ("post").
+  // micro-batch shapes, the vocab-parallel loss's statistics gathers ("F"), the gradient syncs
+  // ("grad", ZeRO-3's too), ZeRO-1/2's parameter gathers, ZeRO-3's per-layer ones and the all-rank
+  // reduction ("post").
   const sharding::AnnotationPlan& plan = p.exec->plan();
   std::vector<SymBinding> bindings;
   for (const sharding::PipelineSchedule& mb : plan.pipelines) {
@@ -150,8 +152,8 @@ void PlanCache::connect(const SpecializedPlan& p, const std::vector<int>& member
   }
   for (size_t i = 0; i < p.param_layouts.size(); ++i) {
     const switching::ParamLayout& l = p.param_layouts[i];
-    add_resolution_groups(resolutions_.resolve(p.grad_annotations[i], l.state, l.shape, l.name + ".grad"), "post",
-                          groups);
+    add_resolution_groups(resolutions_.resolve(p.grad_annotations[i], l.state, l.shape, l.name + ".grad"),
+                          kGradientChannel, groups);
     // ZeRO-1/2's gather after the update, ZeRO-3's per layer in F and B: state -> what the passes read.
     if (l.state != l.read) {
       add_resolution_groups(resolutions_.resolve(l.state, l.read, l.shape, l.name), "post", groups);

@@ -27,6 +27,14 @@ using resolve::CommOp;
 using resolve::Piece;
 using sharding::Region;
 
+CommSession::CommSession(comm::GroupCache& groups, int rank, Allocator* allocator, graph::RegionCopy copy_region)
+    : groups_(groups),
+      rank_(rank),
+      allocator_(allocator),
+      copy_region_(copy_region ? std::move(copy_region) : graph::RegionCopy(kernels::copy_region)) {}
+
+Device CommSession::buffer_device() const { return allocator_ != nullptr ? allocator_->device() : Device::cpu(); }
+
 std::shared_ptr<comm::Communicator> CommSession::group(const std::vector<int>& ranks, const std::string& channel) {
   HSPMD_CHECK(groups_.global_rank() == rank_)
       << "comm session of rank " << rank_ << " holds the group cache of rank " << groups_.global_rank();
@@ -110,15 +118,16 @@ std::vector<int64_t> local_starts(const Shard& shard, const Region& r, const cha
   return starts;
 }
 
-// Copies region r (global coordinates) from one shard into another.
-void copy_box(const Shard& from, const Shard& to, const Region& r, const std::string& what) {
+// Copies region r (global coordinates) from one shard into another with `copy` (the memory's).
+void copy_box(const graph::RegionCopy& copy, const Shard& from, const Shard& to, const Region& r,
+              const std::string& what) {
   // A destination that is the source itself (a switch keeps a shard where it is) already holds r.
   if (from.tensor.defined() && to.tensor.defined() && from.tensor.device_raw_data() == to.tensor.device_raw_data() &&
       from.region == to.region) {
     return;
   }
-  kernels::copy_region(from.tensor, local_starts(from, r, "source", what), to.tensor,
-                       local_starts(to, r, "destination", what), r.shape().dims());
+  copy(from.tensor, local_starts(from, r, "source", what), to.tensor, local_starts(to, r, "destination", what),
+       r.shape().dims());
 }
 
 // The elements [offset, offset + r.numel()) of a flat buffer, as a shard holding r.
@@ -128,24 +137,25 @@ Shard flat_part(const Tensor& flat, int64_t offset, const Region& r) {
 
 // Packs `pieces` (each a region of shard pieces[i].tensor of `from`), one after the other in
 // order, into a fresh flat buffer.
-Tensor pack(const std::vector<Shard>& from, const std::vector<Piece>& pieces, DType dtype, Allocator* allocator,
+Tensor pack(const CommSession& session, const std::vector<Shard>& from, const std::vector<Piece>& pieces, DType dtype,
             const std::string& what) {
   int64_t numel = 0;
   for (const Piece& p : pieces) numel += p.region.numel();
-  Tensor flat = Tensor::empty(Shape{numel}, dtype, allocator);
+  Tensor flat = Tensor::empty(Shape{numel}, dtype, session.allocator());
   int64_t offset = 0;
   for (const Piece& p : pieces) {
-    copy_box(from.at(p.tensor), flat_part(flat, offset, p.region), p.region, what);
+    copy_box(session.copy_region(), from.at(p.tensor), flat_part(flat, offset, p.region), p.region, what);
     offset += p.region.numel();
   }
   return flat;
 }
 
 // The inverse of pack: the flat buffer's consecutive parts land in their pieces of `to`.
-void unpack(const Tensor& flat, const std::vector<Piece>& pieces, const std::vector<Shard>& to, const std::string& what) {
+void unpack(const CommSession& session, const Tensor& flat, const std::vector<Piece>& pieces,
+            const std::vector<Shard>& to, const std::string& what) {
   int64_t offset = 0;
   for (const Piece& p : pieces) {
-    copy_box(flat_part(flat, offset, p.region), to.at(p.tensor), p.region, what);
+    copy_box(session.copy_region(), flat_part(flat, offset, p.region), to.at(p.tensor), p.region, what);
     offset += p.region.numel();
   }
 }
@@ -157,13 +167,14 @@ std::vector<Piece> pieces_of(const std::vector<Region>& regions) {
   return out;
 }
 
-Tensor pack(const Shard& from, const std::vector<Region>& regions, DType dtype, Allocator* allocator,
+Tensor pack(const CommSession& session, const Shard& from, const std::vector<Region>& regions, DType dtype,
             const std::string& what) {
-  return pack(std::vector<Shard>{from}, pieces_of(regions), dtype, allocator, what);
+  return pack(session, std::vector<Shard>{from}, pieces_of(regions), dtype, what);
 }
 
-void unpack(const Tensor& flat, const std::vector<Region>& regions, const Shard& to, const std::string& what) {
-  unpack(flat, pieces_of(regions), std::vector<Shard>{to}, what);
+void unpack(const CommSession& session, const Tensor& flat, const std::vector<Region>& regions, const Shard& to,
+            const std::string& what) {
+  unpack(session, flat, pieces_of(regions), std::vector<Shard>{to}, what);
 }
 
 // Calls f(); an exception from it is rethrown as an Error prefixed with `what`.
@@ -254,7 +265,7 @@ int64_t post_peer(const StepContext& ctx, int peer, const PeerTraffic& traffic, 
   const std::string what = ctx.where + ": Send/Recv with peer " + std::to_string(peer) + " (send " +
                            pieces_text(traffic.sends) + "; receive " + pieces_text(traffic.recvs) + ")";
   HSPMD_CHECK(peer != ctx.device) << what << ": a device does not send to itself (that is a LocalCopy)";
-  Tensor out = pack(src, traffic.sends, ctx.dtype, ctx.session.allocator(), what);
+  Tensor out = pack(ctx.session, src, traffic.sends, ctx.dtype, what);
   int64_t in_numel = 0;
   for (const Piece& p : traffic.recvs) in_numel += p.region.numel();
   Tensor in = Tensor::empty(Shape{in_numel}, ctx.dtype, ctx.session.allocator());
@@ -267,7 +278,9 @@ int64_t post_peer(const StepContext& ctx, int peer, const PeerTraffic& traffic, 
     ctx.session.defer(std::move(work), std::move(out));
     return sent;
   }
-  in_flight.add(std::move(work), what, {out, in}, [in, pieces = traffic.recvs, &dst, what] { unpack(in, pieces, dst, what); });
+  in_flight.add(std::move(work), what, {out, in}, [&session = ctx.session, in, pieces = traffic.recvs, &dst, what] {
+    unpack(session, in, pieces, dst, what);
+  });
   return sent;
 }
 
@@ -288,11 +301,11 @@ void post_collective(const StepContext& ctx, const CommOp& op, const Shard& src,
     // member keeps the part of the sum its destination shard covers (all of it for Partial ->
     // Duplicate; one part when the top tier lowers a split result to an all-reduce).
     Tensor buffer = op.zero_input ? Tensor::zeros(Shape{full.numel()}, ctx.dtype, ctx.session.allocator())
-                                 : pack(src, {full}, ctx.dtype, ctx.session.allocator(), what);
+                                 : pack(ctx.session, src, {full}, ctx.dtype, what);
     comm::Work work = with_context(what, [&] { return comm->allreduce({.data = comm::CommBuffer::of(buffer)}); });
-    in_flight.add(std::move(work), what, {buffer}, [buffer, full, &dst, what] {
+    in_flight.add(std::move(work), what, {buffer}, [&session = ctx.session, buffer, full, &dst, what] {
       const std::optional<Region> keep = dst.tensor.defined() ? full.intersect(dst.region) : std::nullopt;
-      if (keep) copy_box(flat_part(buffer, 0, full), dst, *keep, what);
+      if (keep) copy_box(session.copy_region(), flat_part(buffer, 0, full), dst, *keep, what);
     });
     return;
   }
@@ -310,23 +323,27 @@ void post_collective(const StepContext& ctx, const CommOp& op, const Shard& src,
     counts.push_back(parts.back().numel());
   }
   if (op.kind == CommKind::kReduceScatter) {
-    Tensor input = pack(src, parts, ctx.dtype, ctx.session.allocator(), what);
+    Tensor input = pack(ctx.session, src, parts, ctx.dtype, what);
     Tensor output = Tensor::empty(Shape{mine.numel()}, ctx.dtype, ctx.session.allocator());
     comm::Work work = with_context(what, [&] {
       return comm->reduce_scatter(
           {.input = comm::CommBuffer::of(input), .output = comm::CommBuffer::of(output), .counts = counts});
     });
-    in_flight.add(std::move(work), what, {input, output}, [output, mine, &dst, what] { unpack(output, {mine}, dst, what); });
+    in_flight.add(std::move(work), what, {input, output}, [&session = ctx.session, output, mine, &dst, what] {
+      unpack(session, output, {mine}, dst, what);
+    });
     return;
   }
   HSPMD_CHECK(op.kind == CommKind::kAllGather) << what << ": not a collective";
-  Tensor input = pack(src, {mine}, ctx.dtype, ctx.session.allocator(), what);
+  Tensor input = pack(ctx.session, src, {mine}, ctx.dtype, what);
   Tensor output = Tensor::empty(Shape{full.numel()}, ctx.dtype, ctx.session.allocator());
   comm::Work work = with_context(what, [&] {
     return comm->allgather(
         {.input = comm::CommBuffer::of(input), .output = comm::CommBuffer::of(output), .counts = counts});
   });
-  in_flight.add(std::move(work), what, {input, output}, [output, parts, &dst, what] { unpack(output, parts, dst, what); });
+  in_flight.add(std::move(work), what, {input, output}, [&session = ctx.session, output, parts, &dst, what] {
+    unpack(session, output, parts, dst, what);
+  });
 }
 
 // Runs one step on this device: `input` is its shard of step.from; returns its shard of step.to.
@@ -367,7 +384,7 @@ Tensor run_step(const StepContext& ctx, const resolve::ResolveStep& step, const 
       case CommKind::kIdentity:  // next to other ops: a plain copy of its pieces
       case CommKind::kLocalCopy: {
         const std::string what = ctx.where + ": " + op.to_string();
-        for (const Region& r : piece_regions(op, ctx)) copy_box(src, dst, r, what);
+        for (const Region& r : piece_regions(op, ctx)) copy_box(ctx.session.copy_region(), src, dst, r, what);
         break;
       }
       case CommKind::kSend:
@@ -412,11 +429,12 @@ Tensor execute_reshard(const resolve::Resolution& resolution, const Shape& shape
 
 Tensor execute_reshard_staged(const resolve::Resolution& resolution, const Shape& shape, int device, const Tensor& src,
                               CommSession& session, const std::string& channel, Allocator& memory, DType dtype) {
-  if (memory.device().type == DeviceType::kCPU) {
+  if (session.buffer_device() == memory.device()) {
     return execute_reshard(resolution, shape, device, src, session, channel, dtype);
   }
-  HSPMD_ASSERT(session.allocator() != nullptr && session.allocator()->device().type == DeviceType::kCPU)
-      << "execute_reshard_staged on device " << device << ": the comm session's buffers must be host memory";
+  HSPMD_ASSERT(session.buffer_device().type == DeviceType::kCPU)
+      << "execute_reshard_staged on device " << device << ": tensors on " << memory.device().to_string()
+      << ", comm session buffers on " << session.buffer_device().to_string() << " (neither the host nor the same device)";
   const Tensor out =
       execute_reshard(resolution, shape, device, src.defined() ? src.to_host() : src, session, channel, dtype);
   return out.defined() ? out.clone(&memory) : out;
@@ -436,16 +454,21 @@ std::map<int, int64_t> execute_fused_bsr(const resolve::FusedBsr& bsr, int devic
   if (it == bsr.ops.end()) return {};
   const std::string where = "fused BSR of " + std::to_string(n) + " tensors on device " + std::to_string(device) +
                             " (channel '" + channel + "')";
+  // The element type of the shards (a rank that only receives has no source to tell it).
   DType dtype = DType::kFloat32;
-  for (const LocalShard& s : sources) {
-    if (s.tensor.defined()) dtype = s.tensor.dtype();
+  for (const std::vector<LocalShard>* shards : {&sources, &destinations}) {
+    for (const LocalShard& s : *shards) {
+      if (s.tensor.defined()) dtype = s.tensor.dtype();
+    }
   }
   const StepContext ctx{where, device, dtype, session, channel};
   std::map<int, PeerTraffic> peers;
   for (const CommOp& op : it->second) {
     switch (op.kind) {
       case CommKind::kLocalCopy:
-        for (const Piece& p : op.pieces) copy_box(sources.at(p.tensor), destinations.at(p.tensor), p.region, where);
+        for (const Piece& p : op.pieces) {
+          copy_box(session.copy_region(), sources.at(p.tensor), destinations.at(p.tensor), p.region, where);
+        }
         break;
       case CommKind::kSend:
       case CommKind::kRecv: {

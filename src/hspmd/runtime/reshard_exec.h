@@ -26,8 +26,9 @@
 //                     of the sum its destination shard covers (comm_op.h).
 // Regions are global coordinates; a device's shard of annotation A covers A.region(device, shape).
 // Channels keep independent traffic on independent communicators (and worker threads): the
-// pipeline uses "F" for forward activations, "B" for backward gradients, "post" for the gradient
-// sync and optimizer, so a deferred forward send never queues in front of a backward receive.
+// pipeline uses "F" for forward activations, "B" for backward gradients, "grad" for the gradient
+// sync (runtime/gradient_sync.h), "post" for the optimizer, so a deferred forward send never
+// queues in front of a backward receive.
 #pragma once
 
 #include <map>
@@ -40,6 +41,7 @@
 #include "hspmd/core/allocator.h"
 #include "hspmd/core/shape.h"
 #include "hspmd/core/tensor.h"
+#include "hspmd/graph/compute_device.h"
 #include "hspmd/resolve/fused_bsr.h"
 #include "hspmd/resolve/resolver.h"
 #include "hspmd/sharding/region.h"
@@ -50,9 +52,11 @@ namespace hspmd::runtime {
 class CommSession {
  public:
   // Buffers and destination shards come from `allocator` (nullptr: Allocator::process_default()),
-  // so an emulated device's capacity covers its communication too.
-  CommSession(comm::GroupCache& groups, int rank, Allocator* allocator = nullptr)
-      : groups_(groups), rank_(rank), allocator_(allocator) {}
+  // so an emulated device's capacity covers its communication too. The allocator's memory is the
+  // memory the communicators move: host memory for Gloo, a GPU's for NCCL; `copy_region` packs
+  // and unpacks boxes there (nullptr: kernels::copy_region, the host's).
+  CommSession(comm::GroupCache& groups, int rank, Allocator* allocator = nullptr,
+              graph::RegionCopy copy_region = nullptr);
   // Waits for sends still in flight (their errors are dropped: call wait_deferred() to see them),
   // so no buffer is freed under a transfer.
   ~CommSession();
@@ -68,11 +72,15 @@ class CommSession {
   void wait_deferred();
   comm::GroupCache& groups() { return groups_; }
   Allocator* allocator() const { return allocator_; }
+  // Where the session's buffers live (the host without an allocator).
+  Device buffer_device() const;
+  const graph::RegionCopy& copy_region() const { return copy_region_; }
 
  private:
   comm::GroupCache& groups_;
   int rank_;
   Allocator* allocator_;
+  graph::RegionCopy copy_region_;
   std::mutex mutex_;
   std::vector<std::pair<comm::Work, Tensor>> deferred_;
 };
@@ -84,10 +92,10 @@ class CommSession {
 Tensor execute_reshard(const resolve::Resolution& resolution, const Shape& shape, int device, const Tensor& src,
                        CommSession& session, const std::string& channel, DType dtype = DType::kFloat32);
 
-// execute_reshard for a rank whose tensors live in `memory`. On a GPU the communicators (Gloo)
-// move host memory: the source is copied to the host, the reshard runs there (the session's
-// allocator must be a host one), and the result is copied into `memory`. For host `memory` it is
-// execute_reshard, unchanged.
+// execute_reshard for a rank whose tensors live in `memory`. When the session's buffers live there
+// too (a host rank; a GPU rank whose communicators are NCCL) it is execute_reshard, unchanged.
+// Otherwise (a GPU rank over Gloo, whose session buffers are host memory) the source is copied to
+// the host, the reshard runs there, and the result is copied into `memory`.
 Tensor execute_reshard_staged(const resolve::Resolution& resolution, const Shape& shape, int device, const Tensor& src,
                               CommSession& session, const std::string& channel, Allocator& memory,
                               DType dtype = DType::kFloat32);

@@ -49,10 +49,15 @@ double StepRunner::run(const SpecializedPlan& plan, ShardedState& state, const s
   layout_ = pass.layout.value_or(options_.layout);
   const Share share = share_of(plan, segments, pass.train);
   std::vector<MicroBatch> batches(share.micro_batches.size());
-  // ZeRO-2: after which of its backward passes this rank reduces its gradients into the shards.
+  // The backward passes that make gradients final: under ZeRO-2 the last of each group of
+  // micro-batches (reduced into the shards; ZeRO-3's groups are single micro-batches), else this rank's last (synced meanwhile when the sync
+  // overlaps; without overlap the trainer's Post syncs them all).
+  const bool into_shards = pass.train && plan.exec->plan().shard_gradients;
   std::vector<int> group_ends;
-  if (pass.train && plan.exec->plan().shard_gradients) {
+  if (into_shards) {
     group_ends = gradient_group_ends(static_cast<int>(batches.size()), std::max(1, share.fewest_micro_batches));
+  } else if (pass.train && parts_.gradient_sync.overlaps() && !batches.empty()) {
+    group_ends = {static_cast<int>(batches.size())};
   }
   size_t next_group = 0;
   int backwards = 0;
@@ -62,9 +67,12 @@ double StepRunner::run(const SpecializedPlan& plan, ShardedState& state, const s
     if (!task.forward) {
       if (!pass.train) continue;
       ++backwards;
-      const bool group_ends_here = next_group < group_ends.size() && group_ends[next_group] == backwards;
-      if (group_ends_here) ++next_group;
-      backward(mb, state, group_ends_here);
+      GradientRound round = GradientRound::kNone;
+      if (next_group < group_ends.size() && group_ends[next_group] == backwards) {
+        ++next_group;
+        round = into_shards ? GradientRound::kIntoShards : GradientRound::kSynced;
+      }
+      backward(mb, state, round);
       continue;
     }
     mb.index = task.micro_batch;
@@ -157,12 +165,25 @@ void StepRunner::forward(MicroBatch& mb, ShardedState& state) {
   parts_.tracer.record(std::string("F").append(std::to_string(mb.index)), "compute", start, parts_.tracer.now_us());
 }
 
-void StepRunner::backward(MicroBatch& mb, ShardedState& state, bool reduce_gradients) {
+void StepRunner::backward(MicroBatch& mb, ShardedState& state, GradientRound round) {
   fault_point(rank_, step_, "backward");
   const double start = parts_.tracer.now_us();
   const auto& steps = plan_->exec->backward_steps();
   const bool sharded = plan_->exec->plan().shard_parameters;
-  HSPMD_ASSERT(!sharded || reduce_gradients) << "rank " << rank_ << ": ZeRO-3 reduces every micro-batch's gradients";
+  HSPMD_ASSERT(!sharded || round == GradientRound::kIntoShards)
+      << "rank " << rank_ << ": ZeRO-3 reduces every micro-batch's gradients";
+  BucketedGradientSync& sync = parts_.gradient_sync;
+  // ZeRO-3 reduces its gradients here, one parameter at a time (below); the others' final
+  // gradients go to the sync.
+  const bool final = round != GradientRound::kNone && !sharded;
+  // Overlapped, each final gradient goes to the sync as soon as the op computing it has run.
+  const bool as_computed = final && sync.overlaps();
+  std::vector<std::vector<size_t>> finished_by(as_computed ? graph_.graph.num_ops() : 0);  // op -> tensors
+  if (as_computed) {
+    for (size_t i = 0; i < state.tensors.size(); ++i) finished_by[graph_.grads[state.tensors[i].param].op].push_back(i);
+  }
+  std::vector<bool> handed(state.tensors.size(), false);
+  if (final) sync.begin_round(round == GradientRound::kIntoShards);
   ParameterGathers gathers = parameter_gathers(plan_->backward_gathers, state);
   // ZeRO-3: each gradient is reduced into its shard as soon as B has produced it (every holder
   // produces it at the same position of the same steps): one parameter's whole gradient at a time.
@@ -174,33 +195,53 @@ void StepRunner::backward(MicroBatch& mb, ShardedState& state, bool reduce_gradi
     if (sharded) gathers.before(static_cast<int>(k), mb.values);
     run_op(steps[k].op, mb);
     for (TensorRef t : plan_->backward_releases[k]) mb.values[t.op][t.index] = Tensor();
-    if (!sharded) continue;
-    gathers.after(static_cast<int>(k), mb.values);
-    const auto done = produced.find(steps[k].op);
-    if (done == produced.end()) continue;
-    reduce_now(done->second, mb, "B" + std::to_string(mb.index));
-    produced.erase(done);
+    if (sharded) {
+      gathers.after(static_cast<int>(k), mb.values);
+      const auto done = produced.find(steps[k].op);
+      if (done == produced.end()) continue;
+      reduce_now(done->second, mb, "B" + std::to_string(mb.index));
+      produced.erase(done);
+      continue;
+    }
+    if (!as_computed) continue;
+    for (size_t i : finished_by[steps[k].op]) {
+      parts_.pacer.begin();
+      accumulate(mb, state.tensors[i], /*final=*/true);
+      parts_.pacer.end();
+      handed[i] = true;
+      sync.gradient_done(i);
+    }
   }
   HSPMD_ASSERT(produced.empty()) << "rank " << rank_ << ": B" << mb.index << " did not produce the gradient of '"
                                  << produced.begin()->second.front()->name << "'";
-  if (!reduce_gradients) {  // else reduce_into_shards adds them up on its way
-    parts_.pacer.begin();    // accumulating the gradients is the device's compute too
-    for (TensorState& s : state.tensors) {
-      const TensorRef g = graph_.grads[s.param];
-      const Tensor& value = mb.values[g.op][g.index];
-      HSPMD_ASSERT(value.defined()) << "rank " << rank_ << ": no gradient of '" << s.name << "' after B" << mb.index;
-      if (!s.grad.defined()) {
-        s.grad = value.clone(&parts_.allocator);
-      } else {
-        parts_.compute.add(s.grad, value, s.grad);
-      }
+  if (!sharded) {
+    parts_.pacer.begin();  // accumulating the gradients is the device's compute too
+    for (size_t i = 0; i < state.tensors.size(); ++i) {
+      if (!handed[i]) accumulate(mb, state.tensors[i], final);
     }
     parts_.pacer.end();
   }
   parts_.pacer.pad();
   parts_.tracer.record(std::string("B").append(std::to_string(mb.index)), "compute", start, parts_.tracer.now_us());
-  if (reduce_gradients && !sharded) reduce_into_shards(mb, state);
+  for (size_t i = 0; i < state.tensors.size(); ++i) {  // without overlap: the whole round now
+    if (final && !handed[i]) sync.gradient_done(i);
+  }
   mb.values.clear();
+  if (final) sync.end_round();
+}
+
+void StepRunner::accumulate(MicroBatch& mb, TensorState& s, bool final) {
+  const TensorRef g = graph_.grads[s.param];
+  Tensor& value = mb.values[g.op][g.index];
+  HSPMD_ASSERT(value.defined()) << "rank " << rank_ << ": no gradient of '" << s.name << "' after B" << mb.index;
+  if (s.grad.defined()) {
+    parts_.compute.add(s.grad, value, s.grad);
+  } else {
+    // A sum later micro-batches add to is a copy; a final one is only read (by the sync).
+    s.grad = final ? value : value.clone(&parts_.allocator);
+  }
+  // A final gradient is the sync's from now on: it frees it once reduced.
+  if (final) value = Tensor();
 }
 
 ParameterGathers StepRunner::parameter_gathers(const std::vector<specialize::GatherUnit>& units,
@@ -228,32 +269,6 @@ void StepRunner::reduce_now(const std::vector<TensorState*>& params, MicroBatch&
   parts_.tracer.record("reduce-grads-" + pass, "comm", start, parts_.tracer.now_us());
 }
 
-void StepRunner::reduce_into_shards(MicroBatch& mb, ShardedState& state) {
-  // ZeRO-2: the group's gradients go to the shards now, parameter by parameter in the model's order
-  // (every holder of a parameter reduces it as many times and in that order), and each whole
-  // gradient is freed as soon as it is reduced.
-  const double start = parts_.tracer.now_us();
-  for (TensorState& s : state.tensors) {
-    const TensorRef g = graph_.grads[s.param];
-    Tensor& value = mb.values[g.op][g.index];
-    HSPMD_ASSERT(value.defined()) << "rank " << rank_ << ": no gradient of '" << s.name << "' after B" << mb.index;
-    if (s.grad.defined()) {  // the group's earlier micro-batches
-      parts_.pacer.begin();
-      parts_.compute.add(s.grad, value, s.grad);
-      parts_.pacer.end();
-      parts_.pacer.pad();
-      value = Tensor();
-      reduce_into_shard(s, s.grad, rank_, parts_.resolutions, parts_.session, parts_.compute);
-      s.grad = Tensor();
-    } else {
-      reduce_into_shard(s, value, rank_, parts_.resolutions, parts_.session, parts_.compute);
-      value = Tensor();
-    }
-  }
-  parts_.tracer.record(std::string("reduce-grads").append(std::to_string(mb.index)), "comm", start,
-                       parts_.tracer.now_us());
-}
-
 void StepRunner::run_op(int id, MicroBatch& mb) {
   const graph::Op& op = plan_->exec->op(id);
   std::vector<Tensor>& outs = mb.values[id];
@@ -261,10 +276,7 @@ void StepRunner::run_op(int id, MicroBatch& mb) {
     parts_.pacer.pad();
     const TensorRef in = op.inputs[0];
     const Tensor src = plan_->exec->holds(in) ? mb.values[in.op][in.index] : Tensor();
-    const double start = parts_.tracer.now_us();
-    Tensor out = run_reshard(id, src, mb.binding, op.backward ? "B" : "F");
-    parts_.tracer.record(op.name, "comm", start, parts_.tracer.now_us());
-    outs = {out};
+    outs = {run_reshard(id, src, mb.binding, op.backward ? "B" : "F")};
     return;
   }
   // After a peer's death (elastic training aborts the groups) this step is lost: stop computing
@@ -321,8 +333,15 @@ Tensor StepRunner::run_reshard(int id, const Tensor& src, const SymBinding& bind
   HSPMD_CHECK(mine->group >= 0 || is_static(shape))
       << "Reshard '" << op.name << "' changes the top tier of an activation (" << exec.annotation(in).to_string()
       << " -> " << exec.annotation(out).to_string() << "); pipelines with their own micro-batch shapes cannot do that";
-  return execute_reshard_staged(*mine->resolution, mine->shape, rank_, src, parts_.session, channel,
-                                parts_.allocator, graph_.graph.info(out).dtype);
+  const double start = parts_.tracer.now_us();
+  Tensor result = execute_reshard_staged(*mine->resolution, mine->shape, rank_, src, parts_.session, channel,
+                                         parts_.allocator, graph_.graph.info(out).dtype);
+  // Only a rank that sent, received or copied has the Reshard in its trace (a BSR's unchosen owners
+  // have none).
+  if (parts_.tracer.enabled() && !mine->resolution->ops_of(rank_).empty()) {
+    parts_.tracer.record(op.name, "comm", start, parts_.tracer.now_us());
+  }
+  return result;
 }
 
 bool StepRunner::counts_loss(const SpecializedPlan& plan) const {

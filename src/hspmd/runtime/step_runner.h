@@ -3,12 +3,16 @@
 // by the run's dispatch by length); this rank's pipeline's micro-batches are packed and fed one by
 // one, in its schedule's order (GPipe or 1F1B); F and B run op by op (each value freed after its
 // last reader, Reshards executed on the run's communicators) and the parameter gradients are
-// summed over micro-batches into the training state (under ZeRO-2, reduced into its shards group of
-// micro-batches by group: runtime/gradient_sync.h; under ZeRO-3 each as soon as B produces it, the
-// parameters gathered layer by layer: runtime/parameter_gathers.h). What follows (gradient sync, AdamW) is the
+// summed over micro-batches into the training state. The backward pass that makes gradients final
+// (this rank's last; under ZeRO-2 the last of each group of micro-batches) hands each one, as the
+// op computing it finishes, to the bucketed gradient sync (runtime/bucketed_gradient_sync.h),
+// which reduces its buckets on a communication thread meanwhile. Under ZeRO-3 each gradient is
+// reduced into its shard on this thread as soon as B produces it, the parameters gathered layer by
+// layer (runtime/parameter_gathers.h). What follows (the rest of the gradient sync, AdamW) is the
 // trainer's (runtime/dist_trainer.h).
 //
-//   StepRunner runner(model, graph, rank, {.seq_len = 256}, {allocator, session, cache, pacer, tracer});
+//   StepRunner runner(model, graph, rank, {.seq_len = 256},
+//                     {allocator, session, cache, pacer, tracer, compute, sync});
 //   double loss_sum = runner.run(plan, state, segments, labels, {.train = true, .step = 1});
 //   if (runner.counts_loss(plan)) ...   // whether that sum enters the global loss
 #pragma once
@@ -24,6 +28,7 @@
 #include "hspmd/graph/compute_device.h"
 #include "hspmd/models/model.h"
 #include "hspmd/resolve/resolver.h"
+#include "hspmd/runtime/bucketed_gradient_sync.h"
 #include "hspmd/runtime/compute_pacer.h"
 #include "hspmd/runtime/parameter_gathers.h"
 #include "hspmd/runtime/plan_cache.h"
@@ -50,6 +55,7 @@ struct StepRunnerParts {
   ComputePacer& pacer;  // the emulated device's speed
   Tracer& tracer;
   const graph::ComputeDevice& compute;  // allocator's device: its kernels and gradient sums
+  BucketedGradientSync& gradient_sync;  // started by the trainer for each training step
 };
 
 // One pass over the batch: training (F and B, gradients summed) or evaluation (F only).
@@ -67,8 +73,9 @@ class StepRunner {
   ~StepRunner();
 
   // Runs this rank's micro-batches of `segments` (the global batch; `labels` its labelled tokens)
-  // under `plan`; with pass.train, adds each parameter's gradient to state.tensors[i].grad. Returns
-  // the sum of this rank's micro-batch losses.
+  // under `plan`; with pass.train, adds each parameter's gradient to state.tensors[i].grad and hands
+  // the final ones to the gradient sync (started on `state`). Returns the sum of this rank's
+  // micro-batch losses.
   double run(const SpecializedPlan& plan, ShardedState& state, const std::vector<data::Segment>& segments,
              int64_t labels, StepPass pass);
   // Whether this rank's micro-batch losses enter the global loss under `plan`: each pipeline's last
@@ -82,10 +89,14 @@ class StepRunner {
   Share share_of(const SpecializedPlan& plan, const std::vector<data::Segment>& segments, bool train) const;
   void feed(MicroBatch& mb, const std::vector<data::Segment>& segments, int64_t labels) const;
   void forward(MicroBatch& mb, ShardedState& state);
-  // `reduce_gradients` (ZeRO-2): this micro-batch ends a group; its gradients, with the group's
-  // earlier ones, are reduced into the state's shards (runtime/gradient_sync.h), not kept.
-  void backward(MicroBatch& mb, ShardedState& state, bool reduce_gradients);
-  void reduce_into_shards(MicroBatch& mb, ShardedState& state);
+  // What a backward pass does with the gradients it computes: adds them to the state's, or also
+  // hands the sums to the gradient sync (a round: ZeRO-2's group ends, ZeRO-0/1's last pass).
+  // ZeRO-3 (every pass a group: kIntoShards) reduces them itself, with reduce_now.
+  enum class GradientRound { kNone, kIntoShards, kSynced };
+  void backward(MicroBatch& mb, ShardedState& state, GradientRound round);
+  // Adds mb's gradient of s to s.grad (the first micro-batch's is copied, unless `final`: then it
+  // is s.grad, and mb lets go of it).
+  void accumulate(MicroBatch& mb, TensorState& s, bool final);
   // ZeRO-3: reduces `params`' gradients, just produced by B (`pass`, for the trace), into their shards.
   void reduce_now(const std::vector<TensorState*>& params, MicroBatch& mb, const std::string& pass);
   // ZeRO-3's gathers of a pass (runtime/parameter_gathers.h) on the run's communicators.

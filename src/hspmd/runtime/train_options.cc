@@ -101,7 +101,7 @@ TrainerOptions TrainerOptions::from_json(const nlohmann::json& j, const TrainerO
 }
 
 nlohmann::json StepMetrics::to_json() const {
-  return {{"step", step},
+  nlohmann::json out = {{"step", step},
           {"loss", loss},
           {"lr", lr},
           {"grad_norm", grad_norm},
@@ -110,6 +110,8 @@ nlohmann::json StepMetrics::to_json() const {
           {"step_seconds", step_seconds},
           {"tokens_per_second", tokens_per_second},
           {"peak_bytes", peak_bytes}};
+  if (bf16_switch) out["bf16_switch"] = bf16_switch->to_json();
+  return out;
 }
 
 }  // namespace hspmd::runtime

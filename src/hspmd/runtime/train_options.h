@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,7 @@
 #include "hspmd/graph/graph.h"
 #include "hspmd/graph/optimizer.h"
 #include "hspmd/models/model.h"
+#include "hspmd/runtime/bf16_switch_traffic.h"
 
 namespace hspmd::runtime {
 
@@ -56,6 +58,9 @@ struct StepMetrics {
   double step_seconds = 0.0;  // wall time of the whole step (data, forward, backward, optimizer)
   double tokens_per_second = 0.0;
   size_t peak_bytes = 0;      // executor's allocator high-water mark in this step
+  // A step computed under another plan than the one holding the master state (bf16-only switches,
+  // DistOptions::bf16_switches): what moved.
+  std::optional<Bf16SwitchTraffic> bf16_switch;
 
   nlohmann::json to_json() const;  // one metrics JSONL line
 };

@@ -41,7 +41,7 @@ std::string step_line(const StepMetrics& m, int64_t total) {
   std::snprintf(buf, sizeof(buf), "step %5lld/%lld  loss %.4f  lr %.3e  grad_norm %.3f  tok/s %8.0f  step %.3fs",
                 static_cast<long long>(m.step), static_cast<long long>(total), m.loss, m.lr, m.grad_norm,
                 m.tokens_per_second, m.step_seconds);
-  return buf;
+  return m.bf16_switch ? buf + m.bf16_switch->to_string() : std::string(buf);
 }
 
 std::string eval_line(int64_t step, double loss) {

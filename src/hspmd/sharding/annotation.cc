@@ -1,7 +1,7 @@
 #include "hspmd/sharding/annotation.h"
 
+#include <algorithm>
 #include <sstream>
-#include <unordered_map>
 
 #include "hspmd/core/error.h"
 #include "hspmd/sharding/text_cursor.h"
@@ -9,27 +9,45 @@
 namespace hspmd::sharding {
 
 Annotation Annotation::make(std::vector<DeviceGroup> dg_union, std::vector<DistState> ds_union, int hdim) {
-  HSPMD_CHECK(!dg_union.empty()) << "an annotation needs at least one device group";
   HSPMD_CHECK(dg_union.size() == ds_union.size())
       << "hsize mismatch: dg_union has " << dg_union.size() << " groups but ds_union has " << ds_union.size()
       << " DistStates";
   HSPMD_CHECK(hdim >= kPartial) << "hdim " << hdim << " is not -2 (partial), -1 (duplicate) or >= 0";
-  std::unordered_map<int, size_t> owner;
+  std::shared_ptr<Locator> locator;
+  if (dg_union.size() > 1) {
+    locator = std::make_shared<Locator>();
+    std::vector<int> all;
+    for (const DeviceGroup& g : dg_union) {
+      locator->group_begin.push_back(static_cast<int>(all.size()));
+      all.insert(all.end(), g.devices().begin(), g.devices().end());
+    }
+    locator->index = RunIndex(all);
+    if (const std::optional<int> d = locator->index.repeated()) {
+      std::vector<std::string> holders;
+      for (const DeviceGroup& g : dg_union) {
+        if (g.contains(*d)) holders.push_back(g.to_string());
+      }
+      HSPMD_THROW() << "device " << *d << " is in two groups of the dg_union: " << holders.at(0) << " and "
+                    << holders.at(1);
+    }
+  }
+  return assemble(std::move(dg_union), std::move(ds_union), hdim, std::move(locator));
+}
+
+Annotation Annotation::assemble(std::vector<DeviceGroup> dg_union, std::vector<DistState> ds_union, int hdim,
+                                std::shared_ptr<const Locator> locator) {
+  HSPMD_CHECK(!dg_union.empty()) << "an annotation needs at least one device group";
   for (size_t g = 0; g < dg_union.size(); ++g) {
     HSPMD_CHECK(ds_union[g].device_num() == dg_union[g].size())
         << "DistState " << ds_union[g].to_string() << " has " << ds_union[g].device_num()
         << " devices (product of degrees) but its device group " << dg_union[g].to_string() << " has "
         << dg_union[g].size();
-    for (int d : dg_union[g].devices()) {
-      auto [it, fresh] = owner.emplace(d, g);
-      HSPMD_CHECK(fresh) << "device " << d << " is in two groups of the dg_union: "
-                         << dg_union[it->second].to_string() << " and " << dg_union[g].to_string();
-    }
   }
   Annotation a;
   a.dg_union_ = std::move(dg_union);
   a.ds_union_ = std::move(ds_union);
   a.hdim_ = a.dg_union_.size() == 1 ? kDuplicate : hdim;
+  a.locator_ = std::move(locator);
   return a;
 }
 
@@ -44,11 +62,16 @@ std::vector<int> Annotation::devices() const {
 }
 
 std::optional<std::pair<int, int>> Annotation::locate(int device) const {
-  for (int g = 0; g < hsize(); ++g) {
-    int i = dg_union_[g].index_of(device);
-    if (i >= 0) return std::make_pair(g, i);
+  if (!locator_) {
+    const int i = is_null() ? -1 : dg_union_[0].index_of(device);
+    if (i < 0) return std::nullopt;
+    return std::make_pair(0, i);
   }
-  return std::nullopt;
+  const int at = locator_->index.position(device);
+  if (at < 0) return std::nullopt;
+  const std::vector<int>& begins = locator_->group_begin;
+  const int g = static_cast<int>(std::upper_bound(begins.begin(), begins.end(), at) - begins.begin()) - 1;
+  return std::make_pair(g, at - begins[g]);
 }
 
 bool Annotation::has_partial() const {
@@ -82,10 +105,16 @@ void Annotation::validate_for(const Shape& shape, const std::string& tensor) con
   for (int g = 0; g < hsize(); ++g) ds_union_[g].check_fits(group_part(g, shape), tensor);
 }
 
-Annotation Annotation::with_hdim(int hdim) const { return make(dg_union_, ds_union_, hdim); }
+Annotation Annotation::with_hdim(int hdim) const {
+  HSPMD_CHECK(hdim >= kPartial) << "hdim " << hdim << " is not -2 (partial), -1 (duplicate) or >= 0";
+  return assemble(dg_union_, ds_union_, hdim, locator_);
+}
 
 Annotation Annotation::with_ds_union(std::vector<DistState> ds_union) const {
-  return make(dg_union_, std::move(ds_union), hdim_);
+  HSPMD_CHECK(ds_union.size() == dg_union_.size())
+      << "hsize mismatch: dg_union has " << dg_union_.size() << " groups but ds_union has " << ds_union.size()
+      << " DistStates";
+  return assemble(dg_union_, std::move(ds_union), hdim_, locator_);
 }
 
 namespace {
@@ -113,7 +142,7 @@ Annotation Annotation::optimizer_state(const Shape& shape) const {
   if (!any_zero) return *this;
   if (hsize() > 1 && hdim_ == kDuplicate) {
     const int z = first_unsplit_dim(ds_union_, shape, hsize());
-    return make(dg_union_, std::move(cleared), z >= 0 ? z : kDuplicate);
+    return assemble(dg_union_, std::move(cleared), z >= 0 ? z : kDuplicate, locator_);
   }
   std::vector<DistState> states;
   for (size_t g = 0; g < ds_union_.size(); ++g) {
@@ -130,7 +159,7 @@ Annotation Annotation::optimizer_state(const Shape& shape) const {
     }
     states.push_back(DistState::make(std::move(entries)));
   }
-  return make(dg_union_, std::move(states), hdim_);
+  return assemble(dg_union_, std::move(states), hdim_, locator_);
 }
 
 std::string Annotation::to_string() const {

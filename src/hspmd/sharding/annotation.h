@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,6 +30,7 @@
 #include "hspmd/core/shape.h"
 #include "hspmd/sharding/device_group.h"
 #include "hspmd/sharding/dist_state.h"
+#include "hspmd/sharding/int_runs.h"
 #include "hspmd/sharding/region.h"
 
 namespace hspmd::sharding {
@@ -50,7 +52,9 @@ class Annotation {
   bool is_null() const { return dg_union_.empty(); }
 
   std::vector<int> devices() const;  // every device, group by group
-  // (subgroup, index in subgroup) of a device, or nullopt when it holds nothing.
+  // (subgroup, index in subgroup) of a device, or nullopt when it holds nothing. O(log runs) over
+  // all subgroups, not a scan of them: explaining or planning thousands of ranks locates each rank
+  // in every tensor's annotation.
   std::optional<std::pair<int, int>> locate(int device) const;
   bool has_partial() const;
   // The part of the global tensor that subgroup g shards (see Layout above).
@@ -75,13 +79,26 @@ class Annotation {
   std::string to_string() const;
   static Annotation parse(std::string_view text);
 
-  friend bool operator==(const Annotation&, const Annotation&) = default;
+  friend bool operator==(const Annotation& a, const Annotation& b) {
+    return a.hdim_ == b.hdim_ && a.dg_union_ == b.dg_union_ && a.ds_union_ == b.ds_union_;
+  }
   size_t hash() const;
 
  private:
+  // Where each device of a multi-group union sits: index over devices(), group by group; the
+  // subgroup is the last group_begin at or before that position. Shared by copies and by the
+  // annotations with_hdim / with_ds_union derive (same groups).
+  struct Locator {
+    RunIndex index;
+    std::vector<int> group_begin;
+  };
+  static Annotation assemble(std::vector<DeviceGroup> dg_union, std::vector<DistState> ds_union, int hdim,
+                             std::shared_ptr<const Locator> locator);
+
   std::vector<DeviceGroup> dg_union_;
   std::vector<DistState> ds_union_;
   int hdim_ = kDuplicate;
+  std::shared_ptr<const Locator> locator_;  // hsize > 1 only
 };
 
 struct AnnotationHash {

@@ -1,20 +1,28 @@
 #include "hspmd/sharding/device_group.h"
 
-#include <algorithm>
-#include <unordered_set>
-
 #include "hspmd/core/error.h"
-#include "hspmd/sharding/int_runs.h"
 #include "hspmd/sharding/text_cursor.h"
 
 namespace hspmd::sharding {
 
-DeviceGroup::DeviceGroup(std::vector<int> devices) : devices_(std::move(devices)) {
-  std::unordered_set<int> seen;
-  for (int d : devices_) {
-    HSPMD_CHECK(d >= 0) << "device group has a negative device id " << d;
-    HSPMD_CHECK(seen.insert(d).second) << "device " << d << " appears twice in device group " << to_string();
-  }
+namespace {
+
+size_t hash_of(const std::vector<int>& devices) {
+  size_t h = 0x9e3779b97f4a7c15ull;
+  for (int d : devices) h = (h ^ static_cast<size_t>(d)) * 0x100000001b3ull;
+  return h;
+}
+
+}  // namespace
+
+DeviceGroup::DeviceGroup(std::vector<int> devices) {
+  if (devices.empty()) return;
+  for (int d : devices) HSPMD_CHECK(d >= 0) << "device group has a negative device id " << d;
+  RunIndex index(devices);
+  HSPMD_CHECK(!index.repeated()) << "device " << *index.repeated() << " appears twice in device group ["
+                                 << runs_text(devices) << "]";
+  const size_t h = hash_of(devices);
+  data_ = std::make_shared<const Data>(Data{std::move(devices), std::move(index), h});
 }
 
 DeviceGroup DeviceGroup::range(int begin, int end) {
@@ -24,12 +32,9 @@ DeviceGroup DeviceGroup::range(int begin, int end) {
   return DeviceGroup(std::move(d));
 }
 
-int DeviceGroup::index_of(int device) const {
-  auto it = std::find(devices_.begin(), devices_.end(), device);
-  return it == devices_.end() ? -1 : static_cast<int>(it - devices_.begin());
-}
+int DeviceGroup::index_of(int device) const { return data_ ? data_->index.position(device) : -1; }
 
-std::string DeviceGroup::to_string() const { return "[" + runs_text(devices_) + "]"; }
+std::string DeviceGroup::to_string() const { return "[" + runs_text(devices()) + "]"; }
 
 DeviceGroup DeviceGroup::parse(detail::TextCursor& c) {
   c.expect('[');
@@ -54,10 +59,6 @@ DeviceGroup DeviceGroup::parse(std::string_view text) {
   return g;
 }
 
-size_t DeviceGroup::hash() const {
-  size_t h = 0x9e3779b97f4a7c15ull;
-  for (int d : devices_) h = (h ^ static_cast<size_t>(d)) * 0x100000001b3ull;
-  return h;
-}
+size_t DeviceGroup::hash() const { return data_ ? data_->hash : hash_of({}); }
 
 }  // namespace hspmd::sharding

@@ -6,12 +6,18 @@
 //   DeviceGroup::parse("[0-1,8,3]") == DeviceGroup({0, 1, 8, 3});
 //
 // Text form: runs of consecutive ascending ids are written a-b, the rest comma-separated.
+// A group is immutable and its copies share one list and one index (sharding/int_runs.h):
+// index_of costs O(log runs), a copy one reference count. Every annotation of a plan at thousands
+// of ranks holds its groups, so per-copy lists and linear lookups made planning quadratic.
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "hspmd/sharding/int_runs.h"
 
 namespace hspmd::sharding {
 
@@ -26,10 +32,13 @@ class DeviceGroup {
   explicit DeviceGroup(std::vector<int> devices);
   static DeviceGroup range(int begin, int end);  // [begin, end)
 
-  int size() const { return static_cast<int>(devices_.size()); }
-  bool empty() const { return devices_.empty(); }
-  int operator[](int i) const { return devices_[i]; }
-  const std::vector<int>& devices() const { return devices_; }
+  int size() const { return data_ ? static_cast<int>(data_->devices.size()) : 0; }
+  bool empty() const { return !data_; }
+  int operator[](int i) const { return data_->devices[i]; }
+  const std::vector<int>& devices() const {
+    static const std::vector<int> kNone;
+    return data_ ? data_->devices : kNone;
+  }
   int index_of(int device) const;  // -1 when absent
   bool contains(int device) const { return index_of(device) >= 0; }
 
@@ -37,11 +46,22 @@ class DeviceGroup {
   static DeviceGroup parse(std::string_view text);
   static DeviceGroup parse(detail::TextCursor& cursor);
 
-  friend bool operator==(const DeviceGroup&, const DeviceGroup&) = default;
+  friend bool operator==(const DeviceGroup& a, const DeviceGroup& b) {
+    return a.data_ == b.data_ || a.devices() == b.devices();
+  }
   size_t hash() const;
 
  private:
-  std::vector<int> devices_;
+  struct Data {
+    std::vector<int> devices;
+    RunIndex index;
+    size_t hash = 0;
+  };
+  std::shared_ptr<const Data> data_;  // null: the empty group
+};
+
+struct DeviceGroupHash {
+  size_t operator()(const DeviceGroup& g) const { return g.hash(); }
 };
 
 }  // namespace hspmd::sharding

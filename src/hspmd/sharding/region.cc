@@ -1,7 +1,7 @@
 #include "hspmd/sharding/region.h"
 
 #include <algorithm>
-#include <sstream>
+#include <string>
 
 #include "hspmd/core/error.h"
 
@@ -59,11 +59,12 @@ Region Region::piece(int d, int parts, int n) const {
 }
 
 std::string Region::to_string() const {
-  std::ostringstream out;
-  out << "[";
-  for (int d = 0; d < rank(); ++d) out << (d ? ", " : "") << begin[d] << ":" << end[d];
-  out << "]";
-  return out.str();
+  std::string out = "[";
+  for (int d = 0; d < rank(); ++d) {
+    if (d) out += ", ";
+    out += std::to_string(begin[d]) + ":" + std::to_string(end[d]);
+  }
+  return out + "]";
 }
 
 }  // namespace hspmd::sharding

@@ -65,16 +65,33 @@ std::vector<int> vocab_shard_ranks(const Annotation& logits, int device) {
   return ranks;
 }
 
-ExecGraph::ExecGraph(const graph::Graph& g, const sharding::AnnotationPlan& plan, int rank)
-    : ExecGraph(g, plan, std::make_shared<const graph::DeducedAnnotations>(graph::deduce_annotations(g, plan)), rank) {}
+int data_group(const std::vector<const Annotation*>& placeholders, int rank) {
+  int any = -1;
+  for (const Annotation* a : placeholders) {
+    const auto where = a->locate(rank);
+    if (!where) continue;
+    if (a->hdim() >= 0) return where->first;
+    any = where->first;
+  }
+  return any;
+}
 
-ExecGraph::ExecGraph(const graph::Graph& g, const sharding::AnnotationPlan& plan,
+ExecGraph::ExecGraph(const graph::Graph& g, const sharding::AnnotationPlan& plan, int rank)
+    : ExecGraph(g, std::make_shared<const sharding::AnnotationPlan>(plan),
+                std::make_shared<const graph::DeducedAnnotations>(graph::deduce_annotations(g, plan)), rank) {}
+
+ExecGraph::ExecGraph(const graph::Graph& g, std::shared_ptr<const sharding::AnnotationPlan> plan,
                      std::shared_ptr<const graph::DeducedAnnotations> deduced, int rank)
-    : graph_(g), plan_(plan), deduced_(std::move(deduced)), rank_(rank) {
+    : graph_(g), plan_(std::move(plan)), deduced_(std::move(deduced)), rank_(rank) {
   build();
 }
 
-const Op& ExecGraph::op(int id) const { return local_ops_.at(id); }
+const Op& ExecGraph::op(int id) const {
+  auto it = local_ops_.find(id);
+  return it != local_ops_.end() ? it->second : graph_.op(id);
+}
+
+Op& ExecGraph::local_op(int id) { return local_ops_.try_emplace(id, graph_.op(id)).first->second; }
 
 bool ExecGraph::holds(TensorRef t) const { return deduced_->at(t).locate(rank_).has_value(); }
 
@@ -106,7 +123,7 @@ void ExecGraph::set_vocab_shard(int id, const graph::LossLogits& logits) {
   // The columns of any row block: as many rows as the tokens are split into (context parallelism).
   const sharding::DistState& ds = logits.annotation.ds(sub);
   const Region columns = ds.region(index, Region::full(Shape{ds.degree(0), vocab}));
-  graph::OpAttrs& attrs = local_ops_[id].attrs;
+  graph::OpAttrs& attrs = local_op(id).attrs;
   attrs.vocab_start = columns.begin[1];
   attrs.vocab_size = vocab;
   vocab_shard_ranks_[id] = std::move(ranks);
@@ -114,21 +131,18 @@ void ExecGraph::set_vocab_shard(int id, const graph::LossLogits& logits) {
 
 void ExecGraph::build() {
   const int n = graph_.num_ops();
-  local_ops_.reserve(n);
+  std::vector<const Annotation*> placeholders;
   for (int id = 0; id < n; ++id) {
     const Op& op = graph_.op(id);
-    local_ops_.push_back(op);
     const TensorRef out{id, 0};
     bool mine = holds(out);
     if (op.kind == OpKind::kReshard) mine = mine || holds(op.inputs[0]);
     if (!mine) continue;
     switch (op.kind) {
-      case OpKind::kPlaceholder: {
+      case OpKind::kPlaceholder:
         placeholders_.push_back(id);
-        const Annotation& a = annotation(out);
-        if (a.hdim() >= 0 && data_group_ < 0) data_group_ = a.locate(rank_)->first;
+        placeholders.push_back(&annotation(out));
         break;
-      }
       case OpKind::kParameter:
         parameters_.push_back(id);
         break;
@@ -142,20 +156,16 @@ void ExecGraph::build() {
       const SymShape& shape = graph_.info(table).shape;
       std::optional<Region> r = local_region(shape, annotation(table), rank_, {});
       HSPMD_CHECK(r.has_value()) << "op '" << op.name << "': rank " << rank_ << " runs it without the table";
-      local_ops_.back().attrs.vocab_start = r->begin[0];
-      local_ops_.back().attrs.outside_ids_are_zero = r->extent(0) < shape[0].evaluate({});
+      Op& local = local_op(id);
+      local.attrs.vocab_start = r->begin[0];
+      local.attrs.outside_ids_are_zero = r->extent(0) < shape[0].evaluate({});
     }
     if (auto logits = graph::loss_logits(graph_, op, [&](TensorRef t) { return annotation(t); })) {
       set_vocab_shard(id, *logits);
     }
   }
-  if (data_group_ < 0) {  // a rank fed no token-split placeholder: any split annotation it holds
-    for (int id : placeholders_) {
-      auto where = annotation(TensorRef{id, 0}).locate(rank_);
-      if (where) data_group_ = where->first;
-    }
-  }
-  steps_.emplace(graph_, forward_, backward_, graph::StepPlanOptions{.recompute = plan_.recompute});
+  data_group_ = specialize::data_group(placeholders, rank_);
+  steps_.emplace(graph_, forward_, backward_, graph::StepPlanOptions{.recompute = plan_->recompute});
 }
 
 }  // namespace hspmd::specialize

@@ -57,17 +57,23 @@ sharding::Annotation without_zero(const sharding::Annotation& a);
 // order, the device included. Empty when the device holds whole rows.
 std::vector<int> vocab_shard_ranks(const sharding::Annotation& logits, int device);
 
+// The subgroup of the data `rank` is fed, given the annotations of the graph's placeholders in graph
+// order: that of the first one it holds split across subgroups (the tokens), else of the last one it
+// holds; -1 when it holds none.
+int data_group(const std::vector<const sharding::Annotation*>& placeholders, int rank);
+
 class ExecGraph {
  public:
   // Deduces the annotations itself; the graph must outlive the ExecGraph.
   ExecGraph(const graph::Graph& g, const sharding::AnnotationPlan& plan, int rank);
-  // Shares one deduction between the ranks of a process.
-  ExecGraph(const graph::Graph& g, const sharding::AnnotationPlan& plan,
+  // Shares one plan and one deduction between the ranks of a process (a plan report builds one per
+  // class of ranks; copying a plan at thousands of ranks per rank was most of its time).
+  ExecGraph(const graph::Graph& g, std::shared_ptr<const sharding::AnnotationPlan> plan,
             std::shared_ptr<const graph::DeducedAnnotations> deduced, int rank);
 
   int rank() const { return rank_; }
   const graph::Graph& graph() const { return graph_; }
-  const sharding::AnnotationPlan& plan() const { return plan_; }
+  const sharding::AnnotationPlan& plan() const { return *plan_; }
   const graph::DeducedAnnotations& deduced() const { return *deduced_; }
 
   const std::vector<int>& forward_ops() const { return forward_; }
@@ -106,12 +112,15 @@ class ExecGraph {
   void build();
   void set_vocab_shard(int id, const graph::LossLogits& logits);
 
+  // The op as this rank runs it, copied from the graph on the first adjustment.
+  graph::Op& local_op(int id);
+
   const graph::Graph& graph_;
-  sharding::AnnotationPlan plan_;
+  std::shared_ptr<const sharding::AnnotationPlan> plan_;
   std::shared_ptr<const graph::DeducedAnnotations> deduced_;
   int rank_;
   std::vector<int> forward_, backward_, placeholders_, parameters_;
-  std::vector<graph::Op> local_ops_;       // by op id; attributes adjusted for this rank
+  std::map<int, graph::Op> local_ops_;     // the ops whose attributes this rank adjusts, by op id
   std::optional<graph::StepPlan> steps_;   // set by build()
   std::map<int, std::vector<int>> vocab_shard_ranks_;
   int data_group_ = -1;

@@ -25,9 +25,15 @@ MemoryEstimate estimate_memory(const ExecGraph& exec, const MemoryEstimateOption
     const graph::TensorInfo& info = g.info(ref);
     const int64_t bytes = exec.local_shape(ref, {}).numel() * static_cast<int64_t>(dtype_size(info.dtype));
     const Shape shape = evaluate(info.shape, {});
-    const sharding::Annotation state = without_zero(exec.plan().optimizer_state(g.op(id).name));
-    const int64_t state_bytes =
-        state.region(exec.rank(), shape).value_or(sharding::Region::full(Shape{})).numel() * dtype_size(info.dtype);
+    // The state's shard, located in place: building the annotation without_zero per parameter
+    // copied its device groups for every parameter of every rank.
+    const sharding::Annotation& state = exec.plan().optimizer_state(g.op(id).name);
+    int64_t state_numel = 1;  // a rank outside the state's groups: a scalar, as before
+    if (const auto where = state.locate(exec.rank())) {
+      const auto [group, index] = *where;
+      state_numel = state.ds(group).with_zero(false).region(index, state.group_part(group, shape)).numel();
+    }
+    const int64_t state_bytes = state_numel * static_cast<int64_t>(dtype_size(info.dtype));
     m.parameters += bytes;
     m.gradients += bytes + state_bytes;
     whole_gradients += bytes;

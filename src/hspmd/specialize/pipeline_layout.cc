@@ -5,6 +5,7 @@
 #include <numeric>
 #include <set>
 #include <sstream>
+#include <unordered_set>
 
 #include "hspmd/core/error.h"
 #include "hspmd/sharding/device_group.h"
@@ -103,7 +104,10 @@ std::vector<std::pair<int, int>> group_pairs(const Annotation& src, const Annota
   return out;
 }
 
-std::set<int> as_set(const sharding::DeviceGroup& g) { return {g.devices().begin(), g.devices().end()}; }
+// Every device of `to` is in `from`.
+bool within(const sharding::DeviceGroup& to, const sharding::DeviceGroup& from) {
+  return std::all_of(to.devices().begin(), to.devices().end(), [&](int d) { return from.contains(d); });
+}
 
 }  // namespace
 
@@ -123,17 +127,25 @@ PipelineLayout build_pipeline_layout(const Graph& g, const graph::DeducedAnnotat
   const std::vector<bool> on_data = ops_on_data(g);
   std::vector<int> reshards;  // forward Reshards on data, in graph order
   Stages stages;
+  // Ops share their device groups (a layer's ops, a stage's layers): each group is added or merged
+  // once, not once per op, which at thousands of ranks was a pass over every rank per op.
+  std::unordered_set<sharding::DeviceGroup, sharding::DeviceGroupHash> added, merged;
   for (int id = 0; id < g.num_ops(); ++id) {
     const Op& op = g.op(id);
     if (op.backward || is_leaf(op.kind)) continue;
     if (op.kind == OpKind::kReshard) {
       if (on_data[id]) reshards.push_back(id);
-      for (int d : deduced.at(TensorRef{id, 0}).devices()) stages.add(d);
+      for (const sharding::DeviceGroup& group : deduced.at(TensorRef{id, 0}).dg_union()) {
+        if (!added.insert(group).second) continue;
+        for (int d : group.devices()) stages.add(d);
+      }
       continue;
     }
     // A compute op runs as one SPMD program per sharding subgroup: its devices share collectives.
     for (const Annotation& a : deduced.by_op()[id]) {
-      for (const sharding::DeviceGroup& group : a.dg_union()) stages.merge(group.devices());
+      for (const sharding::DeviceGroup& group : a.dg_union()) {
+        if (merged.insert(group).second) stages.merge(group.devices());
+      }
     }
   }
   // A Reshard whose source and destination subgroup are the same devices is a collective inside a
@@ -142,7 +154,9 @@ PipelineLayout build_pipeline_layout(const Graph& g, const graph::DeducedAnnotat
     const Annotation& src = deduced.at(g.op(id).inputs[0]);
     const Annotation& dst = deduced.at(TensorRef{id, 0});
     for (auto [a, b] : group_pairs(src, dst)) {
-      if (as_set(src.group(a)) == as_set(dst.group(b))) stages.merge(dst.group(b).devices());
+      if (src.group(a).size() == dst.group(b).size() && within(dst.group(b), src.group(a))) {
+        stages.merge(dst.group(b).devices());
+      }
     }
   }
   // A destination subgroup with a device outside its source subgroup is fed point to point: the
@@ -154,9 +168,8 @@ PipelineLayout build_pipeline_layout(const Graph& g, const graph::DeducedAnnotat
     const Annotation& src = deduced.at(op.inputs[0]);
     const Annotation& dst = deduced.at(TensorRef{id, 0});
     for (auto [a, b] : group_pairs(src, dst)) {
-      const std::set<int> from = as_set(src.group(a));
       const std::vector<int>& to = dst.group(b).devices();
-      if (std::all_of(to.begin(), to.end(), [&](int d) { return from.count(d) > 0; })) continue;
+      if (within(dst.group(b), src.group(a))) continue;
       const int s = stages.root(src.group(a)[0]), t = stages.root(to[0]);
       if (s == t) continue;  // point to point inside one stage (e.g. a context-parallel exchange)
       for (auto [map, key, value, what] : {std::tuple{&next, s, t, "successors"}, std::tuple{&prev, t, s, "predecessors"}}) {

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "hspmd/core/byte_size.h"
 #include "hspmd/core/error.h"
@@ -17,6 +18,7 @@
 #include "hspmd/sharding/device_group.h"
 #include "hspmd/sharding/int_runs.h"
 #include "hspmd/specialize/exec_graph.h"
+#include "hspmd/specialize/rank_memory.h"
 #include "hspmd/specialize/reshard_resolution.h"
 
 namespace hspmd::specialize {
@@ -91,8 +93,20 @@ struct RankWork {
   int cp = 1;
 };
 
-std::map<int, RankWork> work_by_rank(const Graph& g, const graph::DeducedAnnotations& deduced) {
-  std::map<int, RankWork> out;
+// Indexed by rank. The ops of a layer mostly share their device groups, so each (layer, group) is
+// counted once: a pass over every device of every op was most of explaining thousands of ranks.
+std::vector<RankWork> work_by_rank(const Graph& g, const graph::DeducedAnnotations& deduced) {
+  std::vector<RankWork> out;
+  auto of = [&](int d) -> RankWork& {
+    if (d >= static_cast<int>(out.size())) out.resize(static_cast<size_t>(d) + 1);
+    return out[d];
+  };
+  struct LayerGroupHash {
+    size_t operator()(const std::pair<int, sharding::DeviceGroup>& k) const {
+      return k.second.hash() * 0x100000001b3ull ^ static_cast<size_t>(k.first);
+    }
+  };
+  std::unordered_set<std::pair<int, sharding::DeviceGroup>, LayerGroupHash> counted;
   for (int id = 0; id < g.num_ops(); ++id) {
     const Op& op = g.op(id);
     if (op.backward || op.kind == OpKind::kPlaceholder || op.kind == OpKind::kParameter ||
@@ -100,11 +114,14 @@ std::map<int, RankWork> work_by_rank(const Graph& g, const graph::DeducedAnnotat
       continue;
     }
     const Annotation& a = deduced.by_op()[id][0];
-    for (int d : a.devices()) {
-      if (op.layer >= 0) out[d].layers.insert(op.layer);
+    for (int group = 0; group < a.hsize(); ++group) {
+      const std::vector<int>& devices = a.group(group).devices();
+      if (op.layer >= 0 && counted.emplace(op.layer, a.group(group)).second) {
+        for (int d : devices) of(d).layers.insert(op.layer);
+      }
       // Attention's tokens: the rest may be split by tokens over TP as well (sequence parallelism).
       if (op.kind != OpKind::kContextAttention) continue;
-      if (const auto where = a.locate(d)) out[d].cp = std::max(out[d].cp, a.ds(where->first).degree(0));
+      for (int d : devices) of(d).cp = std::max(of(d).cp, a.ds(group).degree(0));
     }
   }
   return out;
@@ -161,12 +178,16 @@ class Builder {
  private:
   void check_topology(const graph::DeducedAnnotations& deduced) {
     if (!o_.topology) return;
+    std::unordered_set<sharding::DeviceGroup, sharding::DeviceGroupHash> checked;  // tensors share groups
     for (const auto& outs : deduced.by_op()) {
       for (const Annotation& a : outs) {
-        for (int d : a.devices()) {
-          HSPMD_CHECK(d < o_.topology->num_devices()) << "the plan uses rank " << d << " but cluster "
-                                                      << o_.topology->name() << " has " << o_.topology->num_devices()
-                                                      << " devices";
+        for (const sharding::DeviceGroup& group : a.dg_union()) {
+          if (!checked.insert(group).second) continue;
+          for (int d : group.devices()) {
+            HSPMD_CHECK(d < o_.topology->num_devices()) << "the plan uses rank " << d << " but cluster "
+                                                        << o_.topology->name() << " has "
+                                                        << o_.topology->num_devices() << " devices";
+          }
         }
       }
     }
@@ -181,7 +202,9 @@ class Builder {
     HSPMD_CHECK(planned == 0 || planned == layout.pipelines.size())
         << "the plan schedules " << planned << " pipelines but its annotations form " << layout.pipelines.size()
         << ":\n" << layout.to_string();
-    std::map<int, RankWork> work = work_by_rank(g, deduced);
+    const std::vector<RankWork> work = work_by_rank(g, deduced);
+    const RankWork idle;
+    auto work_of = [&](int d) -> const RankWork& { return d < static_cast<int>(work.size()) ? work[d] : idle; };
     for (const PipelineStages& p : layout.pipelines) {
       PipelineReport pr;
       const auto where = loss.locate(p.stages.back()[0]);
@@ -199,11 +222,11 @@ class Builder {
         sr.ranks = p.stages[s];
         std::set<int> layers;
         for (int d : sr.ranks) {
-          layers.insert(work[d].layers.begin(), work[d].layers.end());
+          layers.insert(work_of(d).layers.begin(), work_of(d).layers.end());
           runs_[d] = pr.num_micro_batches;
         }
         sr.layers = sharding::runs_text({layers.begin(), layers.end()});
-        sr.cp = work[sr.ranks.front()].cp;
+        sr.cp = work_of(sr.ranks.front()).cp;
         sr.schedule = make_schedule(o_.schedule, pr.num_micro_batches, static_cast<int>(p.stages.size()),
                                     static_cast<int>(s));
         pr.stages.push_back(std::move(sr));
@@ -258,6 +281,14 @@ class Builder {
     return *c;
   }
 
+  // An annotation's canonical text, written once: the Reshards of every layer share a few
+  // annotations, each the text of every subgroup (thousands of ranks: kilobytes).
+  const std::string& text_of(const Annotation& a) {
+    auto it = texts_.find(a);
+    if (it == texts_.end()) it = texts_.emplace(a, a.to_string()).first;
+    return it->second;
+  }
+
   // Groups of one list, by (name pattern, classification, src, dst, shape).
   using Index = std::unordered_map<std::string, size_t>;
 
@@ -270,7 +301,7 @@ class Builder {
       return false;
     }
     auto [pattern, layer] = layer_pattern(name);
-    std::string src_text = src.to_string(), dst_text = dst.to_string(), shape_text = hspmd::to_string(shape);
+    std::string src_text = text_of(src), dst_text = text_of(dst), shape_text = hspmd::to_string(shape);
     std::string cls = classification(parts);
     auto [slot, fresh] = index.emplace(pattern + "\n" + cls + "\n" + src_text + "\n" + dst_text + "\n" + shape_text,
                                        into.size());
@@ -311,17 +342,20 @@ class Builder {
   }
 
   // Each rank's memory estimate (specialize/memory_estimate.h) under the pipelines' schedules, at
-  // the report's seq_len.
+  // the report's seq_len; one ExecGraph per class of ranks that see the same graph
+  // (specialize/rank_memory.h).
   void memory(const std::shared_ptr<const graph::DeducedAnnotations>& deduced) {
+    std::vector<RankMemoryQuery> queries;
     for (const PipelineReport& p : r_.pipelines) {
       for (const StageReport& s : p.stages) {
-        for (int rank : s.ranks) {
-          const ExecGraph exec(m_.graph, plan_, deduced, rank);
-          r_.memory.push_back({rank, estimate_memory(exec, {.micro_batch_tokens = p.binding.at("T"),
-                                                            .micro_batches_in_flight = max_in_flight(s.schedule)})});
-        }
+        const MemoryEstimateOptions options{.micro_batch_tokens = p.binding.at("T"),
+                                            .micro_batches_in_flight = max_in_flight(s.schedule)};
+        for (int rank : s.ranks) queries.push_back({rank, options});
       }
     }
+    const std::vector<MemoryEstimate> estimates = estimate_memory_of_ranks(
+        m_.graph, std::make_shared<const sharding::AnnotationPlan>(plan_), deduced, queries);
+    for (size_t k = 0; k < queries.size(); ++k) r_.memory.push_back({queries[k].rank, estimates[k]});
     std::sort(r_.memory.begin(), r_.memory.end(),
               [](const RankMemory& a, const RankMemory& b) { return a.rank < b.rank; });
   }
@@ -348,6 +382,7 @@ class Builder {
   std::map<int, int> runs_;  // device -> micro-batches of its pipeline
   std::map<size_t, std::unique_ptr<resolve::ResolveCache>> caches_;  // by element size
   Index activations_, syncs_, gathers_;
+  std::unordered_map<Annotation, std::string, sharding::AnnotationHash> texts_;
 };
 
 }  // namespace

@@ -51,7 +51,8 @@ SwitchPlan plan_switch(const std::vector<ParamLayout>& from, const std::vector<P
       if (part != StatePart::kValue && !options.optimizer_states) continue;
       const bool value = part == StatePart::kValue;
       out.tensors.push_back(
-          {state_tensor_name(a.name, part), a.shape, value ? a.value : a.state, value ? b.value : b.state, 4});
+          {state_tensor_name(a.name, part), a.shape, value ? a.value : a.state, value ? b.value : b.state,
+                               value ? options.value_element_size : int64_t{4}});
       HSPMD_ASSERT(out.tensors.size() == out.tensor_index(i, part) + 1) << "switch: tensor order of '" << a.name << "'";
     }
   }

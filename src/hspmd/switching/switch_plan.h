@@ -11,9 +11,10 @@
 // What moves: every parameter with its own annotation (under ZeRO-3 its optimizer-state one: the
 // master weights are kept sharded), and (optimizer_states) AdamW's two moments
 // with the optimizer-state annotation (the ZeRO-1 shard when the plan shards it). All are float32
-// (master weights and moments). The tensors are listed parameter by parameter in the order of
-// switching/state_parts.h (value, exp_avg, exp_avg_sq), which is the index order of SwitchPlan::bsr's
-// pieces; SwitchPlan::tensor_index names that order.
+// (master weights and moments), unless SwitchOptions::value_element_size says the values move as
+// bf16. The tensors are listed parameter by parameter in the order of switching/state_parts.h
+// (value, exp_avg, exp_avg_sq), which is the index order of SwitchPlan::bsr's pieces;
+// SwitchPlan::tensor_index names that order.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +56,9 @@ struct SwitchOptions {
   const resolve::Topology* topology = nullptr;  // nullptr: one host, all links equal
   resolve::BsrAlgorithm algorithm = resolve::BsrAlgorithm::kFusedHeuristic;  // resolve/fused_bsr.h
   std::vector<int> dead{};                     // ranks that cannot send (failed)
+  // Bytes per element of the parameter values on the wire: 4 (float32 master weights), or 2 when
+  // only their bf16 compute copy moves (switching/bf16_switch_plan.h). The moments are float32.
+  int64_t value_element_size = 4;
 };
 
 struct SwitchPlan {

@@ -8,8 +8,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <thread>
+#include <utility>
 
+#include "hspmd/comm/group_id.h"
 #include "hspmd/core/error.h"
 
 namespace hspmd::comm {
@@ -55,6 +58,9 @@ struct NcclCommunicator::State {
   void* scratch = nullptr;  // one int for barrier
   std::string broken;       // worker thread only: the first error
   std::atomic<bool> abort_requested{false};  // set by abort() from any thread
+  // Guards `running` and, while no operation runs, `comm` against abort() from another thread.
+  std::mutex mutex;
+  bool running = false;  // the worker is inside an operation: its polling loop does the abort
 
   // Polls until the non-blocking communicator has finished the calls just made; throws on
   // error or at the deadline (after aborting the communicator).
@@ -95,32 +101,84 @@ struct NcclCommunicator::State {
   }
 };
 
+// Device memory for each buffer of one operation: a device (or managed) buffer as it is, a host
+// buffer through a device copy, filled before the operation when it is read and copied back after
+// the stream has finished when it is written. Host buffers are the control traffic (loss totals,
+// statistics, flags): small, so a plain cudaMalloc each is fine.
+class NcclCommunicator::DeviceViews {
+ public:
+  DeviceViews(cudaStream_t stream, std::string what) : stream_(stream), what_(std::move(what)) {}
+  ~DeviceViews() {
+    for (const Staged& s : staged_) cudaFree(s.device);
+  }
+  DeviceViews(const DeviceViews&) = delete;
+  DeviceViews& operator=(const DeviceViews&) = delete;
+
+  void* read(const CommBuffer& b) { return view(b, true, false); }
+  void* written(const CommBuffer& b) { return view(b, false, true); }
+  void* read_written(const CommBuffer& b) { return view(b, true, true); }
+
+  // After the stream has finished: the written host buffers receive their results.
+  void copy_back() {
+    for (const Staged& s : staged_) {
+      if (s.write_back) HSPMD_CUDA_CALL(what_, cudaMemcpy(s.host, s.device, s.bytes, cudaMemcpyDeviceToHost));
+    }
+  }
+
+ private:
+  struct Staged {
+    void* host;
+    void* device;
+    size_t bytes;
+    bool write_back;
+  };
+
+  void* view(const CommBuffer& b, bool read, bool write) {
+    if (b.data == nullptr || b.nbytes() == 0) return b.data;
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, b.data) == cudaSuccess &&
+        (attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged)) {
+      return b.data;
+    }
+    cudaGetLastError();  // a pageable host pointer may leave an error behind on older drivers
+    Staged s{b.data, nullptr, b.nbytes(), write};
+    HSPMD_CUDA_CALL(what_, cudaMalloc(&s.device, s.bytes));
+    staged_.push_back(s);
+    if (read) HSPMD_CUDA_CALL(what_, cudaMemcpyAsync(s.device, s.host, s.bytes, cudaMemcpyHostToDevice, stream_));
+    return s.device;
+  }
+
+  cudaStream_t stream_;
+  std::string what_;
+  std::vector<Staged> staged_;
+};
+
 int NcclCommunicator::device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
   return n;
 }
 
-NcclCommunicator::NcclCommunicator(Store& store, std::vector<int> ranks, int global_rank, int generation, int device,
-                                   Millis timeout)
-    : Communicator(std::move(ranks), global_rank, generation), state_(std::make_unique<State>()), timeout_(timeout) {
-  std::string what = "connecting NCCL " + describe();
-  state_->device = device;
-  HSPMD_CUDA_CALL(what, cudaSetDevice(device));
+NcclCommunicator::NcclCommunicator(Store& store, std::vector<int> ranks, int global_rank, int generation,
+                                   NcclOptions options)
+    : Communicator(std::move(ranks), global_rank, generation), state_(std::make_unique<State>()), options_(options) {
+  std::string what = "connecting NCCL " + describe() + " on cuda:" + std::to_string(options_.device);
+  state_->device = options_.device;
+  HSPMD_CUDA_CALL(what, cudaSetDevice(options_.device));
   ncclUniqueId id;
-  if (group_rank() == 0) {
-    HSPMD_CHECK(ncclGetUniqueId(&id) == ncclSuccess) << what << ": ncclGetUniqueId failed";
-    store.set("nccl_id", std::string(id.internal, sizeof(id.internal)));
-  } else {
-    std::string bytes = store.get("nccl_id", timeout);
-    HSPMD_CHECK(bytes.size() == sizeof(id.internal)) << what << ": malformed nccl_id in " << store.describe();
-    std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
-  }
+  const std::string bytes = share_group_id(
+      store, group_rank(), sizeof(id.internal),
+      [&] {
+        HSPMD_CHECK(ncclGetUniqueId(&id) == ncclSuccess) << what << ": ncclGetUniqueId failed";
+        return std::string(id.internal, sizeof(id.internal));
+      },
+      options_.timeout, what);
+  std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclResult_t r = ncclCommInitRankConfig(&state_->comm, size(), id, group_rank(), &config);
   HSPMD_CHECK(r == ncclSuccess || r == ncclInProgress) << what << ": " << ncclGetErrorString(r);
-  state_->settle(what, Clock::now() + timeout);
+  state_->settle(what, Clock::now() + options_.timeout);
   HSPMD_CUDA_CALL(what, cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking));
   HSPMD_CUDA_CALL(what, cudaMalloc(&state_->scratch, sizeof(int)));
 }
@@ -134,7 +192,7 @@ NcclCommunicator::~NcclCommunicator() {
   }
   cudaSetDevice(state_->device);
   if (state_->comm != nullptr) {
-    if (state_->broken.empty()) {
+    if (state_->broken.empty() && !state_->abort_requested) {
       ncclCommFinalize(state_->comm);
       ncclResult_t s = ncclInProgress;
       auto deadline = Clock::now() + Millis(5'000);
@@ -151,21 +209,56 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::abort(const std::string& reason) {
-  state_->abort_requested = true;  // the worker's polling loop aborts the NCCL communicator
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->abort_requested = true;
+    // Idle: abort now, so peers inside an operation with this member fail fast (as Gloo's closed
+    // sockets make them) instead of at their timeout. Running: the worker's polling loop aborts.
+    if (!state_->running && state_->comm != nullptr) {
+      cudaSetDevice(state_->device);
+      ncclCommAbort(state_->comm);
+      state_->comm = nullptr;
+    }
+  }
   queue_.abort(reason + " (" + describe() + ")");
 }
 
-Work NcclCommunicator::run(const char* op, std::function<void()> enqueue) {
+Work NcclCommunicator::run(const char* op, std::function<void(DeviceViews&)> enqueue) {
   std::string what = std::string(op) + " on NCCL " + describe();
-  return queue_.submit(what, [this, what, enqueue = std::move(enqueue)] {
+  // Recorded now, on the caller's thread: the compute work that wrote the buffers is queued before
+  // this call, later compute work after it.
+  std::shared_ptr<CUevent_st> ready;
+  if (options_.compute_stream != nullptr) {
+    HSPMD_CUDA_CALL(what, cudaSetDevice(state_->device));
+    cudaEvent_t event = nullptr;
+    HSPMD_CUDA_CALL(what, cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    ready.reset(event, [](cudaEvent_t e) { cudaEventDestroy(e); });
+    HSPMD_CUDA_CALL(what, cudaEventRecord(event, options_.compute_stream));
+  }
+  return queue_.submit(what, [this, what, ready, enqueue = std::move(enqueue)] {
     HSPMD_CHECK(state_->broken.empty()) << what << ": the group is broken by an earlier error (" << state_->broken
                                         << "); rebuild it under a new generation";
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      HSPMD_CHECK(!state_->abort_requested) << what << ": the communicator was aborted";
+      state_->running = true;
+    }
+    struct Idle {
+      State& state;
+      ~Idle() {
+        std::lock_guard<std::mutex> lock(state.mutex);
+        state.running = false;
+      }
+    } idle{*state_};
     try {
       HSPMD_CUDA_CALL(what, cudaSetDevice(state_->device));
-      auto deadline = Clock::now() + timeout_;
-      enqueue();
+      auto deadline = Clock::now() + options_.timeout;
+      if (ready) HSPMD_CUDA_CALL(what, cudaStreamWaitEvent(state_->stream, ready.get(), 0));
+      DeviceViews views(state_->stream, what);
+      enqueue(views);
       state_->settle(what, deadline);
       state_->sync(what, deadline);
+      views.copy_back();
     } catch (const std::exception& e) {
       state_->broken = e.what();
       throw;
@@ -174,20 +267,23 @@ Work NcclCommunicator::run(const char* op, std::function<void()> enqueue) {
 }
 
 Work NcclCommunicator::allreduce(const AllreduceOptions& o) {
-  return run("allreduce", [this, o] {
-    enqueued("ncclAllReduce", ncclAllReduce(o.data.data, o.data.data, o.data.count, nccl_type(o.data.dtype), ncclSum,
-                                            state_->comm, state_->stream));
+  return run("allreduce", [this, o](DeviceViews& views) {
+    void* data = views.read_written(o.data);
+    enqueued("ncclAllReduce",
+             ncclAllReduce(data, data, o.data.count, nccl_type(o.data.dtype), ncclSum, state_->comm, state_->stream));
   });
 }
 
 Work NcclCommunicator::reduce_scatter(const ReduceScatterOptions& o) {
   std::vector<int64_t> counts = check_reduce_scatter(*this, o);
   bool even = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
-  return run("reduce_scatter", [this, o, counts, even] {
+  return run("reduce_scatter", [this, o, counts, even](DeviceViews& views) {
     auto type = nccl_type(o.input.dtype);
+    void* input = views.read(o.input);
+    void* output = views.written(o.output);
     if (even) {
       enqueued("ncclReduceScatter",
-               ncclReduceScatter(o.input.data, o.output.data, counts[0], type, ncclSum, state_->comm, state_->stream));
+               ncclReduceScatter(input, output, counts[0], type, ncclSum, state_->comm, state_->stream));
       return;
     }
     size_t esize = dtype_size(o.input.dtype);
@@ -195,8 +291,8 @@ Work NcclCommunicator::reduce_scatter(const ReduceScatterOptions& o) {
     int64_t offset = 0;
     for (int i = 0; i < size(); ++i) {
       // recvbuff only matters on the root.
-      enqueued("ncclReduce", ncclReduce(static_cast<char*>(o.input.data) + offset * esize, o.output.data, counts[i],
-                                        type, ncclSum, i, state_->comm, state_->stream));
+      enqueued("ncclReduce", ncclReduce(static_cast<char*>(input) + offset * esize, output, counts[i], type, ncclSum,
+                                        i, state_->comm, state_->stream));
       offset += counts[i];
     }
     enqueued("ncclGroupEnd", ncclGroupEnd());
@@ -206,18 +302,20 @@ Work NcclCommunicator::reduce_scatter(const ReduceScatterOptions& o) {
 Work NcclCommunicator::allgather(const AllgatherOptions& o) {
   std::vector<int64_t> counts = check_allgather(*this, o);
   bool even = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
-  return run("allgather", [this, o, counts, even] {
+  return run("allgather", [this, o, counts, even](DeviceViews& views) {
     size_t esize = dtype_size(o.input.dtype);
+    void* input = views.read(o.input);
+    void* output = views.written(o.output);
     if (even) {
       enqueued("ncclAllGather",
-               ncclAllGather(o.input.data, o.output.data, counts[0] * esize, ncclUint8, state_->comm, state_->stream));
+               ncclAllGather(input, output, counts[0] * esize, ncclUint8, state_->comm, state_->stream));
       return;
     }
     enqueued("ncclGroupStart", ncclGroupStart());
     int64_t offset = 0;
     for (int i = 0; i < size(); ++i) {
-      enqueued("ncclBroadcast", ncclBroadcast(o.input.data, static_cast<char*>(o.output.data) + offset * esize,
-                                              counts[i] * esize, ncclUint8, i, state_->comm, state_->stream));
+      enqueued("ncclBroadcast", ncclBroadcast(input, static_cast<char*>(output) + offset * esize, counts[i] * esize,
+                                              ncclUint8, i, state_->comm, state_->stream));
       offset += counts[i];
     }
     enqueued("ncclGroupEnd", ncclGroupEnd());
@@ -226,9 +324,10 @@ Work NcclCommunicator::allgather(const AllgatherOptions& o) {
 
 Work NcclCommunicator::broadcast(const BroadcastOptions& o) {
   int root = index_of(o.root);
-  return run("broadcast", [this, o, root] {
+  return run("broadcast", [this, o, root](DeviceViews& views) {
+    void* data = views.read_written(o.data);
     enqueued("ncclBroadcast",
-             ncclBroadcast(o.data.data, o.data.data, o.data.nbytes(), ncclUint8, root, state_->comm, state_->stream));
+             ncclBroadcast(data, data, o.data.nbytes(), ncclUint8, root, state_->comm, state_->stream));
   });
 }
 
@@ -236,23 +335,29 @@ Work NcclCommunicator::send_recv(const SendRecvOptions& o) {
   for (const auto* list : {&o.sends, &o.recvs}) {
     for (const auto& m : *list) index_of(m.peer);
   }
-  return run("send_recv", [this, o] {
-    std::vector<const P2PMessage*> self_sends, self_recvs;
+  return run("send_recv", [this, o](DeviceViews& views) {
+    // Views first: a host buffer's copy onto the stream must not land inside the NCCL group.
+    std::vector<void*> recv_data, send_data;
+    for (const auto& m : o.recvs) recv_data.push_back(views.written(m.buffer));
+    for (const auto& m : o.sends) send_data.push_back(views.read(m.buffer));
+    std::vector<std::pair<void*, size_t>> self_sends, self_recvs;  // device pointer, bytes
     enqueued("ncclGroupStart", ncclGroupStart());
-    for (const auto& m : o.recvs) {
+    for (size_t k = 0; k < o.recvs.size(); ++k) {
+      const P2PMessage& m = o.recvs[k];
       if (m.peer == global_rank()) {
-        self_recvs.push_back(&m);
+        self_recvs.emplace_back(recv_data[k], m.buffer.nbytes());
       } else if (m.buffer.nbytes() > 0) {
         enqueued("ncclRecv",
-                 ncclRecv(m.buffer.data, m.buffer.nbytes(), ncclUint8, index_of(m.peer), state_->comm, state_->stream));
+                 ncclRecv(recv_data[k], m.buffer.nbytes(), ncclUint8, index_of(m.peer), state_->comm, state_->stream));
       }
     }
-    for (const auto& m : o.sends) {
+    for (size_t k = 0; k < o.sends.size(); ++k) {
+      const P2PMessage& m = o.sends[k];
       if (m.peer == global_rank()) {
-        self_sends.push_back(&m);
+        self_sends.emplace_back(send_data[k], m.buffer.nbytes());
       } else if (m.buffer.nbytes() > 0) {
         enqueued("ncclSend",
-                 ncclSend(m.buffer.data, m.buffer.nbytes(), ncclUint8, index_of(m.peer), state_->comm, state_->stream));
+                 ncclSend(send_data[k], m.buffer.nbytes(), ncclUint8, index_of(m.peer), state_->comm, state_->stream));
       }
     }
     enqueued("ncclGroupEnd", ncclGroupEnd());
@@ -260,25 +365,26 @@ Work NcclCommunicator::send_recv(const SendRecvOptions& o) {
         << "send_recv on NCCL " << describe() << ": " << self_sends.size() << " sends to self but " << self_recvs.size()
         << " receives from self";
     for (size_t k = 0; k < self_sends.size(); ++k) {
-      HSPMD_CHECK(self_sends[k]->buffer.nbytes() == self_recvs[k]->buffer.nbytes())
+      HSPMD_CHECK(self_sends[k].second == self_recvs[k].second)
           << "send_recv on NCCL " << describe() << ": message " << k << " to self changes size";
+      if (self_sends[k].second == 0) continue;
       HSPMD_CUDA_CALL("send_recv to self",
-                      cudaMemcpyAsync(self_recvs[k]->buffer.data, self_sends[k]->buffer.data,
-                                      self_sends[k]->buffer.nbytes(), cudaMemcpyDeviceToDevice, state_->stream));
+                      cudaMemcpyAsync(self_recvs[k].first, self_sends[k].first, self_sends[k].second,
+                                      cudaMemcpyDeviceToDevice, state_->stream));
     }
   });
 }
 
 Work NcclCommunicator::barrier(const BarrierOptions&) {
-  return run("barrier", [this] {
+  return run("barrier", [this](DeviceViews&) {
     enqueued("ncclAllReduce",
              ncclAllReduce(state_->scratch, state_->scratch, 1, ncclInt32, ncclSum, state_->comm, state_->stream));
   });
 }
 
-Backend nccl_backend(int device, Millis timeout) {
-  return [device, timeout](Store& store, const std::vector<int>& ranks, int global_rank, int generation) {
-    return std::make_shared<NcclCommunicator>(store, ranks, global_rank, generation, device, timeout);
+Backend nccl_backend(NcclOptions options) {
+  return [options](Store& store, const std::vector<int>& ranks, int global_rank, int generation) {
+    return std::make_shared<NcclCommunicator>(store, ranks, global_rank, generation, options);
   };
 }
 

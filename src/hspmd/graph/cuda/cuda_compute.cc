@@ -5,6 +5,7 @@
 #include "hspmd/graph/cuda/cuda_kernels.h"
 #include "hspmd/kernels/cuda/adamw.h"
 #include "hspmd/kernels/cuda/elementwise.h"
+#include "hspmd/kernels/cuda/slice.h"
 
 namespace hspmd::graph {
 
@@ -67,6 +68,15 @@ ComputeDevice cuda_compute(cuda::CudaTensorMemory::Options options) {
                                 .param_bf16 = nullptr};
         const Launch on = launch_on(p);
         kc::adamw_step({&t, 1}, step, o, {.max_grad_norm = 0, .sum_of_squares = nullptr}, on.stream);
+      },
+      .copy_region = [](const Tensor& src, const std::vector<int64_t>& src_starts, const Tensor& dst,
+                        const std::vector<int64_t>& dst_starts, const std::vector<int64_t>& extents) {
+        HSPMD_CHECK(src.defined() && dst.defined() && src.device() == dst.device() && src.dtype() == dst.dtype())
+            << "copy_region on a GPU: " << src.to_string() << " into " << dst.to_string()
+            << " (both on the same GPU, one dtype)";
+        const Launch on = launch_on(dst);
+        kc::copy_region(src.device_raw_data(), src.shape().dims(), src_starts, dst.device_raw_data(),
+                        dst.shape().dims(), dst_starts, extents, src.dtype(), on.stream);
       }};
 }
 

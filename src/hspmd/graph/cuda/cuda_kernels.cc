@@ -256,8 +256,23 @@ void add_attention_kernels(KernelRegistry& r) {
 
 // The decoder graphs' attention is context_attention, whose rows carry their packed positions
 // (q_index, kv_index): a CP rank's share of the queries (in the load-balanced order) against the
-// gathered keys, or 0..T-1 for both without context parallelism. The indices stay on the device:
-// the kernel turns kv_index into each packed position's row (scratch [Tk] int64).
+// gathered keys, or 0..T-1 for both without context parallelism, where the op is attention (the
+// flash kernel where it applies). Telling the two apart reads the index vectors on the host when
+// there are as many query rows as keys (which waits for the stream's work queued so far); a CP
+// rank has fewer, and its indices stay on the device.
+bool packed_order(const Tensor& q_index, const Tensor& kv_index) {
+  const int64_t tk = kv_index.numel();
+  if (q_index.numel() != tk) return false;
+  for (const Tensor* index : {&q_index, &kv_index}) {
+    const Tensor host = index->to_host();
+    for (int64_t i = 0; i < tk; ++i) {
+      if (static_cast<int64_t>(host.element_as_double(i)) != i) return false;
+    }
+  }
+  return true;
+}
+
+// The kernel turns kv_index into each packed position's row (scratch [Tk] int64).
 kc::ContextRows context_rows(const KernelContext& k, const Tensor& kv_row) {
   const Tensor &q_index = k.inputs[4], &kv_index = k.inputs[5];
   HSPMD_CHECK(q_index.dtype() == kv_index.dtype())
@@ -274,6 +289,13 @@ Tensor kv_row_scratch(const KernelContext& k) {
 void add_context_attention_kernels(KernelRegistry& r) {
   // context_attention(q, k, v, cu_seqlens, q_index, kv_index) -> (out, lse)
   r.add(OpKind::kContextAttention, DeviceType::kCUDA, kF32, [](KernelContext& k) {
+    if (packed_order(k.inputs[4], k.inputs[5])) {
+      const std::vector<Tensor> in(k.inputs.begin(), k.inputs.begin() + 4);
+      KernelContext plain{k.op, in, k.output_shapes, k.allocator, {}, {}};
+      attention_forward(plain);
+      k.outputs = std::move(plain.outputs);
+      return;
+    }
     const Gpu gpu = gpu_of(k);
     Tensor q = k.inputs[0], key = k.inputs[1], v = k.inputs[2];
     const Tensor& cu_seqlens = k.inputs[3];
@@ -290,6 +312,14 @@ void add_context_attention_kernels(KernelRegistry& r) {
   });
   // context_attention_bwd(q, k, v, cu_seqlens, q_index, kv_index, out, lse, dout) -> (dq, dk, dv)
   r.add(OpKind::kContextAttentionBwd, DeviceType::kCUDA, kF32, [](KernelContext& k) {
+    if (packed_order(k.inputs[4], k.inputs[5])) {
+      const std::vector<Tensor>& x = k.inputs;
+      const std::vector<Tensor> in{x[0], x[1], x[2], x[3], x[6], x[7], x[8]};
+      KernelContext plain{k.op, in, k.output_shapes, k.allocator, {}, {}};
+      attention_backward(plain);
+      k.outputs = std::move(plain.outputs);
+      return;
+    }
     const Gpu gpu = gpu_of(k);
     Tensor q = k.inputs[0], key = k.inputs[1], v = k.inputs[2], dout = k.inputs[8];
     const Tensor &cu_seqlens = k.inputs[3], &o = k.inputs[6], &lse = k.inputs[7];

@@ -1,46 +1,20 @@
 #include "hspmd/kernels/cuda/attention.h"
 
-#include <cmath>
-
-#include "hspmd/kernels/cuda/device_math.cuh"
+#include "hspmd/kernels/cuda/attention_choice.h"
+#include "hspmd/kernels/cuda/attention_sequences.cuh"
+#include "hspmd/kernels/cuda/flash_attention.h"
 
 namespace hspmd::kernels::cuda {
 
 namespace {
 
+using attention_detail::Dims;
+using attention_detail::first_key;
+using attention_detail::kMaxHeadDim;
 using device::from_float;
 using device::to_float;
 
 constexpr int kThreads = 128;  // keys per chunk; threads over the head dimension
-constexpr int kMaxHeadDim = 256;
-
-// The first token of token t's sequence: the last offset <= t.
-template <typename I>
-__device__ int64_t sequence_start(const I* cu_seqlens, int64_t sequences, int64_t t) {
-  int64_t lo = 0, hi = sequences;  // cu_seqlens[lo] <= t < cu_seqlens[hi]
-  while (hi - lo > 1) {
-    const int64_t mid = (lo + hi) / 2;
-    if (static_cast<int64_t>(cu_seqlens[mid]) <= t) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return static_cast<int64_t>(cu_seqlens[lo]);
-}
-
-struct Dims {
-  int64_t q_heads, kv_heads, head_dim, sequences;
-  float scale;
-  int64_t window;  // 0: none
-};
-
-// The first key token t attends to: its sequence's first, or the first of its sliding window.
-template <typename I>
-__device__ int64_t first_key(const I* cu_seqlens, const Dims& d, int64_t t) {
-  const int64_t start = sequence_start(cu_seqlens, d.sequences, t);
-  return d.window > 0 && t - d.window + 1 > start ? t - d.window + 1 : start;
-}
 
 // Where the rows are (context parallelism, kernels/context_attention.h): query row i sits at
 // packed position q_pos[i], and packed position p's key/value row is kv_row[p]. Null: the packed
@@ -169,31 +143,6 @@ __global__ void attention_bwd_rows(const T* q, const T* k, const T* v, const I* 
   }
 }
 
-Dims checked_dims(const char* kernel, DType cu_seqlens_dtype, const AttentionShape& s) {
-  HSPMD_CHECK(s.tokens >= 0 && s.tokens <= 0x7fffffff && s.q_heads > 0 && s.q_heads <= 65535 && s.kv_heads > 0 &&
-              s.q_heads % s.kv_heads == 0 && s.head_dim > 0 && s.head_dim <= kMaxHeadDim && s.sequences >= 1)
-      << kernel << ": need 0 <= tokens < 2^31, 0 < kv_heads dividing q_heads <= 65535, 0 < head_dim <= "
-      << kMaxHeadDim << " and sequences >= 1; got tokens " << s.tokens << ", q_heads " << s.q_heads << ", kv_heads "
-      << s.kv_heads << ", head_dim " << s.head_dim << ", sequences " << s.sequences;
-  HSPMD_CHECK(cu_seqlens_dtype == DType::kInt64 || cu_seqlens_dtype == DType::kInt32)
-      << kernel << ": cu_seqlens must be int64 or int32, got " << dtype_name(cu_seqlens_dtype);
-  const double scale = s.scale != 0.0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim));
-  return Dims{s.q_heads, s.kv_heads, s.head_dim, s.sequences, static_cast<float>(scale), s.window};
-}
-
-template <typename F>
-void visit_offsets(DType cu_seqlens_dtype, F&& f) {
-  if (cu_seqlens_dtype == DType::kInt64) {
-    f(static_cast<int64_t*>(nullptr));
-  } else {
-    f(static_cast<int32_t*>(nullptr));
-  }
-}
-
-}  // namespace
-
-namespace {
-
 // kv_row[kv_index[r]] = r: the row of each packed position.
 template <typename J>
 __global__ void inverse_permutation(const J* kv_index, int64_t* kv_row, int64_t keys) {
@@ -203,23 +152,16 @@ __global__ void inverse_permutation(const J* kv_index, int64_t* kv_row, int64_t 
   }
 }
 
-template <typename F>
-void visit_index(const char* kernel, DType index_dtype, F&& f) {
-  HSPMD_CHECK(index_dtype == DType::kInt64 || index_dtype == DType::kInt32)
-      << kernel << ": q_index and kv_index must be int64 or int32, got " << dtype_name(index_dtype);
-  visit_offsets(index_dtype, f);
-}
-
 template <typename J>
 void launch_fwd(const char* kernel, DType dtype, const void* q, const void* k, const void* v, DType cu_seqlens_dtype,
                 const void* cu_seqlens, void* out, float* lse, const AttentionShape& shape, Rows<J> rows,
                 cudaStream_t stream) {
-  const Dims d = checked_dims(kernel, cu_seqlens_dtype, shape);
+  const Dims d = attention_detail::checked_dims(kernel, cu_seqlens_dtype, shape);
   if (shape.tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(shape.tokens), static_cast<unsigned>(shape.q_heads));
   visit_float_or_bf16(dtype, kernel, "q", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    visit_offsets(cu_seqlens_dtype, [&](auto* offsets_tag) {
+    attention_detail::visit_offsets(cu_seqlens_dtype, [&](auto* offsets_tag) {
       using I = std::remove_pointer_t<decltype(offsets_tag)>;
       attention_fwd_rows<T, I, J><<<grid, kThreads, 0, stream>>>(
           static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
@@ -234,7 +176,7 @@ template <typename J>
 void launch_bwd(const char* kernel, DType dtype, const void* q, const void* k, const void* v, DType cu_seqlens_dtype,
                 const void* cu_seqlens, const void* out, const float* lse, const void* dout, float* dq, float* dk,
                 float* dv, const AttentionShape& shape, int64_t keys, Rows<J> rows, cudaStream_t stream) {
-  const Dims d = checked_dims(kernel, cu_seqlens_dtype, shape);
+  const Dims d = attention_detail::checked_dims(kernel, cu_seqlens_dtype, shape);
   const size_t kv_bytes = static_cast<size_t>(keys * shape.kv_heads * shape.head_dim) * sizeof(float);
   for (float* grad : {dk, dv}) {
     const cudaError_t cleared = cudaMemsetAsync(grad, 0, kv_bytes, stream);
@@ -244,7 +186,7 @@ void launch_bwd(const char* kernel, DType dtype, const void* q, const void* k, c
   const dim3 grid(static_cast<unsigned>(shape.tokens), static_cast<unsigned>(shape.q_heads));
   visit_float_or_bf16(dtype, kernel, "q", [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    visit_offsets(cu_seqlens_dtype, [&](auto* offsets_tag) {
+    attention_detail::visit_offsets(cu_seqlens_dtype, [&](auto* offsets_tag) {
       using I = std::remove_pointer_t<decltype(offsets_tag)>;
       attention_bwd_rows<T, I, J><<<grid, kThreads, 0, stream>>>(
           static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
@@ -253,6 +195,14 @@ void launch_bwd(const char* kernel, DType dtype, const void* q, const void* k, c
     });
   });
   check_launch(kernel);
+}
+
+// Calls f with a null pointer of the index vectors' element type (int64_t or int32_t).
+template <typename F>
+void visit_index(const char* kernel, DType index_dtype, F&& f) {
+  HSPMD_CHECK(index_dtype == DType::kInt64 || index_dtype == DType::kInt32)
+      << kernel << ": q_index and kv_index must be int64 or int32, got " << dtype_name(index_dtype);
+  attention_detail::visit_offsets(index_dtype, f);
 }
 
 // The Rows of a context-parallel call: kv_row filled on the stream from kv_index.
@@ -269,17 +219,18 @@ Rows<J> context_rows(const char* kernel, const ContextRows& c, cudaStream_t stre
 
 }  // namespace
 
-void attention_fwd(DType dtype, const void* q, const void* k, const void* v, DType cu_seqlens_dtype,
-                   const void* cu_seqlens, void* out, float* lse, const AttentionShape& shape, cudaStream_t stream) {
-  launch_fwd("cuda attention_fwd", dtype, q, k, v, cu_seqlens_dtype, cu_seqlens, out, lse, shape, Rows<int64_t>{},
-             stream);
+void reference_attention_fwd(DType dtype, const void* q, const void* k, const void* v, DType cu_seqlens_dtype,
+                             const void* cu_seqlens, void* out, float* lse, const AttentionShape& shape,
+                             cudaStream_t stream) {
+  launch_fwd("cuda reference attention_fwd", dtype, q, k, v, cu_seqlens_dtype, cu_seqlens, out, lse, shape,
+             Rows<int64_t>{}, stream);
 }
 
-void attention_bwd(DType dtype, const void* q, const void* k, const void* v, DType cu_seqlens_dtype,
-                   const void* cu_seqlens, const void* out, const float* lse, const void* dout, float* dq, float* dk,
-                   float* dv, const AttentionShape& shape, cudaStream_t stream) {
-  launch_bwd("cuda attention_bwd", dtype, q, k, v, cu_seqlens_dtype, cu_seqlens, out, lse, dout, dq, dk, dv, shape,
-             shape.tokens, Rows<int64_t>{}, stream);
+void reference_attention_bwd(DType dtype, const void* q, const void* k, const void* v, DType cu_seqlens_dtype,
+                             const void* cu_seqlens, const void* out, const float* lse, const void* dout, float* dq,
+                             float* dk, float* dv, const AttentionShape& shape, cudaStream_t stream) {
+  launch_bwd("cuda reference attention_bwd", dtype, q, k, v, cu_seqlens_dtype, cu_seqlens, out, lse, dout, dq, dk, dv,
+             shape, shape.tokens, Rows<int64_t>{}, stream);
 }
 
 void context_attention_fwd(DType dtype, const void* q, const void* k, const void* v, DType cu_seqlens_dtype,
@@ -303,6 +254,25 @@ void context_attention_bwd(DType dtype, const void* q, const void* k, const void
     launch_bwd(kernel, dtype, q, k, v, cu_seqlens_dtype, cu_seqlens, out, lse, dout, dq, dk, dv, shape, rows.keys,
                context_rows<J>(kernel, rows, stream), stream);
   });
+}
+
+void attention_fwd(DType dtype, const void* q, const void* k, const void* v, DType cu_seqlens_dtype,
+                   const void* cu_seqlens, void* out, float* lse, const AttentionShape& shape, cudaStream_t stream) {
+  if (chosen_attention_kernel(dtype, shape.head_dim, {q, k, v, out}) == CudaAttentionKernel::kFlash) {
+    flash_attention_fwd(q, k, v, cu_seqlens_dtype, cu_seqlens, out, lse, shape, stream);
+  } else {
+    reference_attention_fwd(dtype, q, k, v, cu_seqlens_dtype, cu_seqlens, out, lse, shape, stream);
+  }
+}
+
+void attention_bwd(DType dtype, const void* q, const void* k, const void* v, DType cu_seqlens_dtype,
+                   const void* cu_seqlens, const void* out, const float* lse, const void* dout, float* dq, float* dk,
+                   float* dv, const AttentionShape& shape, cudaStream_t stream) {
+  if (chosen_attention_kernel(dtype, shape.head_dim, {q, k, v, out, dout}) == CudaAttentionKernel::kFlash) {
+    flash_attention_bwd(q, k, v, cu_seqlens_dtype, cu_seqlens, out, lse, dout, dq, dk, dv, shape, stream);
+  } else {
+    reference_attention_bwd(dtype, q, k, v, cu_seqlens_dtype, cu_seqlens, out, lse, dout, dq, dk, dv, shape, stream);
+  }
 }
 
 }  // namespace hspmd::kernels::cuda

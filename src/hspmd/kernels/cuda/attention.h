@@ -1,6 +1,8 @@
 // Causal attention over packed variable-length sequences with grouped-query heads on a CUDA
-// device: the math of kernels/attention.h on device pointers, written as the simple reference a
-// fast kernel (cuDNN's fused attention, or a flash-style kernel with tensor cores) is checked
+// device: the math of kernels/attention.h on device pointers. attention_fwd / attention_bwd run the
+// flash kernel (flash_attention.h: tensor cores, bf16 storage, head dims 64 and 128) where it
+// applies and the simple reference kernel otherwise (attention_choice.h; HSPMD_CUDA_ATTENTION=
+// reference forces the reference). The reference kernel is the oracle the flash one is checked
 // against, as the CPU kernel is for it. Not fast: one block per (query token, head), keys in
 // chunks of the block's size with an online softmax, scores on the CUDA cores.
 //
@@ -9,8 +11,9 @@
 //   [nseq + 1] int32 or int64 (sequence s is tokens [cu_seqlens[s], cu_seqlens[s + 1]));
 //   lse [Nq, T] float32, saved for the backward. D <= 256. A sliding window (shape.window) starts
 //   each query's keys at its window.
-//   Backward: dq [T, Nq, D], dk and dv [T, Nkv, D] float32 (dk and dv sum over the queries and
-//   the query heads of a group with atomics, so their last bits may vary from run to run).
+//   Backward: dq [T, Nq, D], dk and dv [T, Nkv, D] float32 (the reference kernel sums dk and dv
+//   over the queries and the query heads of a group with atomics, so their last bits may vary from
+//   run to run; the flash kernel's are deterministic).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -37,14 +40,22 @@ void attention_bwd(DType dtype, const void* q, const void* k, const void* v, DTy
                    const void* cu_seqlens, const void* out, const float* lse, const void* dout, float* dq, float* dk,
                    float* dv, const AttentionShape& shape, cudaStream_t stream);
 
-// Context parallelism (kernels/context_attention.h): the shape.tokens query rows of q, out, lse, dout
-// and dq sit at the packed positions q_index [tokens]; k, v, dk and dv hold `keys` rows whose
-// packed positions are kv_index [keys] (a permutation of 0..keys-1); cu_seqlens are offsets in
-// the packed batch of `keys` tokens. dk and dv are these queries' contributions, rows in kv_index's
-// order. The index vectors are the runtime's and are not checked here (a kernel cannot throw, and
-// checking on the host would wait for the stream): an index out of range reads out of bounds.
-// With q_index = kv_index = 0..T-1 this computes what attention_fwd / attention_bwd do, in the
-// same order of operations.
+// The reference kernel alone, whatever the dispatch would choose (the flash kernel's oracle).
+void reference_attention_fwd(DType dtype, const void* q, const void* k, const void* v, DType cu_seqlens_dtype,
+                             const void* cu_seqlens, void* out, float* lse, const AttentionShape& shape,
+                             cudaStream_t stream);
+void reference_attention_bwd(DType dtype, const void* q, const void* k, const void* v, DType cu_seqlens_dtype,
+                             const void* cu_seqlens, const void* out, const float* lse, const void* dout, float* dq,
+                             float* dk, float* dv, const AttentionShape& shape, cudaStream_t stream);
+
+// Context parallelism (kernels/context_attention.h), on the reference kernel: the shape.tokens
+// query rows of q, out, lse, dout and dq sit at the packed positions q_index [tokens]; k, v, dk and
+// dv hold `keys` rows whose packed positions are kv_index [keys] (a permutation of 0..keys-1);
+// cu_seqlens are offsets in the packed batch of `keys` tokens. dk and dv are these queries'
+// contributions, rows in kv_index's order. The index vectors are the runtime's and are not checked
+// here (a kernel cannot throw, and checking on the host would wait for the stream): an index out
+// of range reads out of bounds. With q_index = kv_index = 0..T-1 this computes what
+// reference_attention_fwd / _bwd do, in the same order of operations.
 struct ContextRows {
   DType index_dtype = DType::kInt64;  // of q_index and kv_index: int64 or int32
   const void* q_index = nullptr;

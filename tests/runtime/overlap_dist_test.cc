@@ -1,0 +1,182 @@
+// Gradient buckets overlapped with the backward pass (runtime/bucketed_gradient_sync.h): for DP,
+// DP x TP, DP x PP, ZeRO-1, ZeRO-2 and heterogeneous pipelines, every step's loss and gradient
+// norm and the final weights with small buckets reduced on the communication thread equal, bit for
+// bit, those of the sync after the backward pass (grad_bucket_mb 0), and an overlapped run equals
+// the single-process run. Buckets are formed as configured, and a communication failure on the
+// thread surfaces on the main thread as an error naming it. Ranks run as threads of this process
+// over Gloo (runtime/dist_run_testlib.h).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hspmd/comm/thread_ranks.h"
+#include "hspmd/data/token_dataset.h"
+#include "hspmd/models/llama.h"
+#include "hspmd/models/llama_model.h"
+#include "hspmd/models/llama_plan.h"
+#include "hspmd/runtime/bucketed_gradient_sync.h"
+#include "hspmd/runtime/dist_trainer.h"
+#include "runtime/dist_run_testlib.h"
+#include "runtime/runtime_testlib.h"
+
+namespace hspmd::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::dist_options;
+using testing::DistRun;
+using testing::expect_matches_single_process;
+using testing::run;
+using testing::RunOptions;
+using testing::strategy;
+using testing::with_zero;
+
+constexpr int64_t kSteps = 3;
+// MiB per bucket: a few of the test model's tensors each, so every rank hands over several buckets
+// while its backward pass goes on.
+constexpr double kSmallBuckets = 0.004;
+
+// Two micro-batches per pipeline, so gradients are summed before the last backward pass finishes them
+// (and ZeRO-2 reduces two groups).
+const char* kDp2 = R"([
+  {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0", "layers": "0-3"}]},
+  {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "1", "layers": "0-3"}]}])";
+const char* kDp2Tp2 = R"([
+  {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3"}]},
+  {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "2-3", "layers": "0-3"}]}])";
+const char* kDp2Pp2 = R"([
+  {"micro_batch_size": 1, "num_micro_batches": 2,
+   "stages": [{"ranks": "0", "layers": "0-1"}, {"ranks": "1", "layers": "2-3"}]},
+  {"micro_batch_size": 1, "num_micro_batches": 2,
+   "stages": [{"ranks": "2", "layers": "0-1"}, {"ranks": "3", "layers": "2-3"}]}])";
+// TP 2 with 3 micro-batches next to a 2-stage pipeline with 2 of another size (SplitRS / BSR syncs).
+const char* kHetero = R"([
+  {"micro_batch_size": 1, "num_micro_batches": 3, "stages": [{"ranks": "0-1", "layers": "0-3"}]},
+  {"micro_batch_size": 2, "num_micro_batches": 2,
+   "stages": [{"ranks": "2", "layers": "0-1"}, {"ranks": "3", "layers": "2-3"}]}])";
+
+RunOptions buckets(double mib) {
+  return {.configure = [mib](int, DistOptions& d) { d.grad_bucket_mb = mib; }};
+}
+
+// Overlapped against the sync after the backward pass: the same reductions of the same sums, so the
+// same bits.
+void expect_overlap_changes_nothing(const sharding::Strategy& st) {
+  const DistRun after = run(st, dist_options(kSteps), buckets(0));
+  const DistRun overlapped = run(st, dist_options(kSteps), buckets(kSmallBuckets));
+  EXPECT_EQ(overlapped.losses, after.losses);
+  EXPECT_EQ(overlapped.grad_norms, after.grad_norms);
+  ASSERT_EQ(overlapped.weights.size(), after.weights.size());
+  for (const auto& [name, w] : after.weights) {
+    const Tensor& o = overlapped.weights.at(name);
+    ASSERT_EQ(o.numel(), w.numel()) << name;
+    int64_t differing = 0;
+    for (int64_t i = 0; i < w.numel(); ++i) differing += o.data<float>()[i] != w.data<float>()[i];
+    EXPECT_EQ(differing, 0) << name;
+  }
+}
+
+TEST(Overlap, DataParallelEqualsSyncAfterBackward) { expect_overlap_changes_nothing(with_zero(0, kDp2)); }
+TEST(Overlap, DataTimesTensorParallelEqualsSyncAfterBackward) {
+  expect_overlap_changes_nothing(with_zero(0, kDp2Tp2));
+}
+TEST(Overlap, DataTimesPipelineParallelEqualsSyncAfterBackward) {
+  expect_overlap_changes_nothing(with_zero(0, kDp2Pp2));
+}
+TEST(Overlap, Zero1EqualsSyncAfterBackward) { expect_overlap_changes_nothing(with_zero(1, kDp2)); }
+TEST(Overlap, Zero2EqualsSyncAfterBackward) { expect_overlap_changes_nothing(with_zero(2, kDp2Tp2)); }
+TEST(Overlap, HeterogeneousPipelinesEqualSyncAfterBackward) {
+  expect_overlap_changes_nothing(with_zero(0, kHetero));
+  expect_overlap_changes_nothing(with_zero(1, kHetero));
+  expect_overlap_changes_nothing(with_zero(2, kHetero));
+}
+
+// ZeRO-3 keeps its own reduces in B (each gradient as soon as produced, on the main thread) whatever
+// the bucket size; the communication thread only takes its shards in Post.
+TEST(Overlap, Zero3UnderBucketsEqualsSyncAfterBackwardAndOneProcess) {
+  expect_overlap_changes_nothing(with_zero(3, kDp2Pp2));
+  expect_matches_single_process(run(with_zero(3, kDp2Tp2), dist_options(kSteps), buckets(kSmallBuckets)), kSteps);
+}
+
+TEST(Overlap, OverlappedRunsEqualOneProcess) {
+  expect_matches_single_process(run(with_zero(1, kDp2Pp2), dist_options(kSteps), buckets(kSmallBuckets)), kSteps);
+  expect_matches_single_process(run(with_zero(2, kHetero), dist_options(kSteps), buckets(kSmallBuckets)), kSteps);
+}
+
+TEST(GradientBuckets, ConsecutiveInReverseOrderUpToTheSize) {
+  // Reverse order: 5 (10 bytes), then 4 (200, over the size: alone), 3 + 2 + 1 (exactly 100), 0.
+  const std::vector<int64_t> bytes{100, 50, 30, 20, 200, 10};
+  EXPECT_EQ(gradient_buckets(bytes, 100), (std::vector<std::vector<size_t>>{{5}, {4}, {3, 2, 1}, {0}}));
+  EXPECT_EQ(gradient_buckets(bytes, 1000), (std::vector<std::vector<size_t>>{{5, 4, 3, 2, 1, 0}}));
+  EXPECT_EQ(gradient_buckets(bytes, 0), (std::vector<std::vector<size_t>>{{5}, {4}, {3}, {2}, {1}, {0}}));
+  EXPECT_TRUE(gradient_buckets({}, 100).empty());
+  EXPECT_THROW(gradient_buckets(bytes, -1), Error);
+}
+
+TEST(GradientBuckets, TrainerFormsThemFromTheConfiguredSize) {
+  // Per rank of DP 2: the bucket count for 0 (one per tensor), a small size and 25 MiB (the whole
+  // test model in one), each bucket a run of the rank's tensors in reverse model order.
+  for (const double mib : {0.0, kSmallBuckets, 25.0}) {
+    std::vector<size_t> counts(2), tensors(2);
+    RunOptions ro = buckets(mib);
+    ro.after = [&](DistTrainer& t) {
+      std::vector<size_t> order;
+      for (const std::vector<size_t>& b : t.gradient_buckets()) order.insert(order.end(), b.begin(), b.end());
+      std::vector<size_t> reversed(order.size());
+      std::iota(reversed.rbegin(), reversed.rend(), size_t{0});
+      EXPECT_EQ(order, reversed) << "rank " << t.rank() << ", " << mib << " MiB";
+      counts[t.rank()] = t.gradient_buckets().size();
+      tensors[t.rank()] = order.size();
+    };
+    run(with_zero(0, kDp2), dist_options(1), ro);
+    for (int rank = 0; rank < 2; ++rank) {
+      if (mib == 0) {
+        EXPECT_EQ(counts[rank], tensors[rank]);
+      } else if (mib == kSmallBuckets) {
+        EXPECT_GT(counts[rank], 2u) << "rank " << rank;
+        EXPECT_LT(counts[rank], tensors[rank]) << "rank " << rank;
+      } else {
+        EXPECT_EQ(counts[rank], 1u);
+      }
+    }
+  }
+}
+
+TEST(Overlap, ACommunicationTimeoutOnTheThreadSurfacesOnTheMainThread) {
+  // Rank 1 never steps: rank 0's backward pass completes (DP has no pipeline traffic), its
+  // communication thread waits for rank 1 in the first bucket's reduction until the 2 s timeout, and
+  // step() throws that, naming the thread, instead of hanging.
+  const sharding::AnnotationPlan plan = models::compile_llama_plan(testing::dist_config(), with_zero(0, kDp2));
+  const data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
+  std::atomic<bool> rank0_done{false};
+  std::string error;
+  comm::run_thread_ranks(
+      2,
+      [&](int rank, comm::GroupCache& groups) {
+        DistOptions o;
+        o.train = dist_options(1);
+        o.grad_bucket_mb = kSmallBuckets;
+        DistTrainer t(models::llama(testing::dist_config()), ds, plan, o, rank, 2, groups);
+        if (rank == 1) {
+          while (!rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          return;
+        }
+        try {
+          t.step();
+        } catch (const Error& e) {
+          error = e.what();
+        }
+        rank0_done = true;
+      },
+      comm::Millis(2'000));
+  EXPECT_THAT(error, HasSubstr("rank 0 (gradient sync): the communication thread failed"));
+}
+
+}  // namespace
+}  // namespace hspmd::runtime
