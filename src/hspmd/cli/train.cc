@@ -124,12 +124,6 @@ void run_train(TrainArgs args, const CLI::App& sub) {
   // --comm against the device once, before any worker starts.
   runtime::choose_comm(args.comm.empty() ? std::nullopt : std::optional(runtime::parse_comm(args.comm)),
                        args.options.device);
-  // Elastic recovery and dispatch by length move state with CPU kernels only so far. (A switch's
-  // fused BSR runs on GPUs: on device buffers over NCCL, on host copies of the shards over Gloo.)
-  HSPMD_CHECK(args.options.device.type == DeviceType::kCPU ||
-              (!args.elastic && !args.dispatch && args.strategies_for_max_len.empty()))
-      << "--device " << args.options.device.to_string()
-      << ": --elastic and --dispatch run on the CPU only so far (--device cpu)";
   if (distributed) return run_dist_train(args);
   HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty() && args.switches.empty() && !args.dispatch &&
               !args.elastic)
