@@ -72,7 +72,7 @@ Tensor as_bf16(const KernelContext& k, const Gpu& gpu, const Tensor& x) {
 
 // The vocabulary-parallel token losses normalize each row with statistics gathered from every
 // shard (KernelContext::gather_vocab_shards). A shard computes its statistics on the device; they
-// meet on the host (the runtime's all-gather goes through host memory: 3 float64 per token), where
+// meet on the host (the runtime's all-gather takes host buffers: 3 float64 per token), where
 // the CPU kernel combines them into the losses and the whole row's lse (a few flops per token),
 // which return to the device for the loss's sum and the backward.
 bool holds_a_vocabulary_shard(const KernelContext& k) { return k.op.attrs.vocab_size != 0; }
