@@ -110,15 +110,6 @@ TEST_F(ErrorsCli, TrainOnAGpuWithoutOneIsOneLine) {
   const testing::RunResult bad = run(train + " --device gpu");
   EXPECT_EQ(bad.code, 1);
   EXPECT_THAT(bad.err, HasSubstr("--device gpu: expected cpu, cuda or cuda:N"));
-  const testing::RunResult elastic = run(train + " --device cuda:1 --elastic --strategy " +
-                                         testing::source_file("examples/strategies/local-dp2.json"));
-  EXPECT_EQ(elastic.code, 1);
-  EXPECT_THAT(elastic.err, HasSubstr("--device cuda:1: --elastic and --dispatch run on the CPU only"));
-  const testing::RunResult switched =
-      run(train + " --device cuda:1 --comm gloo --switch 2:" + testing::source_file("examples/strategies/local-dp2.json") +
-          " --strategy " + testing::source_file("examples/strategies/local-dp2.json"));
-  EXPECT_EQ(switched.code, 1);
-  EXPECT_THAT(switched.err, HasSubstr("--device cuda:1: --switch on GPUs moves the state through NCCL (--comm nccl)"));
   // NCCL moves GPU memory: with CPU ranks it is an error naming the flag, before any worker starts.
   const std::string dp2 = " --strategy " + testing::source_file("examples/strategies/local-dp2.json");
   const testing::RunResult nccl_on_cpu = run(train + " --comm nccl" + dp2 + " --nproc 2");

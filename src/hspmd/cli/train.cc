@@ -121,17 +121,9 @@ void run_train(TrainArgs args, const CLI::App& sub) {
   }
   if (!args.resume.empty()) args.options = resumed_options(args, sub, *models::load_model(args.model));
   const bool distributed = !args.strategy.empty() || !args.strategies_for_max_len.empty();
-  const runtime::CommKind comm = runtime::choose_comm(
-      args.comm.empty() ? std::nullopt : std::optional(runtime::parse_comm(args.comm)), args.options.device);
-  const bool on_cpu = args.options.device.type == DeviceType::kCPU;
-  // Elastic recovery and dispatch by length move state with CPU kernels only so far.
-  HSPMD_CHECK(on_cpu || (!args.elastic && !args.dispatch && args.strategies_for_max_len.empty()))
-      << "--device " << args.options.device.to_string()
-      << ": --elastic and --dispatch run on the CPU only so far (--device cpu)";
-  // A switch's fused BSR packs the GPU's state where its communicators move memory: NCCL's.
-  HSPMD_CHECK(on_cpu || args.switches.empty() || comm == runtime::CommKind::kNccl)
-      << "--device " << args.options.device.to_string()
-      << ": --switch on GPUs moves the state through NCCL (--comm nccl), not through Gloo's host buffers";
+  // --comm against the device once, before any worker starts.
+  runtime::choose_comm(args.comm.empty() ? std::nullopt : std::optional(runtime::parse_comm(args.comm)),
+                       args.options.device);
   if (distributed) return run_dist_train(args);
   HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty() && args.switches.empty() && !args.dispatch &&
               !args.elastic)
