@@ -80,9 +80,9 @@ std::string Profile::to_json_text() const {
     kj["reserved_bytes"] = k.reserved_bytes;
     kj["activation_element_bytes"] = k.activation_element_bytes;
     // Measured on a device only: absent from host and derived profiles, which keep their old text.
-    if (k.memory_bytes > 0) kj["memory_bytes"] = k.memory_bytes;
-    if (k.host_to_device_bandwidth > 0) kj["host_to_device_bandwidth"] = k.host_to_device_bandwidth;
-    if (k.device_to_host_bandwidth > 0) kj["device_to_host_bandwidth"] = k.device_to_host_bandwidth;
+    if (k.memory_bytes != 0) kj["memory_bytes"] = k.memory_bytes;
+    if (k.host_to_device_bandwidth != 0) kj["host_to_device_bandwidth"] = k.host_to_device_bandwidth;
+    if (k.device_to_host_bandwidth != 0) kj["device_to_host_bandwidth"] = k.device_to_host_bandwidth;
     kj["tp"] = OJson::object();
     for (const auto& [t, p] : k.tp) {
       OJson tj;
