@@ -298,7 +298,8 @@ LinkProfile measure_links(const ProfilerOptions& o, DeviceRanks* on) {
   char line[200];
   std::snprintf(line, sizeof line,
                 "profile: links (%s): latency %.1f us, p2p %.2f GB/s, all-reduce bus %.2f GB/s\n",
-                on ? "devices 0 and 1, their communicators" : "2 thread ranks, Gloo", l.latency * 1e6, l.p2p_bandwidth / 1e9, l.allreduce_bandwidth / 1e9);
+                on ? "devices 0 and 1, their communicators" : "2 thread ranks, Gloo", l.latency * 1e6,
+                l.p2p_bandwidth / 1e9, l.allreduce_bandwidth / 1e9);
   say(o, line);
   return l;
 }
