@@ -74,19 +74,6 @@ const std::vector<OptionFlag>& option_flags() {
 }
 #undef HSPMD_OPTION_FLAG
 
-// "cpu", "cuda" (GPU 0) or "cuda:N".
-Device parse_device(const std::string& text) {
-  if (text == "cpu") return Device::cpu();
-  if (text == "cuda") return Device{DeviceType::kCUDA, 0};
-  if (text.rfind("cuda:", 0) == 0) {
-    const std::string index = text.substr(5);
-    char* end = nullptr;
-    const long n = std::strtol(index.c_str(), &end, 10);
-    if (!index.empty() && *end == '\0' && n >= 0 && n < 1024) return Device{DeviceType::kCUDA, static_cast<int>(n)};
-  }
-  HSPMD_THROW() << "--device " << text << ": expected cpu, cuda or cuda:N";
-}
-
 }  // namespace
 
 std::string kernels_line(DType precision) {
@@ -199,7 +186,7 @@ void define_train_options(CLI::App* sub, TrainArgs* args) {
       ->check(CLI::IsMember({"fp32", "bf16", "float32", "bfloat16"}))
       ->default_str("fp32");
   sub->add_option_function<std::string>(
-      "--device", [&o](const std::string& name) { o.device = parse_device(name); },
+      "--device", [&o](const std::string& name) { o.device = Device::parse(name); },
       "where training runs: cpu (default), or cuda / cuda:N (GPU N: parameters, AdamW state and activations in its "
       "memory, the batch copied in each step; with --strategy see --comm; needs a build with the CUDA backend; "
       "docs/gpu.md)")
