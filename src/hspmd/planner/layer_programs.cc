@@ -29,11 +29,12 @@ std::pair<double, double> LayerPrograms::ring_link(const std::vector<int>& ring)
 // A group's layer, ends (its TP collectives read every pair of its ranks' links) and memory: found
 // once per group and size, as the same groups recur in candidate after candidate.
 const LayerPrograms::GroupCosts& LayerPrograms::group_costs(const Group& g, int b, bool first, bool last) {
-  HSPMD_CHECK(g.ranks.size() < 4096 && g.cp < 1024 && b < 1024)
+  // Packed: 12 bits of size, 10 of CP degree, 18 of micro-batch size, 2 of ends.
+  HSPMD_CHECK(g.ranks.size() < (1 << 12) && g.cp < (1 << 10) && b < (1 << 18))
       << "planner: group of " << g.ranks.size() << " ranks, CP " << g.cp << ", micro-batch " << b
       << " beyond the group memo's key";
-  const int64_t key = (static_cast<int64_t>(g.ranks.front()) << 34) | (static_cast<int64_t>(g.ranks.size()) << 22) |
-                      (static_cast<int64_t>(g.cp) << 12) | (static_cast<int64_t>(b) << 2) | (first ? 2 : 0) |
+  const int64_t key = (static_cast<int64_t>(g.ranks.front()) << 42) | (static_cast<int64_t>(g.ranks.size()) << 30) |
+                      (static_cast<int64_t>(g.cp) << 20) | (static_cast<int64_t>(b) << 2) | (first ? 2 : 0) |
                       (last ? 1 : 0);
   auto it = group_costs_.find(key);
   if (it != group_costs_.end() && it->second.ranks == g.ranks) return it->second;

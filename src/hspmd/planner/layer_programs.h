@@ -103,7 +103,6 @@ class LayerPrograms {
     auto operator<=>(const TableKey&) const = default;
   };
 
-
   // A lower bound on the step of any solution of a candidate whose pipelines are these types:
   // layers and micro-batches relaxed to real numbers, and the three terms of a pipeline's time (sum
   // of its stages, the bottleneck times n - 1, the slowest sync) each at its own minimum. Memory is
@@ -127,7 +126,7 @@ class LayerPrograms {
   int milps_ = 0;
   int relaxation_pruned_ = 0;
   std::map<TableKey, PipelineTable> tables;
-  std::map<std::vector<int>, std::pair<double, double>> ring_links_;
+  std::map<std::vector<int>, std::pair<double, double>> ring_links_;  // each gradient ring's slowest link
   // What a stage's layers, ends and memory are (StageLine's, the p2p to the next stage aside), per
   // group: keyed on its first rank, size, CP degree, micro-batch size and ends, the ranks kept to
   // tell apart groups of equal key (the search's groups are consecutive ranks; others are priced
@@ -138,7 +137,7 @@ class LayerPrograms {
   };
   const GroupCosts& group_costs(const Group& g, int b, bool first, bool last);
   std::unordered_map<int64_t, GroupCosts> group_costs_;
-  GroupCosts uncached_;
+  GroupCosts uncached_;  // the last group priced without the memo (a key another group holds)
 };
 
 }  // namespace hspmd::planner
