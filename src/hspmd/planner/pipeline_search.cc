@@ -207,7 +207,13 @@ bool kinds_contiguous(const std::vector<std::string>& order, const std::map<std:
 }  // namespace
 
 double PipelineSearch::layer_time(const Group& g, int b) const {
-  const auto key = std::make_tuple(g.ranks.front(), static_cast<int>(g.ranks.size()), g.cp, b);
+  // A group is its first rank and its size (consecutive ranks of one node). Packed: 12 bits of
+  // size, 10 of CP degree, 18 of micro-batch size (checked: a wrong key would mix groups).
+  HSPMD_CHECK(g.ranks.size() < (1 << 12) && g.cp < (1 << 10) && b < (1 << 18))
+      << "planner: group of " << g.ranks.size() << " ranks, CP " << g.cp << ", micro-batch " << b
+      << " beyond the layer memo's key";
+  const int64_t key = (static_cast<int64_t>(g.ranks.front()) << 40) | (static_cast<int64_t>(g.ranks.size()) << 28) |
+                      (static_cast<int64_t>(g.cp) << 18) | b;
   auto it = layer_memo_.find(key);
   if (it != layer_memo_.end()) return it->second;
   const double t = layer_seconds(cost, g, b);

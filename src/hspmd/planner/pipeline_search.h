@@ -37,6 +37,7 @@
 #include <optional>
 #include <queue>
 #include <tuple>
+#include <unordered_map>
 #include <set>
 #include <string>
 #include <vector>
@@ -136,7 +137,7 @@ class PipelineSearch {
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_;
   std::map<int64_t, Candidate> pending_;
   int64_t seq_ = 0, generated_ = 0, shapes_ = 0;
-  mutable std::map<std::tuple<int, int, int, int>, double> layer_memo_;
+  mutable std::unordered_map<int64_t, double> layer_memo_;  // (first rank, ranks, cp, size) packed
 };
 
 // Seconds of one decoder layer of one micro-batch of b sequences on group g, its TP collectives
