@@ -27,7 +27,7 @@ std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(
   const auto& pipe = c.pipelines[p];
   const int D = static_cast<int>(c.pipelines.size());
   const int b = c.micro_batch_sizes[p];
-  const bool zero1 = options.zero1;
+  const bool zero1 = options.zero1, zero3 = options.zero1 && options.zero3;
   std::vector<StageLine> out;
   for (size_t j = 0; j < pipe.size(); ++j) {
     const Group& g = pipe[j];
@@ -37,18 +37,31 @@ std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(
     s.cp = g.cp;
     s.first = j == 0;
     s.last = j + 1 == pipe.size();
-    s.per_layer = layer_seconds(cost, g, b);
+    // Times with SP whenever the planner may write it (never slower: pipeline_search.h's bounds);
+    // memory (memory()) with SP only where this search writes it.
+    const bool sp = options.search_sequence_parallel && s.tp > 1;
+    s.per_layer = layer_seconds(cost, g, b, sp);
     s.fixed = (s.last ? cost.stage_compute(g.kind, s.tp, 0, true, b, s.cp)
                       : cost.p2p(g.ranks.front(), pipe[j + 1].ranks.front(), b, s.cp)) +
-              cost.ends_tp_comm(g.ranks, s.first, s.last, b, s.cp);
-    auto tail = [&](int x) {
+              cost.ends_tp_comm(g.ranks, s.first, s.last, b, s.cp, sp);
+    if (zero3) {
+      s.per_layer += cost.zero3_comm(g.kind, D * s.cp, rings[j], 1, false, false, s.tp);
+      s.fixed += cost.zero3_comm(g.kind, D * s.cp, rings[j], 0, s.first, s.last, s.tp);
+    }
+    // Replicas: the D pipelines x the stage's CP ranks (the ring's link from the pipelines'). The
+    // split is chosen on the whole reduce; predict() prices what the buckets hide.
+    const bool overlap = cost.options().grad_bucket_mb > 0;
+    auto tail = [&](int x, bool floor) {
       const double params = shape.stage_parameters(x, s.first, s.last) / s.tp;
-      // Replicas: the D pipelines x the stage's CP ranks (the ring's link from the pipelines').
-      return CostModel::ring_allreduce(D * s.cp, rings[j], params * 4) +
-             cost.profile().kind(g.kind).optimizer_seconds_per_parameter * params / (zero1 ? D * s.cp : 1);
+      double sync = 0;
+      if (!zero3 && (!floor || !overlap)) sync = CostModel::ring_allreduce(D * s.cp, rings[j], params * 4);
+      if (!zero3 && floor && overlap && zero1) sync = CostModel::ring_allgather(D * s.cp, rings[j], params * 4);
+      return sync + cost.profile().kind(g.kind).optimizer_seconds_per_parameter * params / (zero1 ? D * s.cp : 1);
     };
-    s.tail_per_layer = tail(2) - tail(1);
-    s.tail_fixed = tail(1) - s.tail_per_layer;
+    s.tail_per_layer = tail(2, false) - tail(1, false);
+    s.tail_fixed = tail(1, false) - s.tail_per_layer;
+    s.tail_floor_per_layer = tail(2, true) - tail(1, true);
+    s.tail_floor_fixed = tail(1, true) - s.tail_floor_per_layer;
     s.capacity = kInf;
     for (int r : g.ranks) {
       const double m = cost.topology().device(r).memory;
@@ -63,7 +76,8 @@ double LayerPrograms::memory(const StageLine& s, int x, int b, int in_flight, in
   // ZeRO-2 is priced as if each micro-batch were a gradient group of its own; the cost model's check
   // of the whole strategy prices pipelines of more micro-batches as they are.
   return cost.stage_memory(s.kind, s.tp, x, s.first, s.last, b, in_flight, D, options.zero1, s.cp,
-                           options.zero1 && options.zero2)
+                           options.zero1 && options.zero2, options.sequence_parallel && s.tp > 1,
+                           options.zero1 && options.zero3)
       .total();
 }
 
@@ -297,10 +311,10 @@ double LayerPrograms::relaxed_bound(const std::vector<std::vector<StageLine>>& l
     for (const StageLine& s : st) {
       least = std::min(least, s.per_layer);
       sum += s.per_layer + s.fixed;  // every stage holds a layer
-      w_one = std::max(w_one, s.tail_per_layer + s.tail_fixed);
+      w_one = std::max(w_one, s.tail_floor_per_layer + s.tail_floor_fixed);
       f.push_back({s.per_layer, s.fixed});
-      tail.push_back({s.tail_per_layer, s.tail_fixed});
-      tail_grows = tail_grows && s.tail_per_layer > 0;
+      tail.push_back({s.tail_floor_per_layer, s.tail_floor_fixed});
+      tail_grows = tail_grows && s.tail_floor_per_layer > 0;
     }
     // Sum of the stages: the layers beyond one a stage on the fastest. Bottleneck and slowest sync:
     // each at its own least over integer splits.
@@ -356,6 +370,11 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
     if (max_n[p] < 1) return std::nullopt;
     lines.push_back(stage_lines(c, p, rings));
   }
+  // Nothing fits in memory (a split, or the micro-batch counts' windows).
+  auto dropped_by_memory = [&]() -> std::optional<sharding::Strategy> {
+    memory_dropped_bound_ = std::min(memory_dropped_bound_, c.bound);
+    return std::nullopt;
+  };
   if (prune_at < kInf && relaxed_bound(lines, b) >= prune_at) {
     ++relaxation_pruned_;
     return std::nullopt;
@@ -363,10 +382,11 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
   std::vector<PipelineTable> tabs;
   for (int p = 0; p < D; ++p) {
     tabs.push_back(table(lines[p], max_n[p], b[p], D));
-    if (tabs.back().pieces.empty()) return std::nullopt;
+    if (tabs.back().pieces.empty()) return dropped_by_memory();
   }
   std::vector<int> n_of(D, static_cast<int>(B / b[0]));
-  if (D == 1 && (B % b[0] || !tabs[0].at(n_of[0]))) return std::nullopt;
+  if (D == 1 && B % b[0]) return std::nullopt;
+  if (D == 1 && !tabs[0].at(n_of[0])) return dropped_by_memory();
   if (D > 1) {
     // g_p(n) for every pipeline and count (kInf: does not fit).
     std::vector<std::vector<double>> g(D);
@@ -409,7 +429,7 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
         lo = mid + 1;
       }
     }
-    if (least_enough == kInf) return std::nullopt;
+    if (least_enough == kInf) return dropped_by_memory();
     const auto it = &least_enough;
     std::vector<int> hi(D);
     int64_t hi_sum = 0;
@@ -440,7 +460,7 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
       for (int p = 0; p < D; ++p) hi[p] = max_n[p];
       counts = program(g, b, hi, std::numeric_limits<int64_t>::max() / 2);
     }
-    if (!counts) return std::nullopt;
+    if (!counts) return dropped_by_memory();
     n_of = *counts;
     for (int p = 0; p < D; ++p) {
       HSPMD_ASSERT(n_of[p] > 0 && tabs[p].at(n_of[p])) << "micro-batch program left pipeline " << p << " empty";
@@ -448,7 +468,7 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
   }
   sharding::Strategy st;
   st.name = options.name;
-  st.zero = options.zero1 ? (options.zero2 ? 2 : 1) : 0;
+  st.zero = !options.zero1 ? 0 : options.zero3 ? 3 : options.zero2 ? 2 : 1;
   for (int p = 0; p < D; ++p) {
     sharding::PipelineSpec pipe;
     pipe.micro_batch_size = b[p];
@@ -459,6 +479,7 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
       sharding::StageSpec s;
       s.ranks = c.pipelines[p][j].ranks;
       s.cp = c.pipelines[p][j].cp;
+      s.sequence_parallel = options.sequence_parallel && cost.sequence_parallel_applies(s.tp(), s.cp, b[p]);
       s.first_layer = layer;
       s.last_layer = layer + split[j] - 1;
       layer += split[j];

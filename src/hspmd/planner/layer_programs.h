@@ -43,6 +43,8 @@ class LayerPrograms {
 
   int milps() const { return milps_; }  // integer programs solved so far
   int relaxation_pruned() const { return relaxation_pruned_; }  // candidates solve() dropped unsolved
+  // The lowest bound of a candidate solve() found nothing for because of memory (infinity: none).
+  double lowest_memory_dropped_bound() const { return memory_dropped_bound_; }
 
  private:
   // What a stage costs as a function of its layer count x (all affine in x).
@@ -52,6 +54,9 @@ class LayerPrograms {
     bool first = false, last = false;
     double per_layer = 0, fixed = 0;       // f(x) = per_layer x + fixed, per micro-batch
     double tail_per_layer = 0, tail_fixed = 0;  // gradient sync + optimizer, per step
+    // What of the tail no overlap can hide (the relaxation's lower bound): with gradient buckets,
+    // ZeRO-1/2's parameter all-gather and the optimizer; without, the whole tail.
+    double tail_floor_per_layer = 0, tail_floor_fixed = 0;
     double capacity = 0;
   };
 
@@ -103,6 +108,7 @@ class LayerPrograms {
   int layers = 0;
   int milps_ = 0;
   int relaxation_pruned_ = 0;
+  double memory_dropped_bound_ = std::numeric_limits<double>::infinity();
   std::map<std::string, PipelineTable> tables;  // by pipeline signature
 };
 
