@@ -28,14 +28,15 @@ MemoryPoint estimate(const models::Model& model, int tp, int layers, int64_t tok
 
 }  // namespace
 
-sharding::Strategy single_stage_strategy(int tp, int layers, int micro_batch_size, int pipelines, bool zero1) {
+sharding::Strategy single_stage_strategy(int tp, int layers, int micro_batch_size, int pipelines, bool zero1,
+                                         int micro_batches) {
   sharding::Strategy st;
   st.name = "profile";
   st.zero = zero1 ? 1 : 0;
   for (int p = 0; p < pipelines; ++p) {
     sharding::PipelineSpec pipe;
     pipe.micro_batch_size = micro_batch_size;
-    pipe.num_micro_batches = 1;
+    pipe.num_micro_batches = micro_batches;
     sharding::StageSpec s;
     for (int r = 0; r < tp; ++r) s.ranks.push_back(p * tp + r);
     s.first_layer = 0;

@@ -15,10 +15,10 @@
 
 namespace hspmd::planner {
 
-// One pipeline per replica of one TP-tp stage holding `layers` layers, one micro-batch of
-// `micro_batch_size`; `pipelines` of them under ZeRO-1 when `zero1`.
+// One pipeline per replica of one TP-tp stage holding `layers` layers, `micro_batches` micro-batches
+// of `micro_batch_size`; `pipelines` of them under ZeRO-1 when `zero1`.
 sharding::Strategy single_stage_strategy(int tp, int layers, int micro_batch_size, int pipelines = 1,
-                                         bool zero1 = false);
+                                         bool zero1 = false, int micro_batches = 1);
 
 // The activation coefficients at TP degree tp: what a micro-batch keeps per layer and token (and
 // token^2), its transient values, and the ends', from 1- and 2-layer models at 128 and 256 tokens
