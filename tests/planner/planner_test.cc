@@ -260,7 +260,7 @@ INSTANTIATE_TEST_SUITE_P(TwoKinds, PlannerExhaustiveTest,
                                            Case{2, 4, 40.0, 1e9},          // slow ones hardly worth it
                                            Case{2, 2, 3.0, 9.5e6, true},   // memory binds: no stage holds 4 layers
                                            Case{4, 2, 2.0, 1e9},           // 6 devices, fast ones mixing TP 1 and 2
-                                           Case{2, 2, 3.0, 4.3e6, true},   // memory binds harder: ZeRO-3 and SP
+                                           Case{2, 2, 3.0, 4.3e6, true},   // memory binds harder (near the ZeRO-2/3 plans' least)
                                            Case{2, 2, 3.0, 1e9, true, 4e-6}));  // SP is faster on TP stages
 // (8 devices, 4 + 4, no longer fits the test's time: the enlarged space's enumeration ran > 10 min.)
 
