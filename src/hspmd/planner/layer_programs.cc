@@ -40,9 +40,12 @@ const LayerPrograms::GroupCosts& LayerPrograms::group_costs(const Group& g, int 
   if (it != group_costs_.end() && it->second.ranks == g.ranks) return it->second;
   GroupCosts k;
   k.ranks = g.ranks;
-  k.per_layer = layer_seconds(cost, g, b);
+  // Times with SP whenever the planner may write it (never slower: pipeline_search.h's bounds);
+  // memory (memory()) with SP only where this search writes it.
+  const bool sp = options.search_sequence_parallel && g.tp() > 1;
+  k.per_layer = layer_seconds(cost, g, b, sp);
   k.ends = (last ? cost.stage_compute(g.kind, g.tp(), 0, true, b, g.cp) : 0) +
-           cost.ends_tp_comm(g.ranks, first, last, b, g.cp);
+           cost.ends_tp_comm(g.ranks, first, last, b, g.cp, sp);
   k.capacity = kInf;
   for (int r : g.ranks) {
     const double m = cost.topology().device(r).memory;
@@ -61,7 +64,7 @@ std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(
   const auto& pipe = c.pipelines[p];
   const int D = static_cast<int>(c.pipelines.size());
   const int b = c.micro_batch_sizes[p];
-  const bool zero1 = options.zero1;
+  const bool zero1 = options.zero1, zero3 = options.zero1 && options.zero3;
   std::vector<StageLine> out;
   for (size_t j = 0; j < pipe.size(); ++j) {
     const Group& g = pipe[j];
@@ -75,14 +78,24 @@ std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(
     s.per_layer = k.per_layer;
     s.fixed = k.ends + (s.last ? 0 : cost.p2p(g.ranks.front(), pipe[j + 1].ranks.front(), b, s.cp));
     s.capacity = k.capacity;
-    auto tail = [&](int x) {
+    if (zero3) {
+      s.per_layer += cost.zero3_comm(g.kind, D * s.cp, rings[j], 1, false, false, s.tp);
+      s.fixed += cost.zero3_comm(g.kind, D * s.cp, rings[j], 0, s.first, s.last, s.tp);
+    }
+    // Replicas: the D pipelines x the stage's CP ranks (the ring's link from the pipelines'). The
+    // split is chosen on the whole reduce; predict() prices what the buckets hide.
+    const bool overlap = cost.options().grad_bucket_mb > 0;
+    auto tail = [&](int x, bool floor) {
       const double params = shape.stage_parameters(x, s.first, s.last) / s.tp;
-      // Replicas: the D pipelines x the stage's CP ranks (the ring's link from the pipelines').
-      return CostModel::ring_allreduce(D * s.cp, rings[j], params * 4) +
-             cost.profile().kind(g.kind).optimizer_seconds_per_parameter * params / (zero1 ? D * s.cp : 1);
+      double sync = 0;
+      if (!zero3 && (!floor || !overlap)) sync = CostModel::ring_allreduce(D * s.cp, rings[j], params * 4);
+      if (!zero3 && floor && overlap && zero1) sync = CostModel::ring_allgather(D * s.cp, rings[j], params * 4);
+      return sync + cost.profile().kind(g.kind).optimizer_seconds_per_parameter * params / (zero1 ? D * s.cp : 1);
     };
-    s.tail_per_layer = tail(2) - tail(1);
-    s.tail_fixed = tail(1) - s.tail_per_layer;
+    s.tail_per_layer = tail(2, false) - tail(1, false);
+    s.tail_fixed = tail(1, false) - s.tail_per_layer;
+    s.tail_floor_per_layer = tail(2, true) - tail(1, true);
+    s.tail_floor_fixed = tail(1, true) - s.tail_floor_per_layer;
     out.push_back(s);
   }
   return out;
@@ -92,7 +105,8 @@ double LayerPrograms::memory(const StageLine& s, int x, int b, int in_flight, in
   // ZeRO-2 is priced as if each micro-batch were a gradient group of its own; the cost model's check
   // of the whole strategy prices pipelines of more micro-batches as they are.
   return cost.stage_memory(s.kind, s.tp, x, s.first, s.last, b, in_flight, D, options.zero1, s.cp,
-                           options.zero1 && options.zero2)
+                           options.zero1 && options.zero2, options.sequence_parallel && s.tp > 1,
+                           options.zero1 && options.zero3)
       .total();
 }
 
@@ -331,10 +345,10 @@ double LayerPrograms::relaxed_bound(const std::vector<PipelineType>& types) cons
     for (const StageLine& s : st) {
       least = std::min(least, s.per_layer);
       sum += s.per_layer + s.fixed;  // every stage holds a layer
-      w_one = std::max(w_one, s.tail_per_layer + s.tail_fixed);
+      w_one = std::max(w_one, s.tail_floor_per_layer + s.tail_floor_fixed);
       f.push_back({s.per_layer, s.fixed});
-      tail.push_back({s.tail_per_layer, s.tail_fixed});
-      tail_grows = tail_grows && s.tail_per_layer > 0;
+      tail.push_back({s.tail_floor_per_layer, s.tail_floor_fixed});
+      tail_grows = tail_grows && s.tail_floor_per_layer > 0;
     }
     // Sum of the stages: the layers beyond one a stage on the fastest. Bottleneck and slowest sync:
     // each at its own least over integer splits.
@@ -398,6 +412,11 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
     type_of[p] = k;
     types[k].members.push_back(p);
   }
+  // Nothing fits in memory (a split, or the micro-batch counts' windows).
+  auto dropped_by_memory = [&]() -> std::optional<sharding::Strategy> {
+    memory_dropped_bound_ = std::min(memory_dropped_bound_, c.bound);
+    return std::nullopt;
+  };
   if (prune_at < kInf && relaxed_bound(types) >= prune_at) {
     ++relaxation_pruned_;
     return std::nullopt;
@@ -405,10 +424,11 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
   std::vector<PipelineTable> tabs;
   for (const PipelineType& t : types) {
     tabs.push_back(table(t.lines, t.max_n, t.b, D));
-    if (tabs.back().pieces.empty()) return std::nullopt;
+    if (tabs.back().pieces.empty()) return dropped_by_memory();
   }
   std::vector<int> n_of(D, static_cast<int>(B / b[0]));
-  if (D == 1 && (B % b[0] || !tabs[0].at(n_of[0]))) return std::nullopt;
+  if (D == 1 && B % b[0]) return std::nullopt;
+  if (D == 1 && !tabs[0].at(n_of[0])) return dropped_by_memory();
   if (D > 1) {
     // g(n) for every type and count (kInf: does not fit).
     std::vector<double> values;
@@ -452,7 +472,7 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
         lo = mid + 1;
       }
     }
-    if (least_enough == kInf) return std::nullopt;
+    if (least_enough == kInf) return dropped_by_memory();
     std::vector<int> hi(types.size());
     int64_t hi_sum = 0;
     for (size_t k = 0; k < types.size(); ++k) {
@@ -490,7 +510,7 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
         for (size_t k = 0; k < types.size(); ++k) hi[k] = types[k].max_n;
         counts = program(types, hi, std::numeric_limits<int64_t>::max() / 2);
       }
-      if (!counts) return std::nullopt;
+      if (!counts) return dropped_by_memory();
       // The pipelines of a type take its counts in order: they are interchangeable.
       for (size_t k = 0; k < types.size(); ++k) {
         size_t at = 0;
@@ -506,7 +526,7 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
   }
   sharding::Strategy st;
   st.name = options.name;
-  st.zero = options.zero1 ? (options.zero2 ? 2 : 1) : 0;
+  st.zero = !options.zero1 ? 0 : options.zero3 ? 3 : options.zero2 ? 2 : 1;
   for (int p = 0; p < D; ++p) {
     sharding::PipelineSpec pipe;
     pipe.micro_batch_size = b[p];
@@ -517,6 +537,7 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
       sharding::StageSpec s;
       s.ranks = c.pipelines[p][j].ranks;
       s.cp = c.pipelines[p][j].cp;
+      s.sequence_parallel = options.sequence_parallel && cost.sequence_parallel_applies(s.tp(), s.cp, b[p]);
       s.first_layer = layer;
       s.last_layer = layer + split[j] - 1;
       layer += split[j];

@@ -46,6 +46,8 @@ class LayerPrograms {
 
   int milps() const { return milps_; }  // integer programs solved so far
   int relaxation_pruned() const { return relaxation_pruned_; }  // candidates solve() dropped unsolved
+  // The lowest bound of a candidate solve() found nothing for because of memory (infinity: none).
+  double lowest_memory_dropped_bound() const { return memory_dropped_bound_; }
 
  private:
   // What a stage costs as a function of its layer count x (all affine in x).
@@ -55,6 +57,9 @@ class LayerPrograms {
     bool first = false, last = false;
     double per_layer = 0, fixed = 0;       // f(x) = per_layer x + fixed, per micro-batch
     double tail_per_layer = 0, tail_fixed = 0;  // gradient sync + optimizer, per step
+    // What of the tail no overlap can hide (the relaxation's lower bound): with gradient buckets,
+    // ZeRO-1/2's parameter all-gather and the optimizer; without, the whole tail.
+    double tail_floor_per_layer = 0, tail_floor_fixed = 0;
     double capacity = 0;
     auto operator<=>(const StageLine&) const = default;
   };
@@ -138,6 +143,7 @@ class LayerPrograms {
   const GroupCosts& group_costs(const Group& g, int b, bool first, bool last);
   std::unordered_map<int64_t, GroupCosts> group_costs_;
   GroupCosts uncached_;  // the last group priced without the memo (a key another group holds)
+  double memory_dropped_bound_ = std::numeric_limits<double>::infinity();
 };
 
 }  // namespace hspmd::planner

@@ -22,9 +22,8 @@
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/models/model.h"
 #include "hspmd/planner/cost_model.h"
+#include "hspmd/planner/memory_fit.h"
 #include "hspmd/runtime/dist_trainer.h"
-#include "hspmd/specialize/exec_graph.h"
-#include "hspmd/specialize/memory_estimate.h"
 
 namespace hspmd::tuning {
 
@@ -95,25 +94,6 @@ std::string temp_dataset(const models::Model& model, int64_t longest) {
   return dir;
 }
 
-sharding::Strategy single_stage(int tp, int layers, int micro_batch_size, int pipelines = 1, bool zero1 = false,
-                                int micro_batches = 1) {
-  sharding::Strategy st;
-  st.name = "profile";
-  st.zero = zero1 ? 1 : 0;
-  for (int p = 0; p < pipelines; ++p) {
-    sharding::PipelineSpec pipe;
-    pipe.micro_batch_size = micro_batch_size;
-    pipe.num_micro_batches = micro_batches;
-    sharding::StageSpec s;
-    for (int r = 0; r < tp; ++r) s.ranks.push_back(p * tp + r);
-    s.first_layer = 0;
-    s.last_layer = layers - 1;
-    pipe.stages.push_back(s);
-    st.pipelines.push_back(pipe);
-  }
-  return st;
-}
-
 // The ranks of a profile on devices (ProfiledDevices): made once and reused by every measurement,
 // so a pool keeps its blocks from one point to the next as it does from step to step in training.
 struct DeviceRanks {
@@ -170,7 +150,8 @@ StepTimes time_steps(const std::shared_ptr<const models::Model>& model, const da
                      int64_t seq_len, int micro_batch_size, int repeats, DType precision, double speed = 1.0,
                      DeviceRanks* on = nullptr, int micro_batches = 1) {
   const sharding::AnnotationPlan plan =
-      model->compile_plan(single_stage(tp, model->num_layers(), micro_batch_size, 1, false, micro_batches));
+      model->compile_plan(
+          planner::single_stage_strategy(tp, model->num_layers(), micro_batch_size, 1, false, micro_batches));
   StepTimes out;
   auto body = [&](int rank, comm::GroupCache& groups) {
     runtime::DistOptions o;
@@ -226,21 +207,6 @@ StepTimes time_steps(const std::shared_ptr<const models::Model>& model, const da
   comm::run_thread_ranks(tp, body, comm::Millis(on ? 60'000 : 10'000),
                          on ? on->backends() : std::function<comm::Backend(int)>{});
   return out;
-}
-
-struct MemoryPoint {
-  double states = 0, activations = 0;
-};
-
-MemoryPoint estimate(const models::Model& model, int tp, int layers, int64_t tokens, int in_flight, int pipelines,
-                     bool zero1) {
-  const std::shared_ptr<const models::Model> sized = model.with_num_layers(layers);
-  const models::ModelGraph g = sized->build({});
-  const sharding::AnnotationPlan plan = sized->compile_plan(single_stage(tp, layers, 1, pipelines, zero1));
-  const specialize::ExecGraph exec(g.graph, plan, 0);
-  const specialize::MemoryEstimate m =
-      specialize::estimate_memory(exec, {.micro_batch_tokens = tokens, .micro_batches_in_flight = in_flight});
-  return {static_cast<double>(m.parameters + m.gradients + m.optimizer_states), static_cast<double>(m.activations)};
 }
 
 void say(const ProfilerOptions& o, const std::string& line) {
@@ -624,39 +590,6 @@ TpProfile fit_kind(const std::vector<Point>& measured, double stretch, const std
   return tp;
 }
 
-// Activation memory at TP degree t from the runtime's estimate (see the header); the same for
-// every kind (the emulated devices differ in speed and capacity, not in layout).
-ActivationFit fit_activations(const models::Model& model, int t) {
-  ActivationFit a;
-  const int64_t T1 = 128, T2 = 256;
-  auto act = [&](int layers, int64_t tokens, int k) {
-    return estimate(model, t, layers, tokens, k, 1, false).activations;
-  };
-  auto keep = [&](int layers, int64_t tokens) { return act(layers, tokens, 2) - act(layers, tokens, 1); };
-  const double d1 = keep(2, T1) - keep(1, T1), d2 = keep(2, T2) - keep(1, T2);
-  // d = alpha T + alpha2 T^2 at T1 and T2.
-  const double alpha2 = (d2 / T2 - d1 / T1) / static_cast<double>(T2 - T1);
-  const double alpha = d1 / T1 - alpha2 * T1;
-  a.keep_per_token = std::max(0.0, alpha);
-  a.keep_per_token2 = std::max(0.0, alpha2);
-  a.ends_keep_per_token = std::max(0.0, (keep(1, T1) - d1) / T1);
-  const double tr1 = act(1, T1, 1) - keep(1, T1), tr2 = act(2, T1, 1) - keep(2, T1);
-  a.transient_per_token = std::max(0.0, (tr2 - tr1) / T1);
-  a.ends_transient_per_token = std::max(0.0, (tr1 - (tr2 - tr1)) / T1);
-  return a;
-}
-
-// Bytes per parameter of the training state, without and with ZeRO-1: the states of the 1-layer
-// model over its parameters (rank 0's shard at TP degree t).
-void fit_state_bytes(const models::Model& model, const ModelShape& shape, int t, DeviceKindProfile& host) {
-  const int64_t T1 = 128;
-  const double n = shape.stage_parameters(1, true, true) / t;
-  const double plain = estimate(model, t, 1, T1, 1, 1, false).states;
-  const double zero = estimate(model, t, 1, T1, 1, 2, true).states;
-  host.zero_bytes_per_parameter = 2 * (plain - zero) / n;
-  host.bytes_per_parameter = plain / n - host.zero_bytes_per_parameter;
-}
-
 // How the profile was made, for its "source".
 std::string measured_source(int cores, bool emulated, const ProfiledDevices* on) {
   if (on) {
@@ -707,8 +640,9 @@ Profile profile_host(const models::Model& model, const ProfilerOptions& options)
       kinds[name].tp[t] = fit_kind(measured, burst_factor.at(name) / speed, name, t, options);
       kinds[name].optimizer_seconds_per_parameter = optimizer * burst_factor.at(name) / speed;
     }
-    const ActivationFit a = fit_activations(model, t);
-    if (t == grid.tps.front()) fit_state_bytes(model, shape, t, host);
+    // The same for every kind: the emulated devices differ in speed and capacity, not in layout.
+    const ActivationFit a = planner::fit_activations(model, t);
+    if (t == grid.tps.front()) planner::fit_state_bytes(model, t, host);
     for (auto& [name, k] : kinds) k.tp[t].activations = a;
   }
   std::filesystem::remove_all(dir);
