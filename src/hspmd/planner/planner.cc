@@ -77,6 +77,10 @@ Planner::Planner(const models::Model& model, const resolve::Topology& topology, 
       profile_(profile),
       options_(std::move(options)),
       cost_(model, topology, profile, {.seq_len = options_.seq_len, .schedule = options_.schedule}) {
+  // SP never prices a layer slower and never needs more memory, so one search with SP's memory finds
+  // every plan a search without it would (each solution is then priced with SP off too, and SP kept
+  // only where it is needed to fit or faster): no second search for it when memory binds.
+  if (options_.search_sequence_parallel) options_.sequence_parallel = true;
   HSPMD_CHECK(options_.global_batch > 0) << "planner: the global batch must be positive, got " << options_.global_batch;
   for (int b : options_.micro_batch_sizes) {
     HSPMD_CHECK(b > 0 && options_.global_batch % b == 0)
@@ -133,9 +137,7 @@ double Planner::moved_bytes(const sharding::Strategy& previous, const sharding::
 
 std::optional<PlannerOptions> Planner::tighter() const {
   PlannerOptions next = options_;
-  if (!options_.sequence_parallel && options_.search_sequence_parallel) {
-    next.sequence_parallel = true;
-  } else if (options_.zero1 && options_.zero2_when_tight && !options_.zero2 && !options_.zero3) {
+  if (options_.zero1 && options_.zero2_when_tight && !options_.zero2 && !options_.zero3) {
     next.zero2 = true;
   } else if (options_.zero1 && options_.zero3_when_tight && !options_.zero3) {
     next.zero2 = false;
@@ -233,7 +235,7 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
     if (previous) found.push_back({std::move(*st), std::move(p)});
   }
   memory_dropped = std::min({memory_dropped, search.lowest_memory_dropped_bound(), programs.lowest_memory_dropped_bound()});
-  // Memory bound the search: with less memory needed (SP, then ZeRO-2, then ZeRO-3, each slower or
+  // Memory bound the search: with less memory needed (ZeRO-2, then ZeRO-3, each slower or
   // no faster) a plan may fit, or beat the best found, so search again below the best. Not after the
   // time limit cut this search short, and when re-planning only if nothing fit (its choice by moved
   // state is among one setting's plans).

@@ -62,9 +62,10 @@ struct PlannerOptions {
   bool zero2_when_tight = true;
   // Price memory as ZeRO-2 (with zero1) and write "zero": 2: what that second search sets.
   bool zero2 = false;
-  // Price TP stages with sequence parallelism in the search (their time and memory) and write
-  // "sequence_parallel": true on them. Either way each solution is priced with and without SP on
-  // its TP stages, and SP kept only where it fits when the other does not, or is faster.
+  // Price TP stages' memory with sequence parallelism in the search and write "sequence_parallel":
+  // true on them; the planner sets it whenever search_sequence_parallel holds (SP is never slower
+  // nor larger). Each solution is also priced with SP off, and SP kept only where it fits when the
+  // other does not, or is faster.
   bool sequence_parallel = false;
   // Whether sequence parallelism is considered at all (both of the above); false: never written.
   bool search_sequence_parallel = true;
@@ -72,7 +73,7 @@ struct PlannerOptions {
   // shape only, as the runtime requires).
   bool zero3 = false;
   // When memory binds (no plan fits, or a configuration whose bound is below the best plan found did
-  // not fit), search again with less memory, keeping the fastest plan: SP on TP stages, then ZeRO-2
+  // not fit), search again with less memory, keeping the fastest plan: ZeRO-2
   // (zero2_when_tight), then ZeRO-3 (this); each step only with zero1 for the ZeRO stages.
   bool zero3_when_tight = true;
   specialize::ScheduleKind schedule = specialize::ScheduleKind::k1F1B;
