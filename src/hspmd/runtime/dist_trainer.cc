@@ -249,11 +249,13 @@ double DistTrainer::post(double loss_sum, Bf16SwitchTraffic* traffic) {
   // thread; under a bf16-only switch moved back to the base); squares of the elements this rank counts.
   std::vector<Tensor> synced = grad_sync_.finish();
   std::vector<Tensor> grads = traffic ? bring_back_gradients(synced, *traffic) : std::move(synced);
-  double squares = 0;
+  // Summed on the device and read once: one host wait for the norm, not one per gradient.
+  const Tensor total = Tensor::zeros(Shape{1}, DType::kFloat64, &compute_.allocator);
   for (size_t i = 0; i < state_.tensors.size(); ++i) {
     const TensorState& s = state_.tensors[i];
-    if (counts_once(s.state_annotation, s.shape, rank_)) squares += compute_.sum_squares(grads[i]);
+    if (counts_once(s.state_annotation, s.shape, rank_)) compute_.add_sum_squares(grads[i], total);
   }
+  const double squares = compute_.read_to_host(total).element_as_double(0);
   // Kept until the update: if the totals reach another rank but not this one, it can still apply
   // the step after a failure (finish_interrupted_step).
   synced_grads_ = grads;

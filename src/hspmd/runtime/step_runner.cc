@@ -160,7 +160,7 @@ void StepRunner::forward(MicroBatch& mb, ShardedState& state) {
   }
   parts_.pacer.pad();
   if (plan_->exec->holds(graph_.loss)) {
-    mb.loss = mb.values[graph_.loss.op][graph_.loss.index].to_host().element_as_double(0);  // a GPU's: copied out
+    mb.loss = parts_.compute.read_to_host(mb.values[graph_.loss.op][graph_.loss.index]).element_as_double(0);
   }
   parts_.tracer.record(std::string("F").append(std::to_string(mb.index)), "compute", start, parts_.tracer.now_us());
 }
