@@ -51,6 +51,11 @@ graph::ComputeDevice fake_device_compute(std::shared_ptr<hspmd::testing::FakeDev
             sum.data<double>()[0] += kernels::sum_squares(x.to_host());
             Tensor(total).copy_from(sum);
           },
+          .add_to_total = [](const Tensor& x, const Tensor& total, int64_t at) {
+            const Tensor sum = total.to_host();
+            sum.data<double>()[at] += x.to_host().element_as_double(0);
+            Tensor(total).copy_from(sum);
+          },
           .adamw_step = [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, int64_t step,
                            const kernels::AdamWOptions& o) {
             const Tensor hp = p.to_host(), hm = m.to_host(), hv = v.to_host();

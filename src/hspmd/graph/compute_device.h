@@ -35,6 +35,8 @@ struct ComputeDevice {
   // total[0] += sum of x's squared elements; total is a float64 {1} tensor on the device, so a step's
   // gradients add into one total that crosses to the host once (read_to_host), not once per tensor.
   std::function<void(const Tensor& x, const Tensor& total)> add_sum_squares;
+  // total[at] += x's one element as float64 (a micro-batch's loss into the step's totals).
+  std::function<void(const Tensor& x, const Tensor& total, int64_t at)> add_to_total;
   // One AdamW update of param, m and v in place (kernels/adamw.h).
   std::function<void(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, int64_t step,
                      const kernels::AdamWOptions& options)>

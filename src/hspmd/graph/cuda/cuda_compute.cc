@@ -53,6 +53,14 @@ ComputeDevice cuda_compute(cuda::CudaTensorMemory::Options options) {
         const Launch on = launch_on(x);
         kc::add_grad_sum_of_squares({&t, 1}, total.device_data<double>(), on.stream);
       },
+      .add_to_total = [](const Tensor& x, const Tensor& total, int64_t at) {
+        HSPMD_CHECK(x.numel() >= 1 && total.dtype() == DType::kFloat64 && at >= 0 && at < total.numel() &&
+                    total.device() == x.device())
+            << "add_to_total: " << x.to_string() << " into element " << at << " of " << total.to_string()
+            << " (float64 on the same GPU)";
+        const Launch on = launch_on(total);
+        kc::add_element_to_total(x.dtype(), x.device_raw_data(), total.device_data<double>() + at, on.stream);
+      },
       .adamw_step = [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, int64_t step,
                        const kernels::AdamWOptions& o) {
         for (const Tensor* t : {&p, &g, &m, &v}) expect_float32("adamw_step", *t);
