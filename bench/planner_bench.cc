@@ -21,7 +21,9 @@
 // On a shared host, run the emulated part under a real-time priority (root: `chrt -f 10`): other
 // processes then neither delay the ranks' messages by a scheduler slice nor evict their caches
 // mid-op; the ranks mostly sleep (the dilation), so the host keeps its cores.
-// Run: build/release/bench_planner_bench [--part=paper|emulated|all] [--steps=N] [--rounds=R]
+// Run: build/release/bench_planner_bench [--part=paper|emulated|all] [--steps=N] [--rounds=R] [--only=cp]
+//      (--only=cp: only the strategies with CP stages and the planner's plan; the summary gives the
+//      median error with and without CP stages separately)
 //      (from build/release; the emulated part: chrt -f 10 ./bench_planner_bench --part=emulated --rounds=2)
 #include <algorithm>
 #include <chrono>
