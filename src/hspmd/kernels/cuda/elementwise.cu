@@ -207,7 +207,11 @@ void add(DType dtype, const void* a, const void* b, void* y, int64_t n, cudaStre
 namespace {
 template <typename T>
 __global__ void add_element_into(const T* x, double* total) {
-  *total += static_cast<double>(static_cast<float>(x[0]));
+  if constexpr (std::is_same_v<T, double>) {
+    *total += x[0];
+  } else {
+    *total += static_cast<double>(static_cast<float>(x[0]));  // bfloat16 converts through float
+  }
 }
 }  // namespace
 
