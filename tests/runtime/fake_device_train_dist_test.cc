@@ -102,6 +102,28 @@ TEST(FakeDeviceTrain, OneRankOnADeviceEqualsTheHostBitForBit) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(FakeDeviceTrain, AStepReadsTheDeviceOnTheHostOnce) {
+  // The losses of both micro-batches and every gradient's squares add up on the device and cross
+  // to the host together (the Reshards' host staging is no read of the trainer's: one rank has none).
+  const auto model = models::llama(testing::dist_config());
+  const sharding::Strategy one = testing::strategy(R"({"name": "one", "pipelines": [
+    {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "0", "layers": "0-3"}]}]})");
+  const data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
+  comm::run_thread_ranks(1, [&](int rank, comm::GroupCache& groups) {
+    DistOptions o;
+    o.train = testing::dist_options(2);
+    o.plan_name = one.name;
+    const graph::ComputeDevice device = testing::fake_device_compute(std::make_shared<hspmd::testing::FakeDeviceMemory>());
+    o.compute = [device](int) { return device; };  // copies share the wait counter
+    DistTrainer t(model, ds, model->compile_plan(one), o, rank, 1, groups);
+    ASSERT_GT(t.state_shards().size(), 2u);
+    for (int64_t step = 1; !t.done(); ++step) {
+      t.step();
+      EXPECT_EQ(device.host_waits->load(), step) << "step " << step;
+    }
+  });
+}
+
 TEST(FakeDeviceTrain, TwoTensorParallelRanksOnDevicesEqualTheHostBitForBit) {
   // TP 2 with a vocabulary-parallel loss: activation Reshards, the loss's statistics gather and the
   // gradient syncs all cross the host.
