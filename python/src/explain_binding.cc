@@ -122,7 +122,7 @@ void bind_plan_report(nb::module_& m) {
             for (const resolve::CommOp& op : d.ops) ops.push_back(op.to_string());
             return ops;
           },
-          "Its communication ops as the CLI prints them (\"AllReduce group=[0,1] ... bytes=65536\").");
+          "Its communication ops as the CLI prints them (\"AllReduce group=[0-1] ... bytes=65536\").");
   nb::class_<ReshardGroup>(m, "Reshard", "Reshards that differ only in their decoder layer, resolved once.")
       .def_prop_ro("name", &ReshardGroup::display_name, "\"model.layers.{0..3}.attn_out\", or the plain name.")
       .def_ro("pattern", &ReshardGroup::pattern, "\"model.layers.{L}.attn_out\", or the plain name.")

@@ -46,20 +46,20 @@ TEST(BottomTier, IdentityAndSendReceive) {
 TEST(BottomTier, Figure8Collectives) {
   Resolution ar = checked(A("dup{[0-1](P:2)}"), A("dup{[0-1](D:2)}"), kShape);
   EXPECT_EQ(ar.classification(), "bottom[AR]");
-  EXPECT_EQ(ops_text(ar, 0), V{"AllReduce group=[0,1] [0:8, 0:4] bytes=128"});
+  EXPECT_EQ(ops_text(ar, 0), V{"AllReduce group=[0-1] [0:8, 0:4] bytes=128"});
   Resolution rs = checked(A("dup{[0-1](P:2)}"), A("dup{[0-1](S0:2)}"), kShape);
   EXPECT_EQ(rs.classification(), "bottom[RS]");
-  EXPECT_EQ(ops_text(rs, 1), V{"ReduceScatter group=[0,1] dim=0 [0:8, 0:4] bytes=64"});
+  EXPECT_EQ(ops_text(rs, 1), V{"ReduceScatter group=[0-1] dim=0 [0:8, 0:4] bytes=64"});
   Resolution ag = checked(A("dup{[0-1](S1:2)}"), A("dup{[0-1](D:2)}"), kShape);
   EXPECT_EQ(ag.classification(), "bottom[AG]");
-  EXPECT_EQ(ops_text(ag, 0), V{"AllGather group=[0,1] dim=1 [0:8, 0:4] bytes=64"});
+  EXPECT_EQ(ops_text(ag, 0), V{"AllGather group=[0-1] dim=1 [0:8, 0:4] bytes=64"});
   Resolution slice = checked(A("dup{[0-1](D:2)}"), A("dup{[0-1](S0:2)}"), kShape);
   EXPECT_EQ(slice.classification(), "bottom[Slice]");
   EXPECT_EQ(ops_text(slice, 1), V{"LocalCopy [4:8, 0:4] bytes=0"});
   // DP x TP: reduce-scatter over the TP devices of each replica only.
   Resolution dp = checked(A("dup{[0-3](D:2,P:2)}"), A("dup{[0-3](D:2,S1:2)}"), kShape);
   EXPECT_EQ(dp.classification(), "bottom[RS]");
-  EXPECT_EQ(ops_text(dp, 2), V{"ReduceScatter group=[2,3] dim=1 [0:8, 0:4] bytes=64"});
+  EXPECT_EQ(ops_text(dp, 2), V{"ReduceScatter group=[2-3] dim=1 [0:8, 0:4] bytes=64"});
   // ... and all-reduce over the DP replicas (outer position).
   Resolution outer = checked(A("dup{[0-3](P:2,S1:2)}"), A("dup{[0-3](D:2,S1:2)}"), kShape);
   EXPECT_EQ(ops_text(outer, 1), V{"AllReduce group=[1,3] [0:8, 2:4] bytes=64"});
@@ -110,7 +110,7 @@ TEST(BottomTier, PartialReducedThenMovedToOtherSummandCounts) {
             "bottom[AR,Identity]+bottom[BSR,SR]");
   Resolution more = checked(A("dup{[2-3](P:2)}"), A("dup{[4-7](P:4)}"), kShape);
   EXPECT_EQ(more.classification(), "bottom[AR]+bottom[BSR]");
-  EXPECT_EQ(ops_text(more, 2), (V{"AllReduce group=[2,3] [0:8, 0:4] bytes=128", "Send peer=4 [0:8, 0:4] bytes=128"}));
+  EXPECT_EQ(ops_text(more, 2), (V{"AllReduce group=[2-3] [0:8, 0:4] bytes=128", "Send peer=4 [0:8, 0:4] bytes=128"}));
   EXPECT_EQ(ops_text(more, 5), V{"ZeroFill [0:8, 0:4] bytes=0"});
   // One summand to two on the same devices: a local copy and zeros.
   Resolution split = checked(A("dup{[0-1](D:2)}"), A("dup{[0-1](P:2)}"), kShape);
@@ -173,19 +173,19 @@ TEST(TopTier, PartialAcrossPipelinesWithDifferentDuplication) {
   const Annotation grad = A("partial{[0-1](D:2);[2]()}");
   Resolution ar = checked(grad, A("dup{[0-1](D:2);[2]()}"), Shape{8});
   EXPECT_EQ(ar.classification(), "top[SplitAR]");
-  EXPECT_EQ(ops_text(ar, 0), (V{"AllReduce group=[0,1,2] [0:8] bytes=42"}));
-  EXPECT_EQ(ops_text(ar, 1), (V{"AllReduce group=[0,1,2] zero-input [0:8] bytes=42"}));
+  EXPECT_EQ(ops_text(ar, 0), (V{"AllReduce group=[0-2] [0:8] bytes=42"}));
+  EXPECT_EQ(ops_text(ar, 1), (V{"AllReduce group=[0-2] zero-input [0:8] bytes=42"}));
   // ZeRO-1 state split across the pipelines: the same all-reduce, each member keeping its part.
   Resolution rs = checked(grad, A("split0{[0-1](D:2);[2]()}"), Shape{8});
   EXPECT_EQ(rs.classification(), "top[SplitRS]");
-  EXPECT_EQ(ops_text(rs, 2), (V{"AllReduce group=[0,1,2] [0:8] bytes=42"}));
+  EXPECT_EQ(ops_text(rs, 2), (V{"AllReduce group=[0-2] [0:8] bytes=42"}));
 }
 
 TEST(TopTier, Figure10BottomThenTop) {
   Resolution r = checked(A("partial{[0-1](P:2);[2-3](D:2)}"), A("split0{[0-1](S1:2);[2-3](S1:2)}"), kShape);
   EXPECT_EQ(r.tier, Tier::kBottomThenTop);
   EXPECT_EQ(r.classification(), "bottom[RS,Slice]+top[SplitRS]");
-  EXPECT_EQ(ops_text(r, 0), (V{"ReduceScatter group=[0,1] dim=1 [0:8, 0:4] bytes=64",
+  EXPECT_EQ(ops_text(r, 0), (V{"ReduceScatter group=[0-1] dim=1 [0:8, 0:4] bytes=64",
                                "ReduceScatter group=[0,2] dim=0 [0:8, 0:2] bytes=32"}));
   Resolution g = checked(A("split0{[0-1](D:2);[2-3](S1:2)}"), A("dup{[0-1](S1:2);[2-3](S1:2)}"), kShape);
   EXPECT_EQ(g.classification(), "bottom[Slice,Identity]+top[SplitAG]");

@@ -28,6 +28,30 @@ TEST(DeviceGroup, TextFormRangesAndErrors) {
   EXPECT_NE(DeviceGroup({0, 1}).hash(), DeviceGroup({1, 0}).hash());
 }
 
+// The compact text of a group parses back to the same ranks, in order, on odd cases.
+TEST(DeviceGroup, CompactTextRoundTrips) {
+  std::vector<int> dp4096;
+  for (int r = 5; r < 4096; r += 32) dp4096.push_back(r);
+  const std::vector<std::vector<int>> cases{
+      {7},                                  // one rank
+      {0, 1},                               // two consecutive
+      {0, 2},                               // two apart
+      {0, 3, 6, 10, 14, 18},                // the step changes
+      {0, 1, 2, 3, 8, 16, 24, 25, 40},      // a run, a strided run, a gap
+      {9, 6, 3, 0},                         // descending: no run
+      {100, 0, 32, 64, 1, 2},               // order kept
+      dp4096,                               // a data-parallel group of 4,096 ranks
+  };
+  for (const std::vector<int>& ranks : cases) {
+    const std::string text = DeviceGroup(ranks).to_string();
+    EXPECT_EQ(DeviceGroup::parse(text).devices(), ranks) << text;
+  }
+  EXPECT_EQ(DeviceGroup(dp4096).to_string(), "[5-4069/32]");
+  EXPECT_EQ(DeviceGroup({0, 3, 6, 10, 14, 18}).to_string(), "[0-6/3,10-18/4]");
+  EXPECT_NE(error_of([] { DeviceGroup::parse("[0-10/3]"); }).find("divides b - a"), std::string::npos);
+  EXPECT_NE(error_of([] { DeviceGroup::parse("[0-10/0]"); }).find("at offset"), std::string::npos);
+}
+
 TEST(DistState, FactoriesCoordinatesAndRegions) {
   DistState ds = DistState::make({{kDuplicate, 2}, {0, 4}});
   EXPECT_EQ(ds.to_string(), "(D:2,S0:4)");

@@ -15,6 +15,16 @@ TEST(IntRuns, ConsecutiveAscendingValuesJoinARun) {
   EXPECT_EQ(runs_text({4, 5, 9}, ".."), "4..5,9");
 }
 
+TEST(IntRuns, EvenlySpacedValuesJoinAStridedRun) {
+  EXPECT_EQ(runs_text({0, 32, 64, 96}), "0-96/32");
+  EXPECT_EQ(runs_text({0, 2}), "0,2");  // two values stay apart
+  EXPECT_EQ(runs_text({0, 32, 64, 96, 1, 33, 65, 97}), "0-96/32,1-97/32");
+  EXPECT_EQ(runs_text({0, 1, 2, 3, 8, 16, 24}), "0-3,8-24/8");
+  EXPECT_EQ(runs_text({0, 5, 6, 7}), "0,5-7");
+  EXPECT_EQ(runs_text({0, 2, 4}, ".."), "0..4/2");
+}
+
+
 TEST(IntRuns, RunIndexFindsEachValuesPositionAndRepeats) {
   const std::vector<int> values{8, 9, 10, 0, 1, 5, 20, 21};
   const RunIndex where(values);

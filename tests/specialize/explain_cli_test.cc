@@ -57,7 +57,7 @@ TEST_F(ExplainCliTest, StrategyOnLocalHetero4) {
   // Tensor parallelism: the row-parallel output all-reduced over [0,1], in layers 0 and 1 ...
   const std::string attn = block(out, "model.layers.{0..1}.attn_out (2x)");
   EXPECT_THAT(attn, HasSubstr("bottom[AR,Identity]"));
-  EXPECT_THAT(attn, HasSubstr("rank 0: AllReduce group=[0,1] [0:128, 0:128] bytes=65536"));
+  EXPECT_THAT(attn, HasSubstr("rank 0: AllReduce group=[0-1] [0:128, 0:128] bytes=65536"));
   EXPECT_THAT(attn, Not(HasSubstr("rank 2")));
   // ... gradient syncs across the pipelines into ZeRO-1 shards, and the step total per tier.
   EXPECT_THAT(out, HasSubstr("top[SplitRS]"));

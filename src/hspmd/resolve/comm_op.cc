@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "hspmd/sharding/int_runs.h"
+
 namespace hspmd::resolve {
 
 std::string_view comm_kind_name(CommKind kind) {
@@ -41,10 +43,7 @@ std::string CommOp::to_string() const {
   std::string out(comm_kind_name(kind));
   if (!group.empty()) {
     out += " group=[";
-    for (size_t i = 0; i < group.size(); ++i) {
-      if (i) out += ',';
-      out += std::to_string(group[i]);
-    }
+    out += sharding::runs_text(group);
     out += ']';
   }
   if (peer >= 0) out += " peer=" + std::to_string(peer);

@@ -3,7 +3,7 @@
 // pure function of the annotations), so peers agree on groups, slices and order without talking.
 //
 //   Reshard of W [8, 4] from (S0:2) to (D:2) on group [0-1] resolves to, on device 0:
-//     AllGather group=[0,1] dim=0 [0:8, 0:4] bytes=64      (device 0 holds [0:4, 0:4], part 0)
+//     AllGather group=[0-1] dim=0 [0:8, 0:4] bytes=64      (device 0 holds [0:4, 0:4], part 0)
 //   A BSR moves finest slices point to point:
 //     Send peer=5 [0:4, 0:4] bytes=64   /   Recv peer=1 [4:8, 0:4]   /   LocalCopy [0:2, 0:4]
 //

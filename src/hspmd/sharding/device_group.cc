@@ -43,9 +43,14 @@ DeviceGroup DeviceGroup::parse(detail::TextCursor& c) {
     do {
       long long first = c.integer();
       long long last = first;
-      if (c.accept('-')) last = c.integer();
+      long long step = 1;
+      if (c.accept('-')) {
+        last = c.integer();
+        if (c.accept('/')) step = c.integer();
+      }
       if (first < 0 || last < first || last - first > 1000000) c.fail("a device id or an ascending range a-b");
-      for (long long d = first; d <= last; ++d) devices.push_back(static_cast<int>(d));
+      if (step < 1 || (last - first) % step != 0) c.fail("a step s >= 1 of a-b/s that divides b - a");
+      for (long long d = first; d <= last; d += step) devices.push_back(static_cast<int>(d));
     } while (c.accept(','));
     c.expect(']');
   }

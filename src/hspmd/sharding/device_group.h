@@ -5,7 +5,10 @@
 //   g.index_of(6) == 2;  g.to_string() == "[4-7]";
 //   DeviceGroup::parse("[0-1,8,3]") == DeviceGroup({0, 1, 8, 3});
 //
-// Text form: runs of consecutive ascending ids are written a-b, the rest comma-separated.
+//   DeviceGroup::parse("[0-96/32,1]") == DeviceGroup({0, 32, 64, 96, 1});
+//
+// Text form (sharding/int_runs.h): runs of consecutive ascending ids are written a-b, runs of 3 or
+// more ids evenly spaced by s > 1 a-b/s, the rest comma-separated; parse reads it back exactly.
 // A group is immutable and its copies share one list and one index (sharding/int_runs.h):
 // index_of costs O(log runs), a copy one reference count. Every annotation of a plan at thousands
 // of ranks holds its groups, so per-copy lists and linear lookups made planning quadratic.

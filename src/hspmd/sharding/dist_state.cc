@@ -17,14 +17,16 @@ DistState DistState::partial(int n) { return make({{kPartial, n}}); }
 DistState DistState::make(std::vector<Entry> entries, bool zero) {
   DistState ds;
   ds.zero_ = zero;
+  std::vector<Entry> kept;
   for (const Entry& e : entries) {
     HSPMD_CHECK(e.dim >= kPartial) << "DistState dim " << e.dim << " is not -2 (partial), -1 (duplicate) or >= 0";
     HSPMD_CHECK(e.degree >= 1) << "DistState degree " << e.degree << " for dim " << e.dim << " must be >= 1";
     for (const Entry& prev : entries) {
       HSPMD_CHECK(&prev == &e || prev.dim != e.dim) << "DistState names dim " << e.dim << " twice";
     }
-    if (e.degree > 1) ds.entries_.push_back(e);
+    if (e.degree > 1) kept.push_back(e);
   }
+  if (!kept.empty()) ds.entries_ = std::make_shared<const std::vector<Entry>>(std::move(kept));
   return ds;
 }
 
@@ -36,12 +38,12 @@ DistState DistState::with_zero(bool zero) const {
 
 int DistState::device_num() const {
   int n = 1;
-  for (const Entry& e : entries_) n *= e.degree;
+  for (const Entry& e : entries()) n *= e.degree;
   return n;
 }
 
 int DistState::degree(int dim) const {
-  for (const Entry& e : entries_) {
+  for (const Entry& e : entries()) {
     if (e.dim == dim) return e.degree;
   }
   return 1;
@@ -49,31 +51,31 @@ int DistState::degree(int dim) const {
 
 int DistState::max_split_dim() const {
   int m = -1;
-  for (const Entry& e : entries_) m = std::max(m, e.dim);
+  for (const Entry& e : entries()) m = std::max(m, e.dim);
   return m;
 }
 
 int DistState::coord(int index, int dim) const {
   HSPMD_ASSERT(index >= 0 && index < device_num()) << "index " << index << " outside " << to_string();
   // Mixed radix, last entry fastest.
-  for (int i = static_cast<int>(entries_.size()) - 1; i >= 0; --i) {
-    const int c = index % entries_[i].degree;
-    if (entries_[i].dim == dim) return c;
-    index /= entries_[i].degree;
+  for (int i = static_cast<int>(entries().size()) - 1; i >= 0; --i) {
+    const int c = index % entries()[i].degree;
+    if (entries()[i].dim == dim) return c;
+    index /= entries()[i].degree;
   }
   return 0;
 }
 
 Region DistState::region(int index, const Region& part) const {
   Region r = part;
-  for (const Entry& e : entries_) {
+  for (const Entry& e : entries()) {
     if (e.dim >= 0) r = r.piece(e.dim, e.degree, coord(index, e.dim));
   }
   return r;
 }
 
 void DistState::check_fits(const Region& part, const std::string& tensor) const {
-  for (const Entry& e : entries_) {
+  for (const Entry& e : entries()) {
     if (e.dim < 0) continue;
     HSPMD_CHECK(e.dim < part.rank()) << "tensor " << tensor << ": " << to_string() << " splits dim " << e.dim
                                      << " but the tensor has rank " << part.rank();
@@ -86,8 +88,8 @@ void DistState::check_fits(const Region& part, const std::string& tensor) const 
 std::string DistState::to_string() const {
   std::ostringstream out;
   out << "(";
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    const Entry& e = entries_[i];
+  for (size_t i = 0; i < entries().size(); ++i) {
+    const Entry& e = entries()[i];
     out << (i ? "," : "");
     if (e.dim == kPartial) {
       out << "P";
@@ -144,7 +146,7 @@ DistState DistState::parse(std::string_view text) {
 
 size_t DistState::hash() const {
   size_t h = zero_ ? 0x51ed27ull : 0xcbf29ce484222325ull;
-  for (const Entry& e : entries_) {
+  for (const Entry& e : entries()) {
     h = (h ^ static_cast<size_t>(e.dim + 3)) * 0x100000001b3ull;
     h = (h ^ static_cast<size_t>(e.degree)) * 0x100000001b3ull;
   }

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,12 +50,15 @@ class DistState {
   static DistState make(std::vector<Entry> entries, bool zero = false);
   DistState with_zero(bool zero) const;
 
-  const std::vector<Entry>& entries() const { return entries_; }
+  const std::vector<Entry>& entries() const {
+    static const std::vector<Entry> kNone;
+    return entries_ ? *entries_ : kNone;
+  }
   bool zero() const { return zero_; }
   int device_num() const;
   int degree(int dim) const;  // 1 when dim is not sharded
   bool has_partial() const { return degree(kPartial) > 1; }
-  bool is_trivial() const { return entries_.empty(); }
+  bool is_trivial() const { return !entries_; }
   // Largest physical dim that is split, or -1.
   int max_split_dim() const;
 
@@ -70,11 +74,15 @@ class DistState {
   static DistState parse(std::string_view text);
   static DistState parse(detail::TextCursor& cursor);
 
-  friend bool operator==(const DistState&, const DistState&) = default;
+  friend bool operator==(const DistState& a, const DistState& b) {
+    return a.zero_ == b.zero_ && (a.entries_ == b.entries_ || a.entries() == b.entries());
+  }
   size_t hash() const;
 
  private:
-  std::vector<Entry> entries_;
+  // Immutable and shared by copies: an annotation over thousands of ranks holds one DistState per
+  // subgroup, and copying annotations (deduction copies every op's inputs) allocated one list each.
+  std::shared_ptr<const std::vector<Entry>> entries_;  // null: no entries
   bool zero_ = false;
 };
 

@@ -7,13 +7,22 @@ namespace hspmd::sharding {
 std::string runs_text(const std::vector<int>& values, std::string_view sep) {
   std::string out;
   for (size_t i = 0; i < values.size();) {
+    // The longest run from i with the step to its neighbour; a step > 1 pays off from 3 values on.
     size_t j = i;
-    while (j + 1 < values.size() && values[j + 1] == values[j] + 1) ++j;
-    if (i > 0) out += ",";
+    const long long step = i + 1 < values.size() ? static_cast<long long>(values[i + 1]) - values[i] : 0;
+    if (step >= 1) {
+      while (j + 1 < values.size() && static_cast<long long>(values[j + 1]) - values[j] == step) ++j;
+      if (step > 1 && j - i < 2) j = i;
+    }
+    if (i > 0) out += ',';
     out += std::to_string(values[i]);
     if (j > i) {
       out += sep;
       out += std::to_string(values[j]);
+      if (step > 1) {
+        out += '/';
+        out += std::to_string(step);
+      }
     }
     i = j + 1;
   }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -75,13 +76,19 @@ std::string classification(const std::vector<GroupResolution>& parts) {
 // The link tier an op's bytes travel on.
 std::string tier_of(const resolve::CommOp& op, int device, const resolve::Topology* topo) {
   if (!topo) return "all";
+  // Inter-node is the slowest tier: a data-parallel group of thousands of ranks is decided at its
+  // first member on another node, not read whole for each member.
   resolve::LinkTier worst = resolve::LinkTier::kLocal;
   auto consider = [&](int other) {
     const resolve::LinkTier t = topo->tier(device, other);
     if (static_cast<int>(t) > static_cast<int>(worst)) worst = t;
+    return worst == resolve::LinkTier::kInterNode;
   };
-  if (op.peer >= 0) consider(op.peer);
-  for (int m : op.group) consider(m);
+  if (op.peer < 0 || !consider(op.peer)) {
+    for (int m : op.group) {
+      if (consider(m)) break;
+    }
+  }
   return std::string(resolve::link_tier_name(worst));
 }
 
@@ -289,22 +296,76 @@ class Builder {
     return it->second;
   }
 
-  // Groups of one list, by (name pattern, classification, src, dst, shape).
-  using Index = std::unordered_map<std::string, size_t>;
+  // One resolved (src, dst, shape, element size), shared by every Reshard with the same: a model's
+  // layers repeat a few. Resolving each again (one cache lookup per subgroup, each copying and
+  // hashing annotations) and classifying it again was most of resolving thousands of ranks.
+  struct Resolved {
+    sharding::Annotation src, dst;
+    std::string shape;
+    size_t element_size = 0;
+    std::vector<GroupResolution> parts;
+    bool identity = false;
+    std::string classification;
+  };
+  // Points into the Resolved it maps to, or, for a lookup, at the caller's values.
+  struct ResolvedKey {
+    const Annotation* src;
+    const Annotation* dst;
+    std::string_view shape;
+    size_t element_size;
+    friend bool operator==(const ResolvedKey& a, const ResolvedKey& b) {
+      return a.element_size == b.element_size && a.shape == b.shape && *a.src == *b.src && *a.dst == *b.dst;
+    }
+  };
+  struct ResolvedKeyHash {
+    size_t operator()(const ResolvedKey& k) const {
+      return ((k.src->hash() * 31 + k.dst->hash()) * 31 + std::hash<std::string_view>()(k.shape)) * 31 + k.element_size;
+    }
+  };
+
+  const Resolved& resolved(const Annotation& src, const Annotation& dst, const SymShape& shape, DType dtype,
+                           const std::string& name) {
+    const std::string shape_text = hspmd::to_string(shape);
+    const size_t element_size = dtype_size(dtype);
+    auto it = resolved_.find(ResolvedKey{&src, &dst, shape_text, element_size});
+    if (it != resolved_.end()) return *it->second;
+    auto r = std::make_unique<Resolved>(Resolved{src, dst, shape_text, element_size, {}, false, {}});
+    r->parts = resolve_reshard(src, dst, shape, bindings_, name, cache(element_size));
+    r->identity = std::all_of(r->parts.begin(), r->parts.end(),
+                              [](const GroupResolution& p) { return is_identity(*p.resolution); });
+    if (!r->identity) r->classification = classification(r->parts);
+    const ResolvedKey key{&r->src, &r->dst, r->shape, element_size};
+    return *resolved_.emplace(key, std::move(r)).first->second;
+  }
+
+  // Groups of one list, by (name pattern, classification, src, dst, shape); src and dst by their
+  // texts' addresses (text_of keeps one string per annotation), as each text is kilobytes at
+  // thousands of ranks.
+  struct GroupKey {
+    std::string pattern;
+    std::string classification;
+    const std::string* src;
+    const std::string* dst;
+    std::string shape;
+    friend bool operator==(const GroupKey&, const GroupKey&) = default;
+  };
+  struct GroupKeyHash {
+    size_t operator()(const GroupKey& k) const {
+      const std::hash<std::string> h;
+      return (((h(k.pattern) * 31 + h(k.classification)) * 31 + std::hash<const void*>()(k.src)) * 31 +
+              std::hash<const void*>()(k.dst)) * 31 + h(k.shape);
+    }
+  };
+  using Index = std::unordered_map<GroupKey, size_t, GroupKeyHash>;
 
   // Resolves one Reshard and files it under its group; false when it is the identity everywhere.
   bool add(std::vector<ReshardGroup>& into, Index& index, const std::string& name, const Annotation& src,
            const Annotation& dst, const SymShape& shape, DType dtype, bool per_micro_batch, int runs_per_step = 1) {
-    const std::vector<GroupResolution> parts =
-        resolve_reshard(src, dst, shape, bindings_, name, cache(dtype_size(dtype)));
-    if (std::all_of(parts.begin(), parts.end(), [](const GroupResolution& p) { return is_identity(*p.resolution); })) {
-      return false;
-    }
+    const Resolved& r = resolved(src, dst, shape, dtype, name);
+    if (r.identity) return false;
     auto [pattern, layer] = layer_pattern(name);
-    std::string src_text = text_of(src), dst_text = text_of(dst), shape_text = hspmd::to_string(shape);
-    std::string cls = classification(parts);
-    auto [slot, fresh] = index.emplace(pattern + "\n" + cls + "\n" + src_text + "\n" + dst_text + "\n" + shape_text,
-                                       into.size());
+    auto [slot, fresh] =
+        index.emplace(GroupKey{pattern, r.classification, &text_of(src), &text_of(dst), r.shape}, into.size());
     if (!fresh) {
       ReshardGroup& grp = into[slot->second];
       ++grp.occurrences;
@@ -314,21 +375,21 @@ class Builder {
     ReshardGroup grp;
     grp.pattern = std::move(pattern);
     if (layer >= 0) grp.layers.push_back(layer);
-    grp.src = std::move(src_text);
-    grp.dst = std::move(dst_text);
-    grp.shape = std::move(shape_text);
-    grp.classification = std::move(cls);
+    grp.src = text_of(src);
+    grp.dst = text_of(dst);
+    grp.shape = r.shape;
+    grp.classification = r.classification;
     std::map<int, DeviceOps> by_device;
-    for (const GroupResolution& part : parts) {
+    for (const GroupResolution& part : r.parts) {
       for (int d : part.resolution->devices()) {
         DeviceOps& dev = by_device[d];
         dev.device = d;
         const int runs = per_micro_batch ? runs_of(d) : runs_per_step;
-        for (const resolve::CommOp& op : part.resolution->ops_of(d)) {
+        for (resolve::CommOp& op : part.resolution->ops_of(d)) {
           if (op.kind == resolve::CommKind::kIdentity) continue;
-          dev.ops.push_back(op);
           dev.bytes += op.bytes;
           if (op.bytes > 0) grp.occurrence_step_bytes[tier_of(op, d, o_.topology)] += op.bytes * runs;
+          dev.ops.push_back(std::move(op));
         }
       }
     }
@@ -383,6 +444,7 @@ class Builder {
   std::map<size_t, std::unique_ptr<resolve::ResolveCache>> caches_;  // by element size
   Index activations_, syncs_, gathers_;
   std::unordered_map<Annotation, std::string, sharding::AnnotationHash> texts_;
+  std::unordered_map<ResolvedKey, std::unique_ptr<Resolved>, ResolvedKeyHash> resolved_;
 };
 
 }  // namespace
@@ -442,7 +504,8 @@ std::string to_string(const PlanReport& r) {
   std::ostringstream out;
   out << "schedule " << schedule_kind_name(r.schedule) << ", seq_len " << r.seq_len << ", cluster "
       << (r.topology.empty() ? "none (one link tier \"all\")" : r.topology) << "\n"
-      << "activations are per micro-batch: T = micro_batch_size * seq_len tokens, N = micro_batch_size documents\n\n";
+      << "activations are per micro-batch: T = micro_batch_size * seq_len tokens, N = micro_batch_size documents\n"
+      << "rank lists: a-b is ranks a to b, a-b/s every s-th of them (a, a+s, ..., b)\n\n";
   out << "Pipelines (" << r.pipelines.size() << "); per stage: ranks, decoder layers, TP (and CP) degree, one step's schedule\n";
   for (const PipelineReport& p : r.pipelines) {
     out << "  pipeline " << p.subgroup << ": " << p.num_micro_batches << " micro-batches of " << p.micro_batch_size

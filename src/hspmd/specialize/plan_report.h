@@ -10,7 +10,7 @@
 //   r.pipelines[1].stages[0].ranks == {2};  r.pipelines[1].stages[0].layers == "0-1"
 //   r.activations has "model.layers.{0..1}.attn_out" (2 occurrences; layers 2-3 sit on another
 //     stage of pipeline 1, so their src/dst differ: a second group), classification
-//     "bottom[AR,Identity]": rank 0 AllReduce group=[0,1] [0:128, 0:128] bytes=65536 (T = 2 * 64),
+//     "bottom[AR,Identity]": rank 0 AllReduce group=[0-1] [0:128, 0:128] bytes=65536 (T = 2 * 64),
 //     and "model.layers.1.output" "bottom[Identity,SR]": rank 2 Send peer=3 [0:64, 0:128]
 //   std::cout << to_string(r);
 //
