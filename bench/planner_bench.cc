@@ -21,7 +21,9 @@
 // On a shared host, run the emulated part under a real-time priority (root: `chrt -f 10`): other
 // processes then neither delay the ranks' messages by a scheduler slice nor evict their caches
 // mid-op; the ranks mostly sleep (the dilation), so the host keeps its cores.
-// Run: build/release/bench_planner_bench [--part=paper|emulated|all] [--steps=N] [--rounds=R]
+// Run: build/release/bench_planner_bench [--part=paper|emulated|all] [--steps=N] [--rounds=R] [--only=cp]
+//      (--only=cp: only the strategies with CP stages and the planner's plan; the summary gives the
+//      median error with and without CP stages separately)
 //      (from build/release; the emulated part: chrt -f 10 ./bench_planner_bench --part=emulated --rounds=2)
 #include <algorithm>
 #include <chrono>
@@ -139,6 +141,28 @@ std::vector<Candidate> candidates() {
         {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "1", "layers": "0-3"}]}]})")},
       {"fast only: TP2", false, parse(R"({"name": "fast-tp2", "pipelines": [
         {"micro_batch_size": 2, "num_micro_batches": 4, "stages": [{"ranks": "0-1", "layers": "0-3"}]}]})")},
+      // Context parallelism (priced per stage: its share of the tokens, the K/V all-gathers and
+      // gradient reduce-scatters, the zigzag balance of the causal work).
+      {"fast only: CP2", false, parse(R"({"name": "fast-cp2", "pipelines": [
+        {"micro_batch_size": 2, "num_micro_batches": 4, "stages": [{"ranks": "0-1", "layers": "0-3", "cp": 2}]}]})")},
+      {"DP2 x CP2", true, parse(R"({"name": "dp2-cp2", "pipelines": [
+        {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3", "cp": 2}]},
+        {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "2-3", "layers": "0-3", "cp": 2}]}]})")},
+      {"hetero CP2 (fast) 6 + DP (slow) 1:1", false, parse(R"({"name": "hetero-cp2-dp", "pipelines": [
+        {"micro_batch_size": 3, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3", "cp": 2}]},
+        {"micro_batch_size": 1, "num_micro_batches": 1, "stages": [{"ranks": "2", "layers": "0-3"}]},
+        {"micro_batch_size": 1, "num_micro_batches": 1, "stages": [{"ranks": "3", "layers": "0-3"}]}]})")},
+      {"CP2 x TP2", true, parse(R"({"name": "cp2-tp2", "pipelines": [
+        {"micro_batch_size": 2, "num_micro_batches": 4,
+         "stages": [{"ranks": "0-3", "layers": "0-3", "tp": 2, "cp": 2}]}]})")},
+      {"CP4", true, parse(R"({"name": "cp4", "pipelines": [
+        {"micro_batch_size": 2, "num_micro_batches": 4, "stages": [{"ranks": "0-3", "layers": "0-3", "cp": 4}]}]})")},
+      {"PP2: CP2 (fast) 3 layers -> TP2 (slow) 1", false, parse(R"({"name": "cp2-then-tp2", "pipelines": [
+        {"micro_batch_size": 1, "num_micro_batches": 8,
+         "stages": [{"ranks": "0-1", "layers": "0-2", "cp": 2}, {"ranks": "2-3", "layers": "3", "tp": 2}]}]})")},
+      {"PP2: CP2 (fast) 3 layers -> CP2 (slow) 1", false, parse(R"({"name": "cp2-then-cp2", "pipelines": [
+        {"micro_batch_size": 1, "num_micro_batches": 8,
+         "stages": [{"ranks": "0-1", "layers": "0-2", "cp": 2}, {"ranks": "2-3", "layers": "3", "cp": 2}]}]})")},
   };
 }
 
@@ -169,8 +193,18 @@ std::string full_rows_dataset(const models::LlamaConfig& config) {
 // the optimizer (post).
 struct Phases {
   double passes = 0, comm = 0, post = 0, step = 0;
+  double cp_comm = 0;      // of comm: the CP group's Reshards (K/V gathers, their gradients, the indices)
   double compute_cpu = 0;  // the CPU time the emulated device stretched (runtime::ComputePacer)
 };
+
+// The Reshards a CP stage adds per layer (models/llama.cc): the K/V all-gathers (their ".bwd": the
+// gradients' reduce-scatters) and the query and key positions the context attention reads.
+bool is_cp_reshard(const std::string& name) {
+  for (const char* what : {".self_attn.k_all", ".self_attn.v_all", ".token_index", ".kv_index"}) {
+    if (name.find(what) != std::string::npos) return true;
+  }
+  return false;
+}
 
 struct Measure {
   double step = 0;            // median step time over the second half of the steps
@@ -207,14 +241,33 @@ Measure measure(const models::LlamaConfig& config, const data::TokenDataset& ds,
     }
     const runtime::TraceSummary sum = t.tracer().summary();
     auto at = [&](const char* c) { return sum.seconds.count(c) ? sum.seconds.at(c) : 0.0; };
-    m.ranks[rank] = {at("compute"), at("comm"), at("optimizer"), sum.window_seconds, compute_cpu};
+    double cp_comm = 0;
+    for (const runtime::TraceEvent& e : t.tracer().events()) {
+      if (e.category == "comm" && is_cp_reshard(e.name)) cp_comm += 1e-6 * e.duration_us;
+    }
+    m.ranks[rank] = {at("compute"), at("comm"), at("optimizer"), sum.window_seconds, cp_comm, compute_cpu};
   }, comm::Millis(60'000));  // a slow emulated rank on a loaded host may exceed the 10 s default
   std::sort(times.begin(), times.end());
   m.step = times[times.size() / 2];
   return m;
 }
 
-void emulated(int steps, int rounds) {
+bool has_cp(const sharding::Strategy& st) {
+  for (const sharding::PipelineSpec& pipe : st.pipelines) {
+    for (const sharding::StageSpec& stage : pipe.stages) {
+      if (stage.cp > 1) return true;
+    }
+  }
+  return false;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// `cp_only`: the strategies with CP stages (and the planner's plan), for iterating on their pricing.
+void emulated(int steps, int rounds, bool cp_only) {
   const models::LlamaConfig config = models::LlamaConfig::from_file(kRoot + "/configs/llama-tiny.json");
   const std::string data_dir = full_rows_dataset(config);
   const data::TokenDataset ds = data::TokenDataset::open(data_dir);
@@ -252,6 +305,7 @@ void emulated(int steps, int rounds) {
   std::printf("planner (%.3f s): %s", plan.planning_seconds, planner::describe_plan(plan).c_str());
 
   std::vector<Candidate> all = candidates();
+  if (cp_only) std::erase_if(all, [](const Candidate& c) { return !has_cp(c.strategy); });
   all.push_back({"planner's plan", false, plan.strategy});
   // Per strategy, per round: the prediction from that round's profile and the measure.
   std::vector<std::vector<double>> predicted(all.size()), measured(all.size());
@@ -267,16 +321,18 @@ void emulated(int steps, int rounds) {
                    m.step, pred.step_seconds, 100 * (pred.step_seconds - m.step) / m.step);
       for (size_t r = 0; r < m.ranks.size(); ++r) {
         const Phases& ph = m.ranks[r];
-        std::fprintf(stderr, "  rank %zu: window %.3f s: passes %.3f s (comm %.3f s), post %.3f s; compute %.2f ms CPU\n",
-                     r, ph.step, ph.passes, ph.comm, ph.post, 1e3 * ph.compute_cpu);
+        std::fprintf(stderr,
+                     "  rank %zu: window %.3f s: passes %.3f s (comm %.3f s, of which CP %.3f s), post %.3f s; "
+                     "compute %.2f ms CPU\n",
+                     r, ph.step, ph.passes, ph.comm, ph.cp_comm, ph.post, 1e3 * ph.compute_cpu);
       }
       for (size_t p = 0; p < pred.pipelines.size(); ++p) {
         const planner::PipelinePrediction& pp = pred.pipelines[p];
         std::fprintf(stderr, "  predicted pipeline %zu: %.3f s + %.3f s sync/optimizer; stages:", p, pp.pipeline_seconds,
                      pp.end_seconds - pp.pipeline_seconds);
         for (const planner::StagePrediction& sp : pp.stages) {
-          std::fprintf(stderr, " [compute %.3f tp %.3f p2p %.3f sync %.3f opt %.3f]", sp.compute_seconds,
-                       sp.tp_comm_seconds, sp.p2p_seconds, sp.sync_seconds, sp.optimizer_seconds);
+          std::fprintf(stderr, " [compute %.3f tp %.3f cp %.3f p2p %.3f sync %.3f opt %.3f]", sp.compute_seconds,
+                       sp.tp_comm_seconds, sp.cp_comm_seconds, sp.p2p_seconds, sp.sync_seconds, sp.optimizer_seconds);
         }
         std::fprintf(stderr, "\n");
       }
@@ -286,7 +342,7 @@ void emulated(int steps, int rounds) {
   // A strategy's figures: its round with the shortest measure (another process's burst only lengthens
   // a step, as in PP4's 5.4 s against 1.3 s once at load 9) and that round's prediction.
   std::printf("\n%-38s %12s %12s %8s\n", "strategy", "predicted s", "measured s", "error");
-  std::vector<double> errors, best(all.size());
+  std::vector<double> errors, cp_errors, other_errors, best(all.size());
   double best_homogeneous = 1e30;
   std::string best_homogeneous_label;
   for (size_t i = 0; i < all.size(); ++i) {
@@ -295,18 +351,19 @@ void emulated(int steps, int rounds) {
     best[i] = measured[i][r];
     const double error = std::abs(p - best[i]) / best[i];
     errors.push_back(error);
+    (has_cp(all[i].strategy) ? cp_errors : other_errors).push_back(error);
     std::printf("%-38s %12.3f %12.3f %7.1f%%\n", all[i].label.c_str(), p, best[i], 100 * error);
     if (all[i].homogeneous && best[i] < best_homogeneous) {
       best_homogeneous = best[i];
       best_homogeneous_label = all[i].label;
     }
   }
-  std::vector<double> sorted = errors;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = sorted.size() % 2 ? sorted[sorted.size() / 2]
-                                          : (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]) / 2;
-  std::printf("cost-model error over %zu strategies: median %.1f%%, max %.1f%%\n", sorted.size(), 100 * median,
-              100 * sorted.back());
+  for (const auto& [what, e] : {std::pair{"strategies", &errors}, std::pair{"strategies without CP", &other_errors},
+                                 std::pair{"strategies with CP stages", &cp_errors}}) {
+    if (e->empty()) continue;
+    std::printf("cost-model error over %zu %s: median %.1f%%, max %.1f%%\n", e->size(), what, 100 * median_of(*e),
+                100 * *std::max_element(e->begin(), e->end()));
+  }
   std::printf("planner's plan measured %.3f s vs best homogeneous (%s) %.3f s: %.2fx faster\n", best.back(),
               best_homogeneous_label.c_str(), best_homogeneous, best_homogeneous / best.back());
   std::filesystem::remove_all(data_dir);
@@ -318,12 +375,14 @@ void emulated(int steps, int rounds) {
 int main(int argc, char** argv) {
   std::string part = "all";
   int steps = 8, rounds = 1;
+  bool cp_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--part=", 7) == 0) part = argv[i] + 7;
     if (std::strncmp(argv[i], "--steps=", 8) == 0) steps = std::max(2, std::atoi(argv[i] + 8));
     if (std::strncmp(argv[i], "--rounds=", 9) == 0) rounds = std::max(1, std::atoi(argv[i] + 9));
+    if (std::strcmp(argv[i], "--only=cp") == 0) cp_only = true;
   }
   if (part == "all" || part == "paper") hspmd::paper();
-  if (part == "all" || part == "emulated") hspmd::emulated(steps, rounds);
+  if (part == "all" || part == "emulated") hspmd::emulated(steps, rounds, cp_only);
   return 0;
 }

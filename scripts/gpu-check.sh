@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: one command on a machine with a CUDA device. Runs every GPU test (label gpu) from
-# a pack made by scripts/pack-gpu-check.sh, then the CUDA kernel benchmark (GEMM rates, kernel
+# a pack made by scripts/pack-gpu-check.sh (gpu_profile_test among them: `hspmd profile --device
+# cuda:0`'s measurement, whose figures it prints into tests.log), then the CUDA kernel benchmark (GEMM rates, kernel
 # bandwidths), then the 1.1B Llama training benchmark against PyTorch (bench/gpu_llama.py), and
 # writes a report; no build, no network.
 #

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "cli/cli_testlib.h"
 #if HSPMD_CUDA
@@ -110,15 +111,6 @@ TEST_F(ErrorsCli, TrainOnAGpuWithoutOneIsOneLine) {
   const testing::RunResult bad = run(train + " --device gpu");
   EXPECT_EQ(bad.code, 1);
   EXPECT_THAT(bad.err, HasSubstr("--device gpu: expected cpu, cuda or cuda:N"));
-  const testing::RunResult elastic = run(train + " --device cuda:1 --elastic --strategy " +
-                                         testing::source_file("examples/strategies/local-dp2.json"));
-  EXPECT_EQ(elastic.code, 1);
-  EXPECT_THAT(elastic.err, HasSubstr("--device cuda:1: --elastic and --dispatch run on the CPU only"));
-  const testing::RunResult switched =
-      run(train + " --device cuda:1 --comm gloo --switch 2:" + testing::source_file("examples/strategies/local-dp2.json") +
-          " --strategy " + testing::source_file("examples/strategies/local-dp2.json"));
-  EXPECT_EQ(switched.code, 1);
-  EXPECT_THAT(switched.err, HasSubstr("--device cuda:1: --switch on GPUs moves the state through NCCL (--comm nccl)"));
   // NCCL moves GPU memory: with CPU ranks it is an error naming the flag, before any worker starts.
   const std::string dp2 = " --strategy " + testing::source_file("examples/strategies/local-dp2.json");
   const testing::RunResult nccl_on_cpu = run(train + " --comm nccl" + dp2 + " --nproc 2");
@@ -128,6 +120,33 @@ TEST_F(ErrorsCli, TrainOnAGpuWithoutOneIsOneLine) {
   const testing::RunResult unknown = run(train + " --comm mpi" + dp2);
   EXPECT_EQ(unknown.code, 1);
   EXPECT_THAT(unknown.err, HasSubstr("--comm mpi: expected gloo or nccl"));
+}
+
+// `hspmd profile --device cuda` where no GPU is visible: one line naming the device; with emulated
+// devices or a cluster spec beside it, one line saying to give one.
+TEST_F(ErrorsCli, ProfileOnAGpuWithoutOneIsOneLine) {
+#if HSPMD_CUDA
+  if (cuda::device_count() > 0) GTEST_SKIP() << "a CUDA device is visible: --device cuda profiles here";
+#endif
+  const std::string profile =
+      "profile --model " + testing::source_file("configs/llama-tiny.json") + " --out " + path("p.json");
+  const testing::RunResult r = run(profile + " --device cuda:1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_THAT(r.err, StartsWith("hspmd: error: profile --device cuda:1: "));
+#if HSPMD_CUDA
+  EXPECT_THAT(r.err, HasSubstr("no CUDA device is visible to this process"));
+#else
+  EXPECT_THAT(r.err, HasSubstr("built without the CUDA backend"));
+#endif
+  const testing::RunResult emulated =
+      run(profile + " --device cuda --devices " + testing::source_file("examples/devices/local-hetero-4.json"));
+  EXPECT_EQ(emulated.code, 1);
+  EXPECT_THAT(emulated.err, HasSubstr("--devices emulates device kinds on the host's cores; --device cuda:0"));
+  const testing::RunResult bad = run(profile + " --device tpu");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("--device tpu: expected cpu, cuda or cuda:N"));
+  EXPECT_FALSE(std::filesystem::exists(path("p.json")));
 }
 
 TEST_F(ErrorsCli, MissingDatasetNamesTheFile) {

@@ -2,7 +2,8 @@
 // (runtime/trainer.h) with --device cuda and cpu, losses within 1e-4 relative in float32, within
 // bf16's rounding under bf16 mixed precision; the GPU run's checkpoint (written from host copies)
 // restores into a CPU trainer with the GPU run's weights and moments; and two ranks sharing the
-// GPU under tensor parallelism (Gloo with host staging, a vocabulary-parallel loss) equal one
+// GPU under tensor parallelism (Gloo with host staging, a vocabulary-parallel loss) and under
+// context parallelism (the CUDA context_attention on each rank's share of the queries) equal one
 // process.
 #include <gtest/gtest.h>
 
@@ -24,6 +25,15 @@ namespace hspmd::runtime {
 namespace {
 
 namespace fs = std::filesystem;
+
+const Device kGpu{DeviceType::kCUDA, 0};
+
+void expect_losses_match(const std::vector<double>& gpu, const std::vector<double>& cpu, double rtol) {
+  ASSERT_EQ(gpu.size(), cpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    EXPECT_NEAR(gpu[i], cpu[i], rtol * std::abs(cpu[i])) << "step " << i + 1;
+  }
+}
 
 // A byte-level dataset of 60 documents of 30..200 tokens with some structure to learn.
 class GpuTrainTest : public ::testing::Test {
@@ -60,17 +70,31 @@ class GpuTrainTest : public ::testing::Test {
     return out;
   }
 
+  // Two ranks sharing the GPU under `strategy` (one stage of layers 0-1, ranks 0-1): their losses
+  // against one process on the CPU.
+  void expect_two_gpu_ranks_equal_one_process(const std::string& strategy, const std::string& name) const {
+    const data::TokenDataset ds = data::TokenDataset::open((dir_ / "data").string());
+    const auto model = testing::decoder_model(testing::decoder_configs()[0]);
+    Trainer one(model, ds, options(Device::cpu(), DType::kFloat32));
+    const std::vector<double> expected = losses(one);
+    const sharding::AnnotationPlan plan = model->compile_plan(sharding::Strategy::from_json_text(strategy, name));
+    std::vector<std::vector<double>> got(2);
+    comm::run_thread_ranks(
+        2,
+        [&](int rank, comm::GroupCache& groups) {
+          DistOptions o;
+          o.train = options(kGpu, DType::kFloat32);
+          o.plan_name = name;
+          DistTrainer t(model, ds, plan, o, rank, 2, groups);
+          while (!t.done()) got[rank].push_back(t.step().loss);
+        },
+        comm::Millis(60'000));
+    expect_losses_match(got[0], expected, 1e-4);
+    expect_losses_match(got[1], expected, 1e-4);
+  }
+
   fs::path dir_;
 };
-
-const Device kGpu{DeviceType::kCUDA, 0};
-
-void expect_losses_match(const std::vector<double>& gpu, const std::vector<double>& cpu, double rtol) {
-  ASSERT_EQ(gpu.size(), cpu.size());
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    EXPECT_NEAR(gpu[i], cpu[i], rtol * std::abs(cpu[i])) << "step " << i + 1;
-  }
-}
 
 TEST_F(GpuTrainTest, Float32LossesEqualTheCpusWithin1e4) {
   const data::TokenDataset ds = data::TokenDataset::open((dir_ / "data").string());
@@ -115,28 +139,18 @@ TEST_F(GpuTrainTest, ACheckpointOfTheGpuRunRestoresOnTheCpu) {
   EXPECT_EQ(c.exp_avg.size(), a.size());
 }
 
+// Tensor parallelism: a vocabulary-parallel loss, each shard's row statistics on the GPU.
 TEST_F(GpuTrainTest, TwoTensorParallelRanksSharingTheGpuEqualOneProcess) {
-  const data::TokenDataset ds = data::TokenDataset::open((dir_ / "data").string());
-  const auto model = testing::decoder_model(testing::decoder_configs()[0]);
-  Trainer one(model, ds, options(Device::cpu(), DType::kFloat32));
-  const std::vector<double> expected = losses(one);
-  const sharding::Strategy tp2 = sharding::Strategy::from_json_text(R"({"name": "tp2", "pipelines": [
+  expect_two_gpu_ranks_equal_one_process(R"({"name": "tp2", "pipelines": [
       {"micro_batch_size": 8, "num_micro_batches": 1, "stages": [{"ranks": "0-1", "layers": "0-1"}]}]})",
-                                                                    "tp2");
-  const sharding::AnnotationPlan plan = model->compile_plan(tp2);
-  std::vector<std::vector<double>> got(2);
-  comm::run_thread_ranks(
-      2,
-      [&](int rank, comm::GroupCache& groups) {
-        DistOptions o;
-        o.train = options(kGpu, DType::kFloat32);
-        o.plan_name = "tp2";
-        DistTrainer t(model, ds, plan, o, rank, 2, groups);
-        while (!t.done()) got[rank].push_back(t.step().loss);
-      },
-      comm::Millis(60'000));
-  expect_losses_match(got[0], expected, 1e-4);
-  expect_losses_match(got[1], expected, 1e-4);
+                                         "tp2");
+}
+
+// Context parallelism: each rank's share of the queries (zigzag) against the gathered keys.
+TEST_F(GpuTrainTest, TwoContextParallelRanksSharingTheGpuEqualOneProcess) {
+  expect_two_gpu_ranks_equal_one_process(R"({"name": "cp2", "pipelines": [
+      {"micro_batch_size": 8, "num_micro_batches": 1, "stages": [{"ranks": "0-1", "layers": "0-1", "cp": 2}]}]})",
+                                         "cp2");
 }
 
 }  // namespace

@@ -54,9 +54,26 @@ struct Brute {
   int strategies = 0;
 };
 
+// Whether every pipeline has the first's shape (stages, layers, TP, micro-batch count): ZeRO-3's condition.
+bool one_shape(const sharding::Strategy& st) {
+  for (const sharding::PipelineSpec& p : st.pipelines) {
+    const sharding::PipelineSpec& a = st.pipelines.front();
+    if (p.num_micro_batches != a.num_micro_batches || p.stages.size() != a.stages.size()) return false;
+    for (size_t j = 0; j < p.stages.size(); ++j) {
+      if (p.stages[j].first_layer != a.stages[j].first_layer || p.stages[j].last_layer != a.stages[j].last_layer ||
+          p.stages[j].tp() != a.stages[j].tp()) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 // Exhaustive search over the planner's documented space, written independently of the planner.
+// `every_setting`: each strategy also under ZeRO-2 and ZeRO-3 (pipelines of one shape) and with
+// sequence parallelism on its TP stages.
 Brute exhaustive(const models::LlamaConfig& config, const resolve::Topology& topo, const CostModel& cost,
-                 int64_t global_batch, bool zero1) {
+                 int64_t global_batch, bool zero1, bool every_setting = false) {
   const int L = static_cast<int>(config.num_hidden_layers);
   std::map<std::string, std::vector<int>> ranks_of;  // one node per kind in these clusters
   for (int r = 0; r < topo.num_devices(); ++r) ranks_of[topo.device(r).type].push_back(r);
@@ -160,9 +177,22 @@ Brute exhaustive(const models::LlamaConfig& config, const resolve::Topology& top
                     }
                     st.pipelines.push_back(pipe);
                   }
-                  const Prediction pr = cost.predict(st);
-                  ++out.strategies;
-                  if (pr.fits) out.best = std::min(out.best, pr.step_seconds);
+                  for (int zero : every_setting && zero1 ? std::vector<int>{1, 2, 3} : std::vector<int>{st.zero}) {
+                    for (bool sp : every_setting ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+                      if (zero == 3 && !one_shape(st)) continue;
+                      sharding::Strategy variant = st;
+                      variant.zero = zero;
+                      for (auto& pipe : variant.pipelines) {
+                        for (auto& stage : pipe.stages) {
+                          stage.sequence_parallel =
+                              sp && cost.sequence_parallel_applies(stage.tp(), stage.cp, pipe.micro_batch_size);
+                        }
+                      }
+                      const Prediction pr = cost.predict(variant);
+                      ++out.strategies;
+                      if (pr.fits) out.best = std::min(out.best, pr.step_seconds);
+                    }
+                  }
                   int p = 0;
                   while (p < D && ++pick[p] == splits[p].size()) pick[p++] = 0;
                   if (p == D) break;
@@ -184,7 +214,20 @@ struct Case {
   int fast, slow;
   double slowdown;
   double memory;  // bytes per device
+  bool every_setting = false;  // enumerate ZeRO-2/3 and sequence parallelism too
+  // Seconds per token a TP-2 layer spends on work TP does not split (norms...): SP saves half of it.
+  double duplicated_per_token = 0;
 };
+
+// two_kind_profile(slowdown) whose TP-2 layers do `duplicated` seconds per token that TP 1 does
+// too: c1(2) = c1(1) / 2 + duplicated / 2 more than the even split.
+Profile with_duplicated_work(Profile p, double duplicated) {
+  for (auto& [kind, k] : p.devices) {
+    const double whole = k.tp.at(1).layer.c1;
+    k.tp.at(2).layer.c1 = (whole - duplicated) / 2 + duplicated;
+  }
+  return p;
+}
 
 class PlannerExhaustiveTest : public ::testing::TestWithParam<Case> {};
 
@@ -192,12 +235,12 @@ TEST_P(PlannerExhaustiveTest, PlanIsTheCheapestValidStrategy) {
   const Case c = GetParam();
   const models::LlamaConfig config = tiny_config();
   const resolve::Topology topo = two_kind_cluster(c.fast, c.slow, c.memory);
-  const Profile profile = two_kind_profile(c.slowdown);
+  const Profile profile = with_duplicated_work(two_kind_profile(c.slowdown), c.duplicated_per_token);
   PlannerOptions o;
   o.global_batch = 8;
   o.seq_len = 64;
   const Planner planner(models::Llama(config), topo, profile, o);
-  const Brute brute = exhaustive(config, topo, planner.cost_model(), o.global_batch, o.zero1);
+  const Brute brute = exhaustive(config, topo, planner.cost_model(), o.global_batch, o.zero1, c.every_setting);
   ASSERT_LT(brute.best, std::numeric_limits<double>::infinity()) << "no strategy fits: the case is mis-sized";
   const Plan plan = planner.plan();
   plan.strategy.validate(4);
@@ -212,11 +255,13 @@ TEST_P(PlannerExhaustiveTest, PlanIsTheCheapestValidStrategy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TwoKinds, PlannerExhaustiveTest,
-                         ::testing::Values(Case{2, 2, 3.0, 1e9},     // 4 devices
-                                           Case{2, 4, 3.0, 1e9},     // 6 devices, slow ones worth using
-                                           Case{2, 4, 40.0, 1e9},    // slow ones hardly worth it
-                                           Case{2, 2, 3.0, 9.5e6},   // memory binds: no stage holds 4 layers
-                                           Case{4, 2, 2.0, 1e9}));   // 6 devices, fast ones mixing TP 1 and 2
+                         ::testing::Values(Case{2, 2, 3.0, 1e9, true},     // 4 devices
+                                           Case{2, 4, 3.0, 1e9},           // 6 devices, slow ones worth using
+                                           Case{2, 4, 40.0, 1e9},          // slow ones hardly worth it
+                                           Case{2, 2, 3.0, 9.5e6, true},   // memory binds: no stage holds 4 layers
+                                           Case{4, 2, 2.0, 1e9},           // 6 devices, fast ones mixing TP 1 and 2
+                                           Case{2, 2, 3.0, 4.3e6, true},   // memory binds harder (near the ZeRO-2/3 plans' least)
+                                           Case{2, 2, 3.0, 1e9, true, 4e-6}));  // SP is faster on TP stages
 // (8 devices, 4 + 4, no longer fits the test's time: the enlarged space's enumeration ran > 10 min.)
 
 TEST(PlannerMemoryTest, LimitsAreRespectedAndChangeThePlan) {
@@ -258,44 +303,101 @@ TEST(PlannerMemoryTest, ModelThatCannotFitIsRefusedWithTheFigures) {
   }
 }
 
-TEST(PlannerMemoryTest, ZeroTwoIsChosenWhenNothingFitsUnderZeroOne) {
+// What a plan buys with memory is needed: its sequence-parallel stages without SP, and its ZeRO-2 or
+// ZeRO-3 strategy one stage lower, do not fit or are slower.
+void expect_only_what_is_needed(const Plan& plan, const CostModel& cm) {
+  sharding::Strategy sp_off = plan.strategy;
+  for (auto& pipe : sp_off.pipelines) {
+    for (auto& stage : pipe.stages) stage.sequence_parallel = false;
+  }
+  if (sp_off.pipelines != plan.strategy.pipelines) {
+    const Prediction p = cm.predict(sp_off);
+    EXPECT_TRUE(!p.fits || p.step_seconds > plan.prediction.step_seconds) << "SP not needed\n" << describe_plan(plan);
+  }
+  if (plan.strategy.zero >= 2) {
+    sharding::Strategy lower = plan.strategy;
+    --lower.zero;
+    const Prediction p = cm.predict(lower);
+    EXPECT_TRUE(!p.fits || p.step_seconds > plan.prediction.step_seconds)
+        << "ZeRO-" << plan.strategy.zero << " not needed\n" << describe_plan(plan);
+  }
+}
+
+// The least memory per device (2% steps from 2 MB) some plan fits in under `o`, and that plan.
+std::pair<double, Plan> least_memory_plan(const Profile& profile, const PlannerOptions& o) {
+  for (double memory = 2e6; memory < 1e8; memory *= 1.02) {
+    try {
+      return {memory, Planner(models::Llama(tiny_config()), two_kind_cluster(2, 2, memory), profile, o).plan()};
+    } catch (const Error& e) {
+      EXPECT_THAT(std::string(e.what()), HasSubstr("no plan fits in memory"));
+    }
+  }
+  ADD_FAILURE() << "no plan fits in 100 MB a device";
+  return {0, Plan{}};
+}
+
+TEST(PlannerMemoryTest, SequenceParallelismAndZeroStagesOnlyWhereMemoryNeedsThem) {
   const Profile profile = two_kind_profile();
+  PlannerOptions all;
+  all.global_batch = 8;
+  all.seq_len = 64;
+  PlannerOptions zero1_only = all, with_sp = all, up_to_zero2 = all;
+  zero1_only.search_sequence_parallel = false;
+  zero1_only.zero2_when_tight = zero1_only.zero3_when_tight = false;
+  with_sp.zero2_when_tight = with_sp.zero3_when_tight = false;
+  up_to_zero2.zero3_when_tight = false;
+  const auto [m1, plan1] = least_memory_plan(profile, zero1_only);
+  const auto [m_sp, plan_sp] = least_memory_plan(profile, with_sp);
+  const auto [m2, plan2] = least_memory_plan(profile, up_to_zero2);
+  const auto [m3, plan3] = least_memory_plan(profile, all);
+  // Each setting fits in less memory than the one before (ZeRO-2 saves at most a micro-batch's
+  // transient values, so not always a 2% step).
+  EXPECT_LT(m_sp, m1);
+  EXPECT_LE(m2, m_sp);
+  EXPECT_LT(m3, m2);
+  EXPECT_EQ(plan1.strategy.zero, 1);
+  EXPECT_EQ(plan3.strategy.zero, 3) << describe_plan(plan3);
+  bool sp = false;
+  for (const auto& pipe : plan_sp.strategy.pipelines) {
+    for (const auto& stage : pipe.stages) sp = sp || stage.sequence_parallel;
+  }
+  EXPECT_TRUE(sp) << describe_plan(plan_sp);
+  for (const auto& [memory, plan] : {std::pair{m_sp, plan_sp}, {m2, plan2}, {m3, plan3}}) {
+    const resolve::Topology topo = two_kind_cluster(2, 2, memory);
+    expect_only_what_is_needed(plan, CostModel(models::Llama(tiny_config()), topo, profile, {.seq_len = 64}));
+  }
+  // At the least memory for ZeRO-1 without SP, every setting allowed: a plan no slower.
+  const resolve::Topology at_m1 = two_kind_cluster(2, 2, m1);
+  const Plan any = Planner(models::Llama(tiny_config()), at_m1, profile, all).plan();
+  EXPECT_LE(any.prediction.step_seconds, plan1.prediction.step_seconds);
+  expect_only_what_is_needed(any, CostModel(models::Llama(tiny_config()), at_m1, profile, {.seq_len = 64}));
+  // With room: ZeRO-1 and no SP (SP is no faster on this profile: TP 2 halves all of a layer's work).
+  const Plan roomy = Planner(models::Llama(tiny_config()), two_kind_cluster(2, 2, 1e9), profile, all).plan();
+  EXPECT_EQ(roomy.strategy.zero, 1);
+  for (const auto& pipe : roomy.strategy.pipelines) {
+    for (const auto& stage : pipe.stages) EXPECT_FALSE(stage.sequence_parallel) << describe_plan(roomy);
+  }
+}
+
+TEST(PlannerMemoryTest, SequenceParallelismIsChosenWhereItIsFaster) {
+  // TP 2 layers that duplicate 4 us of each token's work: SP halves that on every TP stage.
+  Profile profile = two_kind_profile();
+  for (auto& [kind, k] : profile.devices) k.tp.at(2).layer.c1 = (k.tp.at(1).layer.c1 - 4e-6) / 2 + 4e-6;
   PlannerOptions o;
   o.global_batch = 8;
   o.seq_len = 64;
-  PlannerOptions zero1_only = o;
-  zero1_only.zero2_when_tight = false;
-  auto plan_on = [&](double memory, const PlannerOptions& options) {
-    return Planner(models::Llama(tiny_config()), two_kind_cluster(2, 2, memory), profile, options).plan();
-  };
-  // The least memory per device some plan fits in, 1% steps up from 2 MB (which nothing fits): ZeRO-2
-  // saves a few percent here (at most one micro-batch's transient values per rank).
-  double memory = 2e6;
-  std::optional<Plan> plan;
-  while (!plan && memory < 1e8) {
-    try {
-      plan = plan_on(memory, o);
-    } catch (const Error&) {
-      memory *= 1.01;
-    }
+  o.tp_per_kind = {{"fast", 2}, {"slow", 2}};
+  const resolve::Topology topo = two_kind_cluster(2, 2, 1e9);
+  const Plan plan = Planner(models::Llama(tiny_config()), topo, profile, o).plan();
+  for (const auto& pipe : plan.strategy.pipelines) {
+    for (const auto& stage : pipe.stages) EXPECT_TRUE(stage.sequence_parallel) << describe_plan(plan);
   }
-  ASSERT_TRUE(plan) << "no plan fits in 100 MB a device";
-  EXPECT_EQ(plan->strategy.zero, 2) << describe_plan(*plan);
-  ASSERT_TRUE(plan->prediction.fits);
-  // The same strategy under ZeRO-1 does not fit, and no ZeRO-1 plan does.
-  sharding::Strategy as_zero1 = plan->strategy;
-  as_zero1.zero = 1;
-  const resolve::Topology topo = two_kind_cluster(2, 2, memory);
-  const CostModel cm(models::Llama(tiny_config()), topo, profile, {.seq_len = 64});
-  EXPECT_FALSE(cm.predict(as_zero1).fits);
-  try {
-    plan_on(memory, zero1_only);
-    FAIL() << "a ZeRO-1 plan fits in " << memory << " bytes a device";
-  } catch (const Error& e) {
-    EXPECT_THAT(std::string(e.what()), HasSubstr("no plan fits in memory"));
-  }
-  // With room, ZeRO-1 stays the plan.
-  EXPECT_EQ(plan_on(1e9, o).strategy.zero, 1);
+  EXPECT_THAT(describe_plan(plan), HasSubstr("TP2 SP"));
+  expect_only_what_is_needed(plan, CostModel(models::Llama(tiny_config()), topo, profile, {.seq_len = 64}));
+  models::compile_llama_plan(tiny_config(), plan.strategy);  // the runtime accepts it
+  o.search_sequence_parallel = false;
+  const Plan without = Planner(models::Llama(tiny_config()), topo, profile, o).plan();
+  EXPECT_LT(plan.prediction.step_seconds, without.prediction.step_seconds);
 }
 
 // Re-planning on the paper's 48-GPU cluster after losing H800 rank 15, from Table 9's strategy.

@@ -33,6 +33,26 @@ TEST(ProfileTest, JsonRoundTrip) {
   EXPECT_FALSE(q.link("inter-node").has_value());
 }
 
+// A device's measured figures (`hspmd profile --device cuda`) come back; a profile without them,
+// as every host or derived one, neither writes nor reads them.
+TEST(ProfileTest, DeviceFiguresRoundTripAndAreOptional) {
+  Profile p = testing::two_kind_profile();
+  p.devices["fast"].memory_bytes = 141e9;
+  p.devices["fast"].host_to_device_bandwidth = 2.5e10;
+  p.devices["fast"].device_to_host_bandwidth = 2.4e10;
+  const std::string text = p.to_json_text();
+  const Profile q = Profile::from_json_text(text, "p.json");
+  EXPECT_DOUBLE_EQ(q.kind("fast").memory_bytes, 141e9);
+  EXPECT_DOUBLE_EQ(q.kind("fast").host_to_device_bandwidth, 2.5e10);
+  EXPECT_DOUBLE_EQ(q.kind("fast").device_to_host_bandwidth, 2.4e10);
+  EXPECT_EQ(q.kind("slow").memory_bytes, 0);
+  EXPECT_EQ(text.find("memory_bytes"), text.rfind("memory_bytes")) << "written for the measured kind only";
+  EXPECT_EQ(testing::two_kind_profile().to_json_text().find("memory_bytes"), std::string::npos);
+  p.devices["fast"].memory_bytes = -1;
+  EXPECT_THAT(error_of([&] { Profile::from_json_text(p.to_json_text(), "p.json"); }),
+              HasSubstr("p.json.devices.fast.memory_bytes: expected a non-negative number"));
+}
+
 TEST(ProfileTest, ErrorsNameTheKey) {
   const std::string good = testing::two_kind_profile().to_json_text();
   std::string bad = good;

@@ -17,22 +17,22 @@ TEST(BsrTable, FinestSlicesOwnersAndReceivers) {
   BsrTable t;
   t.add("W", A("dup{[0-1](S0:2)}"), A("dup{[2-3](S1:2)}"), Shape{4, 4}, 4);
   ASSERT_EQ(t.entries().size(), 4u);
-  EXPECT_EQ(t.entries()[1].slice.to_string(), "[0:2, 2:4]");
-  EXPECT_EQ(t.entries()[1].owners, std::vector<int>{0});
-  EXPECT_EQ(t.entries()[1].receivers, std::vector<int>{3});
-  EXPECT_EQ(t.entries()[1].bytes, 16);
+  EXPECT_EQ(t.entries()[1].slice().to_string(), "[0:2, 2:4]");
+  EXPECT_EQ(t.entries()[1].owners(), std::vector<int>{0});
+  EXPECT_EQ(t.entries()[1].receivers(), std::vector<int>{3});
+  EXPECT_EQ(t.entries()[1].bytes(), 16);
   // Slices nobody needs are left out; duplicated owners are all listed.
   BsrTable u;
   u.add("V", A("dup{[0-1](D:2)}"), A("split0{[2]();[3]()}"), Shape{4}, 2);
   ASSERT_EQ(u.entries().size(), 2u);
-  EXPECT_EQ(u.entries()[1].receivers, std::vector<int>{3});
+  EXPECT_EQ(u.entries()[1].receivers(), std::vector<int>{3});
   BsrTable half;
   half.add("H", A("dup{[0-1](S0:2)}"), A("dup{[2]()}").with_hdim(-1), Shape{4}, 4);
   half.add("H2", A("dup{[0-1](S0:2)}"), A("split0{[2]();[5]()}"), Shape{4}, 4);
   EXPECT_EQ(half.entries().size(), 4u);
   EXPECT_EQ(half.entries()[3].tensor, 1);
   EXPECT_EQ(half.tensor_names()[1], "H2");
-  EXPECT_EQ(u.entries()[0].owners, (std::vector<int>{0, 1}));
+  EXPECT_EQ(u.entries()[0].owners(), (std::vector<int>{0, 1}));
   EXPECT_THROW(u.add("P", A("dup{[0-1](P:2)}"), A("dup{[2-3](D:2)}"), Shape{4}, 4), Error);
 }
 

@@ -169,20 +169,28 @@ TEST_F(Bf16Switch, StepsLogThePlannedBytesFewerThanAFullSwitch) {
 }
 
 // A GPU rank's path (runtime/fake_device_compute_testlib.h: device tensors behind the CPU kernels):
-// the parameters are rounded and the gradients sent from host copies through the staging buffers,
-// and the received values copied to the device. The same kernels in the same order: the same bits.
+// the parameters are rounded on the host, and they and the gradients move through the host staging
+// buffers (communicators that move host memory, Gloo's) or as device buffers (communicators that
+// move the device's, as NCCL's), the received values on the device. The same kernels in the same
+// order: the same bits.
 TEST_F(Bf16Switch, OnDevicesEqualsTheHostBitForBit) {
   ShardRegions unused;
   const DistRun host = run_phases(alternating(), bf16_options(), recording(true, unused, ""));
-  const DistRun device = run_phases(alternating(), bf16_options(), {.configure = [](int, DistOptions& o) {
-                                      o.bf16_switches = true;
-                                      auto memory = std::make_shared<hspmd::testing::FakeDeviceMemory>();
-                                      o.compute = [memory](int) { return testing::fake_device_compute(memory); };
-                                    }});
-  EXPECT_EQ(device.losses, host.losses);
-  ASSERT_TRUE(device.steps[0][1].bf16_switch.has_value());
-  EXPECT_EQ(device.steps[0][1].bf16_switch->params_out_wire_by_tier, host.steps[0][1].bf16_switch->params_out_wire_by_tier);
-  for (const auto& [name, w] : host.weights) EXPECT_EQ(relative_difference(device.weights.at(name), w), 0.0) << name;
+  for (const bool comm_on_device : {false, true}) {
+    SCOPED_TRACE(comm_on_device ? "communicators on device memory" : "host staging");
+    const DistRun device =
+        run_phases(alternating(), bf16_options(), {.configure = [comm_on_device](int, DistOptions& o) {
+                     o.bf16_switches = true;
+                     o.comm_on_device = comm_on_device;
+                     auto memory = std::make_shared<hspmd::testing::FakeDeviceMemory>();
+                     o.compute = [memory](int) { return testing::fake_device_compute(memory); };
+                   }});
+    EXPECT_EQ(device.losses, host.losses);
+    ASSERT_TRUE(device.steps[0][1].bf16_switch.has_value());
+    EXPECT_EQ(device.steps[0][1].bf16_switch->params_out_wire_by_tier,
+              host.steps[0][1].bf16_switch->params_out_wire_by_tier);
+    for (const auto& [name, w] : host.weights) EXPECT_EQ(relative_difference(device.weights.at(name), w), 0.0) << name;
+  }
 }
 
 TEST_F(Bf16Switch, NeedsBf16Precision) {

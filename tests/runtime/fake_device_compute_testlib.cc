@@ -46,7 +46,16 @@ graph::ComputeDevice fake_device_compute(std::shared_ptr<hspmd::testing::FakeDev
             kernels::add(sum, b.to_host(), sum);
             Tensor(out).copy_from(sum);  // a handle: the copy writes out's storage
           },
-          .sum_squares = [](const Tensor& x) { return kernels::sum_squares(x.to_host()); },
+          .add_sum_squares = [](const Tensor& x, const Tensor& total) {
+            const Tensor sum = total.to_host();  // staged as the other kernels are; same additions as the host's
+            sum.data<double>()[0] += kernels::sum_squares(x.to_host());
+            Tensor(total).copy_from(sum);
+          },
+          .add_to_total = [](const Tensor& x, const Tensor& total, int64_t at) {
+            const Tensor sum = total.to_host();
+            sum.data<double>()[at] += x.to_host().element_as_double(0);
+            Tensor(total).copy_from(sum);
+          },
           .adamw_step = [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, int64_t step,
                            const kernels::AdamWOptions& o) {
             const Tensor hp = p.to_host(), hm = m.to_host(), hv = v.to_host();

@@ -44,7 +44,7 @@ struct PlanOptions {
   int64_t global_batch = 0, seq_len = 0, global_batch_tokens = 0;
   int methods_per_interval = 2;
   double time_limit = 0, progress_interval = 5;
-  bool no_zero1 = false, no_zero2 = false;
+  bool no_zero1 = false, no_zero2 = false, no_zero3 = false, no_sequence_parallel = false;
   std::vector<int> micro_batch_sizes, cp_degrees;
 };
 
@@ -100,6 +100,8 @@ void run_plan(const PlanOptions& o) {
   po.seq_len = o.seq_len;
   po.zero1 = !o.no_zero1;
   po.zero2_when_tight = !o.no_zero2;
+  po.zero3_when_tight = !o.no_zero3;
+  po.search_sequence_parallel = !o.no_sequence_parallel;
   po.schedule = specialize::parse_schedule_kind(o.schedule);
   po.micro_batch_sizes = o.micro_batch_sizes;
   po.cp_degrees = o.cp_degrees;
@@ -180,7 +182,12 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--schedule", opts->schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str();
   cmd->add_flag("--no-zero1", opts->no_zero1, "keep optimizer states whole on every replica (default: ZeRO-1 on)");
   cmd->add_flag("--no-zero2", opts->no_zero2,
-                "never fall back to ZeRO-2 (gradients sharded too) when no plan fits in memory under ZeRO-1");
+                "never fall back to ZeRO-2 (gradients sharded too) when memory binds under ZeRO-1");
+  cmd->add_flag("--no-zero3", opts->no_zero3,
+                "never fall back to ZeRO-3 (weights sharded too, gathered per layer) when memory binds under ZeRO-2");
+  cmd->add_flag("--no-sequence-parallel", opts->no_sequence_parallel,
+                "never write \"sequence_parallel\" on TP stages (default: where it fits when nothing else does, or is "
+                "faster)");
   cmd->add_option("--ranks", opts->ranks, "ranks the plan may use, e.g. 0-14,16-47 (default: every device)");
   cmd->add_option("--previous", opts->previous,
                   "re-plan from this strategy (with --ranks: the surviving and added ranks), moving little state");

@@ -74,19 +74,6 @@ const std::vector<OptionFlag>& option_flags() {
 }
 #undef HSPMD_OPTION_FLAG
 
-// "cpu", "cuda" (GPU 0) or "cuda:N".
-Device parse_device(const std::string& text) {
-  if (text == "cpu") return Device::cpu();
-  if (text == "cuda") return Device{DeviceType::kCUDA, 0};
-  if (text.rfind("cuda:", 0) == 0) {
-    const std::string index = text.substr(5);
-    char* end = nullptr;
-    const long n = std::strtol(index.c_str(), &end, 10);
-    if (!index.empty() && *end == '\0' && n >= 0 && n < 1024) return Device{DeviceType::kCUDA, static_cast<int>(n)};
-  }
-  HSPMD_THROW() << "--device " << text << ": expected cpu, cuda or cuda:N";
-}
-
 }  // namespace
 
 std::string kernels_line(DType precision) {
@@ -121,17 +108,9 @@ void run_train(TrainArgs args, const CLI::App& sub) {
   }
   if (!args.resume.empty()) args.options = resumed_options(args, sub, *models::load_model(args.model));
   const bool distributed = !args.strategy.empty() || !args.strategies_for_max_len.empty();
-  const runtime::CommKind comm = runtime::choose_comm(
-      args.comm.empty() ? std::nullopt : std::optional(runtime::parse_comm(args.comm)), args.options.device);
-  const bool on_cpu = args.options.device.type == DeviceType::kCPU;
-  // Elastic recovery and dispatch by length move state with CPU kernels only so far.
-  HSPMD_CHECK(on_cpu || (!args.elastic && !args.dispatch && args.strategies_for_max_len.empty()))
-      << "--device " << args.options.device.to_string()
-      << ": --elastic and --dispatch run on the CPU only so far (--device cpu)";
-  // A switch's fused BSR packs the GPU's state where its communicators move memory: NCCL's.
-  HSPMD_CHECK(on_cpu || args.switches.empty() || comm == runtime::CommKind::kNccl)
-      << "--device " << args.options.device.to_string()
-      << ": --switch on GPUs moves the state through NCCL (--comm nccl), not through Gloo's host buffers";
+  // --comm against the device once, before any worker starts.
+  runtime::choose_comm(args.comm.empty() ? std::nullopt : std::optional(runtime::parse_comm(args.comm)),
+                       args.options.device);
   if (distributed) return run_dist_train(args);
   HSPMD_CHECK(args.nproc == 0 && args.devices.empty() && args.trace.empty() && args.switches.empty() && !args.dispatch &&
               !args.elastic)
@@ -207,7 +186,7 @@ void define_train_options(CLI::App* sub, TrainArgs* args) {
       ->check(CLI::IsMember({"fp32", "bf16", "float32", "bfloat16"}))
       ->default_str("fp32");
   sub->add_option_function<std::string>(
-      "--device", [&o](const std::string& name) { o.device = parse_device(name); },
+      "--device", [&o](const std::string& name) { o.device = Device::parse(name); },
       "where training runs: cpu (default), or cuda / cuda:N (GPU N: parameters, AdamW state and activations in its "
       "memory, the batch copied in each step; with --strategy see --comm; needs a build with the CUDA backend; "
       "docs/gpu.md)")

@@ -41,7 +41,8 @@ class StoreDir {
 
 }  // namespace
 
-void run_thread_ranks(int world, const std::function<void(int rank, GroupCache& groups)>& body, Millis timeout) {
+void run_thread_ranks(int world, const std::function<void(int rank, GroupCache& groups)>& body, Millis timeout,
+                      const std::function<Backend(int rank)>& backend_of) {
   HSPMD_CHECK(world >= 1) << "run_thread_ranks: world size " << world;
   StoreDir dir;
   auto store = std::make_shared<FileStore>(dir.path());
@@ -54,7 +55,8 @@ void run_thread_ranks(int world, const std::function<void(int rank, GroupCache& 
     threads.emplace_back([&, rank] {
       std::unique_ptr<GroupCache> groups;
       try {
-        groups = std::make_unique<GroupCache>(store, rank, gloo_backend({.timeout = timeout}));
+        groups = std::make_unique<GroupCache>(store, rank,
+                                              backend_of ? backend_of(rank) : gloo_backend({.timeout = timeout}));
         body(rank, *groups);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mutex);

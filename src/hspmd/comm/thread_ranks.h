@@ -22,8 +22,9 @@
 namespace hspmd::comm {
 
 // `timeout` bounds connecting and every communication operation (gloo_backend's timeout), so a
-// test whose ranks disagree fails in that time instead of hanging.
+// test whose ranks disagree fails in that time instead of hanging. `backend_of`, when set, gives
+// each rank's communicators instead of Gloo's (NCCL on the rank's GPU: `hspmd profile --device cuda`).
 void run_thread_ranks(int world, const std::function<void(int rank, GroupCache& groups)>& body,
-                      Millis timeout = Millis(10'000));
+                      Millis timeout = Millis(10'000), const std::function<Backend(int rank)>& backend_of = {});
 
 }  // namespace hspmd::comm

@@ -14,6 +14,8 @@ struct Device {
   int index = 0;  // which GPU for kCUDA; always 0 for kCPU
 
   static Device cpu() { return Device{}; }
+  // "cpu", "cuda" (GPU 0) or "cuda:N"; anything else is an Error naming --device and the choices.
+  static Device parse(const std::string& text);
   std::string to_string() const;  // "cpu", "cuda:1"
   friend bool operator==(const Device&, const Device&) = default;
 };

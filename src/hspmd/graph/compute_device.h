@@ -10,8 +10,10 @@
 // The functions take the device's tensors (float32, as the trainer's gradients and state are).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "hspmd/core/allocator.h"
@@ -30,8 +32,11 @@ struct ComputeDevice {
   const KernelRegistry* kernels = nullptr;  // that device's kernels
   // out = a + b elementwise (out may be a).
   std::function<void(const Tensor& a, const Tensor& b, const Tensor& out)> add;
-  // sum of x's squared elements, in float64 on the host.
-  std::function<double(const Tensor& x)> sum_squares;
+  // total[0] += sum of x's squared elements; total is a float64 {1} tensor on the device, so a step's
+  // gradients add into one total that crosses to the host once (read_to_host), not once per tensor.
+  std::function<void(const Tensor& x, const Tensor& total)> add_sum_squares;
+  // total[at] += x's one element as float64 (a micro-batch's loss into the step's totals).
+  std::function<void(const Tensor& x, const Tensor& total, int64_t at)> add_to_total;
   // One AdamW update of param, m and v in place (kernels/adamw.h).
   std::function<void(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, int64_t step,
                      const kernels::AdamWOptions& options)>
@@ -39,6 +44,14 @@ struct ComputeDevice {
   // Box copies between the device's tensors: a Reshard's packing when the communicators move this
   // device's memory (runtime/reshard_exec.h).
   RegionCopy copy_region;
+
+  // The trainer's reads of device results on the host (a step's loss and gradient norm): each one
+  // waits for the device's queued work, so they are counted, and kept few.
+  Tensor read_to_host(const Tensor& t) const {
+    host_waits->fetch_add(1, std::memory_order_relaxed);
+    return t.to_host();
+  }
+  std::shared_ptr<std::atomic<int64_t>> host_waits = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 // The host: a host pool with these options and the CPU kernels.

@@ -23,6 +23,15 @@ constexpr double kGradientElementBytes = 4;
 constexpr double kSequenceParallelKeptVectors = 2;
 constexpr double kSequenceParallelTransientVectors = 5;
 
+// The backward pass's share of a profiled forward + backward: two matmuls (input and weight
+// gradients) for each forward one. The gradient buckets overlap with it.
+constexpr double kBackwardShare = 2.0 / 3.0;
+
+// Of a profile's bytes_per_parameter (weights and the float32 gradient accumulator), the weights'.
+double weight_bytes(const DeviceKindProfile& k) {
+  return k.bytes_per_parameter - std::min(kGradientElementBytes, k.bytes_per_parameter);
+}
+
 std::string tier_name(resolve::LinkTier tier) { return std::string(resolve::link_tier_name(tier)); }
 
 const LinkProfile* link_of(const std::optional<LinkProfile>& l) { return l ? &*l : nullptr; }
@@ -47,6 +56,33 @@ double ModelShape::attention_fraction(double s) const {
     sum += window <= 0 || w >= s ? 1.0 : (w * (w + 1) / 2 + (s - w) * w) / full;
   }
   return sum / static_cast<double>(attention_windows.size());
+}
+
+namespace {
+
+// A decoder layer's weight matrices in model order (q, k, v, o, gate, up, down), whole.
+std::vector<double> layer_matrices(const ModelShape& m) {
+  const double h = static_cast<double>(m.hidden);
+  const double head_dim = m.head_dim > 0 ? static_cast<double>(m.head_dim) : m.heads > 0 ? h / m.heads : 0;
+  const double q = h * head_dim * m.heads, kv = h * head_dim * m.kv_heads, f = h * m.ffn;
+  return {q, kv, kv, q, f, f, f};
+}
+
+}  // namespace
+
+double ModelShape::largest_layer_matrix() const {
+  const std::vector<double> m = layer_matrices(*this);
+  return *std::max_element(m.begin(), m.end());
+}
+
+double ModelShape::peak_gathered_parameters(int layers, bool first, bool last, int tp) const {
+  const double layer = layer_parameters / tp, down = static_cast<double>(hidden) * ffn / tp;
+  const double head = head_parameters / tp;
+  double peak = layers > 0 ? layer : 0;
+  if (first && layers > 0) peak = std::max(peak, embedding_parameters / tp + layer);  // F: embedding, layer 0 ahead
+  if (layers > 1) peak = std::max(peak, down + layer);  // F: a layer's down projection, the next layer ahead
+  if (last) peak = std::max(peak, head);                 // F: the final norm and head (B: the head, the norm ahead)
+  return peak;
 }
 
 bool ModelShape::tp_divides(int t) const {
@@ -81,15 +117,24 @@ double CostModel::padded_seq_len(int cp) const {
   return std::ceil(s / (2.0 * cp)) * 2.0 * cp;
 }
 
+double CostModel::duplicated_per_token(const std::string& kind, int tp) const {
+  if (tp <= 1 || !profile_.has(kind, 1)) return 0;
+  const double whole = profile_.at(kind, 1).layer.c1, at_t = profile_.at(kind, tp).layer.c1;
+  return std::clamp((tp * at_t - whole) / (tp - 1), 0.0, at_t);
+}
+
 double CostModel::stage_compute(const std::string& kind, int tp, int layers, bool last, int micro_batch_size,
-                                int cp) const {
+                                int cp, bool sequence_parallel) const {
   const TpProfile& p = profile_.at(kind, tp);
   cp = std::max(cp, 1);
   // Zigzag: each CP rank holds s'/c tokens and exactly 1/c of the causal attention (the header);
   // without CP, s' = s and this is the profile's layer.seconds(b, s).
   const double s = padded_seq_len(cp);
   const double attention = p.layer.a * s * s * shape_.attention_fraction(s);
-  const double per_layer = micro_batch_size * (attention + p.layer.c1 * s) / cp + p.layer.c0;
+  double per_token = p.layer.c1;
+  // Sequence parallelism splits the work TP duplicates (norms, residual adds) by tokens.
+  if (sequence_parallel) per_token -= (1.0 - 1.0 / tp) * duplicated_per_token(kind, tp);
+  const double per_layer = micro_batch_size * (attention + per_token * s) / cp + p.layer.c0;
   double t = layers * per_layer;
   if (last) t += p.ends.seconds(micro_batch_size * s / cp);
   return t;
@@ -177,6 +222,54 @@ double CostModel::ring_allgather(int n, std::pair<double, double> link, double b
   // Half an all-reduce's ring: (n - 1) steps of bytes / n each.
   const auto [bus, latency] = link;
   return 1.0 * (n - 1) / n * bytes / bus + (n - 1) * latency;
+}
+
+double CostModel::zero3_comm(const std::string& kind, int n, std::pair<double, double> link, int layers, bool first,
+                             bool last, int tp) const {
+  const double w = weight_bytes(profile_.kind(kind));
+  auto unit = [&](double parameters) {
+    return 2.0 * ring_allgather(n, link, parameters / tp * w) + ring_allgather(n, link, parameters / tp * kGradientElementBytes);
+  };
+  double t = layers * unit(shape_.layer_parameters);
+  if (first) t += unit(shape_.embedding_parameters);
+  if (last) t += unit(shape_.head_parameters);
+  return t;
+}
+
+bool CostModel::sequence_parallel_applies(int tp, int cp, int micro_batch_size) const {
+  return tp > 1 && (static_cast<int64_t>(micro_batch_size) * options_.seq_len) % (static_cast<int64_t>(tp) * std::max(1, cp)) == 0;
+}
+
+double CostModel::exposed_reduce(double reduce, double last_bucket, double backward) {
+  const double behind = std::max(0.0, reduce - last_bucket);
+  return reduce - std::min(behind, std::max(0.0, backward));
+}
+
+double CostModel::last_bucket_bytes(int layers, bool first, bool last, int tp) const {
+  // The stage's tensors in model order, float32 gradient bytes of one TP rank.
+  std::vector<double> tensors;
+  if (first) tensors.push_back(shape_.embedding_parameters);
+  const std::vector<double> matrices = layer_matrices(shape_);
+  double small = shape_.layer_parameters;
+  for (double m : matrices) small -= m;
+  for (int l = 0; l < layers; ++l) {
+    if (small > 0) tensors.push_back(small);
+    tensors.insert(tensors.end(), matrices.begin(), matrices.end());
+  }
+  if (last) tensors.push_back(shape_.head_parameters);
+  const double cap = options_.grad_bucket_mb * 1024 * 1024;
+  double total = 0;
+  for (double& t : tensors) total += (t = std::max(0.0, t) / tp * kGradientElementBytes);
+  if (cap <= 0) return total;
+  // runtime::gradient_buckets: from the last tensor back, a new bucket when the next would overflow.
+  double filled = 0;
+  bool any = false;
+  for (auto it = tensors.rbegin(); it != tensors.rend(); ++it) {
+    if (!any || filled + *it > cap) filled = 0;
+    any = true;
+    filled += *it;
+  }
+  return filled;
 }
 
 namespace {
@@ -279,7 +372,8 @@ int CostModel::in_flight(int num_stages, int stage, int num_micro_batches) const
 
 MemoryBreakdown CostModel::stage_memory(const std::string& kind, int tp, int layers, bool first, bool last,
                                         int micro_batch_size, int in_flight_count, int data_parallel,
-                                        bool zero1, int cp, bool gradient_shard, bool sequence_parallel) const {
+                                        bool zero1, int cp, bool gradient_shard, bool sequence_parallel,
+                                        bool parameter_shard) const {
   const DeviceKindProfile& k = profile_.kind(kind);
   const ActivationFit& a = profile_.at(kind, tp).activations;
   const double params = shape_.stage_parameters(layers, first, last) / tp;
@@ -311,6 +405,20 @@ MemoryBreakdown CostModel::stage_memory(const std::string& kind, int tp, int lay
   }
   m.activations = in_flight_count * keep + transient;
   m.reserved = k.reserved_bytes;
+  if (parameter_shard) {
+    // ZeRO-3 as specialize/memory_estimate.h counts it: the weights' shard over the replicas and what
+    // the gather schedule holds at most; of the gradient, the largest parameter's whole (B reduces
+    // each into its shard as soon as it is produced) and the synced shard (in zero_states).
+    const double replicas = std::max(1, data_parallel) * cp;
+    double largest = layers > 0 ? shape_.largest_layer_matrix() : 0;
+    if (first) largest = std::max(largest, shape_.embedding_parameters);
+    if (last) largest = std::max(largest, shape_.head_parameters - static_cast<double>(shape_.hidden));
+    const double w = weight_bytes(k);
+    m.parameters = params * w / replicas + shape_.peak_gathered_parameters(layers, first, last, tp) * w +
+                   largest / tp * std::min(kGradientElementBytes, k.bytes_per_parameter);
+    m.zero_states = params * k.zero_bytes_per_parameter / replicas;
+    return m;
+  }
   if (gradient_shard) {
     // ZeRO-2 as specialize/memory_estimate.h counts it: the whole accumulator (float32 gradients, part
     // of bytes_per_parameter) is gone, the synced shard stays in zero_states; a backward pass's whole
@@ -330,7 +438,8 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
   int groups = st.pipelines.empty() ? 1 : st.pipelines.front().num_micro_batches;
   for (const sharding::PipelineSpec& pipe : st.pipelines) groups = std::min(groups, pipe.num_micro_batches);
   groups = std::max(1, groups);
-  if (st.shards_gradients()) out.gradient_groups = groups;
+  if (st.shards_gradients() && !st.shards_parameters()) out.gradient_groups = groups;
+  out.parameters_sharded = st.shards_parameters();
   // Per pipeline, the stage holding each layer: one pass over the stages instead of a search per
   // (stage, pipeline) pair, which grew as D^2 S.
   std::vector<std::vector<int>> stages_of_layer(st.pipelines.size(), std::vector<int>(shape_.layers, 0));
@@ -356,7 +465,7 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
       sp.layers = stage.last_layer - stage.first_layer + 1;
       const bool last = j == S - 1;
       const int b = pipe.micro_batch_size;
-      sp.compute_seconds = stage_compute(sp.kind, sp.tp, sp.layers, last, b, sp.cp);
+      sp.compute_seconds = stage_compute(sp.kind, sp.tp, sp.layers, last, b, sp.cp, sp.sequence_parallel);
       sp.tp_comm_seconds = stage_tp_comm(stage.ranks, sp.layers, b, sp.cp, sp.sequence_parallel) +
                            ends_tp_comm(stage.ranks, j == 0, last, b, sp.cp, sp.sequence_parallel);
       sp.cp_comm_seconds = stage_cp_comm(stage.ranks, sp.layers, b, sp.cp);
@@ -376,14 +485,33 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
         ring = rings.emplace(stage.first_layer, std::make_pair(static_cast<int>(dp_group.size()), link)).first;
       }
       const double params = shape_.stage_parameters(sp.layers, j == 0, last) / sp.tp;
-      if (st.shards_gradients()) {
-        // ZeRO-2: a reduce-scatter of the group's gradient per group, then (as ZeRO-1's all-reduce's
-        // second half) the all-gather of the updated parameters. Priced after the pipeline, as
-        // ZeRO-1's sync is: the overlap of a group's reduce with the next group's work is not priced.
-        const double bytes = params * kGradientElementBytes;
-        sp.sync_seconds = (groups + 1) * ring_allgather(ring->second.first, ring->second.second, bytes);
+      const double bytes = params * kGradientElementBytes;
+      const auto [n, link] = ring->second;
+      // The reduce of one round behind the backward pass that completes it (the header's overlap).
+      const double backward = kBackwardShare * (sp.compute_seconds + sp.tp_comm_seconds + sp.cp_comm_seconds);
+      const double last_bucket = last_bucket_bytes(sp.layers, j == 0, last, sp.tp);
+      auto exposed = [&](double reduce, double last_bucket_seconds) {
+        const double e = exposed_reduce(reduce, last_bucket_seconds, backward);
+        sp.sync_hidden_seconds += reduce - e;
+        return e;
+      };
+      if (st.shards_parameters()) {
+        // ZeRO-3: the gathers and reduce-scatters run in every micro-batch's passes on the computing
+        // thread (not in buckets); AdamW updates the shard in place, nothing is gathered after it.
+        sp.zero3_comm_seconds = zero3_comm(sp.kind, n, link, sp.layers, j == 0, last, sp.tp);
+      } else if (st.shards_gradients()) {
+        // ZeRO-2: a reduce-scatter of the group's gradient per group, each behind the group's last
+        // backward pass, then (as ZeRO-1's all-reduce's second half) the all-gather of the updated
+        // parameters in Post.
+        const double scatter = ring_allgather(n, link, bytes);
+        sp.sync_seconds = groups * exposed(scatter, ring_allgather(n, link, last_bucket)) + scatter;
+        sp.sync_hidden_seconds *= groups;
+      } else if (st.shards_optimizer_states()) {
+        // ZeRO-1: the buckets reduce-scatter into the shards; Post gathers the updated parameters.
+        const double half = ring_allgather(n, link, bytes);
+        sp.sync_seconds = exposed(half, ring_allgather(n, link, last_bucket)) + half;
       } else {
-        sp.sync_seconds = ring_allreduce(ring->second.first, ring->second.second, params * kGradientElementBytes);
+        sp.sync_seconds = exposed(ring_allreduce(n, link, bytes), ring_allreduce(n, link, last_bucket));
       }
       sp.optimizer_seconds = profile_.kind(sp.kind).optimizer_seconds_per_parameter * params /
                              (st.shards_optimizer_states() ? std::max(1, D) * sp.cp : 1);
@@ -395,7 +523,7 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
       const bool gradient_shard = st.shards_gradients() && pipe.num_micro_batches <= groups;
       const MemoryBreakdown mem = stage_memory(sp.kind, sp.tp, sp.layers, j == 0, last, b, inflight, D,
                                                st.shards_optimizer_states(), sp.cp, gradient_shard,
-                                               sp.sequence_parallel);
+                                               sp.sequence_parallel, st.shards_parameters());
       for (int r : stage.ranks) {
         RankPrediction rp;
         rp.rank = r;
@@ -448,6 +576,10 @@ std::string to_string(const Prediction& p) {
   if (p.gradient_groups > 0) {
     s << "  ZeRO-2: " << p.gradient_groups << " gradient reduce-scatter(s) per step, then the parameter all-gather\n";
   }
+  if (p.parameters_sharded) {
+    s << "  ZeRO-3: per micro-batch, the stage's parameters all-gathered in F and in B and its gradients "
+         "reduce-scattered in B\n";
+  }
   for (size_t i = 0; i < p.pipelines.size(); ++i) {
     for (size_t j = 0; j < p.pipelines[i].stages.size(); ++j) {
       const StagePrediction& st = p.pipelines[i].stages[j];
@@ -457,8 +589,10 @@ std::string to_string(const Prediction& p) {
       s << ", " << st.layers << " layers): per micro-batch " << st.compute_seconds << " s compute + "
         << st.tp_comm_seconds << " s TP";
       if (st.cp > 1) s << " + " << st.cp_comm_seconds << " s CP (K/V gathers)";
-      s << " + " << st.p2p_seconds << " s p2p; per step " << st.sync_seconds << " s sync + " << st.optimizer_seconds
-        << " s optimizer\n";
+      if (st.zero3_comm_seconds > 0) s << " + " << st.zero3_comm_seconds << " s ZeRO-3 gathers";
+      s << " + " << st.p2p_seconds << " s p2p; per step " << st.sync_seconds << " s sync";
+      if (st.sync_hidden_seconds > 0) s << " (+ " << st.sync_hidden_seconds << " s behind backward passes)";
+      s << " + " << st.optimizer_seconds << " s optimizer\n";
     }
   }
   s << "predicted memory per rank" << (p.fits ? "" : " (DOES NOT FIT)") << ":\n";

@@ -40,12 +40,24 @@
 // ZeRO-2 (G = the fewest micro-batches any pipeline runs): the sync is G reduce-scatters of the
 // gradient shard and one parameter all-gather; a pipeline running G micro-batches keeps no float32
 // accumulator, only a backward pass's whole gradient beyond the forward transients (as
-// specialize/memory_estimate.h). Sequence parallelism: per layer 4 all-gathers + 4 reduce-scatters
-// in place of 4 all-reduces (the same ring bytes), and 2 kept + 5 transient hidden-wide values per
-// token held for 1/t of the tokens. docs/planner.md has the details.
+// specialize/memory_estimate.h). ZeRO-3: every replica keeps a 1/(D x c) shard of its stage's
+// weights too; each micro-batch's forward and backward passes all-gather the stage's parameters
+// (recompute replays read B's gathers) and the backward reduce-scatters each gradient into its
+// shard, on the computing thread (3 half-rings of the stage's parameters per micro-batch, over the
+// gradient ring); memory as the runtime's estimate counts it (the gather schedule's peak, the
+// largest parameter's whole gradient). Sequence parallelism: per layer 4 all-gathers + 4
+// reduce-scatters in place of 4 all-reduces (the same ring bytes); the norms and elementwise work
+// the TP ranks otherwise duplicate (the part of the profiled per-token work that does not shrink
+// from TP 1 to TP t) run on 1/t of the tokens; and 2 kept + 5 transient hidden-wide values per
+// token are held for 1/t of the tokens.
+// Overlap (grad_bucket_mb > 0, the runtime's --grad-bucket-mb): the gradient reduce (ZeRO-0's
+// all-reduce, ZeRO-1/2's reduce-scatters) runs in buckets behind the backward pass; what stays
+// exposed per reduction is the last bucket's, or what the backward pass (2/3 of the stage's
+// per-micro-batch compute and collectives) cannot cover. docs/planner.md has the details.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,6 +73,9 @@ namespace hspmd::planner {
 struct CostOptions {
   int64_t seq_len = 4096;
   specialize::ScheduleKind schedule = specialize::ScheduleKind::k1F1B;
+  // The runtime's gradient buckets (--grad-bucket-mb, runtime/bucketed_gradient_sync.h): MiB of
+  // float32 gradient each; 0: every gradient synced after the backward pass, nothing overlapped.
+  double grad_bucket_mb = 25;
 };
 
 struct MemoryBreakdown {
@@ -81,9 +96,16 @@ struct StagePrediction {
   double tp_comm_seconds = 0;  // TP all-reduces per micro-batch (0 when inside the profiled layer)
   double cp_comm_seconds = 0;  // K/V all-gathers and their gradients' reduce-scatters, per micro-batch
   double p2p_seconds = 0;      // to the next stage, per micro-batch
-  double sync_seconds = 0;     // gradient sync, per step (ZeRO-2: its gradient groups' reduce-scatters)
+  // ZeRO-3, per micro-batch: the parameter all-gathers of F and B and the gradient reduce-scatters of B.
+  double zero3_comm_seconds = 0;
+  // Gradient sync, per step, as exposed after the pipeline (ZeRO-2: its gradient groups'
+  // reduce-scatters and the parameter all-gather); sync_hidden_seconds more ran behind backward passes.
+  double sync_seconds = 0;
+  double sync_hidden_seconds = 0;
   double optimizer_seconds = 0;
-  double per_micro_batch() const { return compute_seconds + tp_comm_seconds + cp_comm_seconds + p2p_seconds; }
+  double per_micro_batch() const {
+    return compute_seconds + tp_comm_seconds + cp_comm_seconds + p2p_seconds + zero3_comm_seconds;
+  }
 };
 
 struct PipelinePrediction {
@@ -106,6 +128,7 @@ struct Prediction {
   std::vector<RankPrediction> ranks;  // ascending rank
   bool fits = true;                   // every rank's memory.total() <= capacity
   int gradient_groups = 0;            // ZeRO-2: the gradient reduce-scatters per step; 0 without ZeRO-2
+  bool parameters_sharded = false;    // ZeRO-3
   // "rank 3 (H20): needs 101.2 GiB (...) of 95.6 GiB" for each rank that does not fit.
   std::vector<std::string> overflows;
 };
@@ -125,6 +148,13 @@ struct ModelShape : models::ModelSizes {
   // Whether TP degree t splits the heads, KV heads, hidden size, FFN and vocabulary evenly (the
   // degrees a model's plans accept, so the ones worth profiling and planning).
   bool tp_divides(int t) const;
+  // The largest weight matrix of a decoder layer (the MLP's or attention's projections), whole.
+  double largest_layer_matrix() const;
+  // What ZeRO-3's gather schedule (specialize/gather_units.h) holds at most, in parameters of one TP
+  // rank of degree `tp`, on a stage of `layers` layers: a layer's unit is gathered one unit ahead,
+  // at the previous unit's last reader, which still holds its own last-read matrix (F: the down
+  // projection; the embedding whole), so two units at once.
+  double peak_gathered_parameters(int layers, bool first, bool last, int tp) const;
 };
 
 class CostModel {
@@ -144,8 +174,13 @@ class CostModel {
   // are CP-outer, TP-inner (sharding/strategy.h): its TP group is the first `tp` of them (all of
   // them when cp = 1), its CP group every tp-th.
   // Seconds of one micro-batch on a stage of `ranks` holding `layers` layers (ends on the last stage).
+  // `sequence_parallel`: the per-token work TP duplicates (duplicated_per_token) runs on 1/tp of the tokens.
   double stage_compute(const std::string& kind, int tp, int layers, bool last, int micro_batch_size,
-                       int cp = 1) const;
+                       int cp = 1, bool sequence_parallel = false) const;
+  // Seconds per token of a layer that every rank of a TP-t group does whole (norms, residual adds,
+  // elementwise work): the profiled per-token work c1 is m / t + e, so e = (t c1(t) - c1(1)) / (t - 1),
+  // within [0, c1(t)]; 0 when the profile lacks TP 1 for the kind.
+  double duplicated_per_token(const std::string& kind, int tp) const;
   // `sequence_parallel`: the all-reduces become the all-gathers and reduce-scatters the resolver
   // produces instead (docs/memory.md): per layer 4 of each, the same ring bytes and latencies.
   double stage_tp_comm(const std::vector<int>& ranks, int layers, int micro_batch_size, int cp = 1,
@@ -171,13 +206,32 @@ class CostModel {
   double allgather(const std::vector<int>& group, double bytes) const;
   // The same over n ranks whose slowest link is collective_link's pair.
   static double ring_allgather(int n, std::pair<double, double> link, double bytes);
+  // ZeRO-3, per micro-batch on a stage of `layers` layers (and the ends): F and B each all-gather
+  // every gather unit (a layer, the embedding, the final norm and head) of one TP rank's shard, in
+  // the weights' element bytes, over the n replicas on `link`, and B reduce-scatters its float32
+  // gradient into the shards: 3 half-rings per unit.
+  double zero3_comm(const std::string& kind, int n, std::pair<double, double> link, int layers, bool first,
+                    bool last, int tp) const;
+  // Whether a stage of TP degree tp and CP degree cp can run sequence parallelism on micro-batches of
+  // b sequences: TP > 1 and the tokens split evenly over the tp x cp ranks (docs/memory.md).
+  bool sequence_parallel_applies(int tp, int cp, int micro_batch_size) const;
+  // One gradient reduction round (`reduce` seconds) as it stays exposed after the backward pass that
+  // completes it: its buckets leave as B finishes their gradients, so all but the last one
+  // (`last_bucket` seconds) run behind the `backward` seconds left of B, and no more than those.
+  static double exposed_reduce(double reduce, double last_bucket, double backward);
+  // Float32 gradient bytes of the bucket the runtime reduces last for a stage (the first parameters
+  // in model order): buckets are filled in reverse model order, each at most grad_bucket_mb unless
+  // one tensor is larger (the tensors: shape_'s matrices, a layer's small ones together).
+  double last_bucket_bytes(int layers, bool first, bool last, int tp) const;
   // `gradient_shard`: ZeRO-2 with each of this pipeline's micro-batches a gradient group of its own
   // (it runs the fewest micro-batches of the step; see the header): no whole gradient accumulator
   // lives between backward passes. `sequence_parallel`: the stage's activations between its TP
   // blocks are split by tokens (the header).
+  // `parameter_shard`: ZeRO-3 (the header); implies the states' and gradients' shards.
   MemoryBreakdown stage_memory(const std::string& kind, int tp, int layers, bool first, bool last,
                                int micro_batch_size, int in_flight, int data_parallel, bool zero1,
-                               int cp = 1, bool gradient_shard = false, bool sequence_parallel = false) const;
+                               int cp = 1, bool gradient_shard = false, bool sequence_parallel = false,
+                               bool parameter_shard = false) const;
   // The slowest device kind among `ranks` (by profiled layer time at TP degree `tp`; by default the
   // rank count, a stage without CP).
   std::string stage_kind(const std::vector<int>& ranks, int tp = 0) const;

@@ -5,7 +5,6 @@
 #include <functional>
 #include <queue>
 #include <limits>
-#include <sstream>
 
 #include "hspmd/core/error.h"
 #include "hspmd/planner/milp.h"
@@ -21,13 +20,51 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 LayerPrograms::LayerPrograms(const CostModel& c, const PlannerOptions& o)
     : cost(c), options(o), shape(c.shape()), layers(static_cast<int>(c.shape().layers)) {}
 
+std::pair<double, double> LayerPrograms::ring_link(const std::vector<int>& ring) {
+  auto it = ring_links_.find(ring);
+  if (it == ring_links_.end()) it = ring_links_.emplace(ring, cost.collective_link(ring)).first;
+  return it->second;
+}
+
+// A group's layer, ends (its TP collectives read every pair of its ranks' links) and memory: found
+// once per group and size, as the same groups recur in candidate after candidate.
+const LayerPrograms::GroupCosts& LayerPrograms::group_costs(const Group& g, int b, bool first, bool last) {
+  // Packed: 12 bits of size, 10 of CP degree, 18 of micro-batch size, 2 of ends.
+  HSPMD_CHECK(g.ranks.size() < (1 << 12) && g.cp < (1 << 10) && b < (1 << 18))
+      << "planner: group of " << g.ranks.size() << " ranks, CP " << g.cp << ", micro-batch " << b
+      << " beyond the group memo's key";
+  const int64_t key = (static_cast<int64_t>(g.ranks.front()) << 42) | (static_cast<int64_t>(g.ranks.size()) << 30) |
+                      (static_cast<int64_t>(g.cp) << 20) | (static_cast<int64_t>(b) << 2) | (first ? 2 : 0) |
+                      (last ? 1 : 0);
+  auto it = group_costs_.find(key);
+  if (it != group_costs_.end() && it->second.ranks == g.ranks) return it->second;
+  GroupCosts k;
+  k.ranks = g.ranks;
+  // Times with SP whenever the planner may write it (never slower: pipeline_search.h's bounds);
+  // memory (memory()) with SP only where this search writes it.
+  const bool sp = options.search_sequence_parallel && g.tp() > 1;
+  k.per_layer = layer_seconds(cost, g, b, sp);
+  k.ends = (last ? cost.stage_compute(g.kind, g.tp(), 0, true, b, g.cp) : 0) +
+           cost.ends_tp_comm(g.ranks, first, last, b, g.cp, sp);
+  k.capacity = kInf;
+  for (int r : g.ranks) {
+    const double m = cost.topology().device(r).memory;
+    if (m > 0) k.capacity = std::min(k.capacity, m);
+  }
+  if (it != group_costs_.end()) {
+    uncached_ = std::move(k);  // another group of the same key: priced, not cached
+    return uncached_;
+  }
+  return group_costs_.emplace(key, std::move(k)).first->second;
+}
+
 // Stage lines of pipeline p of candidate c.
 std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(
-    const Candidate& c, size_t p, const std::vector<std::pair<double, double>>& rings) const {
+    const Candidate& c, size_t p, const std::vector<std::pair<double, double>>& rings) {
   const auto& pipe = c.pipelines[p];
   const int D = static_cast<int>(c.pipelines.size());
   const int b = c.micro_batch_sizes[p];
-  const bool zero1 = options.zero1;
+  const bool zero1 = options.zero1, zero3 = options.zero1 && options.zero3;
   std::vector<StageLine> out;
   for (size_t j = 0; j < pipe.size(); ++j) {
     const Group& g = pipe[j];
@@ -37,23 +74,28 @@ std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(
     s.cp = g.cp;
     s.first = j == 0;
     s.last = j + 1 == pipe.size();
-    s.per_layer = layer_seconds(cost, g, b);
-    s.fixed = (s.last ? cost.stage_compute(g.kind, s.tp, 0, true, b, s.cp)
-                      : cost.p2p(g.ranks.front(), pipe[j + 1].ranks.front(), b, s.cp)) +
-              cost.ends_tp_comm(g.ranks, s.first, s.last, b, s.cp);
-    auto tail = [&](int x) {
-      const double params = shape.stage_parameters(x, s.first, s.last) / s.tp;
-      // Replicas: the D pipelines x the stage's CP ranks (the ring's link from the pipelines').
-      return CostModel::ring_allreduce(D * s.cp, rings[j], params * 4) +
-             cost.profile().kind(g.kind).optimizer_seconds_per_parameter * params / (zero1 ? D * s.cp : 1);
-    };
-    s.tail_per_layer = tail(2) - tail(1);
-    s.tail_fixed = tail(1) - s.tail_per_layer;
-    s.capacity = kInf;
-    for (int r : g.ranks) {
-      const double m = cost.topology().device(r).memory;
-      if (m > 0) s.capacity = std::min(s.capacity, m);
+    const GroupCosts& k = group_costs(g, b, s.first, s.last);
+    s.per_layer = k.per_layer;
+    s.fixed = k.ends + (s.last ? 0 : cost.p2p(g.ranks.front(), pipe[j + 1].ranks.front(), b, s.cp));
+    s.capacity = k.capacity;
+    if (zero3) {
+      s.per_layer += cost.zero3_comm(g.kind, D * s.cp, rings[j], 1, false, false, s.tp);
+      s.fixed += cost.zero3_comm(g.kind, D * s.cp, rings[j], 0, s.first, s.last, s.tp);
     }
+    // Replicas: the D pipelines x the stage's CP ranks (the ring's link from the pipelines'). The
+    // split is chosen on the whole reduce; predict() prices what the buckets hide.
+    const bool overlap = cost.options().grad_bucket_mb > 0;
+    auto tail = [&](int x, bool floor) {
+      const double params = shape.stage_parameters(x, s.first, s.last) / s.tp;
+      double sync = 0;
+      if (!zero3 && (!floor || !overlap)) sync = CostModel::ring_allreduce(D * s.cp, rings[j], params * 4);
+      if (!zero3 && floor && overlap && zero1) sync = CostModel::ring_allgather(D * s.cp, rings[j], params * 4);
+      return sync + cost.profile().kind(g.kind).optimizer_seconds_per_parameter * params / (zero1 ? D * s.cp : 1);
+    };
+    s.tail_per_layer = tail(2, false) - tail(1, false);
+    s.tail_fixed = tail(1, false) - s.tail_per_layer;
+    s.tail_floor_per_layer = tail(2, true) - tail(1, true);
+    s.tail_floor_fixed = tail(1, true) - s.tail_floor_per_layer;
     out.push_back(s);
   }
   return out;
@@ -63,7 +105,8 @@ double LayerPrograms::memory(const StageLine& s, int x, int b, int in_flight, in
   // ZeRO-2 is priced as if each micro-batch were a gradient group of its own; the cost model's check
   // of the whole strategy prices pipelines of more micro-batches as they are.
   return cost.stage_memory(s.kind, s.tp, x, s.first, s.last, b, in_flight, D, options.zero1, s.cp,
-                           options.zero1 && options.zero2)
+                           options.zero1 && options.zero2, options.sequence_parallel && s.tp > 1,
+                           options.zero1 && options.zero3)
       .total();
 }
 
@@ -163,14 +206,8 @@ std::optional<LayerPrograms::SplitLine> LayerPrograms::best_split(const std::vec
 
 // g(n) for n = 1..max_n of one pipeline (see the header: exact envelope for n >= S).
 LayerPrograms::PipelineTable LayerPrograms::table(const std::vector<StageLine>& st, int max_n, int b, int D) {
-  std::ostringstream key;
-  key.precision(17);
-  key << max_n << "/" << b << "/" << D;
-  for (const StageLine& s : st) {
-    key << "|" << s.kind << "," << s.tp << "," << s.cp << "," << s.first << s.last << "," << s.per_layer << "," << s.fixed << ","
-        << s.tail_per_layer << "," << s.tail_fixed << "," << s.capacity;
-  }
-  auto it = tables.find(key.str());
+  TableKey key{max_n, b, D, st};
+  auto it = tables.find(key);
   if (it != tables.end()) return it->second;
 
   const int S = static_cast<int>(st.size());
@@ -207,49 +244,59 @@ LayerPrograms::PipelineTable LayerPrograms::table(const std::vector<StageLine>& 
       for (const SplitLine& l : lines) t.pieces.push_back({l, S, max_n});
     }
   }
-  tables.emplace(key.str(), t);
+  tables.emplace(std::move(key), t);
   return t;
 }
 
-// The micro-batch program over windows lo_p <= n <= hi_p (lo_p from the other pipelines' room,
-// hi_sum = sum_p hi_p b_p): binary y_pn = pipeline p runs n micro-batches,
-// sum_pn n b_p y_pn = the global batch, minimizing the slowest pipeline. None when infeasible.
-std::optional<std::vector<int>> LayerPrograms::program(const std::vector<std::vector<double>>& g,
-                                                       const std::vector<int>& b, const std::vector<int>& hi,
-                                                       int64_t hi_sum) {
-  const int D = static_cast<int>(g.size());
+// The micro-batch program over windows lo_k <= n <= hi_k per type (lo_k from the other pipelines'
+// room, hi_sum = sum over pipelines of hi b): how many pipelines of each type run n micro-batches,
+// sum n b = the global batch, minimizing the slowest pipeline. A type of one pipeline takes binaries
+// y_n (it runs n); a type of m pipelines integer counts z_n <= m with a binary u_n >= z_n / m that
+// charges its time to the slowest: the variables grow with the types and windows, not with D.
+// None when infeasible.
+std::optional<std::vector<std::map<int, int>>> LayerPrograms::program(const std::vector<PipelineType>& types,
+                                                                     const std::vector<int>& hi, int64_t hi_sum) {
   const int64_t B = options.global_batch;
   Milp ilp;
   const int T = ilp.add_var(0, kInfinity, 1, false);
   std::vector<std::pair<int, double>> total;
-  std::vector<std::vector<std::pair<int, int>>> y(D);  // (var, n)
-  for (int p = 0; p < D; ++p) {
-    const int64_t others = hi_sum - static_cast<int64_t>(hi[p]) * b[p];
-    const int lo = static_cast<int>(std::max<int64_t>(1, (B - others + b[p] - 1) / b[p]));
-    std::vector<std::pair<int, double>> one, slowest{{T, 1}};
-    for (int n = lo; n <= hi[p]; ++n) {
-      if (g[p][n] == kInf) continue;
-      const int v = ilp.add_var(0, 1, 0, true);
-      y[p].push_back({v, n});
-      one.push_back({v, 1});
-      total.push_back({v, static_cast<double>(n) * b[p]});
-      slowest.push_back({v, -g[p][n]});
+  std::vector<std::vector<std::pair<int, int>>> z(types.size());  // (count var, n)
+  for (size_t k = 0; k < types.size(); ++k) {
+    const PipelineType& t = types[k];
+    const int m = static_cast<int>(t.members.size());
+    const int64_t others = hi_sum - static_cast<int64_t>(hi[k]) * t.b;
+    const int lo = static_cast<int>(std::max<int64_t>(1, (B - others + t.b - 1) / t.b));
+    std::vector<std::pair<int, double>> all, slowest{{T, 1}};
+    for (int n = lo; n <= hi[k]; ++n) {
+      if (t.g[n] == kInf) continue;
+      const int v = ilp.add_var(0, m, 0, true);
+      z[k].push_back({v, n});
+      all.push_back({v, 1});
+      total.push_back({v, static_cast<double>(n) * t.b});
+      if (m == 1) {
+        slowest.push_back({v, -t.g[n]});
+      } else {
+        const int u = ilp.add_var(0, 1, 0, true);
+        ilp.add_row({{v, 1}, {u, -static_cast<double>(m)}}, -kInfinity, 0);
+        ilp.add_row({{T, 1}, {u, -t.g[n]}}, 0, kInfinity);
+      }
     }
-    if (one.empty()) return std::nullopt;
-    ilp.add_row(one, 1, 1);
-    ilp.add_row(slowest, 0, kInfinity);
+    if (all.empty()) return std::nullopt;
+    ilp.add_row(all, m, m);
+    if (m == 1) ilp.add_row(slowest, 0, kInfinity);
   }
   ilp.add_row(total, static_cast<double>(B), static_cast<double>(B));
   ++milps_;
   const auto v = ilp.minimize();
   if (!v) return std::nullopt;
-  std::vector<int> n_of(D, 0);
-  for (int p = 0; p < D; ++p) {
-    for (const auto& [var, n] : y[p]) {
-      if ((*v)[var] > 0.5) n_of[p] = n;
+  std::vector<std::map<int, int>> out(types.size());
+  for (size_t k = 0; k < types.size(); ++k) {
+    for (const auto& [var, n] : z[k]) {
+      const int count = static_cast<int>(std::lround((*v)[var]));
+      if (count > 0) out[k][n] = count;
     }
   }
-  return n_of;
+  return out;
 }
 
 // Level 2 for one candidate: the strategy, or none when nothing fits.
@@ -283,13 +330,14 @@ double least_integer_bottleneck(const std::vector<std::pair<double, double>>& li
 
 }  // namespace
 
-double LayerPrograms::relaxed_bound(const std::vector<std::vector<StageLine>>& lines,
-                                    const std::vector<int>& b) const {
-  const int D = static_cast<int>(lines.size());
+double LayerPrograms::relaxed_bound(const std::vector<PipelineType>& types) const {
   const double B = static_cast<double>(options.global_batch), L = layers;
-  std::vector<double> K(D), Z(D);
-  for (int p = 0; p < D; ++p) {
-    const std::vector<StageLine>& st = lines[p];
+  const size_t kinds = types.size();
+  std::vector<double> K(kinds), Z(kinds);
+  int D = 0;
+  for (size_t k = 0; k < kinds; ++k) {
+    const std::vector<StageLine>& st = types[k].lines;
+    D += static_cast<int>(types[k].members.size());
     const double S = static_cast<double>(st.size());
     double least = kInf, sum = 0, w_one = 0;
     bool tail_grows = true;
@@ -297,35 +345,36 @@ double LayerPrograms::relaxed_bound(const std::vector<std::vector<StageLine>>& l
     for (const StageLine& s : st) {
       least = std::min(least, s.per_layer);
       sum += s.per_layer + s.fixed;  // every stage holds a layer
-      w_one = std::max(w_one, s.tail_per_layer + s.tail_fixed);
+      w_one = std::max(w_one, s.tail_floor_per_layer + s.tail_floor_fixed);
       f.push_back({s.per_layer, s.fixed});
-      tail.push_back({s.tail_per_layer, s.tail_fixed});
-      tail_grows = tail_grows && s.tail_per_layer > 0;
+      tail.push_back({s.tail_floor_per_layer, s.tail_floor_fixed});
+      tail_grows = tail_grows && s.tail_floor_per_layer > 0;
     }
     // Sum of the stages: the layers beyond one a stage on the fastest. Bottleneck and slowest sync:
     // each at its own least over integer splits.
     sum += (L - S) * least;
-    Z[p] = least_integer_bottleneck(f, L);
+    Z[k] = least_integer_bottleneck(f, L);
     const double W = tail_grows ? least_integer_bottleneck(tail, L) : w_one;
-    K[p] = sum + W;  // g_p(n) = K_p + (n - 1) Z_p bounds pipeline p's time from below
+    K[k] = sum + W;  // g(n) = K + (n - 1) Z bounds the type's pipelines' time from below
   }
-  if (D == 1) return K[0] + (B / b[0] - 1) * Z[0];
-  // The least T at which the pipelines can take B sequences: pipeline p runs at most
-  // n_p(T) = floor((T - K_p) / Z_p) + 1 micro-batches within T. From the real-valued T, step
-  // through the breakpoints K_p + (n - 1) Z_p.
+  if (D == 1) return K[0] + (B / types[0].b - 1) * Z[0];
+  // The least T at which the pipelines can take B sequences: a pipeline of type k runs at most
+  // n_k(T) = floor((T - K_k) / Z_k) + 1 micro-batches within T. From the real-valued T, step
+  // through the breakpoints K_k + (n - 1) Z_k.
   double slope = 0, offset = 0, T = 0;
-  for (int p = 0; p < D; ++p) {
-    slope += b[p] / Z[p];
-    offset += b[p] * (K[p] / Z[p] - 1);
-    T = std::max(T, K[p]);  // every pipeline runs a micro-batch
+  for (size_t k = 0; k < kinds; ++k) {
+    const double pipes_b = static_cast<double>(types[k].members.size()) * types[k].b;
+    slope += pipes_b / Z[k];
+    offset += pipes_b * (K[k] / Z[k] - 1);
+    T = std::max(T, K[k]);  // every pipeline runs a micro-batch
   }
   T = std::max(T, (B + offset) / slope);
   for (int step = 0; step <= 4 * D + 4; ++step) {
     double taken = 0, next = kInf;
-    for (int p = 0; p < D; ++p) {
-      const double n = std::floor((T - K[p]) / Z[p] * (1 + 1e-12) + 1e-12) + 1;
-      taken += b[p] * n;
-      next = std::min(next, K[p] + n * Z[p]);
+    for (size_t k = 0; k < kinds; ++k) {
+      const double n = std::floor((T - K[k]) / Z[k] * (1 + 1e-12) + 1e-12) + 1;
+      taken += static_cast<double>(types[k].members.size()) * types[k].b * n;
+      next = std::min(next, K[k] + n * Z[k]);
     }
     if (taken >= B) return T;
     T = next;
@@ -339,9 +388,6 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
   const int64_t B = options.global_batch;  // sequences, sum_p n_p b_p
   int64_t all_sizes = 0;
   for (int p = 0; p < D; ++p) all_sizes += b[p];
-  // The most micro-batches pipeline p can run: every other pipeline runs at least one.
-  std::vector<int> max_n(D);
-  for (int p = 0; p < D; ++p) max_n[p] = static_cast<int>((B - (all_sizes - b[p])) / b[p]);
   // The gradient ring of stage index j: that stage (or the nearest) of every pipeline.
   size_t most_stages = 0;
   for (const auto& pipe : c.pipelines) most_stages = std::max(most_stages, pipe.size());
@@ -349,50 +395,67 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
   for (size_t j = 0; j < most_stages; ++j) {
     std::vector<int> ring;
     for (const auto& other : c.pipelines) ring.push_back(other[std::min(j, other.size() - 1)].ranks.front());
-    rings.push_back(D > 1 ? cost.collective_link(ring) : std::pair<double, double>{1, 0});
+    rings.push_back(D > 1 ? ring_link(ring) : std::pair<double, double>{1, 0});
   }
-  std::vector<std::vector<StageLine>> lines;
+  // The pipelines by type (equal stage lines and size). A pipeline's most micro-batches: every other
+  // pipeline runs at least one (the same for every pipeline of a size).
+  std::vector<PipelineType> types;
+  std::vector<int> type_of(D);
   for (int p = 0; p < D; ++p) {
-    if (max_n[p] < 1) return std::nullopt;
-    lines.push_back(stage_lines(c, p, rings));
+    const int max_n = static_cast<int>((B - (all_sizes - b[p])) / b[p]);
+    if (max_n < 1) return std::nullopt;
+    std::vector<StageLine> lines = stage_lines(c, p, rings);
+    // A linear scan: the types are few (a handful where D is in the hundreds).
+    int k = 0;
+    while (k < static_cast<int>(types.size()) && (types[k].b != b[p] || types[k].lines != lines)) ++k;
+    if (k == static_cast<int>(types.size())) types.push_back({std::move(lines), b[p], max_n, {}, {}});
+    type_of[p] = k;
+    types[k].members.push_back(p);
   }
-  if (prune_at < kInf && relaxed_bound(lines, b) >= prune_at) {
+  // Nothing fits in memory (a split, or the micro-batch counts' windows).
+  auto dropped_by_memory = [&]() -> std::optional<sharding::Strategy> {
+    memory_dropped_bound_ = std::min(memory_dropped_bound_, c.bound);
+    return std::nullopt;
+  };
+  if (prune_at < kInf && relaxed_bound(types) >= prune_at) {
     ++relaxation_pruned_;
     return std::nullopt;
   }
   std::vector<PipelineTable> tabs;
-  for (int p = 0; p < D; ++p) {
-    tabs.push_back(table(lines[p], max_n[p], b[p], D));
-    if (tabs.back().pieces.empty()) return std::nullopt;
+  for (const PipelineType& t : types) {
+    tabs.push_back(table(t.lines, t.max_n, t.b, D));
+    if (tabs.back().pieces.empty()) return dropped_by_memory();
   }
   std::vector<int> n_of(D, static_cast<int>(B / b[0]));
-  if (D == 1 && (B % b[0] || !tabs[0].at(n_of[0]))) return std::nullopt;
+  if (D == 1 && B % b[0]) return std::nullopt;
+  if (D == 1 && !tabs[0].at(n_of[0])) return dropped_by_memory();
   if (D > 1) {
-    // g_p(n) for every pipeline and count (kInf: does not fit).
-    std::vector<std::vector<double>> g(D);
+    // g(n) for every type and count (kInf: does not fit).
     std::vector<double> values;
-    for (int p = 0; p < D; ++p) {
-      g[p].assign(max_n[p] + 1, kInf);
-      for (int n = 1; n <= max_n[p]; ++n) {
-        if (const Piece* k = tabs[p].at(n)) g[p][n] = k->line.at(n - 1);
-        if (g[p][n] < kInf) values.push_back(g[p][n]);
+    for (size_t k = 0; k < types.size(); ++k) {
+      std::vector<double>& g = types[k].g;
+      g.assign(types[k].max_n + 1, kInf);
+      for (int n = 1; n <= types[k].max_n; ++n) {
+        if (const Piece* piece = tabs[k].at(n)) g[n] = piece->line.at(n - 1);
+        if (g[n] < kInf) values.push_back(g[n]);
       }
     }
-    // Preprocessing: g_p grows with n, so the optimum is at least T*, the least value at which the
+    // Preprocessing: g grows with n, so the optimum is at least T*, the least value at which the
     // pipelines can take B sequences between them; a solution that runs lo_p <= n_p <= hi_p = the
     // most micro-batches pipeline p finishes within T* is optimal when one exists (always with one
     // micro-batch size; with several, the sizes may not add up to B there, and then every count is
     // open to the program).
-    // g_p is non-decreasing in n (inf past what fits), so the count within T is a binary search.
-    auto most_within = [&](int p, double T) {
-      return static_cast<int>(std::upper_bound(g[p].begin() + 1, g[p].end(), T) - (g[p].begin() + 1));
+    // g is non-decreasing in n (inf past what fits), so the count within T is a binary search.
+    auto most_within = [&](size_t k, double T) {
+      const std::vector<double>& g = types[k].g;
+      return static_cast<int>(std::upper_bound(g.begin() + 1, g.end(), T) - (g.begin() + 1));
     };
     auto enough = [&](double T) {
       int64_t sum = 0;
-      for (int p = 0; p < D; ++p) {
-        const int m = most_within(p, T);
+      for (size_t k = 0; k < types.size(); ++k) {
+        const int m = most_within(k, T);
         if (m == 0) return false;
-        sum += static_cast<int64_t>(m) * b[p];
+        sum += static_cast<int64_t>(m) * types[k].b * static_cast<int64_t>(types[k].members.size());
       }
       return sum >= B;
     };
@@ -409,56 +472,72 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
         lo = mid + 1;
       }
     }
-    if (least_enough == kInf) return std::nullopt;
-    const auto it = &least_enough;
-    std::vector<int> hi(D);
+    if (least_enough == kInf) return dropped_by_memory();
+    std::vector<int> hi(types.size());
     int64_t hi_sum = 0;
-    for (int p = 0; p < D; ++p) hi_sum += static_cast<int64_t>(hi[p] = most_within(p, *it)) * b[p];
+    for (size_t k = 0; k < types.size(); ++k) {
+      hi[k] = most_within(k, least_enough);
+      hi_sum += static_cast<int64_t>(hi[k]) * types[k].b * static_cast<int64_t>(types[k].members.size());
+    }
     // One micro-batch size: the counts within T* add up to at least B / b, and any of them can give
     // up micro-batches (a pipeline's time only falls) down to one each, so taking the surplus off
     // the slowest pipelines first reaches the optimum T* without a program.
     const bool one_size = std::all_of(b.begin(), b.end(), [&](int x) { return x == b[0]; });
-    std::optional<std::vector<int>> counts;
+    bool counted = false;
     if (one_size && B % b[0] == 0) {
-      std::vector<int> n(hi);
+      std::vector<int> n(D);
+      for (int p = 0; p < D; ++p) n[p] = hi[type_of[p]];
       int64_t surplus = hi_sum / b[0] - B / b[0];
-      std::priority_queue<std::pair<double, int>> slowest;  // (g_p(n_p), -p): ties to the lower pipeline
+      std::priority_queue<std::pair<double, int>> slowest;  // (g(n_p), -p): ties to the lower pipeline
       for (int p = 0; p < D; ++p) {
-        if (n[p] > 1) slowest.push({g[p][n[p]], -p});
+        if (n[p] > 1) slowest.push({types[type_of[p]].g[n[p]], -p});
       }
       while (surplus > 0 && !slowest.empty()) {
         const int p = -slowest.top().second;
         slowest.pop();
         --n[p];
         --surplus;
-        if (n[p] > 1) slowest.push({g[p][n[p]], -p});
+        if (n[p] > 1) slowest.push({types[type_of[p]].g[n[p]], -p});
       }
-      if (surplus == 0) counts = n;
+      if (surplus == 0) {
+        n_of = n;
+        counted = true;
+      }
     }
-    if (!counts) counts = program(g, b, hi, hi_sum);
-    if (!counts) {
-      for (int p = 0; p < D; ++p) hi[p] = max_n[p];
-      counts = program(g, b, hi, std::numeric_limits<int64_t>::max() / 2);
+    if (!counted) {
+      std::optional<std::vector<std::map<int, int>>> counts = program(types, hi, hi_sum);
+      if (!counts) {
+        for (size_t k = 0; k < types.size(); ++k) hi[k] = types[k].max_n;
+        counts = program(types, hi, std::numeric_limits<int64_t>::max() / 2);
+      }
+      if (!counts) return dropped_by_memory();
+      // The pipelines of a type take its counts in order: they are interchangeable.
+      for (size_t k = 0; k < types.size(); ++k) {
+        size_t at = 0;
+        for (const auto& [n, pipes] : (*counts)[k]) {
+          for (int i = 0; i < pipes && at < types[k].members.size(); ++i) n_of[types[k].members[at++]] = n;
+        }
+        HSPMD_ASSERT(at == types[k].members.size()) << "micro-batch program left a pipeline of type " << k << " without a count";
+      }
     }
-    if (!counts) return std::nullopt;
-    n_of = *counts;
     for (int p = 0; p < D; ++p) {
-      HSPMD_ASSERT(n_of[p] > 0 && tabs[p].at(n_of[p])) << "micro-batch program left pipeline " << p << " empty";
+      HSPMD_ASSERT(n_of[p] > 0 && tabs[type_of[p]].at(n_of[p])) << "micro-batch program left pipeline " << p << " empty";
     }
   }
   sharding::Strategy st;
   st.name = options.name;
-  st.zero = options.zero1 ? (options.zero2 ? 2 : 1) : 0;
+  st.zero = !options.zero1 ? 0 : options.zero3 ? 3 : options.zero2 ? 2 : 1;
   for (int p = 0; p < D; ++p) {
     sharding::PipelineSpec pipe;
     pipe.micro_batch_size = b[p];
     pipe.num_micro_batches = n_of[p];
     int layer = 0;
-    const std::vector<int>& split = tabs[p].at(n_of[p])->line.layers;
+    const std::vector<int>& split = tabs[type_of[p]].at(n_of[p])->line.layers;
     for (size_t j = 0; j < c.pipelines[p].size(); ++j) {
       sharding::StageSpec s;
       s.ranks = c.pipelines[p][j].ranks;
       s.cp = c.pipelines[p][j].cp;
+      s.sequence_parallel = options.sequence_parallel && cost.sequence_parallel_applies(s.tp(), s.cp, b[p]);
       s.first_layer = layer;
       s.last_layer = layer + split[j] - 1;
       layer += split[j];

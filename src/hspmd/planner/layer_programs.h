@@ -7,11 +7,13 @@
 //       For every n at or above the stage count (where 1F1B's memory no longer depends on n) the
 //       best split is a line in n; the lower envelope of those lines is found exactly with a few
 //       solves at their crossing points (each solve at a real-valued n).
-//   (b) micro-batches per pipeline: binaries y_{p,n} (pipeline p runs n micro-batches of its size
-//       b_p), one per pipeline, sum n b_p y_{p,n} = global batch, minimizing the slowest pipeline. Each
-//       pipeline's window of n is narrowed first, exactly: pipeline times grow with n, so the
+//   (b) micro-batches per pipeline: pipelines of equal stage lines and micro-batch size form a type
+//       (interchangeable: hundreds of pipelines at 1,024 GPUs are a handful of types); per type k
+//       and count n, integer z_{k,n} = how many of its pipelines run n micro-batches (a binary when
+//       the type is one pipeline), sum n b_k z_{k,n} = global batch, minimizing the slowest pipeline.
+//       Each type's window of n is narrowed first, exactly: pipeline times grow with n, so the
 //       optimum's threshold T* (the least time at which the pipelines can take every micro-batch)
-//       bounds every count.
+//       bounds every count. Tables, relaxations and windows are likewise found once per type.
 // The costs are the cost model's building blocks (planner/cost_model.h), so a solution is priced
 // the same way CostModel::predict prices it.
 #pragma once
@@ -20,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "hspmd/planner/cost_model.h"
@@ -43,6 +46,8 @@ class LayerPrograms {
 
   int milps() const { return milps_; }  // integer programs solved so far
   int relaxation_pruned() const { return relaxation_pruned_; }  // candidates solve() dropped unsolved
+  // The lowest bound of a candidate solve() found nothing for because of memory (infinity: none).
+  double lowest_memory_dropped_bound() const { return memory_dropped_bound_; }
 
  private:
   // What a stage costs as a function of its layer count x (all affine in x).
@@ -52,7 +57,11 @@ class LayerPrograms {
     bool first = false, last = false;
     double per_layer = 0, fixed = 0;       // f(x) = per_layer x + fixed, per micro-batch
     double tail_per_layer = 0, tail_fixed = 0;  // gradient sync + optimizer, per step
+    // What of the tail no overlap can hide (the relaxation's lower bound): with gradient buckets,
+    // ZeRO-1/2's parameter all-gather and the optimizer; without, the whole tail.
+    double tail_floor_per_layer = 0, tail_floor_fixed = 0;
     double capacity = 0;
+    auto operator<=>(const StageLine&) const = default;
   };
 
   // A layer split and the pipeline time it gives for n micro-batches: A + (n - 1) B.
@@ -82,20 +91,38 @@ class LayerPrograms {
     }
   };
 
+  // Pipelines of a candidate with equal stage lines and micro-batch size are interchangeable: each
+  // such type is priced, tabled and counted once, however many pipelines it has (hundreds of equal
+  // pipelines at 1,024 GPUs), so level 2 grows with the types, not with the pipelines.
+  struct PipelineType {
+    std::vector<StageLine> lines;
+    int b = 1, max_n = 1;
+    std::vector<int> members;  // its pipelines, ascending
+    std::vector<double> g;     // g[n]: its time for n micro-batches (kInf: does not fit), 1 <= n <= max_n
+  };
+
+  // What table() is keyed on: the pipeline's stage lines, its micro-batch size, count limit and D.
+  struct TableKey {
+    int max_n = 0, b = 0, D = 0;
+    std::vector<StageLine> lines;
+    auto operator<=>(const TableKey&) const = default;
+  };
+
+  // A lower bound on the step of any solution of a candidate whose pipelines are these types:
+  // layers and micro-batches relaxed to real numbers, and the three terms of a pipeline's time (sum
+  // of its stages, the bottleneck times n - 1, the slowest sync) each at its own minimum. Memory is
+  // ignored (it only removes solutions).
+  double relaxed_bound(const std::vector<PipelineType>& types) const;
   // `rings[j]`: the slowest link of the gradient ring of stage index j (the same for every pipeline).
-  // A lower bound on the step of any solution of a candidate whose pipelines have these stage lines
-  // and micro-batch sizes: layers and micro-batches relaxed to real numbers, and the three terms of
-  // a pipeline's time (sum of its stages, the bottleneck times n - 1, the slowest sync) each at its
-  // own minimum. Memory is ignored (it only removes solutions).
-  double relaxed_bound(const std::vector<std::vector<StageLine>>& lines, const std::vector<int>& b) const;
-  std::vector<StageLine> stage_lines(const Candidate& c, size_t p,
-                                     const std::vector<std::pair<double, double>>& rings) const;
+  std::vector<StageLine> stage_lines(const Candidate& c, size_t p, const std::vector<std::pair<double, double>>& rings);
+  std::pair<double, double> ring_link(const std::vector<int>& ring);  // collective_link, memoized
   double memory(const StageLine& s, int x, int b, int in_flight, int D) const;
   std::optional<SplitLine> best_split(const std::vector<StageLine>& st, double m, const std::vector<int>& in_flight,
                                       int b, int D);
   PipelineTable table(const std::vector<StageLine>& st, int max_n, int b, int D);
-  std::optional<std::vector<int>> program(const std::vector<std::vector<double>>& g, const std::vector<int>& b,
-                                          const std::vector<int>& hi, int64_t hi_sum);
+  // Micro-batch counts per type: for each type, how many of its pipelines run n micro-batches.
+  std::optional<std::vector<std::map<int, int>>> program(const std::vector<PipelineType>& types,
+                                                         const std::vector<int>& hi, int64_t hi_sum);
 
   const CostModel& cost;
   const PlannerOptions& options;
@@ -103,7 +130,20 @@ class LayerPrograms {
   int layers = 0;
   int milps_ = 0;
   int relaxation_pruned_ = 0;
-  std::map<std::string, PipelineTable> tables;  // by pipeline signature
+  std::map<TableKey, PipelineTable> tables;
+  std::map<std::vector<int>, std::pair<double, double>> ring_links_;  // each gradient ring's slowest link
+  // What a stage's layers, ends and memory are (StageLine's, the p2p to the next stage aside), per
+  // group: keyed on its first rank, size, CP degree, micro-batch size and ends, the ranks kept to
+  // tell apart groups of equal key (the search's groups are consecutive ranks; others are priced
+  // uncached).
+  struct GroupCosts {
+    std::vector<int> ranks;
+    double per_layer = 0, ends = 0, capacity = 0;
+  };
+  const GroupCosts& group_costs(const Group& g, int b, bool first, bool last);
+  std::unordered_map<int64_t, GroupCosts> group_costs_;
+  GroupCosts uncached_;  // the last group priced without the memo (a key another group holds)
+  double memory_dropped_bound_ = std::numeric_limits<double>::infinity();
 };
 
 }  // namespace hspmd::planner

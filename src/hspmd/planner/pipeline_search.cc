@@ -17,9 +17,10 @@ std::vector<int> powers_of_two_dividing(int64_t n, int64_t up_to) {
   return out;
 }
 
-double layer_seconds(const CostModel& cost, const Group& g, int b) {
-  return cost.stage_compute(g.kind, g.tp(), 1, false, b, g.cp) + cost.stage_tp_comm(g.ranks, 1, b, g.cp) +
-         cost.stage_cp_comm(g.ranks, 1, b, g.cp);
+double layer_seconds(const CostModel& cost, const Group& g, int b, bool sequence_parallel) {
+  sequence_parallel = sequence_parallel && g.tp() > 1;
+  return cost.stage_compute(g.kind, g.tp(), 1, false, b, g.cp, sequence_parallel) +
+         cost.stage_tp_comm(g.ranks, 1, b, g.cp, sequence_parallel) + cost.stage_cp_comm(g.ranks, 1, b, g.cp);
 }
 
 PipelineSearch::PipelineSearch(const CostModel& c, const PlannerOptions& o, const std::vector<int>& available)
@@ -207,10 +208,18 @@ bool kinds_contiguous(const std::vector<std::string>& order, const std::map<std:
 }  // namespace
 
 double PipelineSearch::layer_time(const Group& g, int b) const {
-  const auto key = std::make_tuple(g.ranks.front(), static_cast<int>(g.ranks.size()), g.cp, b);
+  // A group is its first rank and its size (consecutive ranks of one node). Packed: 12 bits of
+  // size, 10 of CP degree, 18 of micro-batch size (checked: a wrong key would mix groups).
+  HSPMD_CHECK(g.ranks.size() < (1 << 12) && g.cp < (1 << 10) && b < (1 << 18))
+      << "planner: group of " << g.ranks.size() << " ranks, CP " << g.cp << ", micro-batch " << b
+      << " beyond the layer memo's key";
+  const int64_t key = (static_cast<int64_t>(g.ranks.front()) << 40) | (static_cast<int64_t>(g.ranks.size()) << 28) |
+                      (static_cast<int64_t>(g.cp) << 18) | b;
   auto it = layer_memo_.find(key);
   if (it != layer_memo_.end()) return it->second;
-  const double t = layer_seconds(cost, g, b);
+  // SP is never slower (the same ring bytes, less duplicated work): bounds take it whenever the
+  // planner may write it, so that they stay below either.
+  const double t = layer_seconds(cost, g, b, options.search_sequence_parallel);
   layer_memo_.emplace(key, t);
   return t;
 }
@@ -325,8 +334,16 @@ double PipelineSearch::tail_bound(const Combo& c, int D) const {
   const double params = static_cast<double>(layers) / static_cast<double>(stages) * shape.layer_parameters / t_max;
   // D groups of at least one device each: between nodes once they outnumber a node's devices.
   const double bus = D > widest ? bus_between_nodes_ : bus_fastest_;
-  // The replicas: D pipelines x cp CP ranks.
-  const double sync = D * cp > 1 ? CostModel::ring_allreduce(D * cp, {bus, 0}, params * 4) : 0;
+  // The replicas: D pipelines x cp CP ranks. With gradient buckets the reduce may hide behind the
+  // backward pass, all but ZeRO-1/2's parameter all-gather; ZeRO-3 gathers per micro-batch instead.
+  double sync = 0;
+  if (D * cp > 1 && !options.zero3) {
+    if (cost.options().grad_bucket_mb <= 0) {
+      sync = CostModel::ring_allreduce(D * cp, {bus, 0}, params * 4);
+    } else if (options.zero1) {
+      sync = CostModel::ring_allgather(D * cp, {bus, 0}, params * 4);
+    }
+  }
   return sync + optimizer * params / (options.zero1 ? D * cp : 1);
 }
 
@@ -344,9 +361,12 @@ std::vector<std::pair<int, int>> PipelineSearch::most_layers(const Combo& c, int
     const int t = g.front().tp(), cp = g.front().cp;
     auto most = [&](bool ends) {
       if (c.capacity[k] == std::numeric_limits<double>::infinity()) return layers;
-      const bool zero2 = options.zero1 && options.zero2;
-      const double m1 = cost.stage_memory(kind, t, 1, ends, ends, b_min, 1, D, options.zero1, cp, zero2).total();
-      const double m2 = cost.stage_memory(kind, t, 2, ends, ends, b_min, 1, D, options.zero1, cp, zero2).total();
+      const bool zero2 = options.zero1 && (options.zero2 || options.zero3), zero3 = options.zero1 && options.zero3;
+      const bool sp = options.sequence_parallel && t > 1;
+      auto at = [&](int x) {
+        return cost.stage_memory(kind, t, x, ends, ends, b_min, 1, D, options.zero1, cp, zero2, sp, zero3).total();
+      };
+      const double m1 = at(1), m2 = at(2);
       if (m1 > c.capacity[k]) return 0;
       if (m2 <= m1) return layers;
       return static_cast<int>(std::min<double>(layers, 1 + std::floor((c.capacity[k] - m1) / (m2 - m1))));
@@ -375,9 +395,13 @@ bool PipelineSearch::shape_fits(const Combo& c, int D) const {
   return floor_stages + fewest_extras >= 1 && floor_room + fewest_extras * most_of_all >= layers;
 }
 
-int PipelineSearch::next_shape_D(const Combo& c, int below) const {
+int PipelineSearch::next_shape_D(const Combo& c, int below) {
   for (int D = std::min(below - 1, c.total); D >= 1; --D) {
     if (shape_fits(c, D)) return D;
+    // Memory dropped it unless D pipelines cannot each take a micro-batch.
+    if (static_cast<int64_t>(D) * *std::min_element(sizes_.begin(), sizes_.end()) <= options.global_batch) {
+      memory_dropped_bound_ = std::min(memory_dropped_bound_, shape_bound(c, D));
+    }
   }
   return 0;
 }

@@ -33,10 +33,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <queue>
 #include <tuple>
+#include <unordered_map>
 #include <set>
 #include <string>
 #include <vector>
@@ -78,6 +80,9 @@ class PipelineSearch {
   int64_t cuts() const { return static_cast<int64_t>(combos_.size()); }
   // The lowest bound among what remains (infinity when nothing does).
   double lowest_bound() const;
+  // The lowest bound of a shape dropped because no candidate of it fits in memory (infinity: none):
+  // below the best plan, a setting that needs less memory might find a faster plan.
+  double lowest_memory_dropped_bound() const { return memory_dropped_bound_; }
 
   // Pruning for re-planning (and PlannerOptions::tp_per_kind): a kind listed here keeps these TP
   // degrees (one: that degree alone; several: mixes of them) or stays idle; non-empty
@@ -110,7 +115,7 @@ class PipelineSearch {
   // Per class: the most layers one of its stages holds in the middle of a pipeline and alone in one
   // (with the embedding and head), with one micro-batch of the smallest size in flight, D pipelines.
   std::vector<std::pair<int, int>> most_layers(const Combo& c, int D) const;
-  int next_shape_D(const Combo& c, int below) const;  // the largest D < below worth a shape, or 0
+  int next_shape_D(const Combo& c, int below);  // the largest D < below worth a shape, or 0
   void push_shape(int combo, int below);
   void expand(int combo, int D, double threshold);
   double layer_time(const Group& g, int b) const;  // layer_seconds, memoized per group and size
@@ -136,12 +141,13 @@ class PipelineSearch {
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_;
   std::map<int64_t, Candidate> pending_;
   int64_t seq_ = 0, generated_ = 0, shapes_ = 0;
-  mutable std::map<std::tuple<int, int, int, int>, double> layer_memo_;
+  double memory_dropped_bound_ = std::numeric_limits<double>::infinity();
+  mutable std::unordered_map<int64_t, double> layer_memo_;  // (first rank, ranks, cp, size) packed
 };
 
 // Seconds of one decoder layer of one micro-batch of b sequences on group g, its TP collectives
-// included (both levels price a layer this way).
-double layer_seconds(const CostModel& cost, const Group& g, int b);
+// included (both levels price a layer this way); with sequence parallelism on its TP degree.
+double layer_seconds(const CostModel& cost, const Group& g, int b, bool sequence_parallel = false);
 
 // Powers of two up to `up_to` that divide n.
 std::vector<int> powers_of_two_dividing(int64_t n, int64_t up_to);

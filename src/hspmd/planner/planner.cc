@@ -27,6 +27,42 @@ std::string join_ranks(const std::vector<int>& ranks) {
   return s.str();
 }
 
+// " (sequence parallelism, ZeRO-2 and ZeRO-3 tried too)": what the search tightened to when memory bound.
+std::string tried_settings(const PlannerOptions& o) {
+  std::vector<std::string> tried;
+  if (o.sequence_parallel) tried.push_back("sequence parallelism");
+  if (o.zero2 || o.zero3) tried.push_back("ZeRO-2");
+  if (o.zero3) tried.push_back("ZeRO-3");
+  std::string s;
+  for (size_t i = 0; i < tried.size(); ++i) s += (i == 0 ? "" : i + 1 == tried.size() ? " and " : ", ") + tried[i];
+  return s.empty() ? s : " (" + s + " tried too)";
+}
+
+// ZeRO-3's condition (sharding::Strategy::validate): every pipeline of one shape.
+bool one_pipeline_shape(const sharding::Strategy& st) {
+  const sharding::PipelineSpec& a = st.pipelines.front();
+  for (const sharding::PipelineSpec& b : st.pipelines) {
+    if (b.num_micro_batches != a.num_micro_batches || b.stages.size() != a.stages.size()) return false;
+    for (size_t j = 0; j < a.stages.size(); ++j) {
+      const sharding::StageSpec &x = a.stages[j], &y = b.stages[j];
+      if (x.first_layer != y.first_layer || x.last_layer != y.last_layer || x.tp() != y.tp() || x.cp != y.cp) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// `st` with sequence parallelism on every stage where it applies, or off everywhere.
+sharding::Strategy with_sequence_parallel(sharding::Strategy st, bool on, const CostModel& cost) {
+  for (sharding::PipelineSpec& pipe : st.pipelines) {
+    for (sharding::StageSpec& s : pipe.stages) {
+      s.sequence_parallel = on && cost.sequence_parallel_applies(s.tp(), s.cp, pipe.micro_batch_size);
+    }
+  }
+  return st;
+}
+
 }  // namespace
 
 std::vector<int> searched_cp_degrees(const PlannerOptions& options) {
@@ -41,6 +77,10 @@ Planner::Planner(const models::Model& model, const resolve::Topology& topology, 
       profile_(profile),
       options_(std::move(options)),
       cost_(model, topology, profile, {.seq_len = options_.seq_len, .schedule = options_.schedule}) {
+  // SP never prices a layer slower and never needs more memory, so one search with SP's memory finds
+  // every plan a search without it would (each solution is then priced with SP off too, and SP kept
+  // only where it is needed to fit or faster): no second search for it when memory binds.
+  if (options_.search_sequence_parallel) options_.sequence_parallel = true;
   HSPMD_CHECK(options_.global_batch > 0) << "planner: the global batch must be positive, got " << options_.global_batch;
   for (int b : options_.micro_batch_sizes) {
     HSPMD_CHECK(b > 0 && options_.global_batch % b == 0)
@@ -95,7 +135,20 @@ double Planner::moved_bytes(const sharding::Strategy& previous, const sharding::
   return moved;
 }
 
-Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* previous) const {
+std::optional<PlannerOptions> Planner::tighter() const {
+  PlannerOptions next = options_;
+  if (options_.zero1 && options_.zero2_when_tight && !options_.zero2 && !options_.zero3) {
+    next.zero2 = true;
+  } else if (options_.zero1 && options_.zero3_when_tight && !options_.zero3) {
+    next.zero2 = false;
+    next.zero3 = true;
+  } else {
+    return std::nullopt;
+  }
+  return next;
+}
+
+Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* previous, double prune_at) const {
   const auto start = std::chrono::steady_clock::now();
   PipelineSearch search(cost_, options_, available);
   LayerPrograms programs(cost_, options_);
@@ -116,6 +169,10 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
   }
   Plan best;
   best.prediction.step_seconds = kInf;
+  // Below this, what memory kept out might be faster: a plan that did not fit, or a configuration
+  // or shape dropped for memory.
+  double memory_dropped = kInf;
+  auto threshold = [&] { return std::min(best.prediction.step_seconds, prune_at); };
   struct Found {
     sharding::Strategy strategy;
     Prediction prediction;
@@ -138,7 +195,7 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
     return p;
   };
   double next_report = options_.progress_interval_seconds;
-  while (std::optional<Candidate> c = search.next(best.prediction.step_seconds * slack)) {
+  while (std::optional<Candidate> c = search.next(threshold() * slack)) {
     if (options_.time_limit_seconds > 0 && best.prediction.step_seconds < kInf &&
         seconds_since(start) >= options_.time_limit_seconds) {
       best.complete = false;
@@ -150,22 +207,57 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
       next_report = seconds_since(start) + options_.progress_interval_seconds;
     }
     ++solved;
-    std::optional<sharding::Strategy> st = programs.solve(*c, best.prediction.step_seconds * slack);
+    std::optional<sharding::Strategy> st = programs.solve(*c, threshold() * slack);
     if (!st) continue;
+    if (st->shards_parameters() && !one_pipeline_shape(*st)) continue;
+    // With and without sequence parallelism on its TP stages: with it only where it fits when the
+    // other does not, or is faster.
     Prediction p = cost_.predict(*st);
-    if (!p.fits) continue;
+    const sharding::Strategy twin = with_sequence_parallel(*st, !options_.sequence_parallel, cost_);
+    if (options_.search_sequence_parallel && twin.pipelines != st->pipelines) {
+      Prediction q = cost_.predict(twin);
+      const bool twin_has_sp = !options_.sequence_parallel;
+      const bool twin_wins = twin_has_sp ? q.fits && (!p.fits || q.step_seconds < p.step_seconds)
+                                         : q.fits && (!p.fits || q.step_seconds <= p.step_seconds);
+      if (twin_wins) {
+        *st = twin;
+        p = std::move(q);
+      }
+    }
+    if (!p.fits) {
+      memory_dropped = std::min(memory_dropped, c->bound);
+      continue;
+    }
     if (p.step_seconds < best.prediction.step_seconds) {
       best.strategy = *st;
       best.prediction = p;
     }
     if (previous) found.push_back({std::move(*st), std::move(p)});
   }
-  if (best.prediction.step_seconds == kInf && options_.zero1 && options_.zero2_when_tight && !options_.zero2) {
-    // ZeRO-2 keeps no whole gradient accumulator between backward passes: what did not fit may now.
-    Planner zero2 = *this;
-    zero2.options_.zero2 = true;
-    return zero2.run(available, previous);
+  memory_dropped = std::min({memory_dropped, search.lowest_memory_dropped_bound(), programs.lowest_memory_dropped_bound()});
+  // Memory bound the search: with less memory needed (ZeRO-2, then ZeRO-3, each slower or
+  // no faster) a plan may fit, or beat the best found, so search again below the best. Not after the
+  // time limit cut this search short, and when re-planning only if nothing fit (its choice by moved
+  // state is among one setting's plans).
+  const double time_left =
+      options_.time_limit_seconds > 0 ? options_.time_limit_seconds - seconds_since(start) : kInf;
+  const bool have = best.prediction.step_seconds < kInf;
+  if (memory_dropped < threshold() * slack && (!have || (best.complete && !previous && time_left > 0))) {
+    if (const std::optional<PlannerOptions> next = tighter()) {
+      Planner tight = *this;
+      tight.options_ = *next;
+      if (have && options_.time_limit_seconds > 0) tight.options_.time_limit_seconds = time_left;
+      Plan other = tight.run(available, previous, threshold());
+      if (other.prediction.step_seconds < best.prediction.step_seconds) {
+        other.candidates += static_cast<int>(search.generated());
+        other.candidates_solved += solved;
+        other.milps += programs.milps();
+        other.planning_seconds = seconds_since(start);
+        return other;
+      }
+    }
   }
+  if (best.prediction.step_seconds == kInf && prune_at < kInf) return best;  // the caller has a plan
   if (best.prediction.step_seconds == kInf) {
     // Refuse with the figures: what the model's states need against what the devices have.
     const ModelShape& m = cost_.shape();
@@ -183,7 +275,7 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
                   << params / 1e9 << " billion parameters, one decoder layer " << m.layer_parameters / 1e6
                   << " million; weights, gradients and optimizer states need at least "
                   << format_bytes(need) << " even with every state sharded over all " << available.size()
-                  << " devices" << (options_.zero2 ? " (ZeRO-2 tried too)" : "") << ", before activations of "
+                  << " devices" << tried_settings(options_) << ", before activations of "
                   << options_.seq_len << "-token sequences; the devices have "
                   << format_bytes(total_memory) << " in all, the largest "
                   << format_bytes(largest) << ". Add devices, shorten the sequences or use a smaller model";
@@ -291,7 +383,8 @@ std::string describe_plan(const Plan& plan) {
     for (size_t j = 0; j < pipe.stages.size(); ++j) {
       const auto& stage = pipe.stages[j];
       s << (j ? " ->" : "") << " [" << join_ranks(stage.ranks) << "] " << pred.stages[j].kind << " TP"
-        << stage.tp() << (stage.cp > 1 ? " CP" + std::to_string(stage.cp) : "") << " layers " << stage.first_layer
+        << stage.tp() << (stage.cp > 1 ? " CP" + std::to_string(stage.cp) : "")
+        << (stage.sequence_parallel ? " SP" : "") << " layers " << stage.first_layer
         << "-" << stage.last_layer;
     }
     s << "\n";

@@ -24,7 +24,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,11 +57,25 @@ struct PlannerOptions {
   int64_t global_batch = 64;  // sequences per step
   int64_t seq_len = 4096;
   bool zero1 = true;
-  // Under ZeRO-1, when no plan fits, plan again with ZeRO-2's memory (no whole gradient accumulator
-  // between backward passes, docs/memory.md) and write "zero": 2.
+  // Under ZeRO-1, when memory binds (see zero3_when_tight), plan again with ZeRO-2's memory (no whole
+  // gradient accumulator between backward passes, docs/memory.md) and write "zero": 2 if faster.
   bool zero2_when_tight = true;
   // Price memory as ZeRO-2 (with zero1) and write "zero": 2: what that second search sets.
   bool zero2 = false;
+  // Price TP stages' memory with sequence parallelism in the search and write "sequence_parallel":
+  // true on them; the planner sets it whenever search_sequence_parallel holds (SP is never slower
+  // nor larger). Each solution is also priced with SP off, and SP kept only where it fits when the
+  // other does not, or is faster.
+  bool sequence_parallel = false;
+  // Whether sequence parallelism is considered at all (both of the above); false: never written.
+  bool search_sequence_parallel = true;
+  // Price memory and the per-layer parameter gathers as ZeRO-3 and write "zero": 3 (pipelines of one
+  // shape only, as the runtime requires).
+  bool zero3 = false;
+  // When memory binds (no plan fits, or a configuration whose bound is below the best plan found did
+  // not fit), search again with less memory, keeping the fastest plan: ZeRO-2
+  // (zero2_when_tight), then ZeRO-3 (this); each step only with zero1 for the ZeRO stages.
+  bool zero3_when_tight = true;
   specialize::ScheduleKind schedule = specialize::ScheduleKind::k1F1B;
   std::vector<int> micro_batch_sizes;  // empty: powers of two up to 8 dividing the global batch
   std::vector<int> devices;            // the ranks the plan may use; empty: every device of the cluster
@@ -123,7 +139,11 @@ class Planner {
   const CostModel& cost_model() const { return cost_; }
 
  private:
-  Plan run(const std::vector<int>& devices, const sharding::Strategy* previous) const;
+  // The fastest plan below `prune_at` (a plan already found elsewhere); step_seconds infinity: none.
+  Plan run(const std::vector<int>& devices, const sharding::Strategy* previous,
+           double prune_at = std::numeric_limits<double>::infinity()) const;
+  // The next setting that needs less memory (SP, ZeRO-2, ZeRO-3), or none.
+  std::optional<PlannerOptions> tighter() const;
 
   const resolve::Topology& topology_;
   const Profile& profile_;

@@ -79,6 +79,10 @@ std::string Profile::to_json_text() const {
     kj["zero_bytes_per_parameter"] = k.zero_bytes_per_parameter;
     kj["reserved_bytes"] = k.reserved_bytes;
     kj["activation_element_bytes"] = k.activation_element_bytes;
+    // Measured on a device only: absent from host and derived profiles, which keep their old text.
+    if (k.memory_bytes != 0) kj["memory_bytes"] = k.memory_bytes;
+    if (k.host_to_device_bandwidth != 0) kj["host_to_device_bandwidth"] = k.host_to_device_bandwidth;
+    if (k.device_to_host_bandwidth != 0) kj["device_to_host_bandwidth"] = k.device_to_host_bandwidth;
     kj["tp"] = OJson::object();
     for (const auto& [t, p] : k.tp) {
       OJson tj;
@@ -132,6 +136,9 @@ Profile Profile::from_json_text(const std::string& json_text, const std::string&
     k.activation_element_bytes = kj.contains("activation_element_bytes")
                                      ? number(kj, "activation_element_bytes", kw)
                                      : 4.0;
+    k.memory_bytes = number(kj, "memory_bytes", kw, false);
+    k.host_to_device_bandwidth = number(kj, "host_to_device_bandwidth", kw, false);
+    k.device_to_host_bandwidth = number(kj, "device_to_host_bandwidth", kw, false);
     const Json& tps = json_member(kj, "tp", kw);
     HSPMD_CHECK(tps.is_object() && !tps.empty()) << kw << ".tp: expected a non-empty object keyed by TP degree";
     for (const auto& [degree, tj] : tps.items()) {

@@ -8,8 +8,8 @@
 //   optimizer, once per step: optimizer_seconds_per_parameter * parameters whose states the rank
 //   updates (measured profiles time the trainer's post phase and keep it out of the layer figure)
 // A profile whose `layer_includes_tp_comm` is true measured the layer with its TP all-reduces
-// inside (a profile written elsewhere may; `hspmd profile` and derived profiles do not, they
-// time compute only); otherwise the cost model adds them from the link tiers.
+// inside (`hspmd profile --device cuda` does: wall time on the GPUs; on the host and in derived
+// profiles they time compute only); otherwise the cost model adds them from the link tiers.
 // Memory, per device kind (the element size and the runtime's layout are the device's):
 //   bytes_per_parameter        kept for every parameter a rank holds (weights, gradient buffers)
 //   zero_bytes_per_parameter   sharded over the data-parallel replicas under ZeRO-1 (optimizer
@@ -19,6 +19,9 @@
 //                                      + ends_keep_per_token * T
 //     transient (one micro-batch):     layers * (transient_per_token * T) + ends_transient_per_token * T
 //   reserved_bytes                     taken by the runtime before any tensor (CUDA context, ...)
+// Measured on a device (`hspmd profile --device cuda`; 0: not measured), recorded for the cluster
+// spec and for reading, not priced by the cost model (a rank's capacity is the cluster spec's
+// "memory"): memory_bytes, the device's total; the host <-> device copy rates in bytes/s.
 // Links, per tier ("intra-node", "inter-node"): point-to-point bytes/s, all-reduce bus bytes/s
 // (ring: 2 (n-1)/n * bytes / bus_bandwidth) and a latency per message.
 #pragma once
@@ -67,6 +70,9 @@ struct DeviceKindProfile {
   double zero_bytes_per_parameter = 0;
   double reserved_bytes = 0;
   double activation_element_bytes = 4;  // bytes of one activation element on the wire (p2p, TP)
+  double memory_bytes = 0;              // the device's total, measured; 0: not measured
+  double host_to_device_bandwidth = 0;  // bytes/s; 0: not measured
+  double device_to_host_bandwidth = 0;  // bytes/s; 0: not measured
 };
 
 struct LinkProfile {

@@ -1,8 +1,12 @@
 #include "hspmd/resolve/bsr_scheme.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <numeric>
 #include <optional>
 #include <set>
+#include <tuple>
+#include <unordered_map>
 
 #include "hspmd/core/error.h"
 
@@ -124,23 +128,23 @@ BsrScheme plan_bsr(const BsrTable& table, const Topology* topology, BsrPolicy po
   const auto& entries = table.entries();
   int devices = topology ? topology->num_devices() : 0;
   for (const BsrEntry& e : entries) {
-    if (!e.owners.empty()) devices = std::max(devices, e.owners.back() + 1);
-    if (!e.receivers.empty()) devices = std::max(devices, e.receivers.back() + 1);
+    if (!e.owners().empty()) devices = std::max(devices, e.owners().back() + 1);
+    if (!e.receivers().empty()) devices = std::max(devices, e.receivers().back() + 1);
   }
   SenderChooser chooser(topology, devices);
   for (int i = 0; i < static_cast<int>(entries.size()); ++i) {
     const BsrEntry& e = entries[i];
     bool started = false;
-    for (int r : e.receivers) {
-      int sender = e.owners.front();
-      if (std::binary_search(e.owners.begin(), e.owners.end(), r)) {
+    for (int r : e.receivers()) {
+      int sender = e.owners().front();
+      if (std::binary_search(e.owners().begin(), e.owners().end(), r)) {
         sender = r;  // (i) owned: local copy, whatever the policy (no scheme sends what is there)
       } else if (policy == BsrPolicy::kHeuristic) {
-        if (!started) chooser.start(e.owners);
+        if (!started) chooser.start(e.owners());
         started = true;
         sender = chooser.choose(r);  // (ii), then (iii)
       }
-      if (sender != r) chooser.add_sent(sender, e.bytes);
+      if (sender != r) chooser.add_sent(sender, e.bytes());
       scheme.transfers.push_back({i, sender, r});
     }
   }
@@ -151,37 +155,73 @@ BsrScheme plan_bsr(const BsrTable& table, const Topology* topology, BsrPolicy po
 std::map<std::pair<int, int>, int64_t> BsrScheme::pair_bytes(const BsrTable& table) const {
   std::map<std::pair<int, int>, int64_t> out;
   for (const BsrTransfer& t : transfers) {
-    if (t.sender != t.receiver) out[{t.sender, t.receiver}] += table.entries()[t.entry].bytes;
+    if (t.sender != t.receiver) out[{t.sender, t.receiver}] += table.entries()[t.entry].bytes();
   }
   return out;
 }
 
 DeviceOps BsrScheme::device_ops(const BsrTable& table) const {
-  std::map<int, CommOp> local;
-  std::map<std::pair<int, int>, CommOp> sends, recvs;  // keyed (device, peer)
-  for (const BsrTransfer& t : transfers) {
-    const BsrEntry& e = table.entries()[t.entry];
-    const Piece piece{e.tensor, e.slice};
-    if (t.sender == t.receiver) {
-      CommOp& op = local[t.sender];
-      op.kind = CommKind::kLocalCopy;
-      op.pieces.push_back(piece);
-      continue;
-    }
-    CommOp& s = sends[{t.sender, t.receiver}];
-    s.kind = CommKind::kSend;
-    s.peer = t.receiver;
-    s.pieces.push_back(piece);
-    s.bytes += e.bytes;
-    CommOp& r = recvs[{t.receiver, t.sender}];
-    r.kind = CommKind::kRecv;
-    r.peer = t.sender;
-    r.pieces.push_back(piece);
+  // One op per (sender, receiver) pair (a local copy when they are equal), found through a hash of
+  // the pair: a switch of 1,024 ranks has hundreds of thousands of transfers, and a tree of pairs
+  // per op kind cost a logarithm and a node per lookup. Each op's pieces are counted first, so
+  // every piece list is allocated once.
+  struct Pair {
+    int sender = 0;
+    int receiver = 0;
+    size_t pieces = 0;
+  };
+  std::vector<Pair> pairs;
+  std::unordered_map<uint64_t, int> pair_index;
+  std::vector<int> pair_of(transfers.size());
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const BsrTransfer& t = transfers[i];
+    const uint64_t key = static_cast<uint64_t>(static_cast<uint32_t>(t.sender)) << 32 | static_cast<uint32_t>(t.receiver);
+    const auto [it, fresh] = pair_index.emplace(key, static_cast<int>(pairs.size()));
+    if (fresh) pairs.push_back({t.sender, t.receiver, 0});
+    ++pairs[it->second].pieces;
+    pair_of[i] = it->second;
   }
+  std::vector<CommOp> sends(pairs.size()), recvs(pairs.size());  // a local copy is its pair's "send"
+  for (size_t p = 0; p < pairs.size(); ++p) {
+    const Pair& pair = pairs[p];
+    if (pair.sender == pair.receiver) {
+      sends[p].kind = CommKind::kLocalCopy;
+    } else {
+      sends[p].kind = CommKind::kSend;
+      sends[p].peer = pair.receiver;
+      recvs[p].kind = CommKind::kRecv;
+      recvs[p].peer = pair.sender;
+      recvs[p].pieces.reserve(pair.pieces);
+    }
+    sends[p].pieces.reserve(pair.pieces);
+  }
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const BsrEntry& e = table.entries()[transfers[i].entry];
+    CommOp& op = sends[pair_of[i]];
+    op.pieces.push_back({e.tensor, e.slice()});
+    if (op.kind == CommKind::kLocalCopy) continue;
+    op.bytes += e.bytes();
+    recvs[pair_of[i]].pieces.push_back({e.tensor, e.slice()});
+  }
+  // Per device: its local copy, then its sends by ascending peer, then its receives by ascending peer.
+  std::vector<int> order(pairs.size());
+  std::iota(order.begin(), order.end(), 0);
   DeviceOps ops;
-  for (auto& [dev, op] : local) ops[dev].push_back(std::move(op));
-  for (auto& [key, op] : sends) ops[key.first].push_back(std::move(op));
-  for (auto& [key, op] : recvs) ops[key.first].push_back(std::move(op));
+  for (int p : order) {
+    if (sends[p].kind == CommKind::kLocalCopy) ops[pairs[p].sender].push_back(std::move(sends[p]));
+  }
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return std::tie(pairs[a].sender, pairs[a].receiver) < std::tie(pairs[b].sender, pairs[b].receiver);
+  });
+  for (int p : order) {
+    if (sends[p].kind == CommKind::kSend) ops[pairs[p].sender].push_back(std::move(sends[p]));
+  }
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return std::tie(pairs[a].receiver, pairs[a].sender) < std::tie(pairs[b].receiver, pairs[b].sender);
+  });
+  for (int p : order) {
+    if (recvs[p].kind == CommKind::kRecv) ops[pairs[p].receiver].push_back(std::move(recvs[p]));
+  }
   return ops;
 }
 

@@ -78,9 +78,8 @@ int BsrTable::add(const std::string& name, const sharding::Annotation& src, cons
 
 int BsrTable::add_regions(const std::string& name, const DeviceRegions& src, const DeviceRegions& dst,
                           int64_t element_size) {
-  const int tensor = static_cast<int>(names_.size());
-  names_.push_back(name);
-  if (dst.empty()) return tensor;
+  auto slices = std::make_shared<std::vector<BsrSlice>>();
+  if (dst.empty()) return add_slices(name, std::move(slices));
   const int rank = dst.front().second.rank();
   const auto cuts = cut_points(src, dst, rank);
   int64_t count = 1;
@@ -90,28 +89,41 @@ int BsrTable::add_regions(const std::string& name, const DeviceRegions& src, con
   for (const auto& [dev, r] : src) for_each_slice(r, cuts, [&](int64_t s) { owners[s].push_back(dev); });
   for (int64_t s = 0; s < count; ++s) {
     if (receivers[s].empty()) continue;
-    BsrEntry e;
-    e.tensor = tensor;
-    e.slice.begin.resize(rank);
-    e.slice.end.resize(rank);
+    BsrSlice e;
+    e.region.begin.resize(rank);
+    e.region.end.resize(rank);
     int64_t rest = s;
     for (int d = rank - 1; d >= 0; --d) {
       const int64_t n = static_cast<int64_t>(cuts[d].size() - 1);
       const int64_t k = rest % n;
       rest /= n;
-      e.slice.begin[d] = cuts[d][k];
-      e.slice.end[d] = cuts[d][k + 1];
+      e.region.begin[d] = cuts[d][k];
+      e.region.end[d] = cuts[d][k + 1];
     }
-    HSPMD_CHECK(!owners[s].empty()) << "tensor " << name << ": slice " << e.slice.to_string()
+    HSPMD_CHECK(!owners[s].empty()) << "tensor " << name << ": slice " << e.region.to_string()
                                     << " is needed by device " << receivers[s].front()
                                     << " but no (live) source device owns it; restore it from a checkpoint";
     e.owners = std::move(owners[s]);
     e.receivers = std::move(receivers[s]);
     std::sort(e.owners.begin(), e.owners.end());
     std::sort(e.receivers.begin(), e.receivers.end());
-    e.bytes = e.slice.numel() * element_size;
-    entries_.push_back(std::move(e));
+    e.bytes = e.region.numel() * element_size;
+    slices->push_back(std::move(e));
   }
+  return add_slices(name, std::move(slices));
+}
+
+int BsrTable::add_copy(const std::string& name, const BsrTable& from, int tensor) {
+  HSPMD_ASSERT(tensor >= 0 && tensor < static_cast<int>(from.slices_.size()))
+      << "BSR table: no tensor " << tensor << " to copy '" << name << "' from";
+  return add_slices(name, from.slices_[tensor]);
+}
+
+int BsrTable::add_slices(const std::string& name, Slices slices) {
+  const int tensor = static_cast<int>(names_.size());
+  names_.push_back(name);
+  for (const BsrSlice& s : *slices) entries_.push_back({tensor, &s});
+  slices_.push_back(std::move(slices));
   return tensor;
 }
 

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,12 +25,25 @@ namespace hspmd::resolve {
 
 using sharding::Region;
 
-struct BsrEntry {
-  int tensor = 0;
-  Region slice;
+// One finest slice of a layout: where it is, who owns it, who needs it. Tensors resharded alike
+// share their slices (BsrTable::add_copy), so a table of thousands of identically laid out tensors
+// holds each device list once.
+struct BsrSlice {
+  Region region;
   std::vector<int> owners;     // ascending device ids
   std::vector<int> receivers;  // ascending device ids
   int64_t bytes = 0;           // size of the slice
+};
+
+// One slice of one tensor.
+struct BsrEntry {
+  int tensor = 0;
+  const BsrSlice* layout = nullptr;  // owned by the table (shared by its copies)
+
+  const Region& slice() const { return layout->region; }
+  const std::vector<int>& owners() const { return layout->owners; }
+  const std::vector<int>& receivers() const { return layout->receivers; }
+  int64_t bytes() const { return layout->bytes; }
 };
 
 class BsrTable {
@@ -43,13 +57,23 @@ class BsrTable {
   // Adds one tensor given explicit source and destination regions (e.g. one subgroup's part in a
   // bottom-tier BSR). Every needed slice must have an owner.
   int add_regions(const std::string& name, const DeviceRegions& src, const DeviceRegions& dst, int64_t element_size);
+  // Adds one tensor resharded exactly like tensor `tensor` of `from` (this table or another): its
+  // entries, under the new tensor's index. Many tensors share one layout (every layer's q_proj in
+  // one pipeline stage, a parameter's two moments), and deriving the slices once per layout keeps
+  // a switch of thousands of ranks from recomputing every device's region per tensor.
+  int add_copy(const std::string& name, const BsrTable& from, int tensor);
 
   const std::vector<BsrEntry>& entries() const { return entries_; }
   const std::vector<std::string>& tensor_names() const { return names_; }
 
  private:
-  std::vector<BsrEntry> entries_;
+  using Slices = std::shared_ptr<const std::vector<BsrSlice>>;
+
+  int add_slices(const std::string& name, Slices slices);
+
+  std::vector<BsrEntry> entries_;      // point into slices_
   std::vector<std::string> names_;
+  std::vector<Slices> slices_;         // per tensor, its layout's (shared by tensors laid out alike)
 };
 
 }  // namespace hspmd::resolve

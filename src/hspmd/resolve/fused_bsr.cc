@@ -1,5 +1,7 @@
 #include "hspmd/resolve/fused_bsr.h"
 
+#include <unordered_map>
+
 #include "hspmd/core/error.h"
 
 namespace hspmd::resolve {
@@ -38,31 +40,52 @@ FusedBsrOptions bsr_algorithm_options(BsrAlgorithm algorithm, std::vector<int> d
 
 namespace {
 
-// Adds one table's scheme to `out`: ops appended per device, messages per pair.
+// Adds one table's scheme to `out`: ops appended per device, and its messages, which are its sends
+// (device_ops lists them by sender, then receiver).
 void append_scheme(const BsrTable& table, const BsrScheme& scheme, int tensor_offset, FusedBsr& out) {
   for (auto& [dev, ops] : scheme.device_ops(table)) {
     std::vector<CommOp>& into = out.ops[dev];
     for (CommOp& op : ops) {
-      for (Piece& p : op.pieces) p.tensor += tensor_offset;
+      if (op.kind == CommKind::kSend) {
+        out.message_list.push_back({dev, op.peer, op.bytes, static_cast<int>(op.pieces.size())});
+        out.bytes_sent[dev] += op.bytes;
+      }
+      if (tensor_offset != 0) {
+        for (Piece& p : op.pieces) p.tensor += tensor_offset;
+      }
       into.push_back(std::move(op));
     }
   }
-  std::map<std::pair<int, int>, int> pieces;
-  for (const BsrTransfer& t : scheme.transfers) {
-    if (t.sender != t.receiver) ++pieces[{t.sender, t.receiver}];
-  }
-  for (const auto& [pair, bytes] : scheme.pair_bytes(table)) {
-    out.message_list.push_back({pair.first, pair.second, bytes, pieces[pair]});
-    out.bytes_sent[pair.first] += bytes;
-  }
 }
+
+// Tensors resharded alike: same annotations, shape and element size, whatever their names.
+struct SameLayout {
+  bool operator()(const FusedTensor* a, const FusedTensor* b) const {
+    return a->element_size == b->element_size && a->shape == b->shape && a->src == b->src && a->dst == b->dst;
+  }
+};
+struct LayoutHash {
+  size_t operator()(const FusedTensor* t) const {
+    size_t h = t->src.hash() * 0x100000001b3ull ^ t->dst.hash();
+    for (int64_t d : t->shape.dims()) h = h * 0x100000001b3ull ^ static_cast<size_t>(d);
+    return h * 0x100000001b3ull ^ static_cast<size_t>(t->element_size);
+  }
+};
 
 }  // namespace
 
 FusedBsr plan_fused_bsr(const std::vector<FusedTensor>& tensors, const Topology* topology,
                         const FusedBsrOptions& options) {
   FusedBsr out;
-  for (const FusedTensor& t : tensors) {
+  // Each layout is validated and sliced once, by its first tensor; the others copy its entries.
+  std::unordered_map<const FusedTensor*, int, LayoutHash, SameLayout> first_with_layout;
+  for (int i = 0; i < static_cast<int>(tensors.size()); ++i) {
+    const FusedTensor& t = tensors[i];
+    const auto [first, fresh] = first_with_layout.emplace(&t, i);
+    if (!fresh) {
+      out.table.add_copy(t.name, out.table, first->second);
+      continue;
+    }
     t.src.validate_for(t.shape, t.name);
     t.dst.validate_for(t.shape, t.name);
     out.table.add(t.name, t.src, t.dst, t.shape, t.element_size, options.dead);
@@ -71,11 +94,10 @@ FusedBsr plan_fused_bsr(const std::vector<FusedTensor>& tensors, const Topology*
     append_scheme(out.table, plan_bsr(out.table, topology, options.policy), 0, out);
     return out;
   }
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const FusedTensor& t = tensors[i];
+  for (int i = 0; i < static_cast<int>(tensors.size()); ++i) {
     BsrTable single;
-    single.add(t.name, t.src, t.dst, t.shape, t.element_size, options.dead);
-    append_scheme(single, plan_bsr(single, topology, options.policy), static_cast<int>(i), out);
+    single.add_copy(tensors[i].name, out.table, i);
+    append_scheme(single, plan_bsr(single, topology, options.policy), i, out);
   }
   return out;
 }

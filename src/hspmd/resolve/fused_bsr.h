@@ -7,6 +7,9 @@
 //   FusedBsr f = plan_fused_bsr(ts, &topology);
 //   f.ops[3]          // device 3: LocalCopy ..., Send peer=0 t0:[..] t1:[..], Recv peer=5 ...
 //   f.messages()      // {sender, receiver, bytes, pieces} per pair
+// Tensors laid out alike (same annotations, shape and element size: every layer's q_proj in one
+// pipeline stage, a parameter's two moments) are validated and sliced once and share their table
+// slices (BsrTable::add_copy); the synthetic Llama 70B switch lists 2,169 tensors in 100 layouts.
 // With fuse = false (`hspmd explain --switch --no-heuristics` uses it with kLowestOwner), every
 // tensor gets its own table and scheme: the per-tensor baseline the paper compares against.
 #pragma once

@@ -213,12 +213,15 @@ StepMetrics DistTrainer::step() {
   double loss = 0;
   grad_sync_.start(computed, step_ + 1);
   try {
-    const double loss_sum =
-        runner_.run(computing(), computed, segments, labels,
-                    {.train = true,
-                     .step = step_ + 1,
-                     .layout = given ? std::optional(data::BatchLayout::kRows) : std::nullopt});
-    loss = post(loss_sum, traffic ? &*traffic : nullptr);
+    // The step's totals on the device, read once in post: [0] squared gradient norm, [1] loss sum.
+    const Tensor totals = Tensor::zeros(Shape{2}, DType::kFloat64, &compute_.allocator);
+    runner_.run(computing(), computed, segments, labels,
+                {.train = true,
+                 .step = step_ + 1,
+                 .layout = given ? std::optional(data::BatchLayout::kRows) : std::nullopt,
+                 .loss_total = totals,
+                 .loss_at = 1});
+    loss = post(totals, traffic ? &*traffic : nullptr);
   } catch (...) {
     // The communication thread lets go of the state before anyone settles the step
     // (finish_interrupted_step); its running bucket ends within the communicators' timeout.
@@ -242,22 +245,25 @@ StepMetrics DistTrainer::step() {
   return m;
 }
 
-double DistTrainer::post(double loss_sum, Bf16SwitchTraffic* traffic) {
+double DistTrainer::post(const Tensor& device_totals, Bf16SwitchTraffic* traffic) {
   const double start = tracer_.now_us();
   session_.wait_deferred();
   // Gradients in the optimizer-state layout (the sync's rest, then waiting for the communication
   // thread; under a bf16-only switch moved back to the base); squares of the elements this rank counts.
   std::vector<Tensor> synced = grad_sync_.finish();
   std::vector<Tensor> grads = traffic ? bring_back_gradients(synced, *traffic) : std::move(synced);
-  double squares = 0;
+  // Summed on the device next to the losses and read with them: one host wait, not one per
+  // gradient and micro-batch.
   for (size_t i = 0; i < state_.tensors.size(); ++i) {
     const TensorState& s = state_.tensors[i];
-    if (counts_once(s.state_annotation, s.shape, rank_)) squares += compute_.sum_squares(grads[i]);
+    if (counts_once(s.state_annotation, s.shape, rank_)) compute_.add_sum_squares(grads[i], device_totals);
   }
+  const Tensor read = compute_.read_to_host(device_totals);
   // Kept until the update: if the totals reach another rank but not this one, it can still apply
   // the step after a failure (finish_interrupted_step).
   synced_grads_ = grads;
-  std::vector<double> totals{squares, runner_.counts_loss(computing()) ? loss_sum : 0.0};
+  std::vector<double> totals{read.element_as_double(0),
+                             runner_.counts_loss(computing()) ? read.element_as_double(1) : 0.0};
   all_ranks_group()->allreduce({.data = comm::CommBuffer::of(totals)}).wait();
   if (commits_.step) commits_.step(step_ + 1, totals);  // before any weight changes anywhere
   apply_update(grads, totals, /*gather=*/true);

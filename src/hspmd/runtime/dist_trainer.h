@@ -343,7 +343,7 @@ class DistTrainer {
   // The data position moved to `state` (a restore, a redone step); nothing without a dataset.
   void reset_loader(const data::LoaderState& state);
   // Returns the global loss; updates weights. `traffic`: the step computed under bf16_->plan.
-  double post(double loss_sum, Bf16SwitchTraffic* traffic);
+  double post(const Tensor& device_totals, Bf16SwitchTraffic* traffic);
   // AdamW on this rank's state with the synced gradients and the global {squares, loss} totals;
   // `gather` = false skips the ZeRO-1 parameter gather (recovery: the old groups are gone).
   void apply_update(std::vector<Tensor>& grads, const std::vector<double>& totals, bool gather);

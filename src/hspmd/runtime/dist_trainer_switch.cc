@@ -109,7 +109,23 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
     if (a == rank_ || b == rank_) session_.group({a, b}, "switch");
   }
   ShardedState moved = ShardedState::laid_out(next, graph_.params, rank_, optimizer_options(options_.train));
-  const StateTransfer transfer = state_transfer(sp, moved, !dead.empty());
+  StateTransfer transfer = state_transfer(sp, moved, !dead.empty());
+  // A device rank whose communicators move host memory (Gloo; staging in comm_memory_) moves host
+  // copies, as for its Reshards: the sources are copied out now and the new shards copied in once
+  // the BSR is done; a kept shard (the source's own tensor) is neither. Over NCCL the BSR packs and
+  // moves the device shards themselves.
+  const bool staged = comm_memory_ != nullptr;
+  StateTransfer on_device = transfer;  // handles: the device shards themselves
+  if (staged) {
+    for (LocalShard& source : transfer.sources) {
+      if (source.tensor.defined()) source.tensor = source.tensor.clone(comm_memory_.get());
+    }
+    for (LocalShard& destination : transfer.destinations) {
+      if (destination.tensor.defined()) {
+        destination.tensor = Tensor::empty(destination.region.shape(), destination.tensor.dtype(), comm_memory_.get());
+      }
+    }
+  }
   world->barrier().wait();  // the BSR's time is the transfer, not waiting for the last rank to plan
   fault_point(rank_, step_ + 1, "switch");
   const auto bsr_start = Clock::now();
@@ -124,6 +140,14 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
       for (const auto& [peer, bytes] :
            execute_fused_bsr(one, rank_, {transfer.sources[i]}, {transfer.destinations[i]}, session_, "switch")) {
         sent_to[peer] += bytes;
+      }
+    }
+  }
+  if (staged) {
+    for (size_t i = 0; i < transfer.destinations.size(); ++i) {
+      Tensor shard = on_device.destinations[i].tensor;  // a handle; undefined: not this rank's
+      if (shard.defined() && !shard.shares_storage_with(on_device.sources[i].tensor)) {
+        shard.copy_from(transfer.destinations[i].tensor);
       }
     }
   }
@@ -255,29 +279,46 @@ SwitchReport DistTrainer::switch_compute_to(const sharding::AnnotationPlan& plan
 
 namespace {
 
-// `t` converted to `dtype` (rounding to nearest even into bf16; bf16 to float32 is exact).
+// `t` (a host tensor) converted to `dtype` (rounding to nearest even into bf16; bf16 to float32 is
+// exact) by the CPU kernel, in `memory` (a host allocator; null: the process's).
 Tensor converted(const Tensor& t, DType dtype, Allocator* memory) {
   Tensor out = Tensor::empty(t.shape(), dtype, memory);
   kernels::cast(t, out);
   return out;
 }
 
+// `t` in `memory`'s device, copied only when it is on another.
+Tensor in_memory(const Tensor& t, Allocator* memory) {
+  return t.device() == memory->device() ? t : t.clone(memory);
+}
+
+// Where a bf16-only switch's moves keep their tensors: `wire`, the BSR's buffers (a host rank's
+// memory; a GPU rank's host staging when its communicators move host memory, its device memory
+// when they move the device's), and `host`, the host casts' outputs (null: the process's memory).
+struct Bf16MoveMemory {
+  Allocator* wire;
+  Allocator* host;
+};
+
+Bf16MoveMemory bf16_move_memory(Allocator& rank_memory, Allocator* staging) {
+  if (staging != nullptr) return {staging, staging};
+  return {&rank_memory, rank_memory.device().type == DeviceType::kCPU ? &rank_memory : nullptr};
+}
+
 }  // namespace
 
 void DistTrainer::send_bf16_parameters(Bf16SwitchTraffic& traffic) {
   const switching::SwitchPlan& sp = bf16_->moves.params_out;
-  // The BSR's buffers are host memory: a GPU rank's staging allocator, else the rank's own.
-  const bool on_host = comm_memory_ == nullptr;
-  Allocator* host = on_host ? allocator_.get() : comm_memory_.get();
+  const Bf16MoveMemory memory = bf16_move_memory(*allocator_, comm_memory_.get());
   std::vector<LocalShard> sources(sp.tensors.size()), destinations(sp.tensors.size());
   for (const TensorState& s : state_.tensors) {
-    sources[sp.tensor_index(s.param, StatePart::kValue)] = {converted(s.value.to_host(), DType::kBFloat16, host),
-                                                            s.region};
+    sources[sp.tensor_index(s.param, StatePart::kValue)] = {
+        in_memory(converted(s.value.to_host(), DType::kBFloat16, memory.host), memory.wire), s.region};
   }
   compute_state_ = ShardedState::laid_out(*bf16_->plan, graph_.params, rank_, optimizer_options(options_.train));
   for (const TensorState& s : compute_state_.tensors) {
     destinations[sp.tensor_index(s.param, StatePart::kValue)] = {
-        Tensor::empty(s.region.shape(), DType::kBFloat16, host), s.region};
+        Tensor::empty(s.region.shape(), DType::kBFloat16, memory.wire), s.region};
   }
   auto world = all_ranks_group();
   world->barrier().wait();  // the time is the transfer's, not waiting for the last rank (as switch_to)
@@ -289,8 +330,7 @@ void DistTrainer::send_bf16_parameters(Bf16SwitchTraffic& traffic) {
   // attention of a bf16 run rounds its operands to bf16 anyway.
   for (TensorState& s : compute_state_.tensors) {
     const Tensor& bf16 = destinations[sp.tensor_index(s.param, StatePart::kValue)].tensor;
-    const Tensor value = converted(bf16, DType::kFloat32, host);
-    s.value = on_host ? value : value.clone(allocator_.get());
+    s.value = in_memory(converted(bf16.to_host(), DType::kFloat32, memory.host), allocator_.get());
   }
   traffic.plan = bf16_->plan->name;
   traffic.base = current_->name;
@@ -301,19 +341,18 @@ void DistTrainer::send_bf16_parameters(Bf16SwitchTraffic& traffic) {
 std::vector<Tensor> DistTrainer::bring_back_gradients(const std::vector<Tensor>& synced,
                                                       Bf16SwitchTraffic& traffic) {
   const switching::SwitchPlan& sp = bf16_->moves.grads_back;
-  const bool on_host = comm_memory_ == nullptr;
-  Allocator* host = on_host ? allocator_.get() : comm_memory_.get();
+  const Bf16MoveMemory memory = bf16_move_memory(*allocator_, comm_memory_.get());
   std::vector<LocalShard> sources(sp.tensors.size()), destinations(sp.tensors.size());
   HSPMD_ASSERT(synced.size() == compute_state_.tensors.size())
       << "rank " << rank_ << ": " << synced.size() << " synced gradients for " << compute_state_.tensors.size()
       << " parameters under plan " << bf16_->plan->name;
   for (size_t i = 0; i < synced.size(); ++i) {
     const TensorState& s = compute_state_.tensors[i];
-    sources[sp.tensor_index(s.param, StatePart::kValue)] = {synced[i].to_host(), s.state_region};
+    sources[sp.tensor_index(s.param, StatePart::kValue)] = {in_memory(synced[i], memory.wire), s.state_region};
   }
   for (const TensorState& s : state_.tensors) {
     destinations[sp.tensor_index(s.param, StatePart::kValue)] = {
-        Tensor::empty(s.state_region.shape(), DType::kFloat32, host), s.state_region};
+        Tensor::empty(s.state_region.shape(), DType::kFloat32, memory.wire), s.state_region};
   }
   session_.wait_deferred();
   auto world = all_ranks_group();
@@ -325,7 +364,7 @@ std::vector<Tensor> DistTrainer::bring_back_gradients(const std::vector<Tensor>&
   grads.reserve(state_.tensors.size());
   for (const TensorState& s : state_.tensors) {
     const Tensor& g = destinations[sp.tensor_index(s.param, StatePart::kValue)].tensor;
-    grads.push_back(on_host ? g : g.clone(allocator_.get()));
+    grads.push_back(in_memory(g, allocator_.get()));
   }
   traffic.grads_back_by_tier = sp.sent_by_tier;
   traffic.grads_back_wire_by_tier = wire_bytes_by_tier(*world, sent_to, options_.topology, rank_);

@@ -27,7 +27,6 @@ struct StepRunner::MicroBatch {
   graph::TensorMap feeds;
   SymBinding binding;
   std::vector<std::vector<Tensor>> values;  // [op][output]
-  double loss = 0;
 };
 
 struct StepRunner::Share {
@@ -61,7 +60,10 @@ double StepRunner::run(const SpecializedPlan& plan, ShardedState& state, const s
   }
   size_t next_group = 0;
   int backwards = 0;
-  double loss_sum = 0;
+  // On the device, in the schedule's order: the host's float64 additions, without a wait per loss.
+  const bool caller_reads = pass.loss_total.defined();
+  loss_total_ = caller_reads ? pass.loss_total : Tensor::zeros(Shape{1}, DType::kFloat64, &parts_.allocator);
+  loss_at_ = caller_reads ? pass.loss_at : 0;
   for (const specialize::Task& task : share.schedule) {
     MicroBatch& mb = batches.at(task.micro_batch);
     if (!task.forward) {
@@ -78,11 +80,11 @@ double StepRunner::run(const SpecializedPlan& plan, ShardedState& state, const s
     mb.index = task.micro_batch;
     feed(mb, share.micro_batches[task.micro_batch], labels);
     forward(mb, state);
-    loss_sum += mb.loss;
     if (!pass.train) mb.values.clear();  // no backward pass will read them
   }
   plan_ = nullptr;
-  return loss_sum;
+  const Tensor total = std::exchange(loss_total_, Tensor());
+  return caller_reads ? 0.0 : parts_.compute.read_to_host(total).element_as_double(0);
 }
 
 StepRunner::Share StepRunner::share_of(const SpecializedPlan& plan, const std::vector<data::Segment>& segments,
@@ -166,7 +168,7 @@ void StepRunner::forward(MicroBatch& mb, ShardedState& state) {
   }
   parts_.pacer.pad();
   if (plan_->exec->holds(graph_.loss)) {
-    mb.loss = mb.values[graph_.loss.op][graph_.loss.index].to_host().element_as_double(0);  // a GPU's: copied out
+    parts_.compute.add_to_total(mb.values[graph_.loss.op][graph_.loss.index], loss_total_, loss_at_);
   }
   parts_.tracer.record(std::string("F").append(std::to_string(mb.index)), "compute", start, parts_.tracer.now_us());
 }

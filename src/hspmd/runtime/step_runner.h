@@ -63,6 +63,11 @@ struct StepPass {
   bool train = true;
   int64_t step = 1;  // the step in progress (fault injection names it)
   std::optional<data::BatchLayout> layout{};  // this pass's micro-batch layout; unset: the runner's
+  // Defined (float64 on the device): the losses add into loss_total[loss_at] there and run()
+  // returns 0, so the caller reads them with its other totals in one host wait. Undefined: run()
+  // reads its own total once.
+  Tensor loss_total{};
+  int64_t loss_at = 0;
 };
 
 class StepRunner {
@@ -75,7 +80,7 @@ class StepRunner {
   // Runs this rank's micro-batches of `segments` (the global batch; `labels` its labelled tokens)
   // under `plan`; with pass.train, adds each parameter's gradient to state.tensors[i].grad and hands
   // the final ones to the gradient sync (started on `state`). Returns the sum of this rank's
-  // micro-batch losses.
+  // micro-batch losses (0 when pass.loss_total takes it).
   double run(const SpecializedPlan& plan, ShardedState& state, const std::vector<data::Segment>& segments,
              int64_t labels, StepPass pass);
   // Whether this rank's micro-batch losses enter the global loss under `plan`: each pipeline's last
@@ -115,6 +120,8 @@ class StepRunner {
   StepRunnerParts parts_;
   const SpecializedPlan* plan_ = nullptr;  // during run()
   int64_t step_ = 0;                       // during run()
+  Tensor loss_total_;                      // during run(): where the micro-batch losses add up
+  int64_t loss_at_ = 0;
   data::BatchLayout layout_ = data::BatchLayout::kPacked;  // during run()
 };
 

@@ -141,6 +141,10 @@ Tensor copy_out(const Tensor& t, const Region& outer, const Region& inner, Alloc
     const Tensor cut = copy_out(t.to_host(), outer, inner, nullptr);
     return allocator == nullptr ? cut : cut.clone(allocator);
   }
+  // A host tensor cut for a GPU (a CP rank's share of a fed placeholder): cut here, then copied in.
+  if (allocator != nullptr && allocator->device().type != DeviceType::kCPU) {
+    return copy_out(t, outer, inner, nullptr).clone(allocator);
+  }
   Tensor out = Tensor::empty(inner.shape(), t.dtype(), allocator);
   kernels::copy_region(t, offsets_in(outer, inner), out, std::vector<int64_t>(inner.begin.size(), 0),
                        inner.shape().dims());

@@ -18,12 +18,12 @@
 #include "hspmd/comm/thread_ranks.h"
 #include "hspmd/core/elapsed.h"
 #include "hspmd/core/error.h"
+#include "hspmd/core/tensor.h"
 #include "hspmd/data/token_dataset.h"
 #include "hspmd/models/model.h"
 #include "hspmd/planner/cost_model.h"
+#include "hspmd/planner/memory_fit.h"
 #include "hspmd/runtime/dist_trainer.h"
-#include "hspmd/specialize/exec_graph.h"
-#include "hspmd/specialize/memory_estimate.h"
 
 namespace hspmd::tuning {
 
@@ -94,33 +94,36 @@ std::string temp_dataset(const models::Model& model, int64_t longest) {
   return dir;
 }
 
-sharding::Strategy single_stage(int tp, int layers, int micro_batch_size, int pipelines = 1, bool zero1 = false) {
-  sharding::Strategy st;
-  st.name = "profile";
-  st.zero = zero1 ? 1 : 0;
-  for (int p = 0; p < pipelines; ++p) {
-    sharding::PipelineSpec pipe;
-    pipe.micro_batch_size = micro_batch_size;
-    pipe.num_micro_batches = 1;
-    sharding::StageSpec s;
-    for (int r = 0; r < tp; ++r) s.ranks.push_back(p * tp + r);
-    s.first_layer = 0;
-    s.last_layer = layers - 1;
-    pipe.stages.push_back(s);
-    st.pipelines.push_back(pipe);
+// The ranks of a profile on devices (ProfiledDevices): made once and reused by every measurement,
+// so a pool keeps its blocks from one point to the next as it does from step to step in training.
+struct DeviceRanks {
+  const ProfiledDevices& spec;
+  std::vector<graph::ComputeDevice> computes;  // by rank
+
+  DeviceRanks(const ProfiledDevices& s, int ranks) : spec(s) {
+    for (int r = 0; r < ranks; ++r) computes.push_back(spec.compute(r));
   }
-  return st;
+  std::function<comm::Backend(int)> backends() const {
+    return [this](int rank) { return spec.backend(rank, computes[static_cast<size_t>(rank)]); };
+  }
+};
+
+// Returns once the device has finished the work queued on it: a copy to the host waits for it.
+void wait_for(graph::ComputeDevice& device) {
+  (void)Tensor::zeros(Shape{1}, DType::kFloat32, &device.allocator).to_host();
 }
 
-// CPU times of training steps of rank 0, in all and the share the emulated device stretches.
+// Times of training steps of rank 0, in all and the share the emulated device stretches.
 struct StepTimes {
-  std::vector<double> cpu;      // the rank thread's CPU time over each step
+  std::vector<double> cpu;      // the rank thread's CPU time over each step (on devices: wall time)
   std::vector<double> compute;  // of it, compute (forward, backward, optimizer: runtime::ComputePacer's)
   std::vector<double> post;     // wall time of the step's post phase (gradient sync, clipping, optimizer)
+  double reserved_bytes = 0;    // on devices: the driver's used bytes beyond rank 0's pool, largest seen
   void add(const StepTimes& o) {
     cpu.insert(cpu.end(), o.cpu.begin(), o.cpu.end());
     compute.insert(compute.end(), o.compute.begin(), o.compute.end());
     post.insert(post.end(), o.post.begin(), o.post.end());
+    reserved_bytes = std::max(reserved_bytes, o.reserved_bytes);
   }
 };
 
@@ -141,24 +144,47 @@ struct StepTime {
 // `repeats` steps of rank 0 after a warm-up step: CPU times of the rank's thread (its kernels run on
 // it, one kernel thread), so other processes on the host do not inflate them much and waiting for
 // a TP peer does not count. `speed` < 1 runs the rank as an emulated device of that speed (its
-// compute paced, see runtime/emulation.h); the times are CPU times all the same.
+// compute paced, see runtime/emulation.h); the times are CPU times all the same. On devices
+// (`on`): wall times from a finished device to a finished step (the header).
 StepTimes time_steps(const std::shared_ptr<const models::Model>& model, const data::TokenDataset& ds, int tp,
-                     int64_t seq_len, int micro_batch_size, int repeats, double speed = 1.0) {
-  const sharding::AnnotationPlan plan = model->compile_plan(single_stage(tp, model->num_layers(), micro_batch_size));
+                     int64_t seq_len, int micro_batch_size, int repeats, DType precision, double speed = 1.0,
+                     DeviceRanks* on = nullptr, int micro_batches = 1) {
+  const sharding::AnnotationPlan plan =
+      model->compile_plan(
+          planner::single_stage_strategy(tp, model->num_layers(), micro_batch_size, 1, false, micro_batches));
   StepTimes out;
-  comm::run_thread_ranks(tp, [&](int rank, comm::GroupCache& groups) {
+  auto body = [&](int rank, comm::GroupCache& groups) {
     runtime::DistOptions o;
     o.train.steps = 1 + repeats;
     o.train.seq_len = seq_len;
-    o.train.global_batch_tokens = micro_batch_size * seq_len;
+    o.train.global_batch_tokens = micro_batch_size * seq_len * micro_batches;
     o.train.threads = 1;
     o.train.warmup = 1;
+    o.train.precision = precision;
     o.device.rank = rank;
     o.device.speed = speed;
     o.trace = true;
+    if (on) {
+      o.compute = [on](int r) { return on->computes[static_cast<size_t>(r)]; };
+      o.comm_on_device = true;
+    }
     runtime::DistTrainer t(model, ds, plan, o, rank, tp, groups);
     for (int s = 0; s <= repeats; ++s) {
       t.tracer().clear();
+      if (on) {
+        graph::ComputeDevice& device = on->computes[static_cast<size_t>(rank)];
+        wait_for(device);
+        const auto start = std::chrono::steady_clock::now();
+        t.step();
+        wait_for(device);
+        const double wall = seconds_since(start);
+        if (rank == 0 && s > 0) {
+          out.cpu.push_back(wall);
+          out.compute.push_back(wall);
+          out.post.push_back(0);  // from steps of two micro-batches (device_post_seconds_per_parameter)
+        }
+        continue;
+      }
       const runtime::ComputeClock start = runtime::ComputeClock::now();
       const double compute = t.compute_time().cpu;
       t.step();
@@ -170,52 +196,55 @@ StepTimes time_steps(const std::shared_ptr<const models::Model>& model, const da
         out.post.push_back(sum.seconds.count("optimizer") ? sum.seconds.at("optimizer") : 0.0);
       }
     }
-  });
+    if (on && rank == 0 && on->spec.memory) {
+      // While the trainer and its communicators hold what they hold.
+      const DeviceMemoryInfo m = on->spec.memory(0);
+      const Allocator& pool = on->computes[0].allocator;
+      const double used = static_cast<double>(m.total_bytes) - static_cast<double>(m.free_bytes);
+      out.reserved_bytes = std::max(0.0, used - static_cast<double>(pool.current_bytes() + pool.cached_bytes()));
+    }
+  };
+  comm::run_thread_ranks(tp, body, comm::Millis(on ? 60'000 : 10'000),
+                         on ? on->backends() : std::function<comm::Backend(int)>{});
   return out;
-}
-
-struct MemoryPoint {
-  double states = 0, activations = 0;
-};
-
-MemoryPoint estimate(const models::Model& model, int tp, int layers, int64_t tokens, int in_flight, int pipelines,
-                     bool zero1) {
-  const std::shared_ptr<const models::Model> sized = model.with_num_layers(layers);
-  const models::ModelGraph g = sized->build({});
-  const sharding::AnnotationPlan plan = sized->compile_plan(single_stage(tp, layers, 1, pipelines, zero1));
-  const specialize::ExecGraph exec(g.graph, plan, 0);
-  const specialize::MemoryEstimate m =
-      specialize::estimate_memory(exec, {.micro_batch_tokens = tokens, .micro_batches_in_flight = in_flight});
-  return {static_cast<double>(m.parameters + m.gradients + m.optimizer_states), static_cast<double>(m.activations)};
 }
 
 void say(const ProfilerOptions& o, const std::string& line) {
   if (o.progress) o.progress(line);
 }
 
-LinkProfile measure_links(const ProfilerOptions& o) {
-  constexpr int64_t kSmall = 1024, kLarge = 4 << 20;  // floats: 4 KiB and 16 MiB
+// Between two thread ranks over Gloo, or between devices 0 and 1 (`on`) on their buffers.
+LinkProfile measure_links(const ProfilerOptions& o, DeviceRanks* on) {
+  // floats: 4 KiB, and 16 MiB (64 MiB between devices, whose links are an order faster)
+  const int64_t kSmall = 1024, kLarge = on ? 16 << 20 : 4 << 20;
   constexpr int kRounds = 5;
   double p2p_small = 1e30, p2p_large = 1e30, ar_small = 1e30, ar_large = 1e30;
-  comm::run_thread_ranks(2, [&](int rank, comm::GroupCache& groups) {
+  auto body = [&](int rank, comm::GroupCache& groups) {
     auto comm = groups.get({0, 1});
     for (int64_t count : {kSmall, kLarge}) {
-      std::vector<float> buf(count, 1.0f);
+      std::vector<float> host;
+      Tensor device;
+      if (on) {
+        device = Tensor::full(Shape{count}, DType::kFloat32, 1.0, &on->computes[static_cast<size_t>(rank)].allocator);
+      } else {
+        host.assign(static_cast<size_t>(count), 1.0f);
+      }
+      const comm::CommBuffer buf = on ? comm::CommBuffer::of(device) : comm::CommBuffer::of(host);
       for (int round = 0; round <= kRounds; ++round) {
         comm->barrier().wait();
         auto t0 = std::chrono::steady_clock::now();
         // Ping-pong: 0 -> 1, then 1 -> 0; half the round trip is one message.
         if (rank == 0) {
-          comm->send_recv({.sends = {{1, comm::CommBuffer::of(buf)}}}).wait();
-          comm->send_recv({.recvs = {{1, comm::CommBuffer::of(buf)}}}).wait();
+          comm->send_recv({.sends = {{1, buf}}}).wait();
+          comm->send_recv({.recvs = {{1, buf}}}).wait();
         } else {
-          comm->send_recv({.recvs = {{0, comm::CommBuffer::of(buf)}}}).wait();
-          comm->send_recv({.sends = {{0, comm::CommBuffer::of(buf)}}}).wait();
+          comm->send_recv({.recvs = {{0, buf}}}).wait();
+          comm->send_recv({.sends = {{0, buf}}}).wait();
         }
         const double ping = seconds_since(t0) / 2;
         comm->barrier().wait();
         t0 = std::chrono::steady_clock::now();
-        comm->allreduce({.data = comm::CommBuffer::of(buf)}).wait();
+        comm->allreduce({.data = buf}).wait();
         const double ar = seconds_since(t0);
         if (rank == 0 && round > 0) {
           (count == kSmall ? p2p_small : p2p_large) = std::min(count == kSmall ? p2p_small : p2p_large, ping);
@@ -223,7 +252,9 @@ LinkProfile measure_links(const ProfilerOptions& o) {
         }
       }
     }
-  });
+  };
+  comm::run_thread_ranks(2, body, comm::Millis(on ? 60'000 : 10'000),
+                         on ? on->backends() : std::function<comm::Backend(int)>{});
   LinkProfile l;
   l.latency = p2p_small;
   const double bytes = kLarge * 4.0;
@@ -232,8 +263,9 @@ LinkProfile measure_links(const ProfilerOptions& o) {
   l.allreduce_bandwidth = bytes / std::max(ar_large - ar_small, 1e-9);
   char line[200];
   std::snprintf(line, sizeof line,
-                "profile: links (2 thread ranks, Gloo): latency %.1f us, p2p %.2f GB/s, all-reduce bus %.2f GB/s\n",
-                l.latency * 1e6, l.p2p_bandwidth / 1e9, l.allreduce_bandwidth / 1e9);
+                "profile: links (%s): latency %.1f us, p2p %.2f GB/s, all-reduce bus %.2f GB/s\n",
+                on ? "devices 0 and 1, their communicators" : "2 thread ranks, Gloo", l.latency * 1e6,
+                l.p2p_bandwidth / 1e9, l.allreduce_bandwidth / 1e9);
   say(o, line);
   return l;
 }
@@ -318,17 +350,27 @@ struct Grid {
   int points() const { return static_cast<int>(tps.size() * seqs.size() * micro_batch_sizes.size()); }
 };
 
-// The options' grid; unset TP degrees and sequence lengths default as ProfilerOptions says.
-Grid grid_of(const models::Model& model, const ProfilerOptions& options, int cores) {
+// The options' grid; unset TP degrees and sequence lengths default as ProfilerOptions says. `ranks`:
+// the host's cores, or the devices there are.
+Grid grid_of(const models::Model& model, const ProfilerOptions& options, int ranks) {
   Grid g{options.tp_degrees, options.seq_lens, options.micro_batch_sizes};
   if (g.tps.empty()) {
     const ModelShape shape = ModelShape::of(model);
-    for (int t = 1; t <= cores; t *= 2) {
+    for (int t = 1; t <= ranks; t *= 2) {
       if (shape.tp_divides(t)) g.tps.push_back(t);
     }
   }
+  if (options.on_devices) {
+    for (int t : g.tps) {
+      HSPMD_CHECK(t <= ranks) << "profile: TP " << t << " needs " << t << " devices, and " << ranks << " from "
+                              << options.on_devices->description << " are visible";
+    }
+  }
   if (g.seqs.empty()) {
-    for (int64_t s : {64, 128, 256}) {
+    // A GPU's kernels at the host's lengths would time their launches, not their work.
+    const std::vector<int64_t> lengths = options.on_devices ? std::vector<int64_t>{512, 1024, 2048}
+                                                             : std::vector<int64_t>{64, 128, 256};
+    for (int64_t s : lengths) {
       if (s <= model.max_sequence_length()) g.seqs.push_back(s);
     }
   }
@@ -372,8 +414,8 @@ std::map<std::string, double> burst_factors(const std::shared_ptr<const models::
     StepTimes plain_steps, paced_steps;
     const int repeats = std::max(2, options.repeats / 3);
     for (int pass = 0; pass < 3; ++pass) {
-      plain_steps.add(time_steps(three, ds, 1, grid.longest, grid.biggest_b, repeats));
-      paced_steps.add(time_steps(three, ds, 1, grid.longest, grid.biggest_b, repeats, speed));
+      plain_steps.add(time_steps(three, ds, 1, grid.longest, grid.biggest_b, repeats, options.precision));
+      paced_steps.add(time_steps(three, ds, 1, grid.longest, grid.biggest_b, repeats, options.precision, speed));
     }
     const StepTime plain(plain_steps), paced(paced_steps);
     if (plain.compute > 0) burst_factor[name] = paced.compute / plain.compute;
@@ -393,7 +435,7 @@ using StepTable = std::map<std::tuple<int, int64_t, int, int>, StepTimes>;
 // Every point is timed in `passes` rounds over all points (repeats / passes steps each), so that a
 // drift of the host's speed over the seconds the profile takes meets every point alike.
 StepTable time_grid(const std::shared_ptr<const models::Model>& one, const std::shared_ptr<const models::Model>& three,
-                    const data::TokenDataset& ds, const Grid& grid, const ProfilerOptions& options) {
+                    const data::TokenDataset& ds, const Grid& grid, const ProfilerOptions& options, DeviceRanks* on) {
   const int passes = options.repeats >= 6 ? 3 : 1;
   StepTable steps;
   for (int pass = 0; pass < passes; ++pass) {
@@ -401,8 +443,8 @@ StepTable time_grid(const std::shared_ptr<const models::Model>& one, const std::
       for (int64_t s : grid.seqs) {
         for (int b : grid.micro_batch_sizes) {
           const int n = std::max(1, options.repeats / passes);
-          steps[{t, s, b, 1}].add(time_steps(one, ds, t, s, b, n));
-          steps[{t, s, b, 3}].add(time_steps(three, ds, t, s, b, n));
+          steps[{t, s, b, 1}].add(time_steps(one, ds, t, s, b, n, options.precision, 1.0, on));
+          steps[{t, s, b, 3}].add(time_steps(three, ds, t, s, b, n, options.precision, 1.0, on));
         }
       }
     }
@@ -424,6 +466,62 @@ double post_seconds_per_parameter(const StepTable& steps, const Grid& grid, cons
                 optimizer);
   say(options, line);
   return optimizer;
+}
+
+// The post phase on devices, where the host cannot see it apart (the kernels run behind the host):
+// a step of two micro-batches less one of one is one micro-batch's forward and backward, and one
+// micro-batch's step less that is the step's post phase (gradient sync, clipping norm, AdamW) and
+// its other fixed costs. Timed on the 3-layer model at the longest sequences, largest micro-batch
+// and lowest TP degree, whose one-micro-batch steps the grid has.
+double device_post_seconds_per_parameter(const std::shared_ptr<const models::Model>& three,
+                                         const data::TokenDataset& ds, const StepTable& steps, const Grid& grid,
+                                         const ModelShape& shape, const ProfilerOptions& options, DeviceRanks& on) {
+  const int t = grid.tps.front();
+  const StepTimes two = time_steps(three, ds, t, grid.longest, grid.biggest_b, options.repeats, options.precision,
+                                   1.0, &on, /*micro_batches=*/2);
+  const double one_step = StepTime(steps.at({t, grid.longest, grid.biggest_b, 3})).cpu;
+  const double two_steps = StepTime(two).cpu;
+  const double post = std::max(0.0, 2 * one_step - two_steps);
+  const double optimizer = post / (shape.stage_parameters(3, true, true) / t);
+  char line[240];
+  std::snprintf(line, sizeof line,
+                "profile: post phase %.3g s per parameter (steps of 1 and 2 micro-batches: %.2f ms, %.2f ms)\n",
+                optimizer, one_step * 1e3, two_steps * 1e3);
+  say(options, line);
+  return optimizer;
+}
+
+// Host <-> device copies of 64 MiB through device 0's allocator (its pinned chunks on a GPU), from
+// and to pageable host memory as the trainer's feeds, losses and checkpoints: best of 5 after one.
+struct HostCopyRates {
+  double to_device = 0, to_host = 0;  // bytes/s
+};
+HostCopyRates measure_host_copies(DeviceRanks& on, const ProfilerOptions& options) {
+  graph::ComputeDevice& device = on.computes[0];
+  constexpr int64_t kCount = 16 << 20;
+  const Tensor host = Tensor::full(Shape{kCount}, DType::kFloat32, 1.0);
+  double in = 1e30, out = 1e30;
+  for (int round = 0; round <= 5; ++round) {
+    wait_for(device);
+    auto start = std::chrono::steady_clock::now();
+    const Tensor there = host.clone(&device.allocator);
+    wait_for(device);
+    const double to_device = seconds_since(start);
+    start = std::chrono::steady_clock::now();
+    const Tensor back = there.to_host();
+    const double to_host = seconds_since(start);
+    if (round > 0) {
+      in = std::min(in, to_device);
+      out = std::min(out, to_host);
+    }
+  }
+  const double bytes = kCount * 4.0;
+  HostCopyRates r{bytes / std::max(in, 1e-9), bytes / std::max(out, 1e-9)};
+  char line[200];
+  std::snprintf(line, sizeof line, "profile: host -> device %.2f GB/s, device -> host %.2f GB/s (64 MiB, pageable)\n",
+                r.to_device / 1e9, r.to_host / 1e9);
+  say(options, line);
+  return r;
 }
 
 // One point of the grid at TP degree t: the layer's and the ends' compute (stretched by an
@@ -492,41 +590,13 @@ TpProfile fit_kind(const std::vector<Point>& measured, double stretch, const std
   return tp;
 }
 
-// Activation memory at TP degree t from the runtime's estimate (see the header); the same for
-// every kind (the emulated devices differ in speed and capacity, not in layout).
-ActivationFit fit_activations(const models::Model& model, int t) {
-  ActivationFit a;
-  const int64_t T1 = 128, T2 = 256;
-  auto act = [&](int layers, int64_t tokens, int k) {
-    return estimate(model, t, layers, tokens, k, 1, false).activations;
-  };
-  auto keep = [&](int layers, int64_t tokens) { return act(layers, tokens, 2) - act(layers, tokens, 1); };
-  const double d1 = keep(2, T1) - keep(1, T1), d2 = keep(2, T2) - keep(1, T2);
-  // d = alpha T + alpha2 T^2 at T1 and T2.
-  const double alpha2 = (d2 / T2 - d1 / T1) / static_cast<double>(T2 - T1);
-  const double alpha = d1 / T1 - alpha2 * T1;
-  a.keep_per_token = std::max(0.0, alpha);
-  a.keep_per_token2 = std::max(0.0, alpha2);
-  a.ends_keep_per_token = std::max(0.0, (keep(1, T1) - d1) / T1);
-  const double tr1 = act(1, T1, 1) - keep(1, T1), tr2 = act(2, T1, 1) - keep(2, T1);
-  a.transient_per_token = std::max(0.0, (tr2 - tr1) / T1);
-  a.ends_transient_per_token = std::max(0.0, (tr1 - (tr2 - tr1)) / T1);
-  return a;
-}
-
-// Bytes per parameter of the training state, without and with ZeRO-1: the states of the 1-layer
-// model over its parameters (rank 0's shard at TP degree t).
-void fit_state_bytes(const models::Model& model, const ModelShape& shape, int t, DeviceKindProfile& host) {
-  const int64_t T1 = 128;
-  const double n = shape.stage_parameters(1, true, true) / t;
-  const double plain = estimate(model, t, 1, T1, 1, 1, false).states;
-  const double zero = estimate(model, t, 1, T1, 1, 2, true).states;
-  host.zero_bytes_per_parameter = 2 * (plain - zero) / n;
-  host.bytes_per_parameter = plain / n - host.zero_bytes_per_parameter;
-}
-
 // How the profile was made, for its "source".
-std::string measured_source(int cores, bool emulated) {
+std::string measured_source(int cores, bool emulated, const ProfiledDevices* on) {
+  if (on) {
+    return "measured on " + on->description + " (" + std::to_string(on->count) +
+           " device(s); a rank per device, its communicators; wall time of steps to the device's finish); "
+           "memory from the runtime's estimate, reserved bytes and capacity from the device";
+  }
   std::string how = "measured on this host (" + std::to_string(cores) +
                     " cores; ranks as threads, one kernel thread each, Gloo; thread CPU time); memory from the "
                     "runtime's estimate";
@@ -540,15 +610,25 @@ std::string measured_source(int cores, bool emulated) {
 
 Profile profile_host(const models::Model& model, const ProfilerOptions& options) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const Grid grid = grid_of(model, options, cores);
+  HSPMD_CHECK(!(options.on_devices && options.devices))
+      << "profile: emulated devices (--devices) are kinds of the host's cores; the devices measured ("
+      << options.on_devices->description << ") are their own kind";
+  const Grid grid = grid_of(model, options, options.on_devices ? options.on_devices->count : cores);
+  std::optional<DeviceRanks> on;
+  if (options.on_devices) {
+    const int links = options.on_devices->count >= 2 ? 2 : 1;
+    on.emplace(*options.on_devices, std::max(*std::max_element(grid.tps.begin(), grid.tps.end()), links));
+  }
+  DeviceRanks* on_ranks = on ? &*on : nullptr;
   const std::string dir = temp_dataset(model, grid.longest * grid.biggest_b);
   const data::TokenDataset ds = data::TokenDataset::open(dir);
   const std::shared_ptr<const models::Model> one = model.with_num_layers(1), three = model.with_num_layers(3);
   const ModelShape shape = ModelShape::of(model);
   const std::map<std::string, double> speed_of = kind_speeds(options);
   const std::map<std::string, double> burst_factor = burst_factors(three, ds, grid, speed_of, options);
-  const StepTable steps = time_grid(one, three, ds, grid, options);
-  const double optimizer = post_seconds_per_parameter(steps, grid, shape, options);
+  const StepTable steps = time_grid(one, three, ds, grid, options, on_ranks);
+  const double optimizer = on ? device_post_seconds_per_parameter(three, ds, steps, grid, shape, options, *on)
+                              : post_seconds_per_parameter(steps, grid, shape, options);
 
   int done = 0;
   DeviceKindProfile host;
@@ -560,23 +640,43 @@ Profile profile_host(const models::Model& model, const ProfilerOptions& options)
       kinds[name].tp[t] = fit_kind(measured, burst_factor.at(name) / speed, name, t, options);
       kinds[name].optimizer_seconds_per_parameter = optimizer * burst_factor.at(name) / speed;
     }
-    const ActivationFit a = fit_activations(model, t);
-    if (t == grid.tps.front()) fit_state_bytes(model, shape, t, host);
+    // The same for every kind: the emulated devices differ in speed and capacity, not in layout.
+    const ActivationFit a = planner::fit_activations(model, t);
+    if (t == grid.tps.front()) planner::fit_state_bytes(model, t, host);
     for (auto& [name, k] : kinds) k.tp[t].activations = a;
   }
   std::filesystem::remove_all(dir);
 
+  if (on) {
+    for (const auto& [key, times] : steps) host.reserved_bytes = std::max(host.reserved_bytes, times.reserved_bytes);
+    if (on->spec.memory) host.memory_bytes = static_cast<double>(on->spec.memory(0).total_bytes);
+    const HostCopyRates copies = measure_host_copies(*on, options);
+    host.host_to_device_bandwidth = copies.to_device;
+    host.device_to_host_bandwidth = copies.to_host;
+    char line[200];
+    std::snprintf(line, sizeof line, "profile: device memory %.2f GiB, of it %.2f GiB reserved beyond the pool\n",
+                  host.memory_bytes / (1 << 30), host.reserved_bytes / (1 << 30));
+    say(options, line);
+  }
+
   Profile p;
   p.model = options.model;
-  p.layer_includes_tp_comm = false;  // CPU time: the cost model adds the TP all-reduces
-  p.links["intra-node"] = measure_links(options);
+  // Host: CPU time, without the waits for TP peers: the cost model adds the TP collectives. Devices:
+  // wall time, with the TP collectives inside (over these devices' links).
+  p.layer_includes_tp_comm = on.has_value();
+  // One device has no link to measure: the planner then takes the cluster spec's figures.
+  if (!on || on->spec.count >= 2) p.links["intra-node"] = measure_links(options, on_ranks);
   for (auto& [name, k] : kinds) {
     k.bytes_per_parameter = host.bytes_per_parameter;
     k.zero_bytes_per_parameter = host.zero_bytes_per_parameter;
     k.activation_element_bytes = host.activation_element_bytes;
+    k.reserved_bytes = host.reserved_bytes;
+    k.memory_bytes = host.memory_bytes;
+    k.host_to_device_bandwidth = host.host_to_device_bandwidth;
+    k.device_to_host_bandwidth = host.device_to_host_bandwidth;
     p.devices[name] = k;
   }
-  p.source = measured_source(cores, options.devices != nullptr);
+  p.source = measured_source(cores, options.devices != nullptr, options.on_devices);
   return p;
 }
 

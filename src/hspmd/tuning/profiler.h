@@ -33,6 +33,21 @@
 // two micro-batches in flight, without and with ZeRO-1, and solved for the Profile's coefficients.
 // Links: two thread ranks over Gloo: ping-pong and all-reduce of 4 KiB (latency) and 16 MiB
 // (bandwidth), reported as the "intra-node" tier (one host).
+//
+// On devices (`on_devices`: GPUs, tuning/profiled_devices.h) the same grid and fits, with these
+// differences: rank r computes on device r (TP degrees up to the devices there are; default
+// sequence lengths 512, 1024, 2048), its Reshards on device buffers over the devices'
+// communicators (NCCL); a step's time is its wall time up to the device's having finished it
+// (the kernels run asynchronously, so the host thread's CPU time says nothing), all of it compute.
+// The post phase cannot be seen apart on the host (the kernels run behind it): it is a step of one
+// micro-batch less the difference between steps of two and of one (the 3-layer model, longest
+// sequences, largest micro-batch, lowest TP degree). Memory adds what the device says: `memory_bytes` (its total),
+// `reserved_bytes` (what the driver counts as used beyond the rank's pool after the steps: the
+// CUDA context, cuBLASLt's and the communicators' buffers, the pool's rounding), and the host <->
+// device copy rates of 64 MiB through the device's allocator (pageable host memory, as the
+// trainer's feeds and checkpoints). Links: ping-pong and all-reduce between devices 0 and 1 of 4 KiB
+// and 64 MiB device buffers, when there are two; with one, the profile has no link tier and the
+// planner takes the cluster spec's.
 #pragma once
 
 #include <cstdint>
@@ -40,21 +55,28 @@
 #include <string>
 #include <vector>
 
+#include "hspmd/core/dtype.h"
 #include "hspmd/models/model.h"
 #include "hspmd/planner/profile.h"
 #include "hspmd/runtime/compute_pacer.h"
 #include "hspmd/runtime/emulation.h"
+#include "hspmd/tuning/profiled_devices.h"
 
 namespace hspmd::tuning {
 
 struct ProfilerOptions {
   std::string model;                      // named in the profile
-  std::vector<int> tp_degrees;            // empty: powers of two up to the host's cores that divide the model
-  std::vector<int64_t> seq_lens;          // empty: 64, 128, 256 (capped by max_position_embeddings)
+  std::vector<int> tp_degrees;            // empty: powers of two up to the host's cores (or the devices)
+                                          // that divide the model
+  std::vector<int64_t> seq_lens;          // empty: 64, 128, 256 (on devices 512, 1024, 2048), capped by
+                                          // max_position_embeddings
   std::vector<int> micro_batch_sizes{1, 2};
   int repeats = 3;                        // timed steps per point (their median counts)
   std::string kind = "cpu";               // the device kind without emulated devices
   const runtime::EmulatedDevices* devices = nullptr;  // kinds by device name, times / speed
+  // Measure these devices (GPUs) instead of the host's cores; their kind is `kind`. Not with `devices`.
+  const ProfiledDevices* on_devices = nullptr;
+  DType precision = DType::kFloat32;      // of the timed training steps (`hspmd train --precision`)
   std::function<void(const std::string&)> progress;  // one line per measurement
 };
 

@@ -42,17 +42,24 @@ ComputeDevice cuda_compute(cuda::CudaTensorMemory::Options options) {
         const Launch on = launch_on(out);
         kc::add(a.dtype(), a.device_raw_data(), b.device_raw_data(), out.device_raw_data(), a.numel(), on.stream);
       },
-      .sum_squares = [](const Tensor& x) {
-        expect_float32("sum_squares", x);
-        const Tensor sum = Tensor::empty(Shape{1}, DType::kFloat64, x.allocator());
+      .add_sum_squares = [](const Tensor& x, const Tensor& total) {
+        expect_float32("add_sum_squares", x);
+        HSPMD_CHECK(total.dtype() == DType::kFloat64 && total.numel() == 1 && total.device() == x.device())
+            << "add_sum_squares: the total must be one float64 on " << x.to_string() << "'s GPU, got "
+            << total.to_string();
         // The sum reads only the gradient; the pack it shares with AdamW wants every pointer set.
         float* g = x.device_data<float>();
         const kc::AdamWTensor t{.param = g, .grad = g, .m = g, .v = g, .numel = x.numel(), .param_bf16 = nullptr};
-        {
-          const Launch on = launch_on(x);
-          kc::grad_sum_of_squares({&t, 1}, sum.device_data<double>(), on.stream);
-        }
-        return sum.to_host().element_as_double(0);
+        const Launch on = launch_on(x);
+        kc::add_grad_sum_of_squares({&t, 1}, total.device_data<double>(), on.stream);
+      },
+      .add_to_total = [](const Tensor& x, const Tensor& total, int64_t at) {
+        HSPMD_CHECK(x.numel() >= 1 && total.dtype() == DType::kFloat64 && at >= 0 && at < total.numel() &&
+                    total.device() == x.device())
+            << "add_to_total: " << x.to_string() << " into element " << at << " of " << total.to_string()
+            << " (float64 on the same GPU)";
+        const Launch on = launch_on(total);
+        kc::add_element_to_total(x.dtype(), x.device_raw_data(), total.device_data<double>() + at, on.stream);
       },
       .adamw_step = [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, int64_t step,
                        const kernels::AdamWOptions& o) {

@@ -7,6 +7,7 @@
 #include "hspmd/core/cuda/cuda_error.h"
 #include "hspmd/core/cuda/cuda_tensor_memory.h"
 #include "hspmd/core/error.h"
+#include "hspmd/kernels/cross_entropy.h"
 #include "hspmd/kernels/cuda/attention.h"
 #include "hspmd/kernels/cuda/cross_entropy.h"
 #include "hspmd/kernels/cuda/elementwise.h"
@@ -70,18 +71,32 @@ Tensor as_bf16(const KernelContext& k, const Gpu& gpu, const Tensor& x) {
 }
 
 // The vocabulary-parallel token losses normalize each row with statistics gathered from every
-// shard (KernelContext::gather_vocab_shards); the CUDA kernels hold whole rows only so far. A
-// shard's loss runs the CPU kernel on host copies of its inputs, and its outputs are copied back:
-// correct, and as slow as the copies of the logits' shard (or of x and w for the fused head).
+// shard (KernelContext::gather_vocab_shards). A shard computes its statistics on the device; they
+// meet on the host (the runtime's all-gather takes host buffers: 3 float64 per token), where
+// the CPU kernel combines them into the losses and the whole row's lse (a few flops per token),
+// which return to the device for the loss's sum and the backward.
 bool holds_a_vocabulary_shard(const KernelContext& k) { return k.op.attrs.vocab_size != 0; }
 
-void run_on_the_host(KernelContext& k) {
-  std::vector<Tensor> inputs;
-  for (const Tensor& t : k.inputs) inputs.push_back(t.to_host());
-  KernelContext host{k.op, inputs, k.output_shapes, &Allocator::process_default(), {}, k.gather_vocab_shards};
-  KernelRegistry::standard().get(k.op, DeviceType::kCPU)(host);
-  k.outputs.clear();
-  for (const Tensor& t : host.outputs) k.outputs.push_back(t.clone(k.allocator));
+// What the shard's kernels need to know of the row: where its columns start, how wide it is.
+int64_t vocab_start(const KernelContext& k) { return k.op.attrs.vocab_start; }
+int64_t vocab_size(const KernelContext& k) { return k.op.attrs.vocab_size; }
+
+// (loss, lse) from this shard's statistics stats [3, T] float64 on the device.
+void finish_shard_loss(KernelContext& k, const Gpu& gpu, const Tensor& stats, const Tensor& targets,
+                       const Tensor& loss_scale) {
+  HSPMD_CHECK(k.gather_vocab_shards) << k.op.name << ": this rank holds vocabulary columns from " << vocab_start(k)
+                                     << " of " << vocab_size(k)
+                                     << " but was given no way to gather the other shards' statistics";
+  const int64_t tokens = targets.numel();
+  const Tensor all = k.gather_vocab_shards(stats.to_host());
+  Tensor losses = Tensor::empty(Shape{tokens}, DType::kFloat32), lse = Tensor::empty(Shape{tokens}, DType::kFloat32);
+  kernels::cross_entropy_combine(all, targets.to_host(), losses, lse,
+                                 {.ignore_index = k.op.attrs.ignore_index, .vocab_start = vocab_start(k),
+                                  .vocab_size = vocab_size(k), .softcap = k.op.attrs.softcap});
+  losses = losses.clone(k.allocator);
+  Tensor loss = k.new_output(0);
+  kc::scaled_loss_sum(f32(losses), tokens, f32(loss_scale), f32(loss), gpu.stream);
+  k.outputs = {loss, lse.clone(k.allocator)};
 }
 
 void add_leaf_kernels(KernelRegistry& r) {
@@ -240,40 +255,86 @@ void add_attention_kernels(KernelRegistry& r) {
 }
 
 // The decoder graphs' attention is context_attention, whose rows carry their packed positions
-// (q_index, kv_index): without context parallelism both are 0..T-1 and the op is attention. A CP
-// rank's rows (a share of the queries, in the load-balanced order) have no CUDA kernel yet: an
-// Error. Checking reads the two index vectors on the host, which waits for the stream's work
-// queued so far; the CP kernel will make it unnecessary.
-void expect_packed_order(const KernelContext& k, const Tensor& q_index, const Tensor& kv_index) {
-  const int64_t tq = q_index.numel(), tk = kv_index.numel();
-  bool identity = tq == tk;
+// (q_index, kv_index): a CP rank's share of the queries (in the load-balanced order) against the
+// gathered keys, or 0..T-1 for both without context parallelism, where the op is attention (the
+// flash kernel where it applies). Telling the two apart reads the index vectors on the host when
+// there are as many query rows as keys (which waits for the stream's work queued so far); a CP
+// rank has fewer, and its indices stay on the device.
+bool packed_order(const Tensor& q_index, const Tensor& kv_index) {
+  const int64_t tk = kv_index.numel();
+  if (q_index.numel() != tk) return false;
   for (const Tensor* index : {&q_index, &kv_index}) {
-    if (!identity) break;
     const Tensor host = index->to_host();
-    for (int64_t i = 0; i < tk && identity; ++i) identity = static_cast<int64_t>(host.element_as_double(i)) == i;
+    for (int64_t i = 0; i < tk; ++i) {
+      if (static_cast<int64_t>(host.element_as_double(i)) != i) return false;
+    }
   }
-  HSPMD_CHECK(identity) << "the CUDA attention takes the packed order only (" << tq << " query rows of " << tk
-                        << " tokens, not 0..T-1): context-parallel attention runs on the CPU only so far ("
-                        << k.op.name << ")";
+  return true;
 }
 
-// context_attention(q, k, v, cu_seqlens, q_index, kv_index) without CP: attention.
+// The kernel turns kv_index into each packed position's row (scratch [Tk] int64).
+kc::ContextRows context_rows(const KernelContext& k, const Tensor& kv_row) {
+  const Tensor &q_index = k.inputs[4], &kv_index = k.inputs[5];
+  HSPMD_CHECK(q_index.dtype() == kv_index.dtype())
+      << k.op.name << ": q_index is " << dtype_name(q_index.dtype()) << " and kv_index " << dtype_name(kv_index.dtype())
+      << "; the CUDA context_attention takes one index dtype";
+  return {.index_dtype = q_index.dtype(), .q_index = in(q_index), .kv_index = in(kv_index),
+          .keys = kv_index.numel(), .kv_row = kv_row.device_data<int64_t>()};
+}
+
+Tensor kv_row_scratch(const KernelContext& k) {
+  return Tensor::empty(Shape{k.inputs[5].numel()}, DType::kInt64, k.allocator);
+}
+
 void add_context_attention_kernels(KernelRegistry& r) {
+  // context_attention(q, k, v, cu_seqlens, q_index, kv_index) -> (out, lse)
   r.add(OpKind::kContextAttention, DeviceType::kCUDA, kF32, [](KernelContext& k) {
-    expect_packed_order(k, k.inputs[4], k.inputs[5]);
-    const std::vector<Tensor> in(k.inputs.begin(), k.inputs.begin() + 4);
-    KernelContext plain{k.op, in, k.output_shapes, k.allocator, {}, {}};
-    attention_forward(plain);
-    k.outputs = std::move(plain.outputs);
+    if (packed_order(k.inputs[4], k.inputs[5])) {
+      const std::vector<Tensor> in(k.inputs.begin(), k.inputs.begin() + 4);
+      KernelContext plain{k.op, in, k.output_shapes, k.allocator, {}, {}};
+      attention_forward(plain);
+      k.outputs = std::move(plain.outputs);
+      return;
+    }
+    const Gpu gpu = gpu_of(k);
+    Tensor q = k.inputs[0], key = k.inputs[1], v = k.inputs[2];
+    const Tensor& cu_seqlens = k.inputs[3];
+    if (k.op.attrs.bf16_operands) {
+      q = rounded_to_bf16(k, gpu, q);
+      key = rounded_to_bf16(k, gpu, key);
+      v = rounded_to_bf16(k, gpu, v);
+    }
+    const Tensor kv_row = kv_row_scratch(k);
+    Tensor o = k.new_output(0), lse = k.new_output(1);
+    kc::context_attention_fwd(q.dtype(), in(q), in(key), in(v), cu_seqlens.dtype(), in(cu_seqlens),
+                              context_rows(k, kv_row), out(o), f32(lse), attention_shape(k), gpu.stream);
+    k.outputs = {o, lse};
   });
-  // context_attention_bwd(q, k, v, cu_seqlens, q_index, kv_index, out, lse, dout)
+  // context_attention_bwd(q, k, v, cu_seqlens, q_index, kv_index, out, lse, dout) -> (dq, dk, dv)
   r.add(OpKind::kContextAttentionBwd, DeviceType::kCUDA, kF32, [](KernelContext& k) {
-    expect_packed_order(k, k.inputs[4], k.inputs[5]);
-    const std::vector<Tensor>& x = k.inputs;
-    const std::vector<Tensor> in{x[0], x[1], x[2], x[3], x[6], x[7], x[8]};
-    KernelContext plain{k.op, in, k.output_shapes, k.allocator, {}, {}};
-    attention_backward(plain);
-    k.outputs = std::move(plain.outputs);
+    if (packed_order(k.inputs[4], k.inputs[5])) {
+      const std::vector<Tensor>& x = k.inputs;
+      const std::vector<Tensor> in{x[0], x[1], x[2], x[3], x[6], x[7], x[8]};
+      KernelContext plain{k.op, in, k.output_shapes, k.allocator, {}, {}};
+      attention_backward(plain);
+      k.outputs = std::move(plain.outputs);
+      return;
+    }
+    const Gpu gpu = gpu_of(k);
+    Tensor q = k.inputs[0], key = k.inputs[1], v = k.inputs[2], dout = k.inputs[8];
+    const Tensor &cu_seqlens = k.inputs[3], &o = k.inputs[6], &lse = k.inputs[7];
+    if (k.op.attrs.bf16_operands) {
+      q = rounded_to_bf16(k, gpu, q);
+      key = rounded_to_bf16(k, gpu, key);
+      v = rounded_to_bf16(k, gpu, v);
+      dout = rounded_to_bf16(k, gpu, dout);
+    }
+    const Tensor kv_row = kv_row_scratch(k);
+    Tensor dq = k.new_output(0), dk = k.new_output(1), dv = k.new_output(2);
+    kc::context_attention_bwd(q.dtype(), in(q), in(key), in(v), cu_seqlens.dtype(), in(cu_seqlens),
+                              context_rows(k, kv_row), in(o), f32(lse), in(dout), f32(dq), f32(dk), f32(dv),
+                              attention_shape(k), gpu.stream);
+    k.outputs = {dq, dk, dv};
   });
 }
 
@@ -319,24 +380,31 @@ void add_reshape_kernels(KernelRegistry& r) {
   r.add(OpKind::kReshard, DeviceType::kCUDA, kAnyDType, [](KernelContext& k) { k.outputs = {k.inputs[0]}; });
 }
 
+kc::CrossEntropyShape ce_shape(const KernelContext& k, const Tensor& logits) {
+  return {.tokens = logits.dim(0), .vocab = logits.dim(1), .ignore_index = k.op.attrs.ignore_index,
+          .softcap = k.op.attrs.softcap, .vocab_start = vocab_start(k), .vocab_size = vocab_size(k)};
+}
+
 void add_token_loss_kernels(KernelRegistry& r) {
   // cross_entropy(logits, targets, loss_scale) -> (loss, lse)
   r.add(OpKind::kCrossEntropy, DeviceType::kCUDA, kF32, [](KernelContext& k) {
-    if (holds_a_vocabulary_shard(k)) return run_on_the_host(k);
     const Gpu gpu = gpu_of(k);
     const Tensor &logits = k.inputs[0], &targets = k.inputs[1], &loss_scale = k.inputs[2];
+    if (holds_a_vocabulary_shard(k)) {
+      Tensor stats = Tensor::empty(Shape{3, targets.numel()}, DType::kFloat64, k.allocator);
+      kc::cross_entropy_shard_stats(logits.dtype(), in(logits), targets.dtype(), in(targets),
+                                    stats.device_data<double>(), targets.numel(), ce_shape(k, logits), gpu.stream);
+      return finish_shard_loss(k, gpu, stats, targets, loss_scale);
+    }
     Tensor loss = k.new_output(0), lse = k.new_output(1);
     Tensor losses = Tensor::empty(Shape{targets.numel()}, DType::kFloat32, k.allocator);
     kc::cross_entropy_fwd(logits.dtype(), in(logits), targets.dtype(), in(targets), f32(losses), f32(lse),
-                          {.tokens = logits.dim(0), .vocab = logits.dim(1), .ignore_index = k.op.attrs.ignore_index,
-                           .softcap = k.op.attrs.softcap},
-                          gpu.stream);
+                          ce_shape(k, logits), gpu.stream);
     kc::scaled_loss_sum(f32(losses), losses.numel(), f32(loss_scale), f32(loss), gpu.stream);
     k.outputs = {loss, lse};
   });
   // cross_entropy_bwd(logits, targets, lse, loss_scale, dloss) -> dlogits
   r.add(OpKind::kCrossEntropyBwd, DeviceType::kCUDA, kF32, [](KernelContext& k) {
-    if (holds_a_vocabulary_shard(k)) return run_on_the_host(k);
     const Gpu gpu = gpu_of(k);
     const std::vector<Tensor>& x = k.inputs;
     const Tensor& logits = x[0];
@@ -344,9 +412,7 @@ void add_token_loss_kernels(KernelRegistry& r) {
     Tensor dlosses = Tensor::empty(Shape{logits.dim(0)}, DType::kFloat32, k.allocator);
     kc::token_loss_grads(f32(x[3]), f32(x[4]), f32(dlosses), dlosses.numel(), gpu.stream);
     kc::cross_entropy_bwd(logits.dtype(), in(logits), x[1].dtype(), in(x[1]), f32(x[2]), f32(dlosses), out(dlogits),
-                          {.tokens = logits.dim(0), .vocab = logits.dim(1), .ignore_index = k.op.attrs.ignore_index,
-                           .softcap = k.op.attrs.softcap},
-                          gpu.stream);
+                          ce_shape(k, logits), gpu.stream);
     k.outputs = {dlogits};
   });
 }
@@ -354,7 +420,7 @@ void add_token_loss_kernels(KernelRegistry& r) {
 kc::LmHeadLossShape head_shape(const KernelContext& k) {
   const Tensor &x = k.inputs[0], &w = k.inputs[1];
   return {.tokens = x.dim(0), .hidden = x.dim(1), .vocab = w.dim(0), .ignore_index = k.op.attrs.ignore_index,
-          .softcap = k.op.attrs.softcap, .chunk_rows = 0};
+          .softcap = k.op.attrs.softcap, .chunk_rows = 0, .vocab_start = vocab_start(k), .vocab_size = vocab_size(k)};
 }
 
 // The chunked lm-head loss (kernels/cuda/lm_head_loss.h); bf16_operands casts x and w to bfloat16
@@ -362,7 +428,6 @@ kc::LmHeadLossShape head_shape(const KernelContext& k) {
 void add_lm_head_loss_kernels(KernelRegistry& r) {
   // lm_head_loss(x, w, targets, loss_scale) -> (loss, lse)
   r.add(OpKind::kLmHeadLoss, DeviceType::kCUDA, kF32, [](KernelContext& k) {
-    if (holds_a_vocabulary_shard(k)) return run_on_the_host(k);
     const Gpu gpu = gpu_of(k);
     Tensor x = k.inputs[0], w = k.inputs[1];
     const Tensor &targets = k.inputs[2], &loss_scale = k.inputs[3];
@@ -370,9 +435,15 @@ void add_lm_head_loss_kernels(KernelRegistry& r) {
       x = as_bf16(k, gpu, x);
       w = as_bf16(k, gpu, w);
     }
+    const kc::LmHeadLossContext ctx{gemm_for(gpu), gpu.memory.allocator(), gpu.stream};
+    if (holds_a_vocabulary_shard(k)) {
+      Tensor stats = Tensor::empty(Shape{3, targets.numel()}, DType::kFloat64, k.allocator);
+      kc::lm_head_loss_stats(ctx, x.dtype(), in(x), in(w), targets.dtype(), in(targets), stats.device_data<double>(),
+                             head_shape(k));
+      return finish_shard_loss(k, gpu, stats, targets, loss_scale);
+    }
     Tensor loss = k.new_output(0), lse = k.new_output(1);
     Tensor losses = Tensor::empty(Shape{targets.numel()}, DType::kFloat32, k.allocator);
-    const kc::LmHeadLossContext ctx{gemm_for(gpu), gpu.memory.allocator(), gpu.stream};
     kc::lm_head_loss_fwd(ctx, x.dtype(), in(x), in(w), targets.dtype(), in(targets), f32(losses), f32(lse),
                          head_shape(k));
     kc::scaled_loss_sum(f32(losses), losses.numel(), f32(loss_scale), f32(loss), gpu.stream);
@@ -380,7 +451,6 @@ void add_lm_head_loss_kernels(KernelRegistry& r) {
   });
   // lm_head_loss_bwd(x, w, targets, lse, loss_scale, dloss) -> (dx, dw)
   r.add(OpKind::kLmHeadLossBwd, DeviceType::kCUDA, kF32, [](KernelContext& k) {
-    if (holds_a_vocabulary_shard(k)) return run_on_the_host(k);
     const Gpu gpu = gpu_of(k);
     Tensor x = k.inputs[0], w = k.inputs[1];
     const std::vector<Tensor>& in_ = k.inputs;
@@ -453,8 +523,6 @@ const std::vector<CpuOnlyKernel>& cpu_only_kernels() {
                         OpKind::kLmHeadLossBwd, OpKind::kBiasAdd, OpKind::kBiasAddBwd}) {
       l.push_back({kind, DType::kFloat64, f64});
     }
-    // context_attention in float32 has a CUDA entry for the packed order (no context parallelism);
-    // a CP rank's share of the rows is refused at run time (expect_packed_order).
     l.push_back({OpKind::kContextAttention, DType::kFloat64, f64});
     l.push_back({OpKind::kContextAttentionBwd, DType::kFloat64, f64});
     return l;

@@ -109,13 +109,17 @@ void for_each_pack(const char* kernel, std::span<const AdamWTensor> tensors, Lau
 
 }  // namespace
 
-void grad_sum_of_squares(std::span<const AdamWTensor> tensors, double* sum_of_squares, cudaStream_t stream) {
-  const char* kernel = "cuda grad_sum_of_squares";
-  const cudaError_t cleared = cudaMemsetAsync(sum_of_squares, 0, sizeof(double), stream);
-  HSPMD_CHECK(cleared == cudaSuccess) << kernel << ": clearing the sum failed: " << cudaGetErrorString(cleared);
-  for_each_pack(kernel, tensors, [&](const TensorPack& pack, int64_t blocks) {
+void add_grad_sum_of_squares(std::span<const AdamWTensor> tensors, double* sum_of_squares, cudaStream_t stream) {
+  for_each_pack("cuda grad_sum_of_squares", tensors, [&](const TensorPack& pack, int64_t blocks) {
     sum_of_squares_chunks<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(pack, sum_of_squares);
   });
+}
+
+void grad_sum_of_squares(std::span<const AdamWTensor> tensors, double* sum_of_squares, cudaStream_t stream) {
+  const cudaError_t cleared = cudaMemsetAsync(sum_of_squares, 0, sizeof(double), stream);
+  HSPMD_CHECK(cleared == cudaSuccess) << "cuda grad_sum_of_squares: clearing the sum failed: "
+                                      << cudaGetErrorString(cleared);
+  add_grad_sum_of_squares(tensors, sum_of_squares, stream);
 }
 
 void adamw_step(std::span<const AdamWTensor> tensors, int64_t step, const AdamWOptions& o,

@@ -42,6 +42,8 @@ struct AdamWClipping {
 
 // *sum_of_squares (device float64) = sum over every tensor's grad of grad^2 (overwritten).
 void grad_sum_of_squares(std::span<const AdamWTensor> tensors, double* sum_of_squares, cudaStream_t stream);
+// *sum_of_squares += the same sum (a running total kept on the device across calls).
+void add_grad_sum_of_squares(std::span<const AdamWTensor> tensors, double* sum_of_squares, cudaStream_t stream);
 
 // One AdamW step of every tensor; step counts from 1.
 void adamw_step(std::span<const AdamWTensor> tensors, int64_t step, const AdamWOptions& options,

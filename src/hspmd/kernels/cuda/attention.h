@@ -48,4 +48,28 @@ void reference_attention_bwd(DType dtype, const void* q, const void* k, const vo
                              const void* cu_seqlens, const void* out, const float* lse, const void* dout, float* dq,
                              float* dk, float* dv, const AttentionShape& shape, cudaStream_t stream);
 
+// Context parallelism (kernels/context_attention.h), on the reference kernel: the shape.tokens
+// query rows of q, out, lse, dout and dq sit at the packed positions q_index [tokens]; k, v, dk and
+// dv hold `keys` rows whose packed positions are kv_index [keys] (a permutation of 0..keys-1);
+// cu_seqlens are offsets in the packed batch of `keys` tokens. dk and dv are these queries'
+// contributions, rows in kv_index's order. The index vectors are the runtime's and are not checked
+// here (a kernel cannot throw, and checking on the host would wait for the stream): an index out
+// of range reads out of bounds. With q_index = kv_index = 0..T-1 this computes what
+// reference_attention_fwd / _bwd do, in the same order of operations.
+struct ContextRows {
+  DType index_dtype = DType::kInt64;  // of q_index and kv_index: int64 or int32
+  const void* q_index = nullptr;
+  const void* kv_index = nullptr;
+  int64_t keys = 0;
+  int64_t* kv_row = nullptr;  // [keys] device scratch: the row of each packed position, filled here
+};
+
+void context_attention_fwd(DType dtype, const void* q, const void* k, const void* v, DType cu_seqlens_dtype,
+                           const void* cu_seqlens, const ContextRows& rows, void* out, float* lse,
+                           const AttentionShape& shape, cudaStream_t stream);
+void context_attention_bwd(DType dtype, const void* q, const void* k, const void* v, DType cu_seqlens_dtype,
+                           const void* cu_seqlens, const ContextRows& rows, const void* out, const float* lse,
+                           const void* dout, float* dq, float* dk, float* dv, const AttentionShape& shape,
+                           cudaStream_t stream);
+
 }  // namespace hspmd::kernels::cuda

@@ -204,6 +204,26 @@ void add(DType dtype, const void* a, const void* b, void* y, int64_t n, cudaStre
   check_launch(kernel);
 }
 
+namespace {
+template <typename T>
+__global__ void add_element_into(const T* x, double* total) {
+  if constexpr (std::is_same_v<T, double>) {
+    *total += x[0];
+  } else {
+    *total += static_cast<double>(static_cast<float>(x[0]));  // bfloat16 converts through float
+  }
+}
+}  // namespace
+
+void add_element_to_total(DType dtype, const void* x, double* total, cudaStream_t stream) {
+  const char* kernel = "cuda add_element_to_total";
+  visit_floating(dtype, kernel, "x", [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    add_element_into<T><<<1, 1, 0, stream>>>(static_cast<const T*>(x), total);
+  });
+  check_launch(kernel);
+}
+
 void scale(DType dtype, const void* x, double factor, void* y, int64_t n, cudaStream_t stream) {
   const char* kernel = "cuda scale";
   check_count(kernel, n);

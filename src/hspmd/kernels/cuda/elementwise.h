@@ -27,6 +27,8 @@ void geglu_tanh_fwd(DType dtype, const void* gate, const void* up, void* y, int6
 void geglu_tanh_bwd(DType dtype, const void* gate, const void* up, const void* dy, void* dgate, void* dup, int64_t n,
                     cudaStream_t stream);
 void add(DType dtype, const void* a, const void* b, void* y, int64_t n, cudaStream_t stream);
+// *total += x[0] in float64: a running total (a step's loss) kept on the device.
+void add_element_to_total(DType dtype, const void* x, double* total, cudaStream_t stream);
 void scale(DType dtype, const void* x, double factor, void* y, int64_t n, cudaStream_t stream);
 void sum_rows(DType dtype, const void* x, void* out, int64_t rows, int64_t cols, cudaStream_t stream);
 void bias_add(DType dtype, const void* x, const void* bias, void* y, int64_t rows, int64_t cols, cudaStream_t stream);

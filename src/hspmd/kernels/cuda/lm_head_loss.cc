@@ -41,6 +41,11 @@ const void* offset(const void* p, int64_t elements, DType dtype) {
   return static_cast<const char*>(p) + elements * static_cast<int64_t>(dtype_size(dtype));
 }
 
+CrossEntropyShape chunk_shape(const LmHeadLossShape& s, int64_t rows) {
+  return {.tokens = rows, .vocab = s.vocab, .ignore_index = s.ignore_index, .softcap = s.softcap,
+          .vocab_start = s.vocab_start, .vocab_size = s.vocab_size};
+}
+
 }  // namespace
 
 void lm_head_loss_fwd(const LmHeadLossContext& ctx, DType dtype, const void* x, const void* w, DType targets_dtype,
@@ -52,9 +57,20 @@ void lm_head_loss_fwd(const LmHeadLossContext& ctx, DType dtype, const void* x, 
     const int64_t rows = std::min(chunk, s.tokens - first);
     chunk_logits(ctx, dtype, x, w, first, rows, s, logits.as<float>());
     cross_entropy_fwd(DType::kFloat32, logits.data(), targets_dtype, offset(targets, first, targets_dtype),
-                      losses + first, lse + first, {.tokens = rows, .vocab = s.vocab, .ignore_index = s.ignore_index,
-                       .softcap = s.softcap},
-                      ctx.stream);
+                      losses + first, lse + first, chunk_shape(s, rows), ctx.stream);
+  }
+}
+
+void lm_head_loss_stats(const LmHeadLossContext& ctx, DType dtype, const void* x, const void* w, DType targets_dtype,
+                        const void* targets, double* stats, const LmHeadLossShape& s) {
+  const int64_t chunk = chunk_rows("cuda lm_head_loss_stats", dtype, s);
+  if (s.tokens == 0) return;
+  hspmd::cuda::DeviceBuffer logits(ctx.memory, static_cast<size_t>(chunk * s.vocab) * sizeof(float), ctx.stream);
+  for (int64_t first = 0; first < s.tokens; first += chunk) {
+    const int64_t rows = std::min(chunk, s.tokens - first);
+    chunk_logits(ctx, dtype, x, w, first, rows, s, logits.as<float>());
+    cross_entropy_shard_stats(DType::kFloat32, logits.data(), targets_dtype, offset(targets, first, targets_dtype),
+                              stats + first, s.tokens, chunk_shape(s, rows), ctx.stream);
   }
 }
 
@@ -76,9 +92,7 @@ void lm_head_loss_bwd(const LmHeadLossContext& ctx, DType dtype, const void* x, 
     const int64_t rows = std::min(chunk, s.tokens - first);
     chunk_logits(ctx, dtype, x, w, first, rows, s, logits.as<float>());
     cross_entropy_bwd(DType::kFloat32, logits.data(), targets_dtype, offset(targets, first, targets_dtype), lse + first,
-                      dlosses + first, logits.data(), {.tokens = rows, .vocab = s.vocab, .ignore_index = s.ignore_index,
-                       .softcap = s.softcap},
-                      ctx.stream);
+                      dlosses + first, logits.data(), chunk_shape(s, rows), ctx.stream);
     const void* dlogits = logits.data();
     if (bf16) {
       cast(DType::kFloat32, logits.data(), DType::kBFloat16, rounded.data(), rows * s.vocab, ctx.stream);

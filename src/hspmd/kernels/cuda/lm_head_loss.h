@@ -30,6 +30,10 @@ struct LmHeadLossShape {
   int64_t ignore_index = -100;
   double softcap = 0.0;     // as CrossEntropyShape::softcap
   int64_t chunk_rows = 0;  // tokens per chunk; 0: about 256 MiB of float32 logits, at least 1
+  // Vocabulary parallelism, as CrossEntropyShape's: w holds the rows [vocab_start, vocab_start +
+  // vocab) of a vocab_size-row head (0: the whole head).
+  int64_t vocab_start = 0;
+  int64_t vocab_size = 0;
 };
 
 // What a run needs besides the tensors: the GEMM handle and where the chunk's scratch comes from.
@@ -41,6 +45,11 @@ struct LmHeadLossContext {
 
 void lm_head_loss_fwd(const LmHeadLossContext& ctx, DType dtype, const void* x, const void* w, DType targets_dtype,
                       const void* targets, float* losses, float* lse, const LmHeadLossShape& shape);
+// A vocabulary shard's row statistics, float64 [3, tokens] (cross_entropy_shard_stats's), chunk by
+// chunk; the loss and lse come from every shard's statistics combined (kernels/cross_entropy.h).
+// lm_head_loss_bwd then takes the combined lse.
+void lm_head_loss_stats(const LmHeadLossContext& ctx, DType dtype, const void* x, const void* w, DType targets_dtype,
+                        const void* targets, double* stats, const LmHeadLossShape& shape);
 void lm_head_loss_bwd(const LmHeadLossContext& ctx, DType dtype, const void* x, const void* w, DType targets_dtype,
                       const void* targets, const float* lse, const float* dlosses, float* dx, float* dw,
                       const LmHeadLossShape& shape);
