@@ -2,9 +2,11 @@
 // master weights, gradients and AdamW moments, and all-gathers each layer's parameters just before
 // F, B (and B's recompute) read them (runtime/parameter_gathers.h). Every step's loss and gradient
 // norm and the final weights equal the single-process run (relative 1e-5, float32) under DP 2, DP 3
-// (shards of uneven sizes), DP x TP x PP, recompute, GPipe, tied embeddings and bf16, across switches
-// and checkpoints; pipelines of different shapes, or of different micro-batch counts, are refused. Memory is measured from each rank's allocator:
-// what a rank holds between steps (parameters and moments) and its peak in a step.
+// (shards of uneven sizes), DP x TP x PP, recompute, GPipe, tied embeddings and bf16, pipelines of
+// different shapes (stages, layers, TP degrees), across switches and checkpoints; pipelines of
+// different micro-batch counts, or whose holders of a parameter run their passes in different orders,
+// are refused. Memory is measured from each rank's allocator: what a rank holds between steps
+// (parameters and moments) and its peak in a step.
 // Ranks run as threads of this process over Gloo (runtime/dist_run_testlib.h).
 #include <gtest/gtest.h>
 
@@ -30,6 +32,7 @@ using testing::DistRun;
 using testing::expect_matches_single_process;
 using testing::run;
 using testing::run_phases;
+using testing::RunOptions;
 using testing::strategy;
 using testing::with_zero;
 
@@ -51,6 +54,23 @@ const char* kDp2Tp2Pp2 = R"([
    "stages": [{"ranks": "0-1", "layers": "0-1"}, {"ranks": "2-3", "layers": "2-3"}]},
   {"micro_batch_size": 1, "num_micro_batches": 2,
    "stages": [{"ranks": "4-5", "layers": "0-1"}, {"ranks": "6-7", "layers": "2-3"}]}])";
+
+// Pipelines of different shapes (the DS unions of a parameter differ): a 1-stage TP 2 pipeline
+// beside a 2-stage TP 1 one with uneven stages (layer 0, then 1-3) and micro-batches twice the size.
+// Each parameter's shard is over its 3 holders; each gather builds the TP half or the whole tensor.
+const char* kHetero = R"([
+  {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3"}]},
+  {"micro_batch_size": 2, "num_micro_batches": 2,
+   "stages": [{"ranks": "2", "layers": "0"}, {"ranks": "3", "layers": "1-3"}]}])";
+
+// 1F1B over 3 pipelines of different stage counts, TP degrees and layer splits whose holders of each
+// layer still run their passes in one order (2 micro-batches: stage 0 of 2 and stages 0-1 of 3 run
+// F0 F1 B0 B1, the last stages F0 B0 F1 B1).
+const char* kHetero1F1B = R"([
+  {"micro_batch_size": 1, "num_micro_batches": 2,
+   "stages": [{"ranks": "0-1", "layers": "0-1"}, {"ranks": "2-3", "layers": "2-3"}]},
+  {"micro_batch_size": 1, "num_micro_batches": 2,
+   "stages": [{"ranks": "4", "layers": "0"}, {"ranks": "5", "layers": "1"}, {"ranks": "6", "layers": "2-3"}]}])";
 
 TEST(Zero3, DataParallelTwoAndThreeEqualOneProcess) {
   expect_matches_single_process(run(with_zero(3, data_parallel(2)), dist_options(kSteps)), kSteps);
@@ -113,6 +133,23 @@ TEST(Zero3, SwitchesToAndFromOtherStagesEqualOneProcess) {
 
 class Zero3Checkpoint : public testing::TempDirTest {};
 
+TEST_F(Zero3Checkpoint, HeterogeneousPipelinesRoundTrip) {
+  // Saved from the shards of pipelines of different shapes, resumed by one rank and by them again.
+  TrainerOptions first = dist_options(2);
+  first.decay_steps = 4;
+  const std::string hetero = path("hetero");
+  const RunOptions gpipe{.schedule = specialize::ScheduleKind::kGPipe};
+  RunOptions saving = gpipe;
+  saving.after = [&](DistTrainer& t) { t.save(hetero); };
+  run(with_zero(3, kHetero), first, saving);
+  expect_matches_single_process(
+      run(with_zero(0, data_parallel(1)), dist_options(4), {.before = [&](DistTrainer& t) { t.restore(hetero); }}), 2,
+      3);
+  RunOptions restoring = gpipe;
+  restoring.before = [&](DistTrainer& t) { t.restore(hetero); };
+  expect_matches_single_process(run(with_zero(3, kHetero), dist_options(4), restoring), 2, 3);
+}
+
 TEST_F(Zero3Checkpoint, SavedUnderZero3ResumesUnderZero2AndBack) {
   TrainerOptions first = dist_options(2);
   first.decay_steps = 4;  // steps 1-2 here, 3-4 after the restore: one 4-step schedule
@@ -127,24 +164,69 @@ TEST_F(Zero3Checkpoint, SavedUnderZero3ResumesUnderZero2AndBack) {
       3);
 }
 
-TEST(Zero3, PipelinesOfDifferentShapesAreRefusedByName) {
-  const std::string hetero = R"([
-  {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3"}]},
-  {"micro_batch_size": 2, "num_micro_batches": 2,
-   "stages": [{"ranks": "2", "layers": "0-1"}, {"ranks": "3", "layers": "2-3"}]}])";
+TEST(Zero3, HeterogeneousPipelinesEqualOneProcessAndHoldTheEstimatedShards) {
+  const sharding::Strategy st = with_zero(3, kHetero);
+  std::vector<graph::ComputeDevice> devices;
+  for (int r = 0; r < 4; ++r) devices.push_back(graph::cpu_compute({.name = "rank " + std::to_string(r)}));
+  std::vector<size_t> between_steps(4);
+  const DistRun r = run(st, dist_options(kSteps),
+                        {.schedule = specialize::ScheduleKind::kGPipe,
+                         .before = [&](DistTrainer& t) { between_steps[t.rank()] = devices[t.rank()].allocator.current_bytes(); },
+                         .configure = [&](int rank, DistOptions& o) {
+                           o.compute = [device = devices[rank]](int) { return device; };
+                         }});
+  expect_matches_single_process(r, kSteps);
+  // Between steps a rank holds its shards of the master weights and of the two moments: what the
+  // estimate counts for them (the moments' bytes are twice the state shard's).
+  const models::LlamaModel model = models::build_llama(dist_config());
+  for (int rank = 0; rank < 4; ++rank) {
+    const specialize::ExecGraph exec(model.graph, models::compile_llama_plan(dist_config(), st), rank);
+    const specialize::MemoryEstimate e = specialize::estimate_memory(exec, {.micro_batch_tokens = 1});
+    std::printf("rank %d of the heterogeneous pipelines: between steps %zu B, estimated shards %lld B\n", rank,
+                between_steps[rank], static_cast<long long>(e.optimizer_states * 3 / 2));
+    EXPECT_EQ(static_cast<int64_t>(between_steps[rank]), e.optimizer_states * 3 / 2) << rank;
+  }
+}
+
+TEST(Zero3, HeterogeneousPipelinesUnder1F1BEqualOneProcess) {
+  expect_matches_single_process(run(with_zero(3, kHetero1F1B), dist_options(kSteps)), kSteps);
+}
+
+TEST(Zero3, HeterogeneousPipelinesWithTiedEmbeddingsEqualOneProcess) {
+  // The table: whole on the TP 2 stage's F and B, on both stages of the other pipeline.
+  expect_matches_single_process(
+      run(with_zero(3, kHetero), dist_options(kSteps), {.schedule = specialize::ScheduleKind::kGPipe, .tied = true}),
+      kSteps, 1, /*tied=*/true);
+}
+
+TEST(Zero3, HoldersRunningTheirPassesInDifferentOrdersAreRefusedByName) {
+  // Under 1F1B layer 0's holders disagree: rank 2 (stage 0 of 2) runs F0 F1 B0 B1, ranks 0-1 F0 B0 F1 B1.
   try {
-    models::compile_llama_plan(dist_config(), with_zero(3, hetero));
-    FAIL() << "a ZeRO-3 strategy over pipelines of different shapes compiled";
+    run(with_zero(3, kHetero), dist_options(1));
+    FAIL() << "a ZeRO-3 step ran with holders of a parameter in different pass orders";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("\"zero\": 3 needs pipelines of one shape"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("pipelines[1] differs from pipelines[0] in its number of stages"),
+    EXPECT_NE(std::string(e.what()).find("ZeRO-3 gathers 'model.embed_tokens.weight' once per pass on each of its "
+                                         "holders, in lockstep, but under 1f1b rank 0 (pipeline 0, stage 0 of 1) "
+                                         "runs its passes as F0 B0 F1 B1 and rank 2 (pipeline 1, stage 0 of 2) as "
+                                         "F0 F1 B0 B1"),
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(Zero3, PipelinesOfDifferentMicroBatchCountsAreRefusedByName) {
   const std::string counts = R"([
   {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0", "layers": "0-3"}]},
   {"micro_batch_size": 1, "num_micro_batches": 3, "stages": [{"ranks": "1", "layers": "0-3"}]}])";
-  EXPECT_THROW(models::compile_llama_plan(dist_config(), with_zero(3, counts)), Error);
+  try {
+    models::compile_llama_plan(dist_config(), with_zero(3, counts));
+    FAIL() << "a ZeRO-3 strategy over pipelines of different micro-batch counts compiled";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"zero\": 3 needs every pipeline to run as many micro-batches; "
+                                         "pipelines[1].num_micro_batches is 3, pipelines[0]'s 2"),
+              std::string::npos)
+        << e.what();
+  }
   EXPECT_NO_THROW(models::compile_llama_plan(dist_config(), with_zero(2, counts)));
 }
 

@@ -151,8 +151,9 @@ TEST_F(PlanReportTest, LocalHetero4SyncsGathersAndTotals) {
 // has pipeline 0's stages but twice the micro-batch size (another T); pipeline 3 has them with
 // fewer micro-batches, the same T and the same micro-batches in flight (under ZeRO-2 its ranks, fed
 // the pipeline with the fewest micro-batches, hold no whole gradient between backward passes);
-// pipeline 4 is TP 1 with uneven stages. ZeRO-3 (pipelines of one shape only), where the estimate
-// also follows each rank's gather schedule: three copies of pipeline 0.
+// pipeline 4 is TP 1 with uneven stages. ZeRO-3, where the estimate also follows each rank's gather
+// schedule: three copies of pipeline 0 and a TP 1 pipeline with uneven stages and larger micro-batches
+// (its shards differ from the others', and the others' from the homogeneous ones').
 TEST_F(PlanReportTest, MemoryEqualsEachRanksOwnExecGraphEstimate) {
   auto stage = [](std::vector<int> ranks, int first, int last) {
     sharding::StageSpec s;
@@ -220,11 +221,12 @@ TEST_F(PlanReportTest, MemoryEqualsEachRanksOwnExecGraphEstimate) {
   sharding::Strategy zero3;
   zero3.name = "classes-zero3";
   zero3.zero = 3;
-  zero3.pipelines = {tp2_pp2(0, 1, 4), tp2_pp2(4, 1, 4), tp2_pp2(8, 1, 4)};
+  zero3.pipelines = {tp2_pp2(0, 1, 4), tp2_pp2(4, 1, 4), tp2_pp2(8, 1, 4),
+                     pipeline(2, 4, {stage({12}, 0, 2), stage({13}, 3, 3)})};
   std::vector<int> classes;
   std::vector<MemoryEstimate> own;
   check(zero3, classes, own);
-  EXPECT_EQ(classes, (std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}));
+  EXPECT_EQ(classes, (std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 4, 5}));
 }
 
 // Every shipped strategy, on its model and (for the paper's strategies) the paper's cluster

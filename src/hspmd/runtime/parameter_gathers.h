@@ -6,8 +6,9 @@
 // previous layer's last reader (one layer ahead), and each is freed after its own last reader. The
 // gather is the resolution state -> read layout that ZeRO-1/2 run after the update (AG, or SplitAG /
 // BSR), executed by execute_reshard_staged on the `post` channel's communicators: every holder of a
-// parameter gathers it as many times and in the same order, since ZeRO-3's pipelines have one shape
-// (sharding::Strategy::validate) and run as many micro-batches.
+// parameter gathers it as many times and in the same order, since ZeRO-3's pipelines, of any shape,
+// run as many micro-batches (sharding::Strategy::validate) and its holders run their passes in one
+// order (specialize::check_passes_in_lockstep).
 //
 //   ParameterGathers gathers(plan.forward_gathers, state, params, gather_one);
 //   for (int k = 0; k < ops.size(); ++k) {

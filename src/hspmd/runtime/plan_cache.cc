@@ -99,13 +99,17 @@ std::unique_ptr<SpecializedPlan> PlanCache::specialize(const sharding::Annotatio
   if (p->active) {
     p->forward_releases = exec.forward_releases(model_.loss);
     p->backward_releases = exec.backward_releases(model_.grads);
+    const sharding::PipelineSchedule& mb = plan.pipelines[exec.data_group()];
     if (plan.shard_parameters) {
       p->forward_gathers = specialize::forward_gather_units(exec);
-      p->backward_gathers = specialize::backward_gather_units(exec);
+      p->backward_gathers = specialize::backward_gather_units(exec, model_.params, model_.grads);
+      for (const switching::ParamLayout& layout : p->param_layouts) {
+        specialize::check_passes_in_lockstep(p->pipelines, options_.schedule, mb.num_micro_batches, layout.name,
+                                             layout.read.devices());
+      }
     }
     const auto [pipeline, stage] = p->pipelines.locate(rank_);
     const int num_stages = static_cast<int>(p->pipelines.pipelines[pipeline].stages.size());
-    const sharding::PipelineSchedule& mb = plan.pipelines[exec.data_group()];
     p->schedule = specialize::make_schedule(options_.schedule, mb.num_micro_batches, num_stages, stage);
     const int64_t tokens = mb.micro_batch_size * mb.row_tokens(options_.seq_len);  // rows padded under CP
     p->memory = specialize::estimate_memory(exec, {.micro_batch_tokens = tokens,

@@ -117,6 +117,12 @@ StepRunner::Share StepRunner::share_of(const SpecializedPlan& plan, const std::v
     const int stages = static_cast<int>(plan.pipelines.pipelines[pipeline].stages.size());
     share.schedule = given == 0 ? std::vector<specialize::Task>{}
                                 : specialize::make_schedule(options_.schedule, given, stages, stage);
+    if (given > 0 && plan.exec->plan().shard_parameters) {  // every pipeline was given as many (above)
+      for (const switching::ParamLayout& layout : plan.param_layouts) {
+        specialize::check_passes_in_lockstep(plan.pipelines, options_.schedule, given, layout.name,
+                                             layout.read.devices());
+      }
+    }
   }
   return share;
 }

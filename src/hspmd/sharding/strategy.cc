@@ -191,27 +191,19 @@ void Strategy::validate(int num_layers) const {
                                  << " is not covered by any stage; each layer must be covered exactly once";
     }
   }
-  if (shards_parameters()) check_one_pipeline_shape();
+  if (shards_parameters()) check_equal_micro_batch_counts();
 }
 
-void Strategy::check_one_pipeline_shape() const {
-  // Every holder of a parameter all-gathers it once per layer use, in its own pass order: the
-  // holders must run the same passes (micro-batch count), with the parameter at the same place.
+void Strategy::check_equal_micro_batch_counts() const {
+  // Every holder of a parameter all-gathers it once per pass it runs, in lockstep with the others
+  // (runtime/parameter_gathers.h): the pipelines must run as many passes. Their stages, layers and
+  // TP and CP degrees may differ.
   const PipelineSpec& first = pipelines.front();
   for (size_t p = 1; p < pipelines.size(); ++p) {
-    const PipelineSpec& other = pipelines[p];
-    auto refuse = [&](const std::string& what) {
-      HSPMD_THROW() << "strategy " << name << ": \"zero\": 3 needs pipelines of one shape (stages, layers, TP and CP "
-                    << "degrees, micro-batch count); pipelines[" << p << "] differs from pipelines[0] in " << what
-                    << "; use \"zero\": 2 across pipelines of different shapes";
-    };
-    if (other.num_micro_batches != first.num_micro_batches) refuse("num_micro_batches");
-    if (other.stages.size() != first.stages.size()) refuse("its number of stages");
-    for (size_t s = 0; s < first.stages.size(); ++s) {
-      const StageSpec &a = first.stages[s], &b = other.stages[s];
-      if (a.first_layer != b.first_layer || a.last_layer != b.last_layer) refuse(stage_key(p, s) + ".layers");
-      if (a.tp() != b.tp() || a.cp != b.cp) refuse(stage_key(p, s) + "'s TP or CP degree");
-    }
+    HSPMD_CHECK(pipelines[p].num_micro_batches == first.num_micro_batches)
+        << "strategy " << name << ": \"zero\": 3 needs every pipeline to run as many micro-batches; pipelines[" << p
+        << "].num_micro_batches is " << pipelines[p].num_micro_batches << ", pipelines[0]'s "
+        << first.num_micro_batches << "; use \"zero\": 2 across pipelines of different micro-batch counts";
   }
 }
 

@@ -22,7 +22,8 @@
 // gradients is reduce-scattered into the shard as soon as its backward is done
 // (sharding::AnnotationPlan::shard_gradients); 3 also keeps each replica's master weights as its
 // shard only, all-gathered layer by layer where the passes read them
-// (sharding::AnnotationPlan::shard_parameters). Stage 3 needs pipelines of one shape (validate()).
+// (sharding::AnnotationPlan::shard_parameters). Stage 3 needs pipelines of one micro-batch count
+// (validate()); their stages, layers and TP and CP degrees may differ.
 //
 // "ranks" is a string of ids and ascending ranges ("0-3,8") or an array of ints; "layers" is
 // "a-b" (inclusive) or a single layer "a". The embedding lives on each pipeline's first stage, the
@@ -97,7 +98,7 @@ struct Strategy {
   // Index of the stage of pipeline p that holds layer l (validate() guarantees exactly one).
   int stage_of_layer(int p, int l) const;
   // Throws Error naming the pipeline/stage at fault unless every pipeline covers layers
-  // 0..num_layers-1 exactly once, and, under ZeRO-3, unless all pipelines have one shape.
+  // 0..num_layers-1 exactly once, and, under ZeRO-3, unless all pipelines run as many micro-batches.
   void validate(int num_layers) const;
 
   std::string to_json_text() const;
@@ -107,7 +108,7 @@ struct Strategy {
   friend bool operator==(const Strategy&, const Strategy&) = default;
 
  private:
-  void check_one_pipeline_shape() const;  // ZeRO-3's condition, naming the first difference
+  void check_equal_micro_batch_counts() const;  // ZeRO-3's condition, naming the first pipeline at fault
 };
 
 }  // namespace hspmd::sharding

@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 
+#include "hspmd/core/error.h"
+
 namespace hspmd::specialize {
 
 std::string gather_layer(const std::string& param_name) {
@@ -13,7 +15,8 @@ std::string gather_layer(const std::string& param_name) {
   return end == std::string::npos ? param_name : param_name.substr(0, end);
 }
 
-std::vector<GatherUnit> gather_units(const ExecGraph& exec, const std::vector<int>& ops) {
+std::vector<GatherUnit> gather_units(const ExecGraph& exec, const std::vector<int>& ops,
+                                     const std::map<int, int>& reduced_after) {
   const std::vector<int>& held = exec.parameters();
   const std::set<int> params(held.begin(), held.end());
   std::map<std::string, size_t> index;  // layer -> position in `units`
@@ -34,16 +37,53 @@ std::vector<GatherUnit> gather_units(const ExecGraph& exec, const std::vector<in
       }
     }
   }
-  for (size_t u = 1; u < units.size(); ++u) units[u].gather_at = std::min(units[u].first, units[u - 1].last);
+  for (size_t u = 1; u < units.size(); ++u) {
+    int after = units[u - 1].last - 1;  // before the previous unit's last reader
+    for (int op : units[u - 1].params) {
+      if (const auto r = reduced_after.find(op); r != reduced_after.end()) after = std::max(after, r->second);
+    }
+    units[u].gather_at = std::min(units[u].first, after + 1);
+  }
   return units;
 }
 
 std::vector<GatherUnit> forward_gather_units(const ExecGraph& exec) { return gather_units(exec, exec.forward_ops()); }
 
-std::vector<GatherUnit> backward_gather_units(const ExecGraph& exec) {
+std::vector<GatherUnit> backward_gather_units(const ExecGraph& exec, const std::vector<graph::TensorRef>& params,
+                                              const std::vector<graph::TensorRef>& grads) {
   std::vector<int> ops;
-  for (const ExecGraph::BackwardStep& step : exec.backward_steps()) ops.push_back(step.op);
-  return gather_units(exec, ops);
+  std::map<int, int> position;  // op id -> its position in B (the last, should recompute replay it)
+  for (const ExecGraph::BackwardStep& step : exec.backward_steps()) {
+    position[step.op] = static_cast<int>(ops.size());
+    ops.push_back(step.op);
+  }
+  std::map<int, int> reduced_after;
+  for (size_t i = 0; i < params.size() && i < grads.size(); ++i) {
+    if (!grads[i].valid()) continue;
+    if (const auto p = position.find(grads[i].op); p != position.end()) reduced_after[params[i].op] = p->second;
+  }
+  return gather_units(exec, ops, reduced_after);
+}
+
+void check_passes_in_lockstep(const PipelineLayout& pipelines, ScheduleKind kind, int num_micro_batches,
+                              const std::string& param, const std::vector<int>& holders) {
+  auto passes_of = [&](int rank) {
+    const auto [pipeline, stage] = pipelines.locate(rank);
+    const int stages = static_cast<int>(pipelines.pipelines[pipeline].stages.size());
+    return std::pair{make_schedule(kind, num_micro_batches, stages, stage),
+                     "rank " + std::to_string(rank) + " (pipeline " + std::to_string(pipeline) + ", stage " +
+                         std::to_string(stage) + " of " + std::to_string(stages) + ")"};
+  };
+  if (holders.empty()) return;
+  const auto [first, first_where] = passes_of(holders.front());
+  for (size_t h = 1; h < holders.size(); ++h) {
+    const auto [other, where] = passes_of(holders[h]);
+    HSPMD_CHECK(other == first) << "ZeRO-3 gathers '" << param << "' once per pass on each of its holders, in "
+                                << "lockstep, but under " << schedule_kind_name(kind) << " " << first_where
+                                << " runs its passes as " << to_string(first) << " and " << where << " as "
+                                << to_string(other) << "; use the gpipe schedule (one order on every stage) "
+                                << "or \"zero\": 2";
+  }
 }
 
 int64_t peak_gathered_bytes(const std::vector<GatherUnit>& units, const std::function<int64_t(int op)>& bytes_of) {

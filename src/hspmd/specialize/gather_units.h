@@ -12,10 +12,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "hspmd/specialize/exec_graph.h"
+#include "hspmd/specialize/pipeline_layout.h"
+#include "hspmd/specialize/schedule.h"
 
 namespace hspmd::specialize {
 
@@ -31,11 +34,29 @@ struct GatherUnit {
 std::string gather_layer(const std::string& param_name);
 
 // The units of the parameters this rank holds that the ops `ops` (a pass, in order) read, ordered
-// by their first reader.
-std::vector<GatherUnit> gather_units(const ExecGraph& exec, const std::vector<int>& ops);
+// by their first reader. `reduced_after`: per parameter op, the position after which the pass
+// reduces its gradient (B); a unit is then gathered only after the unit before it has reduced all
+// its gradients, when its first reader allows (below).
+std::vector<GatherUnit> gather_units(const ExecGraph& exec, const std::vector<int>& ops,
+                                     const std::map<int, int>& reduced_after = {});
 // The same for F (forward_ops()) and for B as run (backward_steps(), with what recompute replays).
+// B reduces each gradient right after the op producing it (`params[i]`'s is `grads[i]`; without
+// them, B's units are scheduled like F's, as the memory estimate does: an upper bound). Every
+// holder of a parameter meets the others in its gathers and reduces, so each must do them in one
+// order: a layer's gradient reduces before the next layer's gather. Otherwise, over pipelines of
+// other stage splits, a rank prefetching layer 0 while it reduces layer 1 waits for a rank of layer 0
+// that waits for the gradient of a rank still reducing layer 1 with the first: a deadlock.
 std::vector<GatherUnit> forward_gather_units(const ExecGraph& exec);
-std::vector<GatherUnit> backward_gather_units(const ExecGraph& exec);
+std::vector<GatherUnit> backward_gather_units(const ExecGraph& exec, const std::vector<graph::TensorRef>& params = {},
+                                              const std::vector<graph::TensorRef>& grads = {});
+
+// Every holder of a parameter gathers it (and reduces its gradient) once per pass, in lockstep with
+// the others, over pipelines of any shape: their passes must come in one order. Throws Error naming
+// `param`, two of its `holders` and their orders unless every holder's schedule under `kind` (its
+// pipeline and stage in `pipelines`, each pipeline running `num_micro_batches`) is the same. GPipe
+// always is; 1F1B when each layer sits as many stages before the end of every pipeline holding it.
+void check_passes_in_lockstep(const PipelineLayout& pipelines, ScheduleKind kind, int num_micro_batches,
+                              const std::string& param, const std::vector<int>& holders);
 
 // The most bytes the schedule above holds gathered at once (`bytes_of`: a parameter op's whole size
 // in the layout the pass reads).
