@@ -211,9 +211,10 @@ TEST_P(Bf16SwitchRecovery, SurvivorsMoveTheBaseStateAndMatchOneProcess) {
   const std::string strategy = path("dp2-pp2.json");
   std::ofstream(strategy) << kDataParallelStrategy;
   const std::string bf16 = " --precision bf16";
+  const std::string switches =
+      " --switch-states bf16-params --switch 4:" + example("examples/strategies/local-tp2-pp2.json");
   const testing::CommandResult r =
-      run_with_faults(GetParam().fault, elastic(strategy) + bf16 + " --switch-states bf16-params --switch 4:" +
-                                            example("examples/strategies/local-tp2-pp2.json") + " --save " + path("ckpt"));
+      run_with_faults(GetParam().fault, elastic(strategy) + bf16 + switches + " --save " + path("ckpt"));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("bf16 only: weights and Adam moments stay under plan dp2-pp2"));
   EXPECT_THAT(r.output, HasSubstr("| bf16 switch dp2-pp2 -> local-tp2-pp2: params out"));

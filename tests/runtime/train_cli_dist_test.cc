@@ -364,7 +364,8 @@ TEST_F(Bf16BaseStrategy, ChoosesTheLayoutHoldingTheStateAndTrainsTheSame) {
   EXPECT_THAT(r.output, HasSubstr("| bf16 switch pp2 -> tp2: params out"));
   EXPECT_THAT(r.output, HasSubstr("(tolerance 2e-03): PASS"));
 
-  const std::vector<nlohmann::json> pp2_base = bf16_moves(path("pp2.jsonl")), tp2_base = bf16_moves(path("default.jsonl"));
+  const std::vector<nlohmann::json> pp2_base = bf16_moves(path("pp2.jsonl"));
+  const std::vector<nlohmann::json> tp2_base = bf16_moves(path("default.jsonl"));
   ASSERT_EQ(pp2_base.size(), 4u);
   ASSERT_EQ(tp2_base.size(), 4u);
   for (size_t k = 0; k < 4; ++k) {

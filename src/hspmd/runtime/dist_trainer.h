@@ -50,8 +50,9 @@
 // schedule go on. Each plan is specialized (executable graph, pipelines, schedule, memory
 // estimate, communicators) once per run and kept, so switching back costs only the BSR.
 // With DistOptions::bf16_switches a switch moves nothing: the state stays under the plan the
-// trainer was built with (or last moved to by switch_state_to, as elastic recovery does), and each step under another plan moves its bf16 parameters there and its
-// gradients back (switching/bf16_switch_plan.h; the step's StepMetrics::bf16_switch says what moved).
+// trainer was built with (or last moved to by switch_state_to, as elastic recovery does), and each
+// step under another plan moves its bf16 parameters there and its gradients back
+// (switching/bf16_switch_plan.h; the step's StepMetrics::bf16_switch says what moved).
 // A rank the current plan does not use is a spare: it holds no state, reads the global batch (so
 // its data position stays the run's) and joins only the step's final all-rank reduction of loss
 // and gradient norm, so it knows both and can take part in the next switch. Every process of the
