@@ -58,6 +58,12 @@ class ElasticTrain : public testing::TempDirTest {
            example("examples/clusters/local-hetero-4.json") + " --profile " +
            example("examples/profiles/local-hetero-4-llama-tiny.json") + " --heartbeat-timeout 3 --check-single";
   }
+  // bf16 with bf16-only switches: the state stays under --strategy, steps from 4 on compute under
+  // TP 2 x PP 2 on bf16 copies.
+  std::string bf16_switching() const {
+    return " --precision bf16 --switch-states bf16-params --switch 4:" +
+           example("examples/strategies/local-tp2-pp2.json");
+  }
   // Runs `args` with HSPMD_FAULT set to `faults`.
   testing::CommandResult run_with_faults(const std::string& faults, const std::string& args) const {
     ::setenv("HSPMD_FAULT", faults.c_str(), 1);
@@ -210,11 +216,8 @@ class Bf16SwitchRecovery : public ElasticTrain, public ::testing::WithParamInter
 TEST_P(Bf16SwitchRecovery, SurvivorsMoveTheBaseStateAndMatchOneProcess) {
   const std::string strategy = path("dp2-pp2.json");
   std::ofstream(strategy) << kDataParallelStrategy;
-  const std::string bf16 = " --precision bf16";
-  const std::string switches =
-      " --switch-states bf16-params --switch 4:" + example("examples/strategies/local-tp2-pp2.json");
   const testing::CommandResult r =
-      run_with_faults(GetParam().fault, elastic(strategy) + bf16 + switches + " --save " + path("ckpt"));
+      run_with_faults(GetParam().fault, elastic(strategy) + bf16_switching() + " --save " + path("ckpt"));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("bf16 only: weights and Adam moments stay under plan dp2-pp2"));
   EXPECT_THAT(r.output, HasSubstr("| bf16 switch dp2-pp2 -> local-tp2-pp2: params out"));
@@ -223,7 +226,7 @@ TEST_P(Bf16SwitchRecovery, SurvivorsMoveTheBaseStateAndMatchOneProcess) {
   EXPECT_THAT(r.output, HasSubstr(": plan dp2-pp2 -> elastic-gen1 (specialized now), one fused BSR"))
       << "recovery moves the full state from the base";
   EXPECT_THAT(r.output, HasSubstr("(tolerance 2e-03): PASS"));
-  expect_single_process_weights(path("ckpt"), bf16, 1e-2);
+  expect_single_process_weights(path("ckpt"), " --precision bf16", 1e-2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Phases, Bf16SwitchRecovery,
@@ -237,17 +240,14 @@ INSTANTIATE_TEST_SUITE_P(Phases, Bf16SwitchRecovery,
 TEST_F(ElasticTrain, RestartedWorkerRejoinsABf16SwitchingRun) {
   const std::string strategy = path("dp2-pp2.json");
   std::ofstream(strategy) << kDataParallelStrategy;
-  const std::string bf16 = " --precision bf16";
-  const testing::CommandResult r =
-      run_with_faults("1:2:backward", elastic(strategy) + bf16 + " --switch-states bf16-params --switch 4:" +
-                                          example("examples/strategies/local-tp2-pp2.json") +
-                                          " --max-restarts 1 --save " + path("ckpt"));
+  const testing::CommandResult r = run_with_faults(
+      "1:2:backward", elastic(strategy) + bf16_switching() + " --max-restarts 1 --save " + path("ckpt"));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("recovery: ranks [1] lost"));
   EXPECT_THAT(r.output, HasSubstr("recovery: ranks [1] join; members [0,1,2,3]"));
   EXPECT_THAT(r.output, HasSubstr("rank 1: joined the run after step"));
   EXPECT_THAT(r.output, HasSubstr("(tolerance 2e-03): PASS"));
-  expect_single_process_weights(path("ckpt"), bf16, 1e-2);
+  expect_single_process_weights(path("ckpt"), " --precision bf16", 1e-2);
 }
 
 TEST_F(ElasticTrain, LostStateWithoutCheckpointIsAClearError) {
