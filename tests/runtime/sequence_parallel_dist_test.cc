@@ -102,6 +102,15 @@ TEST(SequenceParallel, CombinesWithContextParallelism) {
      "stages": [{"ranks": "0-3", "layers": "0-3", "tp": 2, "cp": 2, "sequence_parallel": true}]}]})"),
                                     dist_options(kSteps)),
                                 kSteps);
+  // A CP 2 x TP 2 SP stage handing over to a TP 2 SP stage (tokens split 4 ways, then 2), beside a
+  // one-rank pipeline, under ZeRO-3 (GPipe: one pass order on every holder).
+  expect_matches_single_process(run(with_zero(3, R"([
+    {"micro_batch_size": 1, "num_micro_batches": 2,
+     "stages": [{"ranks": "0-3", "layers": "0-1", "tp": 2, "cp": 2, "sequence_parallel": true},
+                {"ranks": "4-5", "layers": "2-3", "sequence_parallel": true}]},
+    {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "6", "layers": "0-3"}]}])"),
+                                    dist_options(kSteps), {.schedule = specialize::ScheduleKind::kGPipe}),
+                                kSteps);
 }
 
 TEST(SequenceParallel, PipelinesWithStagesOfOtherTensorParallelDegreesEqualOneProcess) {
