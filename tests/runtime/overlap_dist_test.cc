@@ -1,11 +1,10 @@
 // Gradient buckets overlapped with the backward pass (runtime/bucketed_gradient_sync.h): for DP,
 // DP x TP, DP x PP, DP x CP, sequence parallelism, ZeRO-1, ZeRO-2, heterogeneous pipelines and a run
-// switching between them, every step's loss and gradient
-// norm and the final weights with small buckets reduced on the communication thread equal, bit for
-// bit, those of the sync after the backward pass (grad_bucket_mb 0), and an overlapped run equals
-// the single-process run. Buckets are formed as configured, and a communication failure on the
-// thread surfaces on the main thread as an error naming it. Ranks run as threads of this process
-// over Gloo (runtime/dist_run_testlib.h).
+// switching between them, every step's loss and gradient norm and the final weights with small
+// buckets reduced on the communication thread equal, bit for bit, those of the sync after the
+// backward pass (grad_bucket_mb 0), and an overlapped run equals the single-process run. Buckets are
+// formed as configured, and a communication failure on the thread surfaces on the main thread as an
+// error naming it. Ranks run as threads of this process over Gloo (runtime/dist_run_testlib.h).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

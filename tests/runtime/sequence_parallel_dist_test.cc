@@ -5,8 +5,8 @@
 // and against the single-process oracle: every step's loss and gradient norm and the final weights
 // agree (relative 1e-5, float32) under SP x TP, SP x TP x PP, SP next to a pipeline without it,
 // SP x CP x TP, pipelines whose stages have other TP degrees (SP stages handing over to TP 1 ones and
-// back), switches on and off, and ZeRO-3. Ranks run as threads of this process over Gloo
-// (runtime/dist_run_testlib.h).
+// back), switches on and off, and ZeRO-3; micro-batches whose tokens the TP group cannot split are
+// refused by name. Ranks run as threads of this process over Gloo (runtime/dist_run_testlib.h).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -138,6 +138,21 @@ TEST(SequenceParallel, UnderZero3EqualsOneProcess) {
   // GPipe: every holder of a layer runs its passes in one order (1F1B would not, and is refused).
   expect_matches_single_process(
       run(with_zero(3, kHeteroTp), dist_options(kSteps), {.schedule = specialize::ScheduleKind::kGPipe}), kSteps);
+}
+
+// A micro-batch whose tokens the TP group cannot split evenly is refused before any step, naming the
+// first token-split tensor and the extent that does not divide.
+TEST(SequenceParallel, TokensTheGroupCannotSplitAreRefusedByName) {
+  TrainerOptions o = dist_options(1);
+  o.seq_len = 63;
+  try {
+    run(with_zero(0, kDp2Tp2), o);
+    FAIL() << "an SP stage of TP 2 ran micro-batches of 63 tokens";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'model.embed_out'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("extent 63 of dim 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("is not divisible into 2 parts"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
