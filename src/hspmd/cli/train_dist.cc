@@ -167,6 +167,7 @@ struct ElasticParts {
     o.seq_len = args.options.seq_len;
     o.zero1 = false;  // survivors can only fetch what has replicas: keep optimizer states replicated
     o.schedule = specialize::parse_schedule_kind(args.schedule);
+    o.grad_bucket_mb = args.grad_bucket_mb;  // the re-plan prices the run's own overlap
     return o;
   }
 
