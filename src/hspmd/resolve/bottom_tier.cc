@@ -60,8 +60,9 @@ bool is_partial(int d) { return d == kPartial; }
 bool is_dup(int d) { return d == kDuplicate; }
 bool is_split(int d) { return d >= 0; }
 
-// The group indices that share every coordinate but position p, by coordinate at p: the members
-// of one collective. member_lists(ds, p)[i] lists index i's; one list per collective, shared.
+// For each index i of `group`, the members of its collective: the ranks at the indices that share
+// every coordinate but position p with i, by coordinate at p. One list per collective, shared by
+// its members (each computed once, so this is linear in the group, not group x members).
 std::vector<CommGroup> member_lists(const DistState& ds, int p, const sharding::DeviceGroup& group) {
   const auto& e = ds.entries();
   int stride = 1;
