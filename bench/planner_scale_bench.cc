@@ -12,8 +12,11 @@
 // (getrusage of the child; the parent holds little before forking).
 //
 // Run (from build/release): ./bench_planner_scale_bench [--sizes=64,256,1024,4096]
-//     [--parts=cluster,plan,explain,switch] [--time-limit=SECONDS] [--repeats=N]
+//     [--parts=cluster,plan,explain,switch] [--time-limit=SECONDS] [--repeats=N] [--digest]
 // A plan stopped by --time-limit (default 300 s) is printed with its step marked "(limit)".
+// --digest adds, after the timing, a 64-bit FNV-1a digest of what was made: explain's whole text;
+// the switch plan's every device's ops in order, its messages and its bytes per sender. Two builds
+// that print the same digests made the same outputs, byte for byte (a check for speed-ups).
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +27,7 @@
 #include <filesystem>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hspmd/models/llama.h"
@@ -113,6 +117,33 @@ Measure in_child(F&& body) {
   return {out, ru.ru_maxrss / (1024.0 * 1024.0), WIFEXITED(status) && WEXITSTATUS(status) == 0};
 }
 
+// FNV-1a, 64 bits: stable across builds and platforms, unlike std::hash.
+struct Digest {
+  uint64_t value = 14695981039346656037ull;
+  void add(std::string_view bytes) {
+    for (unsigned char c : bytes) value = (value ^ c) * 1099511628211ull;
+  }
+  std::string text() const {
+    char out[32];
+    std::snprintf(out, sizeof out, "  digest %016llx", static_cast<unsigned long long>(value));
+    return out;
+  }
+};
+
+std::string switch_digest(const switching::SwitchPlan& plan) {
+  Digest d;
+  for (const auto& [device, ops] : plan.bsr.ops) {
+    d.add("device " + std::to_string(device) + "\n");
+    for (const resolve::CommOp& op : ops) d.add(op.to_string() + "\n");
+  }
+  for (const resolve::BsrMessage& m : plan.bsr.messages()) {
+    d.add(std::to_string(m.sender) + ">" + std::to_string(m.receiver) + " " + std::to_string(m.bytes) + " " +
+          std::to_string(m.pieces) + "\n");
+  }
+  for (const auto& [sender, bytes] : plan.bsr.bytes_sent) d.add(std::to_string(sender) + ":" + std::to_string(bytes) + "\n");
+  return d.text();
+}
+
 std::vector<int> parse_ints(const std::string& text) {
   std::vector<int> out;
   std::stringstream s(text);
@@ -130,15 +161,17 @@ int main(int argc, char** argv) {
   std::string parts = "cluster,plan,explain,switch";
   double time_limit = 300;
   int repeats = 1;
+  bool digest = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("--sizes=", 0) == 0) sizes = parse_ints(a.substr(8));
     else if (a.rfind("--parts=", 0) == 0) parts = a.substr(8);
     else if (a.rfind("--time-limit=", 0) == 0) time_limit = std::stod(a.substr(13));
     else if (a.rfind("--repeats=", 0) == 0) repeats = std::stoi(a.substr(10));
+    else if (a == "--digest") digest = true;
     else {
       std::fprintf(stderr, "usage: %s [--sizes=64,256,1024,4096] [--parts=cluster,plan,explain,switch] "
-                           "[--time-limit=SECONDS] [--repeats=N]\n", argv[0]);
+                           "[--time-limit=SECONDS] [--repeats=N] [--digest]\n", argv[0]);
       return 2;
     }
   }
@@ -207,10 +240,14 @@ int main(int argc, char** argv) {
         const models::ModelGraph model = models::Llama(c70).build({});
         const sharding::AnnotationPlan plan = models::compile_llama_plan(c70, st);
         const specialize::PlanReport report = specialize::make_plan_report(model, plan, {.topology = &topo});
-        const size_t text = specialize::to_string(report).size();
+        const std::string text = specialize::to_string(report);
         char line[128];
-        std::snprintf(line, sizeof line, "%8.3f s  %zu ranks, %zu characters", seconds_since(t), st.ranks().size(), text);
-        return std::string(line);
+        std::snprintf(line, sizeof line, "%8.3f s  %zu ranks, %zu characters", seconds_since(t), st.ranks().size(),
+                      text.size());
+        if (!digest) return std::string(line);
+        Digest d;
+        d.add(text);
+        return line + d.text();
       });
     }
     if (wants("switch")) {
@@ -230,7 +267,7 @@ int main(int argc, char** argv) {
         char line[160];
         std::snprintf(line, sizeof line, "%8.3f s  busiest sender %.2f GiB", seconds_since(t),
                       static_cast<double>(plan.busiest_sender_bytes) / (1 << 30));
-        return std::string(line);
+        return digest ? line + switch_digest(plan) : std::string(line);
       });
     }
   }

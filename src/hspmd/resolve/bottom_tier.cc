@@ -60,15 +60,25 @@ bool is_partial(int d) { return d == kPartial; }
 bool is_dup(int d) { return d == kDuplicate; }
 bool is_split(int d) { return d >= 0; }
 
-// The group indices that share every coordinate but position p with index i, by coordinate at p.
-std::vector<int> members(const DistState& ds, int p, int i) {
+// For each index i of `group`, the members of its collective: the ranks at the indices that share
+// every coordinate but position p with i, by coordinate at p. One list per collective, shared by
+// its members (each computed once, so this is linear in the group, not group x members).
+std::vector<CommGroup> member_lists(const DistState& ds, int p, const sharding::DeviceGroup& group) {
   const auto& e = ds.entries();
   int stride = 1;
   for (size_t k = p + 1; k < e.size(); ++k) stride *= e[k].degree;
   const int n = e[p].degree;
-  const int base = i - ((i / stride) % n) * stride;
-  std::vector<int> out;
-  for (int c = 0; c < n; ++c) out.push_back(base + c * stride);
+  std::vector<CommGroup> out(group.size());
+  for (int i = 0; i < group.size(); ++i) {
+    const int base = i - ((i / stride) % n) * stride;
+    if (base != i) {
+      out[i] = out[base];  // the base (coordinate 0 at p) comes first
+      continue;
+    }
+    std::vector<int> ranks;
+    for (int c = 0; c < n; ++c) ranks.push_back(group[base + c * stride]);
+    out[i] = CommGroup(std::move(ranks));
+  }
   return out;
 }
 
@@ -80,16 +90,19 @@ int64_t ring_bytes(int64_t full_bytes, int n, bool all_reduce) {
 void lower_collective(const GroupReshard& r, DeviceOps& ops, CommKind kind) {
   const int p = changed_position(r.src_ds, r.dst_ds);
   const int n = r.src_ds.entries()[p].degree;
+  const std::vector<CommGroup> groups = member_lists(r.src_ds, p, r.src_group);
+  int dim = -1;
+  if (kind != CommKind::kAllReduce) {
+    dim = kind == CommKind::kAllGather ? r.src_ds.entries()[p].dim
+                                       : aligned_with(r.dst_ds.entries(), r.src_ds.entries())[p].dim;
+  }
   for (int i = 0; i < r.src_group.size(); ++i) {
     CommOp op;
     op.kind = kind;
-    for (int m : members(r.src_ds, p, i)) op.group.push_back(r.src_group[m]);
+    op.group = groups[i];
     // The region the collective covers is the larger of the two shards (the unsplit one).
     const Region full = kind == CommKind::kAllGather ? r.dst_ds.region(i, r.part) : r.src_ds.region(i, r.part);
-    if (kind != CommKind::kAllReduce) {
-      op.dim = kind == CommKind::kAllGather ? r.src_ds.entries()[p].dim
-                                            : aligned_with(r.dst_ds.entries(), r.src_ds.entries())[p].dim;
-    }
+    op.dim = dim;
     op.pieces.push_back({0, full});
     op.bytes = ring_bytes(full.numel() * r.element_size, n, kind == CommKind::kAllReduce);
     ops[r.src_group[i]].push_back(std::move(op));

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hspmd/resolve/comm_group.h"
 #include "hspmd/sharding/region.h"
 
 namespace hspmd::resolve {
@@ -63,7 +64,7 @@ struct Piece {
 struct CommOp {
   CommKind kind = CommKind::kIdentity;
   std::vector<Piece> pieces;  // p2p/local: the pieces moved; collectives: one, the full region
-  std::vector<int> group;     // collectives: members in order
+  CommGroup group;            // collectives: members in order, shared by the members' ops
   int peer = -1;              // kSend/kRecv
   int dim = -1;               // kReduceScatter/kAllGather
   int64_t bytes = 0;          // bytes this device sends for the op

@@ -101,8 +101,9 @@ void lower_collectives(const TopReshard& r, DeviceOps& ops, CommKind kind, int d
     HSPMD_ASSERT(sh.equal_counts()) << "top-tier lowering without a precondition check";
     const int64_t full = sh.slice.numel() * r.element_size;
     for (size_t j = 0; j < sh.by_group[0].size(); ++j) {
-      std::vector<int> members;
-      for (const auto& h : sh.by_group) members.push_back(h[j]);
+      std::vector<int> ranks;
+      for (const auto& h : sh.by_group) ranks.push_back(h[j]);
+      const CommGroup members(std::move(ranks));
       for (int dev : members) {
         CommOp op;
         op.kind = kind;
@@ -130,9 +131,10 @@ bool uneven_partial_applies(const TopReshard& r, int split_dim) {
 
 void lower_uneven_partial(const TopReshard& r, DeviceOps& ops) {
   for (const SliceHolders& sh : slice_holders(r)) {
-    std::vector<int> members;
-    for (const auto& h : sh.by_group) members.insert(members.end(), h.begin(), h.end());
-    std::sort(members.begin(), members.end());
+    std::vector<int> ranks;
+    for (const auto& h : sh.by_group) ranks.insert(ranks.end(), h.begin(), h.end());
+    std::sort(ranks.begin(), ranks.end());
+    const CommGroup members(std::move(ranks));
     const int64_t m = static_cast<int64_t>(members.size());
     for (const auto& h : sh.by_group) {
       for (size_t j = 0; j < h.size(); ++j) {

@@ -12,12 +12,13 @@
 #include <vector>
 
 #include "hspmd/core/shape.h"
+#include "hspmd/sharding/region_bounds.h"
 
 namespace hspmd::sharding {
 
 struct Region {
-  std::vector<int64_t> begin;  // inclusive, one per dim
-  std::vector<int64_t> end;    // exclusive, one per dim
+  RegionBounds begin;  // inclusive, one per dim
+  RegionBounds end;    // exclusive, one per dim
 
   static Region full(const Shape& shape);
   int rank() const { return static_cast<int>(begin.size()); }
