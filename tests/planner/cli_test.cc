@@ -1,6 +1,6 @@
 // `hspmd plan`, `hspmd explain --profile` and `hspmd profile --from-cluster` through the built
-// binary: the plan is written as a strategy file the runtime accepts, the figures are printed,
-// and a model that cannot fit is refused with exit code 1.
+// binary: the plan is written as a strategy file the runtime accepts, the figures are printed (with
+// the gradient buckets given), and a model that cannot fit is refused with exit code 1.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -143,6 +143,39 @@ TEST(ExplainCliTest, ProfilePricesCpStages) {
   EXPECT_THAT(r.output, HasSubstr("predicted step time: "));
   EXPECT_THAT(r.output, HasSubstr("stage 0 (slow TP2 CP2, 4 layers): per micro-batch "));
   EXPECT_THAT(r.output, HasSubstr(" s CP (K/V gathers)"));
+}
+
+// `--grad-bucket-mb` of `hspmd plan` and `hspmd explain --profile` is the buckets the cost model's
+// overlap assumes: the plan and explain print the same prediction with the same buckets, and on the
+// shipped TP 2 x CP 2 example (its gradient synced over the CP ranks) small buckets hide part of the
+// sync behind the backward passes while 0 hides none.
+TEST_F(PlanCliTest, PlanAndExplainPriceTheGradientBuckets) {
+  write_cluster(1e9);
+  const std::string model = kRoot + "/configs/llama-tiny.json";
+  const auto plan = hspmd::testing::run_hspmd("plan --model " + model + " --cluster " + path("cluster.json") +
+                                              " --profile " + path("profile.json") +
+                                              " --global-batch 8 --seq-len 64 --grad-bucket-mb 0.05 --out " +
+                                              path("s.json"));
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  const auto explain = hspmd::testing::run_hspmd("explain --strategy " + path("s.json") + " --model " + model +
+                                                 " --cluster " + path("cluster.json") + " --profile " +
+                                                 path("profile.json") + " --seq-len 64 --grad-bucket-mb 0.05");
+  ASSERT_EQ(explain.code, 0) << explain.output;
+  const size_t at = plan.output.find("predicted step time: ");
+  ASSERT_NE(at, std::string::npos) << plan.output;
+  EXPECT_THAT(explain.output, HasSubstr(plan.output.substr(at, plan.output.find('\n', at) - at)));
+
+  const std::string cp = "explain --strategy " + kRoot + "/examples/strategies/local-cp2-tp2.json --model " + model +
+                         " --cluster " + kRoot + "/examples/clusters/local-hetero-4.json --profile " + kRoot +
+                         "/examples/profiles/local-hetero-4-llama-tiny.json --seq-len 64 --grad-bucket-mb ";
+  const auto small = hspmd::testing::run_hspmd(cp + "0.05"), none = hspmd::testing::run_hspmd(cp + "0");
+  ASSERT_EQ(small.code, 0) << small.output;
+  ASSERT_EQ(none.code, 0) << none.output;
+  EXPECT_THAT(small.output, HasSubstr(" s behind backward passes)"));
+  EXPECT_THAT(none.output, Not(HasSubstr("behind backward passes")));
+  const auto negative = hspmd::testing::run_hspmd(cp + "-1");
+  EXPECT_NE(negative.code, 0);
+  EXPECT_THAT(negative.output, HasSubstr("--grad-bucket-mb"));
 }
 
 // `hspmd simulate`: the planner's plan written by `hspmd plan` as the fixed strategy, a loss and a

@@ -1,11 +1,14 @@
-// Dispatch by length: balance against exhaustive search, memory limits per pipeline, the error for a
+// Dispatch by length: the pipeline model against the cost model (with sequence parallelism, ZeRO-2/3
+// and the gradient buckets' overlap), balance against exhaustive search, memory limits per pipeline, the error for a
 // sequence no pipeline holds, micro-batch packing, and the choice among strategies per maximum length
 // counting the switch cost.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
+#include <tuple>
 
 #include "hspmd/planner/cost_model.h"
 #include "hspmd/models/llama_model.h"
@@ -74,6 +77,104 @@ TEST(DispatcherTest, PipelineModelReproducesTheCostModel) {
     EXPECT_NEAR(pipes[p].tail_seconds, whole.pipelines[p].end_seconds - whole.pipelines[p].pipeline_seconds, 1e-12);
     EXPECT_EQ(pipes[p].micro_batch_tokens, 64);
   }
+}
+
+// Pipeline 0 on ranks 0-1 at TP 2 (sequence parallel or not), pipeline 1 on ranks 2 and 3, at ZeRO `zero`.
+sharding::Strategy tp_pipelines(int zero, bool sequence_parallel) {
+  const std::string sp = sequence_parallel ? "true" : "false";
+  return sharding::Strategy::from_json_text(R"({"name": "tp", "zero": )" + std::to_string(zero) + R"(, "pipelines": [
+      {"micro_batch_size": 1, "num_micro_batches": 2,
+       "stages": [{"ranks": "0-1", "layers": "0-3", "sequence_parallel": )" + sp + R"(}]},
+      {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "2", "layers": "0-1"},
+                                                                 {"ranks": "3", "layers": "2-3"}]}]})",
+                                            "tp.json");
+}
+
+// The profile with TP 2 short of halving the fast kind's per-token work, so that sequence
+// parallelism (which runs the TP-duplicated part on 1/t of the tokens) prices a faster layer.
+Profile profile_with_duplicated_work() {
+  Profile profile = testing::two_kind_profile(3.0);
+  profile.devices.at("fast").tp.at(2).layer.c1 *= 1.25;
+  return profile;
+}
+
+// Sequence parallelism, ZeRO-2 and ZeRO-3 and the gradient buckets' overlap, each on: equal
+// micro-batches of one length cost exactly the cost model's pipeline time, and the tail is its
+// sync and optimizer; and each term moves the pipeline model the way it moves the cost model.
+TEST(DispatcherTest, PipelineModelPricesSequenceParallelismZeroAndOverlapAsTheCostModel) {
+  const models::LlamaConfig config = testing::tiny_config();
+  const resolve::Topology topo = cluster(1e9, 1e9);
+  const Profile profile = profile_with_duplicated_work();
+  const std::vector<MicroBatchLoad> two{{64, 64 * 64}, {64, 64 * 64}};
+  std::map<std::tuple<int, bool, double>, std::vector<PipelineModel>> models_of;
+  for (const double bucket_mb : {0.0, 0.05}) {
+    const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 64, .grad_bucket_mb = bucket_mb});
+    for (int zero = 0; zero <= 3; ++zero) {
+      for (const bool sp : {false, true}) {
+        SCOPED_TRACE("ZeRO " + std::to_string(zero) + (sp ? ", SP" : "") + ", buckets of " + std::to_string(bucket_mb) +
+                     " MiB");
+        const sharding::Strategy st = tp_pipelines(zero, sp);
+        const std::vector<PipelineModel> pipes = pipeline_models(cm, st, {.seq_len = 64});
+        const Prediction whole = cm.predict(st);
+        ASSERT_EQ(pipes.size(), 2u);
+        for (size_t p = 0; p < 2; ++p) {
+          const PipelinePrediction& pp = whole.pipelines[p];
+          EXPECT_NEAR(pipes[p].seconds(two), pp.pipeline_seconds, 1e-9 * pp.pipeline_seconds) << "pipeline " << p;
+          EXPECT_NEAR(pipes[p].tail_seconds, pp.end_seconds - pp.pipeline_seconds, 1e-12) << "pipeline " << p;
+        }
+        models_of[{zero, sp, bucket_mb}] = pipes;
+      }
+    }
+  }
+  const auto seconds = [&](int zero, bool sp, double bucket_mb, size_t p) {
+    return models_of.at({zero, sp, bucket_mb})[p].seconds(two);
+  };
+  const auto tail = [&](int zero, bool sp, double bucket_mb, size_t p) {
+    return models_of.at({zero, sp, bucket_mb})[p].tail_seconds;
+  };
+  // SP splits the fast kind's duplicated work; ZeRO-3 gathers the weights in every micro-batch.
+  EXPECT_LT(seconds(1, true, 0, 0), seconds(1, false, 0, 0));
+  EXPECT_GT(seconds(3, false, 0, 0), seconds(1, false, 0, 0));
+  EXPECT_GT(seconds(3, false, 0, 1), seconds(1, false, 0, 1));
+  // The buckets hide part of the sync behind the backward passes; ZeRO-3 has no sync to hide.
+  for (int zero = 0; zero <= 2; ++zero) EXPECT_LT(tail(zero, false, 0.05, 1), tail(zero, false, 0, 1)) << zero;
+  EXPECT_DOUBLE_EQ(tail(3, false, 0.05, 1), tail(3, false, 0, 1));
+}
+
+// The longest sequence a pipeline holds is the cost model's: its memory at that many tokens fits,
+// one more does not; sequence parallelism and ZeRO-3 raise it, ZeRO-2 does not (see dispatcher.h).
+TEST(DispatcherTest, MemoryLimitIsTheCostModelsWithSequenceParallelismAndZero3) {
+  const models::LlamaConfig config = testing::tiny_config();
+  const resolve::Topology topo = cluster(12e6, 1e9);
+  const Profile profile = testing::two_kind_profile(3.0);
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 512});
+  std::map<std::pair<int, bool>, int64_t> limit;
+  for (int zero : {1, 2, 3}) {
+    for (const bool sp : {false, true}) {
+      SCOPED_TRACE("ZeRO " + std::to_string(zero) + (sp ? ", SP" : ""));
+      const sharding::Strategy st = tp_pipelines(zero, sp);
+      const int64_t held = pipeline_models(cm, st, {.seq_len = 512})[0].max_tokens;
+      ASSERT_GT(held, 16);
+      ASSERT_LT(held, 1 << 20);
+      limit[{zero, sp}] = held;
+      // The cost model's memory of micro-batches of one sequence, as many in flight as the schedule keeps.
+      sharding::Strategy single = st;
+      for (sharding::PipelineSpec& pipe : single.pipelines) pipe.micro_batch_size = 1;
+      const auto fits_rank0 = [&](int64_t tokens) {
+        const RankPrediction& r = cm.at_seq_len(tokens).predict(single).ranks.at(0);
+        return r.memory.total() <= r.capacity;
+      };
+      if (zero != 2) {
+        EXPECT_TRUE(fits_rank0(held));
+        EXPECT_FALSE(fits_rank0(held + 1));
+      }
+    }
+  }
+  const auto held = [&](int zero, bool sp) { return limit.at({zero, sp}); };
+  EXPECT_GT(held(1, true), held(1, false));
+  EXPECT_GT(held(3, false), held(1, false));
+  EXPECT_GT(held(3, true), held(3, false));
+  EXPECT_EQ(held(2, false), held(1, false));
 }
 
 TEST(DispatcherTest, BalancesTheSlowestPipelineNearTheExhaustiveOptimum) {

@@ -2,8 +2,9 @@
 // pipelines per length interval covering the lengths in order, strategies per maximum length that
 // the dispatch accepts, and lengths no method holds are refused with the length. Its objective is
 // the dispatcher's pipeline model, and its dynamic program finds the optimum of its space (several
-// methods per interval: TP, CP and PP degrees, micro-batch sizes and ZeRO-1 over copies) that
-// exhaustive enumeration finds.
+// methods per interval: TP, CP and PP degrees, micro-batch sizes, sequence parallelism and ZeRO-1
+// over copies) that exhaustive enumeration finds. Sequence parallelism and ZeRO-1 are chosen where
+// only they hold the longest sequence.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -143,6 +144,63 @@ TEST(MixedLengthPlannerTest, ShardsOptimizerStatesWhenOnlyZero1HoldsTheLongestSe
   EXPECT_NO_THROW(dispatch(std::vector<int64_t>{longest, 16, 16}, pipes));
 }
 
+// A long sequence that only sequence parallelism holds (its TP stages keep the activations between
+// the TP blocks for 1/t of the tokens): without SP's methods no method holds it, with them the
+// planner writes "sequence_parallel" on the stages of the pipeline that takes it, and the dispatcher
+// holds it there. Two tokens shorter, the methods without SP hold it and are exactly as fast (this
+// profile's TP halves every per-token cost, so SP saves no work, and its collectives move the same
+// bytes; micro-batches of one row, so SP's memory packs no larger ones): no stage is written with SP.
+TEST(MixedLengthPlannerTest, ChoosesSequenceParallelismWhereOnlyItHoldsTheLongestSequence) {
+  const models::LlamaConfig config = testing::tiny_config();
+  const resolve::Topology topo = testing::two_kind_cluster(2, 0, 30e6);
+  const Profile profile = testing::two_kind_profile(3.0);
+  const MixedLengthOptions probe{
+      .seq_len = 1 << 20, .global_batch_tokens = 1 << 20, .cp_degrees = {1}, .pipeline_degrees = {1}};
+  const MixedLengthSpace space(models::Llama(config), topo, profile, {{1 << 20, 1}}, probe);
+  int64_t without = 0, with = 0;
+  for (const ParallelMethod& m : space.methods()) {
+    int64_t& longest_held = m.sequence_parallel ? with : without;
+    longest_held = std::max(longest_held, m.model.max_tokens);
+  }
+  std::cout << "longest held without SP " << without << ", with " << with << "\n";
+  const auto options = [](int64_t longest, bool sp) {
+    return MixedLengthOptions{.seq_len = longest,
+                              .global_batch_tokens = 4 * longest,
+                              .micro_batch_sizes = {1},
+                              .cp_degrees = {1},
+                              .pipeline_degrees = {1},
+                              .sequence_parallel = sp};
+  };
+  const auto has_sp = [](const sharding::Strategy& st) {
+    for (const sharding::PipelineSpec& pipe : st.pipelines) {
+      for (const sharding::StageSpec& s : pipe.stages) {
+        if (s.sequence_parallel) return true;
+      }
+    }
+    return false;
+  };
+  // Even lengths: SP at TP 2 splits whole rows of seq_len tokens.
+  const int64_t longest = without + 1 + (without + 1) % 2, held = without - without % 2;
+  ASSERT_LE(longest, with) << "the case needs a length only SP holds";
+  const auto plan_for = [&](int64_t l, bool sp) {
+    return plan_mixed_length(models::Llama(config), topo, profile, {{16, 200}, {l, 2}}, options(l, sp));
+  };
+  EXPECT_THROW(plan_for(longest, false), Error);
+  const MixedLengthPlan plan = plan_for(longest, true);
+  std::cout << plan.to_string();
+  EXPECT_TRUE(has_sp(plan.heterogeneous));
+  EXPECT_THAT(plan.to_string(), HasSubstr("sequence parallel"));
+  EXPECT_NO_THROW(models::compile_llama_plan(config, plan.heterogeneous));
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = longest});
+  const std::vector<PipelineModel> pipes = pipeline_models(cm, plan.heterogeneous, {.seq_len = longest});
+  EXPECT_NO_THROW(dispatch(std::vector<int64_t>{longest, 16, 16}, pipes));
+
+  const MixedLengthPlan plain = plan_for(held, false), either = plan_for(held, true);
+  std::cout << either.to_string();
+  EXPECT_FALSE(has_sp(either.heterogeneous));
+  EXPECT_EQ(either.predicted_seconds, plain.predicted_seconds);
+}
+
 // The least step over the whole space, by enumeration: every grouping of the non-empty buckets
 // into consecutive intervals (intervals that differ only by empty buckets carry the same work),
 // and for each interval every set of pipelines of at most methods_per_interval methods holding
@@ -221,7 +279,7 @@ TEST(MixedLengthPlannerTest, DynamicProgramMatchesExhaustiveEnumeration) {
     cases.push_back({"random", fast, slow, static_cast<double>(draw({40, 45, 50, 60, 1000})) * 1e6, lengths, 4096,
                      draw({16384, 262144})});
   }
-  int checked = 0;
+  int checked = 0, with_sequence_parallel = 0;  // cases whose space has sequence-parallel methods
   for (const OptimalityCase& c : cases) {
     SCOPED_TRACE(c.name);
     const resolve::Topology topo = testing::two_kind_cluster(c.fast, c.slow, c.memory);
@@ -238,6 +296,12 @@ TEST(MixedLengthPlannerTest, DynamicProgramMatchesExhaustiveEnumeration) {
       continue;  // a random case with too little memory for its longest sequence
     }
     ++checked;
+    for (const ParallelMethod& m : space.methods()) {
+      if (m.sequence_parallel) {
+        ++with_sequence_parallel;
+        break;
+      }
+    }
     int64_t plans = 0;
     const double best = exhaustive_best(space, &plans);
     const MixedLengthPlan plan = plan_mixed_length(models::Llama(config), topo, profile, c.lengths, options);
@@ -253,6 +317,7 @@ TEST(MixedLengthPlannerTest, DynamicProgramMatchesExhaustiveEnumeration) {
     EXPECT_NO_THROW(models::compile_llama_plan(config, plan.heterogeneous));
   }
   EXPECT_GE(checked, 20);
+  EXPECT_GE(with_sequence_parallel, checked / 2);
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 // Gradient buckets overlapped with the backward pass (runtime/bucketed_gradient_sync.h): for DP,
-// DP x TP, DP x PP, ZeRO-1, ZeRO-2 and heterogeneous pipelines, every step's loss and gradient
-// norm and the final weights with small buckets reduced on the communication thread equal, bit for
-// bit, those of the sync after the backward pass (grad_bucket_mb 0), and an overlapped run equals
-// the single-process run. Buckets are formed as configured, and a communication failure on the
-// thread surfaces on the main thread as an error naming it. Ranks run as threads of this process
-// over Gloo (runtime/dist_run_testlib.h).
+// DP x TP, DP x PP, DP x CP, sequence parallelism, ZeRO-1, ZeRO-2, heterogeneous pipelines and a run
+// switching between them, every step's loss and gradient norm and the final weights with small
+// buckets reduced on the communication thread equal, bit for bit, those of the sync after the
+// backward pass (grad_bucket_mb 0), and an overlapped run equals the single-process run. Buckets are
+// formed as configured, and a communication failure on the thread surfaces on the main thread as an
+// error naming it. Ranks run as threads of this process over Gloo (runtime/dist_run_testlib.h).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -33,6 +33,7 @@ using testing::dist_options;
 using testing::DistRun;
 using testing::expect_matches_single_process;
 using testing::run;
+using testing::run_phases;
 using testing::RunOptions;
 using testing::strategy;
 using testing::with_zero;
@@ -61,15 +62,22 @@ const char* kHetero = R"([
   {"micro_batch_size": 2, "num_micro_batches": 2,
    "stages": [{"ranks": "2", "layers": "0-1"}, {"ranks": "3", "layers": "2-3"}]}])";
 
+// CP 2, and CP 2 x TP 2: a parameter's gradient is partial over the CP ranks of its pipeline too.
+const char* kDp2Cp2 = R"([
+  {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3", "cp": 2}]},
+  {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "2-5", "layers": "0-3", "tp": 2, "cp": 2}]}])";
+// Sequence parallelism on TP 2 pipelines: the norms' gradients are partial over the TP ranks.
+const char* kDp2Tp2Sp = R"([
+  {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3", "sequence_parallel": true}]},
+  {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "2-3", "layers": "0-3", "sequence_parallel": true}]}])";
+
 RunOptions buckets(double mib) {
   return {.configure = [mib](int, DistOptions& d) { d.grad_bucket_mb = mib; }};
 }
 
 // Overlapped against the sync after the backward pass: the same reductions of the same sums, so the
 // same bits.
-void expect_overlap_changes_nothing(const sharding::Strategy& st) {
-  const DistRun after = run(st, dist_options(kSteps), buckets(0));
-  const DistRun overlapped = run(st, dist_options(kSteps), buckets(kSmallBuckets));
+void expect_same_bits(const DistRun& overlapped, const DistRun& after) {
   EXPECT_EQ(overlapped.losses, after.losses);
   EXPECT_EQ(overlapped.grad_norms, after.grad_norms);
   ASSERT_EQ(overlapped.weights.size(), after.weights.size());
@@ -80,6 +88,10 @@ void expect_overlap_changes_nothing(const sharding::Strategy& st) {
     for (int64_t i = 0; i < w.numel(); ++i) differing += o.data<float>()[i] != w.data<float>()[i];
     EXPECT_EQ(differing, 0) << name;
   }
+}
+
+void expect_overlap_changes_nothing(const sharding::Strategy& st) {
+  expect_same_bits(run(st, dist_options(kSteps), buckets(kSmallBuckets)), run(st, dist_options(kSteps), buckets(0)));
 }
 
 TEST(Overlap, DataParallelEqualsSyncAfterBackward) { expect_overlap_changes_nothing(with_zero(0, kDp2)); }
@@ -107,6 +119,32 @@ TEST(Overlap, Zero3UnderBucketsEqualsSyncAfterBackwardAndOneProcess) {
 TEST(Overlap, OverlappedRunsEqualOneProcess) {
   expect_matches_single_process(run(with_zero(1, kDp2Pp2), dist_options(kSteps), buckets(kSmallBuckets)), kSteps);
   expect_matches_single_process(run(with_zero(2, kHetero), dist_options(kSteps), buckets(kSmallBuckets)), kSteps);
+}
+
+TEST(Overlap, ContextParallelEqualsSyncAfterBackwardAndOneProcess) {
+  expect_overlap_changes_nothing(with_zero(0, kDp2Cp2));
+  expect_overlap_changes_nothing(with_zero(2, kDp2Cp2));
+  expect_matches_single_process(run(with_zero(1, kDp2Cp2), dist_options(kSteps), buckets(kSmallBuckets)), kSteps);
+  expect_matches_single_process(run(with_zero(3, kDp2Cp2), dist_options(kSteps), buckets(kSmallBuckets)), kSteps);
+}
+
+TEST(Overlap, SequenceParallelEqualsSyncAfterBackwardAndOneProcess) {
+  expect_overlap_changes_nothing(with_zero(0, kDp2Tp2Sp));
+  expect_overlap_changes_nothing(with_zero(2, kDp2Tp2Sp));
+  expect_matches_single_process(run(with_zero(1, kDp2Tp2Sp), dist_options(kSteps), buckets(kSmallBuckets)), kSteps);
+}
+
+// Each plan has its own buckets (other parameters per rank, other syncs): a run switching between
+// ZeRO stages and pipeline shapes reduces each step's buckets under the plan of that step.
+TEST(Overlap, SwitchedRunEqualsSyncAfterBackwardAndOneProcess) {
+  const std::vector<testing::Phase> phases{
+      {1, with_zero(2, kDp2)}, {2, with_zero(0, kDp2Pp2)}, {3, with_zero(1, kHetero)}, {4, with_zero(2, kDp2Tp2Sp)}};
+  const DistRun overlapped = run_phases(phases, dist_options(4), buckets(kSmallBuckets));
+  for (size_t rank = 0; rank < overlapped.switches.size(); ++rank) {
+    ASSERT_EQ(overlapped.switches[rank].size(), 3u) << rank;
+  }
+  expect_same_bits(overlapped, run_phases(phases, dist_options(4), buckets(0)));
+  expect_matches_single_process(overlapped, 4);
 }
 
 TEST(GradientBuckets, ConsecutiveInReverseOrderUpToTheSize) {

@@ -320,6 +320,83 @@ TEST_F(TrainCli, SwitchesStrategiesMidRunWithoutRestart) {
   EXPECT_EQ(steps, 5);
 }
 
+// bf16-only switches between tensor parallelism and a two-stage pipeline on two ranks; the
+// master state lives under the strategy the run starts with (tp2), or under --base-strategy (pp2).
+class Bf16BaseStrategy : public TrainCli {
+ protected:
+  void SetUp() override {
+    TrainCli::SetUp();
+    std::ofstream(path("tp2.json")) << R"({"name": "tp2", "pipelines": [
+      {"micro_batch_size": 2, "num_micro_batches": 4, "stages": [{"ranks": "0-1", "layers": "0-3"}]}]})";
+    std::ofstream(path("pp2.json")) << R"({"name": "pp2", "pipelines": [
+      {"micro_batch_size": 1, "num_micro_batches": 8,
+       "stages": [{"ranks": "0", "layers": "0-1"}, {"ranks": "1", "layers": "2-3"}]}]})";
+  }
+  // tp2 for steps 1-2, pp2 for steps 3-4.
+  std::string run(const std::string& flags) const {
+    return common(4) + " --nproc 2 --precision bf16 --switch-states bf16-params --strategy " + path("tp2.json") +
+           " --switch 3:" + path("pp2.json") + flags;
+  }
+};
+
+// Each step's metrics record: its bf16 moves (base, parameter bytes out), or none under the base.
+std::vector<nlohmann::json> bf16_moves(const std::string& metrics) {
+  std::ifstream in(metrics);
+  std::vector<nlohmann::json> out;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("event")) out.push_back(j.value("bf16_switch", nlohmann::json()));
+  }
+  return out;
+}
+
+// With --base-strategy pp2 the state is laid out under pp2 from the start: steps 1-2 (tp2) pay the
+// moves from pp2 and steps 3-4 none, the reverse of the default run; both train the same within
+// bf16 rounding of the weights no kernel rounds (2e-3, as --check-single allows bf16-only switches).
+TEST_F(Bf16BaseStrategy, ChoosesTheLayoutHoldingTheStateAndTrainsTheSame) {
+  const testing::CommandResult by_default = run_hspmd(run(" --metrics " + path("default.jsonl")));
+  ASSERT_EQ(by_default.code, 0) << by_default.output;
+  const testing::CommandResult r =
+      run_hspmd(run(" --base-strategy " + path("pp2.json") + " --check-single --metrics " + path("pp2.jsonl")));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("switch after step 0: plan pp2 -> tp2 (specialized now), bf16 only: weights and "
+                                  "Adam moments stay under plan pp2"));
+  EXPECT_THAT(r.output, HasSubstr("| bf16 switch pp2 -> tp2: params out"));
+  EXPECT_THAT(r.output, HasSubstr("(tolerance 2e-03): PASS"));
+
+  const std::vector<nlohmann::json> pp2_base = bf16_moves(path("pp2.jsonl"));
+  const std::vector<nlohmann::json> tp2_base = bf16_moves(path("default.jsonl"));
+  ASSERT_EQ(pp2_base.size(), 4u);
+  ASSERT_EQ(tp2_base.size(), 4u);
+  for (size_t k = 0; k < 4; ++k) {
+    const bool under_tp2 = k < 2;
+    const nlohmann::json& moved = under_tp2 ? pp2_base[k] : tp2_base[k];
+    ASSERT_TRUE(moved.is_object()) << "step " << k + 1;
+    EXPECT_EQ(moved.at("base"), under_tp2 ? "pp2" : "tp2") << "step " << k + 1;
+    EXPECT_GT(moved.at("params_out_bytes").get<int64_t>(), 0) << "step " << k + 1;
+    EXPECT_TRUE((under_tp2 ? tp2_base[k] : pp2_base[k]).is_null()) << "step " << k + 1 << " runs under the base";
+  }
+  const std::vector<double> got = metric(path("pp2.jsonl")), want = metric(path("default.jsonl"));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 2e-3 * std::abs(want[i])) << "step " << i + 1;
+}
+
+TEST_F(Bf16BaseStrategy, ABaseOutsideTheRunIsRefusedNamingTheFile) {
+  std::ofstream(path("dp2.json")) << R"({"name": "dp2", "pipelines": [
+    {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "0", "layers": "0-3"}]},
+    {"micro_batch_size": 2, "num_micro_batches": 2, "stages": [{"ranks": "1", "layers": "0-3"}]}]})";
+  testing::CommandResult r = run_hspmd(run(" --base-strategy " + path("dp2.json")));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.output, HasSubstr("--base-strategy " + path("dp2.json") + " (strategy dp2) is none of the run's "
+                                  "strategies (tp2, pp2)"));
+  EXPECT_THAT(r.output, Not(HasSubstr("[rank "))) << "a worker was started";
+
+  r = run_hspmd(common(4) + " --nproc 2 --strategy " + path("tp2.json") + " --base-strategy " + path("tp2.json"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.output, HasSubstr("--base-strategy " + path("tp2.json") + " names where bf16-only switches keep the "
+                                  "master weights and Adam moments: it needs --switch-states bf16-params"));
+}
+
 TEST_F(TrainCli, BadSwitchIsRefusedBeforeTraining) {
   testing::CommandResult r = run_hspmd(common(4) + " --nproc 4 --strategy " +
                                        example("examples/strategies/local-tp2-pp2.json") + " --switch 9:" +

@@ -2,7 +2,7 @@
 // master weights, gradients and AdamW moments, and all-gathers each layer's parameters just before
 // F, B (and B's recompute) read them (runtime/parameter_gathers.h). Every step's loss and gradient
 // norm and the final weights equal the single-process run (relative 1e-5, float32) under DP 2, DP 3
-// (shards of uneven sizes), DP x TP x PP, recompute, GPipe, tied embeddings and bf16, pipelines of
+// (shards of uneven sizes), DP x TP x PP, DP x CP (x TP), recompute, GPipe, tied embeddings and bf16, pipelines of
 // different shapes (stages, layers, TP degrees), across switches and checkpoints; pipelines of
 // different micro-batch counts, or whose holders of a parameter run their passes in different orders,
 // are refused. Memory is measured from each rank's allocator: what a rank holds between steps
@@ -72,6 +72,12 @@ const char* kHetero1F1B = R"([
   {"micro_batch_size": 1, "num_micro_batches": 2,
    "stages": [{"ranks": "4", "layers": "0"}, {"ranks": "5", "layers": "1"}, {"ranks": "6", "layers": "2-3"}]}])";
 
+// CP 2 in both pipelines, under 1F1B: the optimizer-state shards are over 4 replicas (2 pipelines x
+// 2 CP ranks), the second pipeline's CP group also cut by TP 2.
+const char* kDp2Cp2 = R"([
+  {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3", "cp": 2}]},
+  {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "2-5", "layers": "0-3", "tp": 2, "cp": 2}]}])";
+
 TEST(Zero3, DataParallelTwoAndThreeEqualOneProcess) {
   expect_matches_single_process(run(with_zero(3, data_parallel(2)), dist_options(kSteps)), kSteps);
   // 3 replicas: the embedding's 260 rows shard 87/87/86, the norms' 32 elements 11/11/10.
@@ -80,6 +86,17 @@ TEST(Zero3, DataParallelTwoAndThreeEqualOneProcess) {
 
 TEST(Zero3, TensorAndPipelineParallelEqualsOneProcess) {
   expect_matches_single_process(run(with_zero(3, kDp2Tp2Pp2), dist_options(kSteps)), kSteps);
+}
+
+TEST(Zero3, ContextParallelEqualsOneProcess) {
+  // Each CP rank gathers the whole layer (its TP part) and reduces its partial gradient into its shard.
+  expect_matches_single_process(run(with_zero(3, kDp2Cp2), dist_options(kSteps)), kSteps);
+  // Switched from ZeRO-3 over CP to ZeRO-0 without it and back: values and moments leave and re-enter
+  // shards cut over CP ranks.
+  const DistRun r = run_phases(
+      {{1, with_zero(3, kDp2Cp2)}, {2, with_zero(0, data_parallel(2))}, {3, with_zero(3, kDp2Cp2)}}, dist_options(4));
+  for (size_t rank = 0; rank < r.switches.size(); ++rank) ASSERT_EQ(r.switches[rank].size(), 2u) << rank;
+  expect_matches_single_process(r, 4);
 }
 
 TEST(Zero3, RecomputeAndGPipeEqualOneProcess) {

@@ -1,8 +1,8 @@
 // ZeRO stages against the single-process oracle. ZeRO-2 ("zero": 2) reduces each group of
 // micro-batches' gradients into the optimizer-state shards as soon as its backward pass is done
 // (runtime/gradient_sync.h): every step's loss and gradient norm and the final weights equal the
-// single-process run (relative 1e-5, float32) alone, with TP and PP, across pipelines of different
-// shapes and micro-batch counts, across a switch and a checkpoint; it holds no whole gradient
+// single-process run (relative 1e-5, float32) alone, with TP and PP, with CP, across pipelines of
+// different shapes and micro-batch counts, across a switch and a checkpoint; it holds no whole gradient
 // between backward passes, so its measured peak is below ZeRO-1's, and its memory estimate says so.
 // Ranks run as threads of this process over Gloo (runtime/dist_run_testlib.h).
 #include <gtest/gtest.h>
@@ -49,6 +49,17 @@ const char* kHetero = R"([
   {"micro_batch_size": 2, "num_micro_batches": 2,
    "stages": [{"ranks": "2", "layers": "0-1"}, {"ranks": "3", "layers": "2-3"}]}])";
 
+// CP 2 in both pipelines, each micro-batch its own gradient group: the optimizer-state shards are over 4 replicas (2 pipelines x
+// 2 CP ranks), the second pipeline's CP group also cut by TP 2.
+const char* kDp2Cp2 = R"([
+  {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3", "cp": 2}]},
+  {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "2-5", "layers": "0-3", "tp": 2, "cp": 2}]}])";
+// A CP 2 x 2-stage pipeline beside a one-rank one with 3 micro-batches (2 gradient groups).
+const char* kCpHetero = R"([
+  {"micro_batch_size": 1, "num_micro_batches": 2,
+   "stages": [{"ranks": "0-1", "layers": "0-1", "cp": 2}, {"ranks": "2-3", "layers": "2-3", "cp": 2}]},
+  {"micro_batch_size": 1, "num_micro_batches": 3, "stages": [{"ranks": "4", "layers": "0-3"}]}])";
+
 void print_peaks(const char* what, const DistRun& one, const DistRun& two) {
   std::printf("%s: peak bytes per rank, ZeRO-1 / ZeRO-2:", what);
   for (size_t rank = 0; rank < one.peak_bytes.size(); ++rank) {
@@ -80,6 +91,15 @@ TEST(Zero2, HeterogeneousPipelinesEqualOneProcess) {
   // GPipe: every backward pass after every forward one, the groups ending at other times.
   expect_matches_single_process(
       run(with_zero(2, kHetero), dist_options(kSteps), {.schedule = specialize::ScheduleKind::kGPipe}), kSteps);
+}
+
+TEST(Zero2, ContextParallelEqualsOneProcess) {
+  expect_matches_single_process(run(with_zero(2, kDp2Cp2), dist_options(kSteps)), kSteps);
+  expect_matches_single_process(run(with_zero(2, kCpHetero), dist_options(kSteps)), kSteps);
+  // Switched between the two: moment shards cut over other CP groups and pipelines.
+  const DistRun r = run_phases({{1, with_zero(2, kDp2Cp2)}, {3, with_zero(2, kCpHetero)}}, dist_options(4));
+  for (size_t rank = 0; rank < r.switches.size(); ++rank) ASSERT_EQ(r.switches[rank].size(), 1u) << rank;
+  expect_matches_single_process(r, 4);
 }
 
 TEST(Zero2, SwitchesToAndFromOtherStagesEqualOneProcess) {

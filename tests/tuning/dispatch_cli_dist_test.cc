@@ -87,6 +87,22 @@ TEST_F(DispatchCliTest, Bf16OnlySwitchesPerBatchMatchSingleProcess) {
                                      "--precision bf16"));
 }
 
+// --base-strategy long: the state lives under the long strategy instead of the first batch's
+// (short); the trainer starts there and switches (bf16 only) to short before step 1, and every step
+// under short moves its bf16 weights from long.
+TEST_F(DispatchCliTest, Bf16OnlySwitchesKeepTheStateUnderTheBaseStrategy) {
+  const std::string strategies =
+      "--strategy-for-max-len 64:" + path("long.json") + " --strategy-for-max-len 48:" + path("short.json");
+  const auto r = hspmd::testing::run_hspmd(train(strategies + " --precision bf16 --switch-states bf16-params " +
+                                                 "--base-strategy " + path("long.json") + " --check-single"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("switch after step 0: plan long -> short (specialized now), bf16 only: weights and "
+                                  "Adam moments stay under plan long"));
+  EXPECT_THAT(r.output, HasSubstr("| bf16 switch long -> short: params out "));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("| bf16 switch short -> ")));
+  EXPECT_THAT(r.output, HasSubstr("(tolerance 2e-03): PASS"));
+}
+
 TEST_F(DispatchCliTest, DispatchOnOneStrategyMatchesSingleProcess) {
   const auto r = hspmd::testing::run_hspmd(train("--strategy " + path("short.json") + " --dispatch --check-single"));
   ASSERT_EQ(r.code, 0) << r.output;

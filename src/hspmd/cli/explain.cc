@@ -67,6 +67,7 @@ struct ExplainOptions {
   std::string bsr_algorithm = "fused";
   std::vector<int> dead;  // failed ranks: they hold data in A but cannot send
   std::string profile;    // --profile P.json: add the cost model's predicted step time and memory
+  double grad_bucket_mb = 25;  // --grad-bucket-mb: the buckets the cost model's overlap assumes
 };
 
 void run_strategy(const ExplainOptions& o) {
@@ -87,7 +88,10 @@ void run_strategy(const ExplainOptions& o) {
   if (!o.profile.empty()) {
     HSPMD_CHECK(topo.has_value()) << "explain --profile needs --cluster C.json (device kinds, memory, links)";
     const planner::Profile profile = planner::Profile::from_file(o.profile);
-    const planner::CostModel cost(*model, *topo, profile, {o.seq_len, specialize::parse_schedule_kind(o.schedule)});
+    const planner::CostModel cost(*model, *topo, profile,
+                                  {.seq_len = o.seq_len,
+                                   .schedule = specialize::parse_schedule_kind(o.schedule),
+                                   .grad_bucket_mb = o.grad_bucket_mb});
     std::cout << "cost model (profile " << o.profile << ": " << profile.source << ")\n"
               << planner::to_string(cost.predict(st));
   }
@@ -220,6 +224,11 @@ void add_explain_command(CLI::App& app) {
   cmd->add_option("--cluster", opts->cluster, "cluster spec JSON (devices, link bandwidths)");
   cmd->add_option("--profile", opts->profile,
                   "profile JSON (--strategy, with --cluster): print the predicted step time and memory per rank");
+  cmd->add_option("--grad-bucket-mb", opts->grad_bucket_mb,
+                  "with --profile: the gradient buckets of `hspmd train --grad-bucket-mb`, how much of the gradient "
+                  "sync the prediction hides behind the backward passes (0: none)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--states", opts->states,
                   "what moves: params, params+adam, or bf16-params (per step: bf16 weights out, float32 gradients "
                   "back, beside the full switch)")->capture_default_str();

@@ -43,7 +43,7 @@ struct PlanOptions {
   std::string model, cluster, profile, out, previous, ranks, schedule = "1f1b", name, data;
   int64_t global_batch = 0, seq_len = 0, global_batch_tokens = 0;
   int methods_per_interval = 2;
-  double time_limit = 0, progress_interval = 5;
+  double time_limit = 0, progress_interval = 5, grad_bucket_mb = 25;
   bool no_zero1 = false, no_zero2 = false, no_zero3 = false, no_sequence_parallel = false;
   std::vector<int> micro_batch_sizes, cp_degrees;
 };
@@ -69,7 +69,9 @@ void run_mixed_length_plan(const PlanOptions& o, const models::Model& model, con
   planner::MixedLengthOptions mo{.seq_len = o.seq_len,
                                  .global_batch_tokens = o.global_batch_tokens,
                                  .name = o.name.empty() ? "mixed" : o.name,
-                                 .methods_per_interval = o.methods_per_interval};
+                                 .methods_per_interval = o.methods_per_interval,
+                                 .grad_bucket_mb = o.grad_bucket_mb,
+                                 .sequence_parallel = !o.no_sequence_parallel};
   if (!o.micro_batch_sizes.empty()) mo.micro_batch_sizes = o.micro_batch_sizes;
   if (!o.cp_degrees.empty()) mo.cp_degrees = o.cp_degrees;
   const planner::MixedLengthPlan plan = planner::plan_mixed_length(model, topo, profile, h.segment_lengths, mo);
@@ -103,6 +105,7 @@ void run_plan(const PlanOptions& o) {
   po.zero3_when_tight = !o.no_zero3;
   po.search_sequence_parallel = !o.no_sequence_parallel;
   po.schedule = specialize::parse_schedule_kind(o.schedule);
+  po.grad_bucket_mb = o.grad_bucket_mb;
   po.micro_batch_sizes = o.micro_batch_sizes;
   po.cp_degrees = o.cp_degrees;
   po.time_limit_seconds = o.time_limit;
@@ -180,6 +183,11 @@ void add_plan_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--schedule", opts->schedule, "pipeline schedule: 1f1b or gpipe")->capture_default_str();
+  cmd->add_option("--grad-bucket-mb", opts->grad_bucket_mb,
+                  "the gradient buckets `hspmd train --grad-bucket-mb` will run with: the cost model hides that "
+                  "much of the gradient sync behind the backward passes (0: the sync runs after them)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-zero1", opts->no_zero1, "keep optimizer states whole on every replica (default: ZeRO-1 on)");
   cmd->add_flag("--no-zero2", opts->no_zero2,
                 "never fall back to ZeRO-2 (gradients sharded too) when memory binds under ZeRO-1");

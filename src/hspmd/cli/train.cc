@@ -232,9 +232,15 @@ void define_train_options(CLI::App* sub, TrainArgs* args) {
   sub->add_option("--switch-states", args->switch_states,
                   "what a switch (--switch, --strategy-for-max-len) moves: params+adam (float32 weights and Adam "
                   "states, once) or bf16-params (needs --precision bf16: weights and Adam states stay under the "
-                  "first strategy; each step under another sends it the bf16 weights and brings the gradients back)")
+                  "base strategy, --base-strategy; each step under another sends it the bf16 weights and brings the "
+                  "gradients back)")
       ->check(CLI::IsMember({"params+adam", "bf16-params"}))
       ->capture_default_str()
+      ->group(dist);
+  sub->add_option("--base-strategy", args->base_strategy,
+                  "with --switch-states bf16-params: the strategy whose layout holds the float32 weights and Adam "
+                  "states, one of the run's strategy files (--strategy, --switch, --strategy-for-max-len); default: "
+                  "the one the run starts under")
       ->group(dist);
   sub->add_option("--comm-timeout", args->comm_timeout,
                   "seconds a communication (or connecting) may take before the run fails; cover your slowest "

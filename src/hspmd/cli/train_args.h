@@ -27,9 +27,12 @@ struct TrainArgs {
   std::vector<std::string> switches;  // --switch STEP:STRATEGY.json, in step order
   std::string switch_bsr = "fused";   // --switch-bsr: resolve::BsrAlgorithm of the --switch moves
   // --switch-states: what a switch moves. params+adam: the float32 weights and both moments, once;
-  // bf16-params: the master state stays under the first strategy and each step under another moves
+  // bf16-params: the master state stays under one base strategy and each step under another moves
   // its bf16 parameters out and its gradients back (runtime::DistOptions::bf16_switches).
   std::string switch_states = "params+adam";
+  // --base-strategy: that base, one of the run's strategy files (by content); empty: the strategy
+  // the run starts under.
+  std::string base_strategy;
   int nproc = 0;
   double comm_timeout = 300;  // seconds: bound on connecting and on every communication
   double grad_bucket_mb = 25;  // runtime::DistOptions::grad_bucket_mb (0: no overlap)

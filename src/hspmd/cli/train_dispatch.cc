@@ -55,7 +55,9 @@ std::unique_ptr<LengthDispatchRun> make_length_dispatch(const TrainArgs& args, c
                      : planner::Profile::from_file(args.profile);
   run->cost_model = std::make_unique<planner::CostModel>(
       model, run->topology, run->profile,
-      planner::CostOptions{.seq_len = args.options.seq_len, .schedule = specialize::parse_schedule_kind(args.schedule)});
+      planner::CostOptions{.seq_len = args.options.seq_len,
+                           .schedule = specialize::parse_schedule_kind(args.schedule),
+                           .grad_bucket_mb = args.grad_bucket_mb});
   std::vector<planner::LengthStrategy> set;
   if (args.dispatch) {
     set.push_back({args.options.seq_len, sharding::Strategy::from_file(args.strategy)});

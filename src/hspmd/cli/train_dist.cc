@@ -167,6 +167,7 @@ struct ElasticParts {
     o.seq_len = args.options.seq_len;
     o.zero1 = false;  // survivors can only fetch what has replicas: keep optimizer states replicated
     o.schedule = specialize::parse_schedule_kind(args.schedule);
+    o.grad_bucket_mb = args.grad_bucket_mb;  // the re-plan prices the run's own overlap
     return o;
   }
 
@@ -185,19 +186,55 @@ struct WorkerPlans {
   std::unique_ptr<LengthDispatchRun> by_length;  // null without dispatch by length
   int world = 0;
   size_t in_force = 0;  // the plan of the run's next step
+  // --base-strategy: the plan the master state lives under with bf16-only switches; unset: the one
+  // in force at the start.
+  std::optional<runtime::ScheduledPlan> base{};
+
+  // The plan the trainer is built under: it lays out the master state.
+  const runtime::ScheduledPlan& state_plan() const { return base ? *base : plans[in_force]; }
 };
 
 // Whether the run switches only the bf16 compute copy (--switch-states bf16-params); Error naming
 // the flag it does not combine with.
 bool bf16_switches(const TrainArgs& args) {
+  HSPMD_CHECK(args.base_strategy.empty() || args.switch_states == "bf16-params")
+      << "--base-strategy " << args.base_strategy << " names where bf16-only switches keep the master weights and "
+      << "Adam moments: it needs --switch-states bf16-params";
   if (args.switch_states != "bf16-params") return false;
   HSPMD_CHECK(args.options.precision == DType::kBFloat16)
       << "--switch-states bf16-params moves the parameters as bf16 values: it needs --precision bf16";
-  HSPMD_CHECK(!args.elastic) << "--switch-states bf16-params does not combine with --elastic (recovery moves the "
-                                "full state)";
   HSPMD_CHECK(args.switch_bsr == "fused") << "--switch-states bf16-params runs the fused BSR, not --switch-bsr "
                                           << args.switch_bsr;
   return true;
+}
+
+// --base-strategy: which of `run` (the strategies the run computes under) holds the master state
+// under bf16-only switches; nullopt without the flag (the strategy the run starts under). Error
+// naming the file when it holds none of them.
+std::optional<size_t> base_strategy_index(const TrainArgs& args, const std::vector<const sharding::Strategy*>& run) {
+  if (args.base_strategy.empty()) return std::nullopt;
+  const sharding::Strategy base = sharding::Strategy::from_file(args.base_strategy);
+  std::string names;
+  for (size_t i = 0; i < run.size(); ++i) {
+    if (*run[i] == base) return i;
+    names += (i == 0 ? "" : ", ") + run[i]->name;
+  }
+  HSPMD_THROW() << "--base-strategy " << args.base_strategy << " (strategy " << base.name
+                << ") is none of the run's strategies (" << names
+                << "): the master state lives under one the run computes under";
+}
+
+// The strategies of dispatch by length, in its order.
+std::vector<const sharding::Strategy*> strategies_of(const planner::LengthStrategies& set) {
+  std::vector<const sharding::Strategy*> out;
+  for (size_t i = 0; i < set.size(); ++i) out.push_back(&set.at(i).strategy);
+  return out;
+}
+
+std::vector<const sharding::Strategy*> strategies_of(const std::vector<runtime::ScheduledPlan>& plans) {
+  std::vector<const sharding::Strategy*> out;
+  for (const runtime::ScheduledPlan& p : plans) out.push_back(&p.strategy);
+  return out;
 }
 
 // Error when the strategies' ranks are not the run's workers.
@@ -205,10 +242,17 @@ WorkerPlans worker_plans(const TrainArgs& args, const models::Model& model, cons
                          int world_size) {
   WorkerPlans w{scheduled_plans(args, model), make_length_dispatch(args, model)};
   if (w.by_length) {  // start under the strategy chosen for the first batch
+    const planner::LengthStrategies& set = *w.by_length->strategies;
     w.by_length->first = w.by_length->training->first_strategy(dataset, args.options, {});
     const size_t f = w.by_length->first;
-    if (bf16_switches(args)) w.by_length->strategies->price_bf16_switches(f);  // the base holds the state
-    w.plans = {{1, "", w.by_length->strategies->at(f).strategy, w.by_length->strategies->plan(f)}};
+    w.plans = {{1, "", set.at(f).strategy, set.plan(f)}};
+    if (bf16_switches(args)) {  // the base holds the state
+      const size_t base = base_strategy_index(args, strategies_of(set)).value_or(f);
+      w.by_length->strategies->price_bf16_switches(base);
+      if (base != f) w.base = runtime::ScheduledPlan{1, args.base_strategy, set.at(base).strategy, set.plan(base)};
+    }
+  } else if (bf16_switches(args)) {
+    if (const std::optional<size_t> base = base_strategy_index(args, strategies_of(w.plans))) w.base = w.plans[*base];
   }
   w.world = w.by_length ? w.by_length->world() : world_of(w.plans);
   HSPMD_CHECK(world_size == w.world)
@@ -253,7 +297,7 @@ runtime::DistOptions worker_options(const TrainArgs& args, const WorkerPlans& w,
                                .schedule = specialize::parse_schedule_kind(args.schedule),
                                .device = device,
                                .trace = !args.trace.empty(),
-                               .plan_name = w.plans[w.in_force].strategy.name};
+                               .plan_name = w.state_plan().strategy.name};
   options.topology = cluster;
   options.grad_bucket_mb = args.grad_bucket_mb;
   options.bf16_switches = bf16_switches(args);
@@ -290,6 +334,15 @@ void start_from(runtime::DistTrainer& trainer, const TrainArgs& args, bool lead,
     trainer.load_weights(runtime::HfWeights(args.init_weights, trainer.model()));  // each rank reads its own slices
     if (lead) out << "loaded weights from " << args.init_weights << std::endl;
   }
+}
+
+// --base-strategy other than the strategy the run starts under: the trainer holds the state under
+// the base, and the first steps compute under the plan in force through a bf16-only switch.
+void compute_under_first_plan(runtime::DistTrainer& trainer, const WorkerPlans& w, bool lead, std::ostream& out) {
+  const runtime::ScheduledPlan& first = w.plans[w.in_force];
+  if (first.strategy == w.base->strategy) return;
+  const runtime::SwitchReport r = trainer.switch_to(first.plan, first.strategy.name);
+  if (lead) out << r.to_string() << std::endl;
 }
 
 // A restarted worker of an elastic run, once its trainer is built: takes the run's progress and
@@ -399,10 +452,10 @@ TrainWorker::TrainWorker(const TrainArgs& args, std::shared_ptr<const models::Mo
     p.groups = std::make_unique<comm::GroupCache>(nullptr, 0, nullptr);
   }
   if (one_process) options.plan_name = "single-process";
-  p.first_strategy = p.admission ? p.admission->strategy : p.w.plans[p.w.in_force].strategy;
+  p.first_strategy = p.admission ? p.admission->strategy : p.w.state_plan().strategy;
   p.trainer = std::make_unique<runtime::DistTrainer>(
       p.model, p.dataset ? &*p.dataset : nullptr,
-      p.admission ? p.model->compile_plan(p.first_strategy) : p.w.plans[p.w.in_force].plan, options, p.env.rank, world,
+      p.admission ? p.model->compile_plan(p.first_strategy) : p.w.state_plan().plan, options, p.env.rank, world,
       *p.groups);
   if (args.elastic) {
     p.elastic = std::make_unique<ElasticParts>(args, *p.model, p.store, p.env.rank, world, *p.groups,
@@ -413,6 +466,7 @@ TrainWorker::TrainWorker(const TrainArgs& args, std::shared_ptr<const models::Mo
   if (lead && !one_process) print_run_header(args, p.w, *p.devices, p.out);
   if (!one_process) p.out << p.trainer->describe() << std::endl;
   start_from(*p.trainer, args, lead, p.out);
+  if (p.w.base && !p.admission) compute_under_first_plan(*p.trainer, p.w, lead, p.out);
 
   p.log = std::make_unique<runtime::TrainingLog>(
       p.out, runtime::TrainingLogOptions{.total_steps = args.options.steps,
@@ -483,7 +537,10 @@ void run_dist_train(const TrainArgs& args) {
   if (!args.init_weights.empty()) const runtime::HfWeights checked(args.init_weights, *model);
   if (!args.devices.empty()) const runtime::EmulatedDevices checked = runtime::EmulatedDevices::from_file(args.devices, world);
   runtime::validate_options(args.options, *model);
-  bf16_switches(args);
+  if (bf16_switches(args)) {
+    base_strategy_index(args, by_length ? strategies_of(*by_length->strategies)
+                                        : strategies_of(scheduled_plans(args, *model)));
+  }
   const data::TokenDataset checked_data = data::TokenDataset::open(args.data);
   runtime::check_dataset_fits(checked_data, *model);
   if (args.eval_every > 0) const data::TokenDataset checked_validation = data::TokenDataset::open_validation(args.data);

@@ -319,8 +319,10 @@ void ElasticRun::move_state(runtime::DistTrainer& trainer, const planner::Plan& 
   pending_strategy_ = plan.strategy;
   const sharding::AnnotationPlan annotations = trainer.model().compile_plan(plan.strategy);
   try {
-    report.switched = trainer.switch_to(annotations, plan.strategy.name, resolve::BsrAlgorithm::kFusedHeuristic,
-                                         report.dead);
+    // The full state moves even with bf16-only switches: the dead ranks' master slices and a
+    // joining rank's whole share exist only in the base layout, which the re-plan replaces.
+    report.switched =
+        trainer.switch_state_to(annotations, plan.strategy.name, resolve::BsrAlgorithm::kFusedHeuristic, report.dead);
   } catch (const runtime::StateLost& e) {
     if (!complete_checkpoint(options_.checkpoint_dir)) {
       throw Unrecoverable(std::string(e.what()) + "; and there is no complete checkpoint to fall back to (give --save DIR "

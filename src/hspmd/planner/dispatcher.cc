@@ -31,15 +31,12 @@ namespace {
 
 CostModel at_length(const CostModel& cm, int64_t s) { return cm.at_seq_len(s); }
 
-// Seconds of one micro-batch of one sequence of the cost model's length on stage j of `pipe`.
-double stage_seconds(const CostModel& cm, const sharding::PipelineSpec& pipe, size_t j) {
-  const sharding::StageSpec& stage = pipe.stages[j];
-  const bool last = j + 1 == pipe.stages.size();
-  const int layers = stage.last_layer - stage.first_layer + 1;
-  double t = cm.stage_compute(cm.stage_kind(stage.ranks, stage.tp()), stage.tp(), layers, last, 1, stage.cp) +
-             cm.stage_tp_comm(stage.ranks, layers, 1, stage.cp) + cm.stage_cp_comm(stage.ranks, layers, 1, stage.cp);
-  if (!last) t += cm.p2p(stage.ranks.front(), pipe.stages[j + 1].ranks.front(), 1, stage.cp);
-  return t;
+// `st` with micro-batches of one sequence: the cost model's stage times of it are f_j(s) of one
+// sequence of its length, with every term it prices (compute with SP's split of the TP-duplicated
+// work, the TP collectives of the layers and ends, CP's K/V traffic, ZeRO-3's gathers, p2p).
+sharding::Strategy one_sequence_micro_batches(sharding::Strategy st) {
+  for (sharding::PipelineSpec& pipe : st.pipelines) pipe.micro_batch_size = 1;
+  return st;
 }
 
 // Whether every rank of pipeline p holds a micro-batch of `tokens` tokens (the cost model's memory).
@@ -52,9 +49,14 @@ bool fits(const CostModel& base, const sharding::Strategy& st, size_t p, int64_t
     const sharding::StageSpec& stage = pipe.stages[j];
     // The count of micro-batches changes with each batch: take the most the schedule keeps in flight.
     const int in_flight = cm.in_flight(S, j, std::max(pipe.num_micro_batches, S));
+    // ZeRO-2's saving (no whole gradient accumulator) holds only on a pipeline running the fewest
+    // micro-batches of the step, which the dispatch decides batch by batch: the limit does without
+    // it. ZeRO-3's sharded weights and per-parameter gradients hold whatever the counts.
     const MemoryBreakdown m = cm.stage_memory(cm.stage_kind(stage.ranks, stage.tp()), stage.tp(),
                                               stage.last_layer - stage.first_layer + 1, j == 0, j == S - 1, 1,
-                                              in_flight, D, st.shards_optimizer_states(), stage.cp);
+                                              in_flight, D, st.shards_optimizer_states(), stage.cp,
+                                              /*gradient_shard=*/false, stage.sequence_parallel && stage.tp() > 1,
+                                              st.shards_parameters());
     for (int r : stage.ranks) {
       const double capacity = cm.topology().device(r).memory;
       if (capacity > 0 && m.total() > capacity) return false;
@@ -72,13 +74,16 @@ std::vector<PipelineModel> pipeline_models(const CostModel& cost_model, const sh
   const Prediction whole = at_length(cost_model, options.seq_len).predict(st);
   // Stage times are exactly quadratic in the length: three lengths give the coefficients.
   constexpr double h = 1024;
-  const CostModel c1 = at_length(cost_model, 1024), c2 = at_length(cost_model, 2048), c3 = at_length(cost_model, 3072);
+  const sharding::Strategy single = one_sequence_micro_batches(st);
+  const Prediction c1 = at_length(cost_model, 1024).predict(single), c2 = at_length(cost_model, 2048).predict(single),
+                   c3 = at_length(cost_model, 3072).predict(single);
   std::vector<PipelineModel> out;
   for (size_t p = 0; p < st.pipelines.size(); ++p) {
     const sharding::PipelineSpec& pipe = st.pipelines[p];
     PipelineModel m;
     for (size_t j = 0; j < pipe.stages.size(); ++j) {
-      const double f1 = stage_seconds(c1, pipe, j), f2 = stage_seconds(c2, pipe, j), f3 = stage_seconds(c3, pipe, j);
+      const double f1 = c1.pipelines[p].stages[j].per_micro_batch(), f2 = c2.pipelines[p].stages[j].per_micro_batch(),
+                   f3 = c3.pipelines[p].stages[j].per_micro_batch();
       StageTimeModel s;
       s.quadratic = (f3 - 2 * f2 + f1) / (2 * h * h);
       s.linear = (f2 - f1) / h - 3 * s.quadratic * h;

@@ -10,17 +10,24 @@
 // Why a per-pipeline model and not the cost model itself: the cost model prices micro-batches of b
 // sequences of one length; a packed micro-batch holds sequences of different lengths, whose
 // attention costs the sum of their squares. Every stage time of the cost model is exactly
-// A s^2 + B s + C in the sequence length s (layers: b (a s^2 + c1 s) + c0; ends, TP all-reduces and
-// p2p: linear), so three evaluations give A, B, C, and a packed micro-batch costs
-// A sum(l_i^2) + B sum(l_i) + C on that stage. The pipeline time of micro-batches m = 1..n is
+// A s^2 + B s + C in the sequence length s (layers: b (a s^2 + c1 s) + c0, sequence parallelism
+// taking the TP-duplicated part of c1 on 1/t of the tokens; ends, TP and CP collectives and p2p:
+// linear; ZeRO-3's parameter gathers and gradient reduce-scatters: constant per micro-batch), so
+// three evaluations of the cost model's stage times (CostModel::predict of micro-batches of one
+// sequence) give A, B, C, and a packed micro-batch costs A sum(l_i^2) + B sum(l_i) + C on that
+// stage. The pipeline time of micro-batches m = 1..n is
 //   sum_m max_j f_j(m) + (sum_j f_j(m*) - max_j f_j(m*))      (steady state at the bottleneck stage,
 //                                                              plus the fill and drain of the largest)
 // which is the cost model's sum_j f_j + (n - 1) max_j f_j when the micro-batches are equal; the
-// pipeline's gradient sync and optimizer (`tail_seconds`) are added once.
+// pipeline's gradient sync and optimizer (`tail_seconds`: the cost model's, at the strategy's
+// micro-batches, so ZeRO-1/2's reduce-scatters and the part of the sync the gradient buckets hide
+// behind backward passes, CostOptions::grad_bucket_mb) are added once.
 //
 // Memory: the longest sequence a pipeline holds is the largest micro-batch (in tokens) for which the
 // cost model's memory of every stage fits its devices, with the micro-batches in flight of its
-// schedule. A sequence longer than that goes to another pipeline; one longer than every pipeline's
+// schedule, sequence parallelism on the stages that have it and ZeRO-3's sharded weights. Not
+// ZeRO-2's missing gradient accumulator: that holds only on a pipeline running the fewest
+// micro-batches of a step, which each batch's dispatch decides. A sequence longer than that goes to another pipeline; one longer than every pipeline's
 // limit is refused (SequenceTooLong names its length and the limit).
 //
 // Assignment: longest sequence first, each to the pipeline whose predicted time after taking it is

@@ -57,6 +57,7 @@ std::optional<sharding::PipelineSpec> build_pipeline(const ParallelMethod& m, in
     s.ranks = alloc.take(static_cast<size_t>(m.kind_index), m.tp * m.cp);
     if (s.ranks.empty()) return std::nullopt;
     s.cp = m.cp;
+    s.sequence_parallel = m.sequence_parallel;
     s.first_layer = first;
     s.last_layer = first + n - 1;
     first += n;
@@ -143,6 +144,7 @@ std::string ParallelMethod::to_string() const {
   std::ostringstream out;
   out << kind << " TP " << tp << " x CP " << cp << " x PP " << pp << ", micro-batches of " << model.micro_batch_tokens
       << " tokens";
+  if (sequence_parallel) out << ", sequence parallel";
   if (zero1_copies > 1) out << ", ZeRO-1 over " << zero1_copies << "+ copies";
   return out.str();
 }
@@ -156,7 +158,7 @@ MixedLengthSpace::MixedLengthSpace(const models::Model& model, const resolve::To
       << "mixed-length planner: seq_len and global_batch_tokens must be positive";
   HSPMD_CHECK(options.methods_per_interval >= 1)
       << "mixed-length planner: methods_per_interval must be at least 1, got " << options.methods_per_interval;
-  const CostModel cm(model, topology, profile, {.seq_len = options.seq_len});
+  const CostModel cm(model, topology, profile, {.seq_len = options.seq_len, .grad_bucket_mb = options.grad_bucket_mb});
 
   KindNodes nodes;
   for (int r = 0; r < topology.num_devices(); ++r) {
@@ -190,30 +192,38 @@ MixedLengthSpace::MixedLengthSpace(const models::Model& model, const resolve::To
           m.tp = tp;
           m.cp = c;
           m.pp = pp;
-          // ZeRO-1 over k copies frees optimizer memory for activations: each k (1: without) whose
-          // copies fit the kind and that holds longer sequences than the fewer copies is a method.
-          int64_t previous_max = 0;
-          for (int copies = 1; copies * group * pp <= kind_devices_[k]; copies *= 2) {
-            Allocator alloc(nodes);
-            std::vector<sharding::PipelineSpec> pipes;
-            for (int i = 0; i < copies; ++i) {
-              if (auto pipe = build_pipeline(m, layers_, alloc, 1)) pipes.push_back(std::move(*pipe));
-            }
-            if (static_cast<int>(pipes.size()) < copies) break;
-            const sharding::Strategy together{"method", copies > 1 ? 1 : 0, false, std::move(pipes)};
-            const PipelineModel base = pipeline_models(cm, together, {.seq_len = options.seq_len}).at(0);
-            if (base.max_tokens < 2 || base.max_tokens <= previous_max) continue;
-            previous_max = base.max_tokens;
-            m.zero1_copies = copies;
-            int64_t previous_tokens = 0;
-            for (int b : options.micro_batch_sizes) {
-              m.micro_batch_size = b;
-              m.model = base;
-              m.model.micro_batch_tokens = std::min<int64_t>(base.max_tokens, b * options.seq_len);
-              // A larger size the memory caps at the same tokens is the same method.
-              if (m.model.micro_batch_tokens == previous_tokens) continue;
-              previous_tokens = m.model.micro_batch_tokens;
-              methods_.push_back(m);
+          // Sequence parallelism (TP > 1) frees activation memory and splits the work TP duplicates;
+          // ZeRO-1 over k copies frees optimizer memory: each k (1: without) whose copies fit the
+          // kind and that holds longer sequences than fewer copies (with SP alike) is a method. Each
+          // micro-batch size is priced on its own: the gradient sync the buckets hide depends on
+          // the backward pass of one micro-batch.
+          for (const bool sp : {false, true}) {
+            if (sp && (tp == 1 || !options.sequence_parallel)) continue;
+            m.sequence_parallel = sp;
+            int64_t previous_max = 0;
+            for (int copies = 1; copies * group * pp <= kind_devices_[k]; copies *= 2) {
+              m.zero1_copies = copies;
+              int64_t previous_tokens = 0, held = 0;
+              for (int b : options.micro_batch_sizes) {
+                // SP splits each micro-batch's tokens over the t x c ranks: whole rows must divide.
+                if (sp && !cm.sequence_parallel_applies(tp, c, b)) continue;
+                m.micro_batch_size = b;
+                Allocator alloc(nodes);
+                std::vector<sharding::PipelineSpec> pipes;
+                for (int i = 0; i < copies; ++i) {
+                  if (auto pipe = build_pipeline(m, layers_, alloc, 1)) pipes.push_back(std::move(*pipe));
+                }
+                if (static_cast<int>(pipes.size()) < copies) break;
+                const sharding::Strategy together{"method", copies > 1 ? 1 : 0, false, std::move(pipes)};
+                m.model = pipeline_models(cm, together, {.seq_len = options.seq_len}).at(0);
+                if (m.model.max_tokens < 2 || m.model.max_tokens <= previous_max) break;
+                held = m.model.max_tokens;
+                // A larger size the memory caps at the same tokens is the same method.
+                if (m.model.micro_batch_tokens == previous_tokens) continue;
+                previous_tokens = m.model.micro_batch_tokens;
+                methods_.push_back(m);
+              }
+              if (held > 0) previous_max = held;
             }
           }
         }

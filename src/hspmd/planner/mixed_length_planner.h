@@ -10,12 +10,19 @@
 // Method. Lengths are grouped into doubling buckets ([1, 2), [2, 4), ..., up to seq_len). A
 // *parallel method* is a pipeline template on one device kind: TP degree t (profiled) x CP degree c
 // (t x c consecutive devices of one node) x PP degree s (layers split evenly), a micro-batch size
-// b (micro-batches packed up to b x seq_len tokens, or what the memory holds) and whether its
-// optimizer states are sharded (ZeRO-1) over at least k of its own copies (k = 2, 4, ...: more
-// memory for activations, so longer sequences; the method then runs with k copies or more, and the
-// strategy is ZeRO-1 when any chosen method is); its time for packed
-// micro-batches is the dispatcher's model (planner/dispatcher.h, from the cost model) and its memory
-// bounds the longest sequence it holds. The expected work of a step in an interval of buckets is the
+// b (micro-batches packed up to b x seq_len tokens, or what the memory holds), whether its TP
+// stages run sequence parallelism (activations between the TP blocks split by tokens: less memory,
+// the TP-duplicated work on 1/t of the tokens) and whether its optimizer states are sharded (ZeRO-1)
+// over at least k of its own copies (k = 2, 4, ...: more memory for activations, so longer
+// sequences; the method then runs with k copies or more, and the strategy is ZeRO-1 when any chosen
+// method is); its time for packed micro-batches is the dispatcher's model (planner/dispatcher.h, the
+// cost model's stage times, sync and overlap) and its memory bounds the longest sequence it holds.
+// An SP method is kept like another: where it holds an interval's longest sequence when the method
+// without SP does not, or is faster (a tie keeps the method without). ZeRO-2 and ZeRO-3 are not
+// methods: the strategies are run with dispatch by length, which gives each pipeline its own count
+// of micro-batches per batch, and ZeRO-2 drops the gradient accumulator only on the pipelines
+// running the fewest of them (so it holds no longer sequence for sure) while ZeRO-3 needs every
+// pipeline to run as many (runtime/step_runner.cc refuses the step otherwise). The expected work of a step in an interval of buckets is the
 // histogram's sequences there, scaled to the global batch's tokens.
 //
 // Objective (MixedLengthSpace::interval_seconds): an interval's pipelines (up to
@@ -53,6 +60,10 @@ struct MixedLengthOptions {
   std::vector<int> micro_batch_sizes = {1, 2, 4};  // rows of seq_len tokens a micro-batch packs
   std::vector<int> cp_degrees = {1, 2, 4, 8};      // CP x TP groups stay inside a node
   std::vector<int> pipeline_degrees = {1, 2, 4, 8};
+  // The runtime's gradient buckets (--grad-bucket-mb): the gradient sync the cost model hides behind
+  // backward passes (CostOptions::grad_bucket_mb); 0: none.
+  double grad_bucket_mb = 25;
+  bool sequence_parallel = true;  // whether methods with sequence-parallel TP stages are considered
 };
 
 // A pipeline template on one device kind.
@@ -61,6 +72,8 @@ struct ParallelMethod {
   int kind_index = 0;  // into MixedLengthSpace::kinds()
   int tp = 1, cp = 1, pp = 1;
   int micro_batch_size = 1;
+  // "sequence_parallel" on every stage (TP > 1, micro-batch rows splitting over t x c ranks).
+  bool sequence_parallel = false;
   // ZeRO-1 over at least this many replicas (1: none). The memory is priced with the optimizer
   // states sharded over `zero1_copies` pipelines of this method, so the method may be used only
   // with that many copies (a strategy's ZeRO-1 shards over every pipeline: never fewer).

@@ -116,7 +116,8 @@ Planner::Planner(const models::Model& model, const resolve::Topology& topology, 
     : topology_(topology),
       profile_(profile),
       options_(std::move(options)),
-      cost_(model, topology, profile, {.seq_len = options_.seq_len, .schedule = options_.schedule}) {
+      cost_(model, topology, profile,
+            {.seq_len = options_.seq_len, .schedule = options_.schedule, .grad_bucket_mb = options_.grad_bucket_mb}) {
   // SP never prices a layer slower and never needs more memory, so one search with SP's memory finds
   // every plan a search without it would (each solution is then priced with SP off too, and SP kept
   // only where it is needed to fit or faster): no second search for it when memory binds.

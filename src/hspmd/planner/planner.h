@@ -84,6 +84,9 @@ struct PlannerOptions {
   // searches share level 2's work that memory does not change (LayerProgramsShared).
   bool zero3_when_tight = true;
   specialize::ScheduleKind schedule = specialize::ScheduleKind::k1F1B;
+  // The runtime's gradient buckets the plan will train with (--grad-bucket-mb): how much of the
+  // gradient sync the cost model hides behind backward passes (CostOptions::grad_bucket_mb).
+  double grad_bucket_mb = 25;
   std::vector<int> micro_batch_sizes;  // empty: powers of two up to 8 dividing the global batch
   std::vector<int> devices;            // the ranks the plan may use; empty: every device of the cluster
   std::map<std::string, int> tp_per_kind;  // fixes a kind's TP degree (or idle); absent kinds: searched

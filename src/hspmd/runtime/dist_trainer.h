@@ -50,8 +50,9 @@
 // schedule go on. Each plan is specialized (executable graph, pipelines, schedule, memory
 // estimate, communicators) once per run and kept, so switching back costs only the BSR.
 // With DistOptions::bf16_switches a switch moves nothing: the state stays under the plan the
-// trainer was built with, and each step under another plan moves its bf16 parameters there and its
-// gradients back (switching/bf16_switch_plan.h; the step's StepMetrics::bf16_switch says what moved).
+// trainer was built with (or last moved to by switch_state_to, as elastic recovery does), and each
+// step under another plan moves its bf16 parameters there and its gradients back
+// (switching/bf16_switch_plan.h; the step's StepMetrics::bf16_switch says what moved).
 // A rank the current plan does not use is a spare: it holds no state, reads the global batch (so
 // its data position stays the run's) and joins only the step's final all-rank reduction of loss
 // and gradient norm, so it knows both and can take part in the next switch. Every process of the
@@ -128,7 +129,8 @@ struct DistOptions {
   // GPU rank stages its Reshards through the host (execute_reshard_staged).
   bool comm_on_device = false;
   // bf16-only switches (switching/bf16_switch_plan.h; needs train.precision bf16): the master
-  // weights and AdamW moments stay under the plan the trainer is built with (the base); switch_to
+  // weights and AdamW moments stay under the plan the trainer is built with (the base, until a
+  // switch_state_to or restore_under moves them); switch_to
   // another plan moves nothing then, and each step under it sends the parameters there as bf16
   // values and brings the float32 gradients back to the base, where AdamW steps. switch_to the
   // base again computes under it as before.
@@ -238,9 +240,18 @@ class DistTrainer {
   // surviving holder, and parameter values are taken from the optimizer-state layout (the slices
   // an interrupted ZeRO-1 gather may have left stale are not used). Throws StateLost when a slice
   // has no surviving holder, on every rank alike, before anything moved.
+  // With DistOptions::bf16_switches, switch_to moves nothing (switch_compute_to, see above) and
+  // `dead` must be empty: recovery calls switch_state_to.
   SwitchReport switch_to(const sharding::AnnotationPlan& plan, const std::string& name,
                          resolve::BsrAlgorithm algorithm = resolve::BsrAlgorithm::kFusedHeuristic,
                          const std::vector<int>& dead = {});
+  // The full switch whatever DistOptions::bf16_switches says: the master weights and AdamW moments
+  // move to `plan` (from the survivors when `dead` is not empty), which becomes the base of any
+  // later bf16-only switch; the bf16 compute copies are dropped, so the next step computes under
+  // `plan`. Elastic recovery and a joining worker's admission move the state this way.
+  SwitchReport switch_state_to(const sharding::AnnotationPlan& plan, const std::string& name,
+                               resolve::BsrAlgorithm algorithm = resolve::BsrAlgorithm::kFusedHeuristic,
+                               const std::vector<int>& dead = {});
 
   // Elastic training (docs/elastic.md) commits each step and each switch through the run's store:
   // `step` is called with the global totals {squares, loss} once they are known and before any
@@ -260,7 +271,7 @@ class DistTrainer {
   InterruptedStep finish_interrupted_step(const std::vector<int>& members,
                                           const std::optional<std::vector<double>>& committed);
   // Checkpoint fallback: moves to `plan` holding nothing, then restores `dir` (collective over the
-  // members).
+  // members). With bf16-only switches `plan` becomes the base and the compute copies are dropped.
   void restore_under(const sharding::AnnotationPlan& plan, const std::string& name, const std::string& dir);
   const std::vector<int>& members() const { return members_; }
   // A worker joining a running job takes its progress (steps taken, data position) before the

@@ -82,13 +82,17 @@ std::map<resolve::LinkTier, int64_t> wire_bytes_by_tier(comm::Communicator& worl
 SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const std::string& name,
                                     resolve::BsrAlgorithm algorithm,
                                     const std::vector<int>& dead) {
-  if (options_.bf16_switches) {
-    HSPMD_CHECK(dead.empty()) << "bf16-only switches keep the master state under plan " << current_->name
-                              << ": they cannot recover state from failed ranks (switch with the full state)";
-    HSPMD_CHECK(algorithm == resolve::BsrAlgorithm::kFusedHeuristic)
-        << "bf16-only switches run the fused BSR, not " << resolve::bsr_algorithm_name(algorithm);
-    return switch_compute_to(plan, name);
-  }
+  if (!options_.bf16_switches) return switch_state_to(plan, name, algorithm, dead);
+  HSPMD_CHECK(dead.empty()) << "bf16-only switches keep the master state under plan " << current_->name
+                            << ": state from failed ranks moves with the full state (switch_state_to)";
+  HSPMD_CHECK(algorithm == resolve::BsrAlgorithm::kFusedHeuristic)
+      << "bf16-only switches run the fused BSR, not " << resolve::bsr_algorithm_name(algorithm);
+  return switch_compute_to(plan, name);
+}
+
+SwitchReport DistTrainer::switch_state_to(const sharding::AnnotationPlan& plan, const std::string& name,
+                                          resolve::BsrAlgorithm algorithm, const std::vector<int>& dead) {
+  compute_state_ = {};  // a bf16 copy left by an interrupted step goes before the new state is allocated
   const auto start = Clock::now();
   const double trace_start = tracer_.now_us();
   session_.wait_deferred();
@@ -156,9 +160,11 @@ SwitchReport DistTrainer::switch_to(const sharding::AnnotationPlan& plan, const 
   report.wire_by_tier = wire_bytes_by_tier(*world, sent_to, options_.topology, rank_);
   if (commits_.switch_done) commits_.switch_done();
 
-  // 3. Hand over: the next step runs the new plan's graphs on the moved state.
+  // 3. Hand over: the next step runs the new plan's graphs on the moved state, which is the base
+  // of any later bf16-only switch (the moves planned from the old base no longer apply).
   state_ = std::move(moved);
   current_ = &next;
+  bf16_.reset();
   report.sent_bytes = sp.bsr.total_bytes();
   report.local_copy_bytes = sp.local_copy_bytes;
   report.sent_by_tier = sp.sent_by_tier;
@@ -381,11 +387,16 @@ InterruptedStep DistTrainer::finish_interrupted_step(const std::vector<int>& mem
   } catch (const Error&) {
   }
   for (TensorState& s : state_.tensors) s.grad = s.grad_shard = Tensor();
+  // A step under a bf16-only switch computed on bf16 copies laid out under bf16_->plan: they and
+  // the gradients they hold go (the recovery's full switch then computes under the new base).
+  compute_state_ = {};
   InterruptedStep out;
   out.in_progress = in_step_;
   if (committed) {
     // Some rank had the global totals and may have updated its weights: every survivor applies the
-    // step. Reaching the totals means every rank had finished its gradient sync.
+    // step. Reaching the totals means every rank had finished its gradient sync, and under a
+    // bf16-only switch its grads-back move too (post() sums the totals over the gradients moved
+    // back): synced_grads_ are in the base's optimizer-state layout, where AdamW steps.
     HSPMD_CHECK(committed->size() == 2) << "rank " << rank_ << ": malformed committed totals of step " << step_ + 1;
     HSPMD_CHECK(synced_grads_.has_value())
         << "rank " << rank_ << ": step " << step_ + 1 << " was committed but this rank has no synced gradients";
@@ -413,9 +424,11 @@ void DistTrainer::restore_under(const sharding::AnnotationPlan& plan, const std:
                                 const std::string& dir) {
   SpecializedPlan& next = plans_.find_or_build(plan, name, members_);
   state_ = {};  // the old state goes before the new is allocated
+  compute_state_ = {};
   state_ = ShardedState::laid_out(next, graph_.params, rank_, optimizer_options(options_.train));
   state_.zero(allocator_.get());
   current_ = &next;
+  bf16_.reset();  // `plan` is the base now
   restore(dir);
 }
 

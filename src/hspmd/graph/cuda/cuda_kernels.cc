@@ -1,5 +1,6 @@
 #include "hspmd/graph/cuda/cuda_kernels.h"
 
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -61,6 +62,13 @@ Tensor rounded_to_bf16(const KernelContext& k, const Gpu& gpu, const Tensor& x) 
   Tensor y = Tensor::empty(x.shape(), DType::kFloat32, k.allocator);
   kc::round_to_bfloat16(f32(x), f32(y), x.numel(), gpu.stream);
   return y;
+}
+
+// Attention's operands as its kernels take them: rounded to bf16 values first when the op asks for
+// bf16 operands.
+void round_attention_operands(const KernelContext& k, const Gpu& gpu, std::initializer_list<Tensor*> operands) {
+  if (!k.op.attrs.bf16_operands) return;
+  for (Tensor* t : operands) *t = rounded_to_bf16(k, gpu, *t);
 }
 
 // x cast to bfloat16 storage (the GEMMs' bf16 operands: half the bytes, tensor cores).
@@ -221,11 +229,7 @@ void attention_forward(KernelContext& k) {
   const Gpu gpu = gpu_of(k);
   Tensor q = k.inputs[0], key = k.inputs[1], v = k.inputs[2];
   const Tensor& cu_seqlens = k.inputs[3];
-  if (k.op.attrs.bf16_operands) {
-    q = rounded_to_bf16(k, gpu, q);
-    key = rounded_to_bf16(k, gpu, key);
-    v = rounded_to_bf16(k, gpu, v);
-  }
+  round_attention_operands(k, gpu, {&q, &key, &v});
   Tensor o = k.new_output(0), lse = k.new_output(1);
   kc::attention_fwd(q.dtype(), in(q), in(key), in(v), cu_seqlens.dtype(), in(cu_seqlens), out(o), f32(lse),
                     attention_shape(k), gpu.stream);
@@ -237,12 +241,7 @@ void attention_backward(KernelContext& k) {
   const Gpu gpu = gpu_of(k);
   Tensor q = k.inputs[0], key = k.inputs[1], v = k.inputs[2], dout = k.inputs[6];
   const Tensor &cu_seqlens = k.inputs[3], &o = k.inputs[4], &lse = k.inputs[5];
-  if (k.op.attrs.bf16_operands) {
-    q = rounded_to_bf16(k, gpu, q);
-    key = rounded_to_bf16(k, gpu, key);
-    v = rounded_to_bf16(k, gpu, v);
-    dout = rounded_to_bf16(k, gpu, dout);
-  }
+  round_attention_operands(k, gpu, {&q, &key, &v, &dout});
   Tensor dq = k.new_output(0), dk = k.new_output(1), dv = k.new_output(2);
   kc::attention_bwd(q.dtype(), in(q), in(key), in(v), cu_seqlens.dtype(), in(cu_seqlens), in(o), f32(lse),
                     in(dout), f32(dq), f32(dk), f32(dv), attention_shape(k), gpu.stream);
@@ -299,11 +298,7 @@ void add_context_attention_kernels(KernelRegistry& r) {
     const Gpu gpu = gpu_of(k);
     Tensor q = k.inputs[0], key = k.inputs[1], v = k.inputs[2];
     const Tensor& cu_seqlens = k.inputs[3];
-    if (k.op.attrs.bf16_operands) {
-      q = rounded_to_bf16(k, gpu, q);
-      key = rounded_to_bf16(k, gpu, key);
-      v = rounded_to_bf16(k, gpu, v);
-    }
+    round_attention_operands(k, gpu, {&q, &key, &v});
     const Tensor kv_row = kv_row_scratch(k);
     Tensor o = k.new_output(0), lse = k.new_output(1);
     kc::context_attention_fwd(q.dtype(), in(q), in(key), in(v), cu_seqlens.dtype(), in(cu_seqlens),
@@ -323,12 +318,7 @@ void add_context_attention_kernels(KernelRegistry& r) {
     const Gpu gpu = gpu_of(k);
     Tensor q = k.inputs[0], key = k.inputs[1], v = k.inputs[2], dout = k.inputs[8];
     const Tensor &cu_seqlens = k.inputs[3], &o = k.inputs[6], &lse = k.inputs[7];
-    if (k.op.attrs.bf16_operands) {
-      q = rounded_to_bf16(k, gpu, q);
-      key = rounded_to_bf16(k, gpu, key);
-      v = rounded_to_bf16(k, gpu, v);
-      dout = rounded_to_bf16(k, gpu, dout);
-    }
+    round_attention_operands(k, gpu, {&q, &key, &v, &dout});
     const Tensor kv_row = kv_row_scratch(k);
     Tensor dq = k.new_output(0), dk = k.new_output(1), dv = k.new_output(2);
     kc::context_attention_bwd(q.dtype(), in(q), in(key), in(v), cu_seqlens.dtype(), in(cu_seqlens),

@@ -12,6 +12,17 @@ using device::to_float;
 // The logit the loss sees: soft-capped when cap > 0.
 __device__ inline float capped(float z, float cap) { return cap > 0.0f ? cap * tanhf(z / cap) : z; }
 
+// The block's row: its largest capped logit, and the sum of exp(logit - that) over the row.
+template <typename T>
+__device__ void row_max_and_exp_sum(const T* row, int64_t vocab, float cap, float* scratch, float& max, float& sum) {
+  max = -INFINITY;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) max = fmaxf(max, capped(to_float(row[j]), cap));
+  max = device::block_max(max, scratch);
+  sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) sum += expf(capped(to_float(row[j]), cap) - max);
+  sum = device::block_sum(sum, scratch);
+}
+
 // One block per token: the row's max, then the sum of exp(logit - max).
 template <typename T, typename I>
 __global__ void cross_entropy_rows(const T* logits, const I* targets, float* losses, float* lse, int64_t vocab,
@@ -19,12 +30,9 @@ __global__ void cross_entropy_rows(const T* logits, const I* targets, float* los
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x;
   const T* row = logits + t * vocab;
-  float max = -INFINITY;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) max = fmaxf(max, capped(to_float(row[j]), cap));
-  max = device::block_max(max, scratch);
+  float max = 0.0f;
   float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) sum += expf(capped(to_float(row[j]), cap) - max);
-  sum = device::block_sum(sum, scratch);
+  row_max_and_exp_sum(row, vocab, cap, scratch, max, sum);
   if (threadIdx.x != 0) return;
   const float row_lse = max + logf(sum);
   lse[t] = row_lse;
@@ -45,12 +53,9 @@ __global__ void shard_stats_rows(const T* logits, const I* targets, double* stat
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x;
   const T* row = logits + t * vocab;
-  float max = -INFINITY;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) max = fmaxf(max, capped(to_float(row[j]), cap));
-  max = device::block_max(max, scratch);
+  float max = 0.0f;
   float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) sum += expf(capped(to_float(row[j]), cap) - max);
-  sum = device::block_sum(sum, scratch);
+  row_max_and_exp_sum(row, vocab, cap, scratch, max, sum);
   if (threadIdx.x != 0) return;
   const int64_t target = static_cast<int64_t>(targets[t]);
   const int64_t local = target - vocab_start;

@@ -46,32 +46,37 @@ CrossEntropyShape chunk_shape(const LmHeadLossShape& s, int64_t rows) {
           .vocab_start = s.vocab_start, .vocab_size = s.vocab_size};
 }
 
+// Runs per_chunk(first row, rows, logits) over the tokens a chunk at a time, each chunk's float32 logits
+// computed into one reused buffer: the whole [tokens, vocab] logits never exist at once.
+template <typename PerChunk>
+void over_logit_chunks(const char* what, const LmHeadLossContext& ctx, DType dtype, const void* x, const void* w,
+                       const LmHeadLossShape& s, const PerChunk& per_chunk) {
+  const int64_t chunk = chunk_rows(what, dtype, s);
+  if (s.tokens == 0) return;
+  hspmd::cuda::DeviceBuffer logits(ctx.memory, static_cast<size_t>(chunk * s.vocab) * sizeof(float), ctx.stream);
+  for (int64_t first = 0; first < s.tokens; first += chunk) {
+    const int64_t rows = std::min(chunk, s.tokens - first);
+    chunk_logits(ctx, dtype, x, w, first, rows, s, logits.as<float>());
+    per_chunk(first, rows, logits.data());
+  }
+}
+
 }  // namespace
 
 void lm_head_loss_fwd(const LmHeadLossContext& ctx, DType dtype, const void* x, const void* w, DType targets_dtype,
                       const void* targets, float* losses, float* lse, const LmHeadLossShape& s) {
-  const int64_t chunk = chunk_rows("cuda lm_head_loss_fwd", dtype, s);
-  if (s.tokens == 0) return;
-  hspmd::cuda::DeviceBuffer logits(ctx.memory, static_cast<size_t>(chunk * s.vocab) * sizeof(float), ctx.stream);
-  for (int64_t first = 0; first < s.tokens; first += chunk) {
-    const int64_t rows = std::min(chunk, s.tokens - first);
-    chunk_logits(ctx, dtype, x, w, first, rows, s, logits.as<float>());
-    cross_entropy_fwd(DType::kFloat32, logits.data(), targets_dtype, offset(targets, first, targets_dtype),
-                      losses + first, lse + first, chunk_shape(s, rows), ctx.stream);
-  }
+  over_logit_chunks("cuda lm_head_loss_fwd", ctx, dtype, x, w, s, [&](int64_t first, int64_t rows, const void* logits) {
+    cross_entropy_fwd(DType::kFloat32, logits, targets_dtype, offset(targets, first, targets_dtype), losses + first,
+                      lse + first, chunk_shape(s, rows), ctx.stream);
+  });
 }
 
 void lm_head_loss_stats(const LmHeadLossContext& ctx, DType dtype, const void* x, const void* w, DType targets_dtype,
                         const void* targets, double* stats, const LmHeadLossShape& s) {
-  const int64_t chunk = chunk_rows("cuda lm_head_loss_stats", dtype, s);
-  if (s.tokens == 0) return;
-  hspmd::cuda::DeviceBuffer logits(ctx.memory, static_cast<size_t>(chunk * s.vocab) * sizeof(float), ctx.stream);
-  for (int64_t first = 0; first < s.tokens; first += chunk) {
-    const int64_t rows = std::min(chunk, s.tokens - first);
-    chunk_logits(ctx, dtype, x, w, first, rows, s, logits.as<float>());
-    cross_entropy_shard_stats(DType::kFloat32, logits.data(), targets_dtype, offset(targets, first, targets_dtype),
+  over_logit_chunks("cuda lm_head_loss_stats", ctx, dtype, x, w, s, [&](int64_t first, int64_t rows, const void* logits) {
+    cross_entropy_shard_stats(DType::kFloat32, logits, targets_dtype, offset(targets, first, targets_dtype),
                               stats + first, s.tokens, chunk_shape(s, rows), ctx.stream);
-  }
+  });
 }
 
 void lm_head_loss_bwd(const LmHeadLossContext& ctx, DType dtype, const void* x, const void* w, DType targets_dtype,
