@@ -507,12 +507,18 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
         // ZeRO-3: the gathers and reduce-scatters run in every micro-batch's passes on the computing
         // thread (not in buckets); AdamW updates the shard in place, nothing is gathered after it.
         // Each layer is gathered over its own holders: in pipelines of different shapes the stage's
-        // layers may be held by other stages, so runs of layers of one ring are priced together
+        // layers may be held by other stages, so runs of layers of the same holders are priced together
         // (the embedding over the first stages, those of layer 0; the head over the last ones').
+        auto same_holders = [&](int a, int b) {
+          for (size_t q = 0; q < st.pipelines.size(); ++q) {
+            if (stages_of_layer[q][a] != stages_of_layer[q][b]) return false;
+          }
+          return true;
+        };
         for (int from = stage.first_layer; from <= stage.last_layer;) {
           const auto& ring = ring_of(from);
           int to = from;
-          while (to < stage.last_layer && ring_of(to + 1) == ring) ++to;
+          while (to < stage.last_layer && same_holders(from, to + 1)) ++to;
           sp.zero3_comm_seconds += zero3_comm(sp.kind, ring.first, ring.second, to - from + 1,
                                               j == 0 && from == stage.first_layer, last && to == stage.last_layer, sp.tp);
           from = to + 1;
