@@ -17,11 +17,17 @@
 #include <optional>
 
 #include "hspmd/core/error.h"
+#include "hspmd/models/llama.h"
 #include "hspmd/models/llama_model.h"
 #include "hspmd/models/llama_plan.h"
 #include "hspmd/planner/cluster_generator.h"
 #include "hspmd/planner/derived_profile.h"
 #include "hspmd/planner/planner.h"
+#include "hspmd/specialize/exec_graph.h"
+#include "hspmd/specialize/gather_units.h"
+#include "hspmd/specialize/pipeline_layout.h"
+#include "hspmd/specialize/schedule.h"
+#include "hspmd/switching/switch_plan.h"
 #include "planner/planner_testlib.h"
 
 namespace hspmd::planner {
@@ -54,15 +60,25 @@ struct Brute {
   int strategies = 0;
 };
 
-// Whether every pipeline has the first's shape (stages, layers, TP, micro-batch count): ZeRO-3's condition.
-bool one_shape(const sharding::Strategy& st) {
+// Whether the runtime runs `st` under ZeRO-3 with `kind`, written from its documented conditions
+// (docs/memory.md): every pipeline runs as many micro-batches, and the holders of each layer, of the
+// embedding (every first stage) and of the head (every last stage) run their passes in one order.
+bool zero3_runs(const sharding::Strategy& st, specialize::ScheduleKind kind = specialize::ScheduleKind::k1F1B) {
+  const int n = st.pipelines.front().num_micro_batches;
+  auto passes = [&](const sharding::PipelineSpec& p, size_t j) {
+    return specialize::make_schedule(kind, n, static_cast<int>(p.stages.size()), static_cast<int>(j));
+  };
+  const sharding::PipelineSpec& a = st.pipelines.front();
   for (const sharding::PipelineSpec& p : st.pipelines) {
-    const sharding::PipelineSpec& a = st.pipelines.front();
-    if (p.num_micro_batches != a.num_micro_batches || p.stages.size() != a.stages.size()) return false;
+    if (p.num_micro_batches != n || passes(p, 0) != passes(a, 0) ||
+        passes(p, p.stages.size() - 1) != passes(a, a.stages.size() - 1)) {
+      return false;
+    }
     for (size_t j = 0; j < p.stages.size(); ++j) {
-      if (p.stages[j].first_layer != a.stages[j].first_layer || p.stages[j].last_layer != a.stages[j].last_layer ||
-          p.stages[j].tp() != a.stages[j].tp()) {
-        return false;
+      for (int l = p.stages[j].first_layer; l <= p.stages[j].last_layer; ++l) {
+        size_t k = 0;
+        while (a.stages[k].last_layer < l) ++k;
+        if (passes(p, j) != passes(a, k)) return false;
       }
     }
   }
@@ -70,7 +86,7 @@ bool one_shape(const sharding::Strategy& st) {
 }
 
 // Exhaustive search over the planner's documented space, written independently of the planner.
-// `every_setting`: each strategy also under ZeRO-2 and ZeRO-3 (pipelines of one shape) and with
+// `every_setting`: each strategy also under ZeRO-2 and ZeRO-3 (where the runtime runs it) and with
 // sequence parallelism on its TP stages.
 Brute exhaustive(const models::LlamaConfig& config, const resolve::Topology& topo, const CostModel& cost,
                  int64_t global_batch, bool zero1, bool every_setting = false) {
@@ -179,7 +195,7 @@ Brute exhaustive(const models::LlamaConfig& config, const resolve::Topology& top
                   }
                   for (int zero : every_setting && zero1 ? std::vector<int>{1, 2, 3} : std::vector<int>{st.zero}) {
                     for (bool sp : every_setting ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
-                      if (zero == 3 && !one_shape(st)) continue;
+                      if (zero == 3 && !zero3_runs(st)) continue;
                       sharding::Strategy variant = st;
                       variant.zero = zero;
                       for (auto& pipe : variant.pipelines) {
@@ -323,11 +339,13 @@ void expect_only_what_is_needed(const Plan& plan, const CostModel& cm) {
   }
 }
 
-// The least memory per device (2% steps from 2 MB) some plan fits in under `o`, and that plan.
-std::pair<double, Plan> least_memory_plan(const Profile& profile, const PlannerOptions& o) {
+// The least memory per device (2% steps from 2 MB) some plan fits in under `o` on `fast` + `slow`
+// devices, and that plan.
+std::pair<double, Plan> least_memory_plan(const Profile& profile, const PlannerOptions& o, int fast = 2, int slow = 2,
+                                          const models::LlamaConfig& config = tiny_config()) {
   for (double memory = 2e6; memory < 1e8; memory *= 1.02) {
     try {
-      return {memory, Planner(models::Llama(tiny_config()), two_kind_cluster(2, 2, memory), profile, o).plan()};
+      return {memory, Planner(models::Llama(config), two_kind_cluster(fast, slow, memory), profile, o).plan()};
     } catch (const Error& e) {
       EXPECT_THAT(std::string(e.what()), HasSubstr("no plan fits in memory"));
     }
@@ -357,6 +375,7 @@ TEST(PlannerMemoryTest, SequenceParallelismAndZeroStagesOnlyWhereMemoryNeedsThem
   EXPECT_LT(m3, m2);
   EXPECT_EQ(plan1.strategy.zero, 1);
   EXPECT_EQ(plan3.strategy.zero, 3) << describe_plan(plan3);
+
   bool sp = false;
   for (const auto& pipe : plan_sp.strategy.pipelines) {
     for (const auto& stage : pipe.stages) sp = sp || stage.sequence_parallel;
@@ -401,6 +420,102 @@ TEST(PlannerMemoryTest, SequenceParallelismIsChosenWhereItIsFaster) {
 }
 
 // Re-planning on the paper's 48-GPU cluster after losing H800 rank 15, from Table 9's strategy.
+// The runtime's checks of a strategy as a run makes them when it specializes the plan
+// (runtime/plan_cache.cc): the strategy compiles (under ZeRO-3: equal micro-batch counts), and under
+// ZeRO-3 the holders of every parameter, in the pipelines found in the annotated graph, run their
+// passes in lockstep under `kind`. Throws Error naming the parameter otherwise.
+void runtime_specializes(const models::LlamaConfig& config, const sharding::Strategy& st,
+                         specialize::ScheduleKind kind) {
+  const sharding::AnnotationPlan plan = models::compile_llama_plan(config, st);
+  if (!st.shards_parameters()) return;
+  const models::LlamaModel model = models::build_llama(config);
+  const specialize::ExecGraph exec(model.graph, plan, st.ranks().front());
+  const specialize::PipelineLayout pipelines = specialize::build_pipeline_layout(model.graph, exec.deduced());
+  for (const switching::ParamLayout& layout :
+       switching::param_layouts(plan, models::parameter_shapes(models::Llama(config)))) {
+    specialize::check_passes_in_lockstep(pipelines, kind, st.pipelines.front().num_micro_batches, layout.name,
+                                         layout.read.devices());
+  }
+}
+
+bool pipelines_differ_in_shape(const sharding::Strategy& st) {
+  const sharding::PipelineSpec& a = st.pipelines.front();
+  for (const sharding::PipelineSpec& p : st.pipelines) {
+    if (p.stages.size() != a.stages.size()) return true;
+    for (size_t j = 0; j < p.stages.size(); ++j) {
+      if (p.stages[j].tp() != a.stages[j].tp() || p.stages[j].first_layer != a.stages[j].first_layer) return true;
+    }
+  }
+  return false;
+}
+
+// On 2 fast + 3 slow devices, the least memory some plan fits in is that of a ZeRO-3 plan over
+// pipelines of different shapes, which the runtime specializes; below ZeRO-3 nothing fits there.
+struct HeterogeneousZero3Case {
+  int layers;
+  std::map<std::string, int> tp_per_kind;
+  int64_t global_batch;
+};
+
+class PlannerHeterogeneousZero3Test : public ::testing::TestWithParam<HeterogeneousZero3Case> {};
+
+TEST_P(PlannerHeterogeneousZero3Test, LeastMemoryPlanIsZero3AndTheRuntimeSpecializesIt) {
+  const HeterogeneousZero3Case c = GetParam();
+  models::LlamaConfig config = tiny_config();
+  config.num_hidden_layers = c.layers;
+  const Profile profile = two_kind_profile();
+  PlannerOptions o;
+  o.global_batch = c.global_batch;
+  o.seq_len = 64;
+  o.tp_per_kind = c.tp_per_kind;
+  const auto [memory, plan] = least_memory_plan(profile, o, 2, 3, config);
+  ASSERT_EQ(plan.strategy.zero, 3) << describe_plan(plan);
+  EXPECT_TRUE(pipelines_differ_in_shape(plan.strategy)) << describe_plan(plan);
+  EXPECT_NO_THROW(runtime_specializes(config, plan.strategy, specialize::ScheduleKind::k1F1B)) << describe_plan(plan);
+  PlannerOptions up_to_zero2 = o;
+  up_to_zero2.zero3_when_tight = false;
+  EXPECT_THROW(Planner(models::Llama(config), two_kind_cluster(2, 3, memory), profile, up_to_zero2).plan(), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TwoKinds, PlannerHeterogeneousZero3Test,
+    ::testing::Values(
+        // 2 layers cannot spread over the 4 TP groups: two 2-stage pipelines, one starting with the
+        // TP-2 fast group, 4 micro-batches each.
+        HeterogeneousZero3Case{2, {{"fast", 2}, {"slow", 1}}, 8},
+        // A 2-stage beside a 3-stage pipeline, 2 micro-batches each: under 1F1B the holders of each
+        // layer still run one order (the first stages' warm-ups cover both micro-batches).
+        HeterogeneousZero3Case{4, {{"fast", 1}, {"slow", 1}}, 4}));
+
+// 4 layers on 2 fast + 3 slow devices of TP 1, 8 sequences: at the least memory GPipe needs, its
+// plan is ZeRO-3 over a 2-stage and a 3-stage pipeline of 4 micro-batches each, which the runtime
+// runs under GPipe; under 1F1B their first stages run their passes in different orders (their
+// warm-ups differ), so the runtime refuses it there, and the 1F1B planner writes a plan the runtime
+// specializes, at that memory and above.
+TEST(PlannerZero3Test, NoZero3WhereHoldersRunTheirPassesInDifferentOrders) {
+  models::LlamaConfig config = tiny_config();
+  config.num_hidden_layers = 4;
+  const Profile profile = two_kind_profile();
+  PlannerOptions o;
+  o.global_batch = 8;
+  o.seq_len = 64;
+  o.tp_per_kind = {{"fast", 1}, {"slow", 1}};
+  o.schedule = specialize::ScheduleKind::kGPipe;
+  const auto [least, gpipe] = least_memory_plan(profile, o, 2, 3, config);
+  const auto& pipes = gpipe.strategy.pipelines;
+  ASSERT_EQ(gpipe.strategy.zero, 3) << describe_plan(gpipe);
+  ASSERT_TRUE(std::any_of(pipes.begin(), pipes.end(), [&](const sharding::PipelineSpec& p) {
+    return p.stages.size() != pipes.front().stages.size();
+  })) << describe_plan(gpipe);
+  EXPECT_NO_THROW(runtime_specializes(config, gpipe.strategy, specialize::ScheduleKind::kGPipe));
+  EXPECT_THROW(runtime_specializes(config, gpipe.strategy, specialize::ScheduleKind::k1F1B), Error);
+  o.schedule = specialize::ScheduleKind::k1F1B;
+  for (double m = least; m < 1.5 * least; m *= 1.05) {
+    const Plan plan = Planner(models::Llama(config), two_kind_cluster(2, 3, m), profile, o).plan();
+    EXPECT_NO_THROW(runtime_specializes(config, plan.strategy, specialize::ScheduleKind::k1F1B)) << describe_plan(plan);
+  }
+}
+
 TEST(PlannerReplanTest, AfterALossEverySurvivorIsUsedOrDeliberatelyIdle) {
   const models::LlamaConfig config = models::LlamaConfig::from_file(kRoot + "/configs/llama-32b.json");
   const resolve::Topology topo = resolve::Topology::from_file(kRoot + "/examples/clusters/paper-16h800-32h20.json");

@@ -38,7 +38,11 @@ const LinkProfile* link_of(const std::optional<LinkProfile>& l) { return l ? &*l
 
 }  // namespace
 
-ModelShape ModelShape::of(const models::Model& model) { return ModelShape{model.sizes()}; }
+ModelShape ModelShape::of(const models::Model& model) {
+  ModelShape shape{model.sizes()};
+  shape.tied_embeddings = model.config_json().value("tie_word_embeddings", false);
+  return shape;
+}
 
 double ModelShape::stage_parameters(int layers, bool first, bool last) const {
   double params = layers * layer_parameters;
@@ -443,7 +447,7 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
   // Per pipeline, the stage holding each layer: one pass over the stages instead of a search per
   // (stage, pipeline) pair, which grew as D^2 S.
   std::vector<std::vector<int>> stages_of_layer(st.pipelines.size(), std::vector<int>(shape_.layers, 0));
-  std::map<int, std::pair<int, std::pair<double, double>>> rings;  // first layer -> (ranks, slowest link)
+  std::map<int, std::pair<int, std::pair<double, double>>> rings;  // layer -> its holders' (ranks, slowest link)
   for (size_t q = 0; q < st.pipelines.size(); ++q) {
     const auto& stages = st.pipelines[q].stages;
     for (size_t j = 0; j < stages.size(); ++j) {
@@ -473,20 +477,24 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
       // The stage's gradient shard is all-reduced with its replicas: its CP ranks and the stages
       // holding the same first layer in the other pipelines (the first rank of each TP group stands
       // for the ring's links).
-      // The ring depends on the stage's first layer only: its link is found once per layer.
-      auto ring = rings.find(stage.first_layer);
-      if (ring == rings.end()) {
-        std::vector<int> dp_group;
-        for (size_t q = 0; q < st.pipelines.size(); ++q) {
-          const sharding::StageSpec& other = st.pipelines[q].stages[stages_of_layer[q][stage.first_layer]];
-          for (size_t i = 0; i < other.ranks.size(); i += other.tp()) dp_group.push_back(other.ranks[i]);
+      // A layer's ring (its holders in every pipeline), found once per layer; the stage's gradient
+      // sync runs on its first layer's.
+      auto ring_of = [&](int layer) -> const std::pair<int, std::pair<double, double>>& {
+        auto ring = rings.find(layer);
+        if (ring == rings.end()) {
+          std::vector<int> dp_group;
+          for (size_t q = 0; q < st.pipelines.size(); ++q) {
+            const sharding::StageSpec& other = st.pipelines[q].stages[stages_of_layer[q][layer]];
+            for (size_t i = 0; i < other.ranks.size(); i += other.tp()) dp_group.push_back(other.ranks[i]);
+          }
+          const auto link = dp_group.size() > 1 ? collective_link(dp_group) : std::pair<double, double>{1, 0};
+          ring = rings.emplace(layer, std::make_pair(static_cast<int>(dp_group.size()), link)).first;
         }
-        const auto link = dp_group.size() > 1 ? collective_link(dp_group) : std::pair<double, double>{1, 0};
-        ring = rings.emplace(stage.first_layer, std::make_pair(static_cast<int>(dp_group.size()), link)).first;
-      }
+        return ring->second;
+      };
       const double params = shape_.stage_parameters(sp.layers, j == 0, last) / sp.tp;
       const double bytes = params * kGradientElementBytes;
-      const auto [n, link] = ring->second;
+      const auto [n, link] = ring_of(stage.first_layer);
       // The reduce of one round behind the backward pass that completes it (the header's overlap).
       const double backward = kBackwardShare * (sp.compute_seconds + sp.tp_comm_seconds + sp.cp_comm_seconds);
       const double last_bucket = last_bucket_bytes(sp.layers, j == 0, last, sp.tp);
@@ -498,7 +506,23 @@ Prediction CostModel::predict(const sharding::Strategy& st) const {
       if (st.shards_parameters()) {
         // ZeRO-3: the gathers and reduce-scatters run in every micro-batch's passes on the computing
         // thread (not in buckets); AdamW updates the shard in place, nothing is gathered after it.
-        sp.zero3_comm_seconds = zero3_comm(sp.kind, n, link, sp.layers, j == 0, last, sp.tp);
+        // Each layer is gathered over its own holders: in pipelines of different shapes the stage's
+        // layers may be held by other stages, so runs of layers of the same holders are priced together
+        // (the embedding over the first stages, those of layer 0; the head over the last ones').
+        auto same_holders = [&](int a, int b) {
+          for (size_t q = 0; q < st.pipelines.size(); ++q) {
+            if (stages_of_layer[q][a] != stages_of_layer[q][b]) return false;
+          }
+          return true;
+        };
+        for (int from = stage.first_layer; from <= stage.last_layer;) {
+          const auto& ring = ring_of(from);
+          int to = from;
+          while (to < stage.last_layer && same_holders(from, to + 1)) ++to;
+          sp.zero3_comm_seconds += zero3_comm(sp.kind, ring.first, ring.second, to - from + 1,
+                                              j == 0 && from == stage.first_layer, last && to == stage.last_layer, sp.tp);
+          from = to + 1;
+        }
       } else if (st.shards_gradients()) {
         // ZeRO-2: a reduce-scatter of the group's gradient per group, each behind the group's last
         // backward pass, then (as ZeRO-1's all-reduce's second half) the all-gather of the updated

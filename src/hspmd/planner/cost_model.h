@@ -43,8 +43,9 @@
 // specialize/memory_estimate.h). ZeRO-3: every replica keeps a 1/(D x c) shard of its stage's
 // weights too; each micro-batch's forward and backward passes all-gather the stage's parameters
 // (recompute replays read B's gathers) and the backward reduce-scatters each gradient into its
-// shard, on the computing thread (3 half-rings of the stage's parameters per micro-batch, over the
-// gradient ring); memory as the runtime's estimate counts it (the gather schedule's peak, the
+// shard, on the computing thread (3 half-rings of the stage's parameters per micro-batch, each layer
+// over the ring of its holders, which in pipelines of different shapes differ from layer to layer);
+// memory as the runtime's estimate counts it (the gather schedule's peak, the
 // largest parameter's whole gradient). Sequence parallelism: per layer 4 all-gathers + 4
 // reduce-scatters in place of 4 all-reduces (the same ring bytes); the norms and elementwise work
 // the TP ranks otherwise duplicate (the part of the profiled per-token work that does not shrink
@@ -136,6 +137,9 @@ struct Prediction {
 // The model's sizes (models::Model::sizes) with what the planner derives from them.
 struct ModelShape : models::ModelSizes {
   static ModelShape of(const models::Model& model);
+  // The input embedding is the output head too (a config's "tie_word_embeddings"): its holders are
+  // every pipeline's first and last stages.
+  bool tied_embeddings = false;
   // The parameters a pipeline stage of `layers` decoder layers holds: the embedding on the first
   // stage, the final norm and lm_head on the last (both for the whole model in one stage). Every
   // price of a stage's memory, gradient sync and optimizer step starts from this one count.

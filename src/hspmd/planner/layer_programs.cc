@@ -17,12 +17,17 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 }  // namespace
 
-LayerPrograms::LayerPrograms(const CostModel& c, const PlannerOptions& o)
-    : cost(c), options(o), shape(c.shape()), layers(static_cast<int>(c.shape().layers)) {}
+LayerPrograms::LayerPrograms(const CostModel& c, const PlannerOptions& o, std::shared_ptr<LayerProgramsShared> shared)
+    : cost(c),
+      options(o),
+      shape(c.shape()),
+      layers(static_cast<int>(c.shape().layers)),
+      shared_(shared ? std::move(shared) : std::make_shared<LayerProgramsShared>()) {}
 
 std::pair<double, double> LayerPrograms::ring_link(const std::vector<int>& ring) {
-  auto it = ring_links_.find(ring);
-  if (it == ring_links_.end()) it = ring_links_.emplace(ring, cost.collective_link(ring)).first;
+  auto& links = shared_->ring_links;
+  auto it = links.find(ring);
+  if (it == links.end()) it = links.emplace(ring, cost.collective_link(ring)).first;
   return it->second;
 }
 
@@ -36,8 +41,9 @@ const LayerPrograms::GroupCosts& LayerPrograms::group_costs(const Group& g, int 
   const int64_t key = (static_cast<int64_t>(g.ranks.front()) << 42) | (static_cast<int64_t>(g.ranks.size()) << 30) |
                       (static_cast<int64_t>(g.cp) << 20) | (static_cast<int64_t>(b) << 2) | (first ? 2 : 0) |
                       (last ? 1 : 0);
-  auto it = group_costs_.find(key);
-  if (it != group_costs_.end() && it->second.ranks == g.ranks) return it->second;
+  auto& memo = shared_->group_costs;
+  auto it = memo.find(key);
+  if (it != memo.end() && it->second.ranks == g.ranks) return it->second;
   GroupCosts k;
   k.ranks = g.ranks;
   // Times with SP whenever the planner may write it (never slower: pipeline_search.h's bounds);
@@ -51,11 +57,11 @@ const LayerPrograms::GroupCosts& LayerPrograms::group_costs(const Group& g, int 
     const double m = cost.topology().device(r).memory;
     if (m > 0) k.capacity = std::min(k.capacity, m);
   }
-  if (it != group_costs_.end()) {
+  if (it != memo.end()) {
     uncached_ = std::move(k);  // another group of the same key: priced, not cached
     return uncached_;
   }
-  return group_costs_.emplace(key, std::move(k)).first->second;
+  return memo.emplace(key, std::move(k)).first->second;
 }
 
 // Stage lines of pipeline p of candidate c.
@@ -177,11 +183,19 @@ std::optional<LayerPrograms::SplitLine> LayerPrograms::best_split(const std::vec
     line.A += tail;
     return line;
   }
+  // Memory enters the program only through `most`, capped at the layers a stage can hold at all:
+  // other memory settings (a ZeRO stage) with the same effective limits reuse the solution.
+  SplitKey key{st, m, most};
+  for (int& cap : key.most) cap = std::min(cap, layers - (S - 1));
+  const auto [memo, added] = shared_->splits.try_emplace(std::move(key));
+  if (!added) return memo->second;
+  const std::vector<int>& cap = memo->first.most;
+  std::optional<SplitLine>& solved = memo->second;
   const int z = ilp.add_var(0, kInfinity, m, false);
   const int w = ilp.add_var(0, kInfinity, 1, false);
   std::vector<std::pair<int, double>> sum;
   for (int j = 0; j < S; ++j) {
-    x[j] = ilp.add_var(1, most[j], st[j].per_layer, true);
+    x[j] = ilp.add_var(1, cap[j], st[j].per_layer, true);
     sum.push_back({x[j], 1});
     ilp.add_row({{z, 1}, {x[j], -st[j].per_layer}}, st[j].fixed, kInfinity);
     ilp.add_row({{w, 1}, {x[j], -st[j].tail_per_layer}}, st[j].tail_fixed, kInfinity);
@@ -190,7 +204,7 @@ std::optional<LayerPrograms::SplitLine> LayerPrograms::best_split(const std::vec
   ++milps_;
   const auto v = ilp.minimize();
   if (!v) return std::nullopt;
-  SplitLine line;
+  SplitLine& line = solved.emplace();
   double tail = 0;
   for (int j = 0; j < S; ++j) {
     const int xj = static_cast<int>((*v)[x[j]]);
@@ -429,7 +443,15 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
   std::vector<int> n_of(D, static_cast<int>(B / b[0]));
   if (D == 1 && B % b[0]) return std::nullopt;
   if (D == 1 && !tabs[0].at(n_of[0])) return dropped_by_memory();
-  if (D > 1) {
+  if (D > 1 && options.zero1 && options.zero3) {
+    // ZeRO-3 runs only pipelines of equal micro-batch counts (sharding::Strategy::validate): each
+    // runs B / sum_p b_p.
+    if (B % all_sizes) return std::nullopt;
+    n_of.assign(D, static_cast<int>(B / all_sizes));
+    for (int p = 0; p < D; ++p) {
+      if (!tabs[type_of[p]].at(n_of[p])) return dropped_by_memory();
+    }
+  } else if (D > 1) {
     // g(n) for every type and count (kInf: does not fit).
     std::vector<double> values;
     for (size_t k = 0; k < types.size(); ++k) {

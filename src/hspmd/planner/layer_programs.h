@@ -14,12 +14,14 @@
 //       Each type's window of n is narrowed first, exactly: pipeline times grow with n, so the
 //       optimum's threshold T* (the least time at which the pipelines can take every micro-batch)
 //       bounds every count. Tables, relaxations and windows are likewise found once per type.
+//       Under ZeRO-3 every pipeline runs B / sum_p b_p (the runtime's condition), no program.
 // The costs are the cost model's building blocks (planner/cost_model.h), so a solution is priced
 // the same way CostModel::predict prices it.
 #pragma once
 
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -32,11 +34,19 @@
 
 namespace hspmd::planner {
 
+// What level 2 finds that does not depend on the memory setting (ZeRO stage): the groups' costs,
+// the gradient rings' links and the layer splits' integer programs (keyed on the memory limits they
+// were solved under). The planner hands it from its ZeRO-1 search to the ZeRO-2 and ZeRO-3 searches
+// below the best plan, which then solve only the programs memory changes.
+struct LayerProgramsShared;
+
 class LayerPrograms {
  public:
   // Keeps references to the cost model and the options. Tables of equal pipelines are shared
-  // between the candidates of one planning run.
-  LayerPrograms(const CostModel& cost, const PlannerOptions& options);
+  // between the candidates of one planning run; `shared` (none: a new one) between runs.
+  LayerPrograms(const CostModel& cost, const PlannerOptions& options,
+                std::shared_ptr<LayerProgramsShared> shared = nullptr);
+  const std::shared_ptr<LayerProgramsShared>& shared() const { return shared_; }
 
   // The candidate's strategy (layers per stage, micro-batches per pipeline), or none when nothing
   // fits in memory or when a relaxation shows its step would be at least `prune_at` (before any
@@ -131,7 +141,6 @@ class LayerPrograms {
   int milps_ = 0;
   int relaxation_pruned_ = 0;
   std::map<TableKey, PipelineTable> tables;
-  std::map<std::vector<int>, std::pair<double, double>> ring_links_;  // each gradient ring's slowest link
   // What a stage's layers, ends and memory are (StageLine's, the p2p to the next stage aside), per
   // group: keyed on its first rank, size, CP degree, micro-batch size and ends, the ranks kept to
   // tell apart groups of equal key (the search's groups are consecutive ranks; others are priced
@@ -141,9 +150,26 @@ class LayerPrograms {
     double per_layer = 0, ends = 0, capacity = 0;
   };
   const GroupCosts& group_costs(const Group& g, int b, bool first, bool last);
-  std::unordered_map<int64_t, GroupCosts> group_costs_;
   GroupCosts uncached_;  // the last group priced without the memo (a key another group holds)
   double memory_dropped_bound_ = std::numeric_limits<double>::infinity();
+
+  // What best_split's integer program depends on: the stage lines, m and each stage's most layers
+  // (memory's only part in it, capped at what the other stages' one layer each leaves).
+  struct SplitKey {
+    std::vector<StageLine> lines;
+    double m = 0;
+    std::vector<int> most;
+    auto operator<=>(const SplitKey&) const = default;
+  };
+
+  friend struct LayerProgramsShared;
+  std::shared_ptr<LayerProgramsShared> shared_;
+};
+
+struct LayerProgramsShared {
+  std::map<std::vector<int>, std::pair<double, double>> ring_links;  // each gradient ring's slowest link
+  std::unordered_map<int64_t, LayerPrograms::GroupCosts> group_costs;
+  std::map<LayerPrograms::SplitKey, std::optional<LayerPrograms::SplitLine>> splits;  // best_split's programs
 };
 
 }  // namespace hspmd::planner

@@ -14,6 +14,7 @@
 #include "hspmd/core/error.h"
 #include "hspmd/planner/layer_programs.h"
 #include "hspmd/planner/pipeline_search.h"
+#include "hspmd/specialize/schedule.h"
 
 namespace hspmd::planner {
 
@@ -38,17 +39,56 @@ std::string tried_settings(const PlannerOptions& o) {
   return s.empty() ? s : " (" + s + " tried too)";
 }
 
-// ZeRO-3's condition (sharding::Strategy::validate): every pipeline of one shape.
-bool one_pipeline_shape(const sharding::Strategy& st) {
-  const sharding::PipelineSpec& a = st.pipelines.front();
-  for (const sharding::PipelineSpec& b : st.pipelines) {
-    if (b.num_micro_batches != a.num_micro_batches || b.stages.size() != a.stages.size()) return false;
-    for (size_t j = 0; j < a.stages.size(); ++j) {
-      const sharding::StageSpec &x = a.stages[j], &y = b.stages[j];
-      if (x.first_layer != y.first_layer || x.last_layer != y.last_layer || x.tp() != y.tp() || x.cp != y.cp) {
-        return false;
+// Whether the runtime runs `st` under ZeRO-3: every pipeline runs as many micro-batches
+// (sharding::Strategy::validate), and every holder of a parameter runs its passes in one order under
+// `schedule` (specialize::check_passes_in_lockstep): the stages holding a layer, the first stages
+// (the embedding), the last (the head), and both together when the two are tied. GPipe always
+// does; 1F1B when each layer sits equally far from the ends of its pipelines (or the warm-ups cover
+// every micro-batch). Pipelines may otherwise differ in stages, layer splits, TP and CP degrees.
+bool zero3_runs(const sharding::Strategy& st, specialize::ScheduleKind schedule, const ModelShape& shape) {
+  const int n = st.pipelines.front().num_micro_batches;
+  for (const sharding::PipelineSpec& pipe : st.pipelines) {
+    if (pipe.num_micro_batches != n) return false;
+  }
+  // Each (stages, stage) position's pass order, numbered so that equal orders share a number.
+  std::map<std::pair<int, int>, int> order_of;
+  std::vector<std::vector<specialize::Task>> orders;
+  auto order = [&](size_t p, int j) {
+    const int S = static_cast<int>(st.pipelines[p].stages.size());
+    auto [it, added] = order_of.try_emplace({S, j}, 0);
+    if (added) {
+      std::vector<specialize::Task> passes = specialize::make_schedule(schedule, n, S, j);
+      const auto same = std::find(orders.begin(), orders.end(), passes);
+      it->second = static_cast<int>(same - orders.begin());
+      if (same == orders.end()) orders.push_back(std::move(passes));
+    }
+    return it->second;
+  };
+  // Whether the holders (the stages holders(p) of each pipeline p) run their passes in one order.
+  auto one_order = [&](const std::function<std::vector<int>(size_t p)>& holders) {
+    int first = -1;
+    for (size_t p = 0; p < st.pipelines.size(); ++p) {
+      for (int j : holders(p)) {
+        const int o = order(p, j);
+        if (first < 0) first = o;
+        if (o != first) return false;
       }
     }
+    return true;
+  };
+  auto last = [&](size_t p) { return static_cast<int>(st.pipelines[p].stages.size()) - 1; };
+  const bool ends = one_order([&](size_t p) {
+    return shape.tied_embeddings ? std::vector<int>{0, last(p)} : std::vector<int>{0};
+  }) && one_order([&](size_t p) { return std::vector<int>{last(p)}; });
+  if (!ends) return false;
+  for (int layer = 0; layer < static_cast<int>(shape.layers); ++layer) {
+    const bool ok = one_order([&](size_t p) {
+      const std::vector<sharding::StageSpec>& stages = st.pipelines[p].stages;
+      int j = 0;
+      while (stages[j].last_layer < layer) ++j;
+      return std::vector<int>{j};
+    });
+    if (!ok) return false;
   }
   return true;
 }
@@ -149,10 +189,11 @@ std::optional<PlannerOptions> Planner::tighter() const {
   return next;
 }
 
-Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* previous, double prune_at) const {
+Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* previous, double prune_at,
+                  std::shared_ptr<LayerProgramsShared> shared) const {
   const auto start = std::chrono::steady_clock::now();
   PipelineSearch search(cost_, options_, available);
-  LayerPrograms programs(cost_, options_);
+  LayerPrograms programs(cost_, options_, std::move(shared));
   for (const auto& [kind, t] : options_.tp_per_kind) search.keep_tp[kind] = {t};
   if (previous) {
     for (const auto& pipe : previous->pipelines) {
@@ -210,7 +251,7 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
     ++solved;
     std::optional<sharding::Strategy> st = programs.solve(*c, threshold() * slack);
     if (!st) continue;
-    if (st->shards_parameters() && !one_pipeline_shape(*st)) continue;
+    if (st->shards_parameters() && !zero3_runs(*st, options_.schedule, cost_.shape())) continue;
     // With and without sequence parallelism on its TP stages: with it only where it fits when the
     // other does not, or is faster.
     Prediction p = cost_.predict(*st);
@@ -248,7 +289,7 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
       Planner tight = *this;
       tight.options_ = *next;
       if (have && options_.time_limit_seconds > 0) tight.options_.time_limit_seconds = time_left;
-      Plan other = tight.run(available, previous, threshold());
+      Plan other = tight.run(available, previous, threshold(), programs.shared());
       if (other.prediction.step_seconds < best.prediction.step_seconds) {
         other.candidates += static_cast<int>(search.generated());
         other.candidates_solved += solved;

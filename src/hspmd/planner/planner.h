@@ -26,6 +26,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,8 @@
 #include "hspmd/sharding/strategy.h"
 
 namespace hspmd::planner {
+
+struct LayerProgramsShared;  // planner/layer_programs.h
 
 // What a long search is doing, handed to PlannerOptions::progress every progress_interval_seconds.
 struct PlanningProgress {
@@ -69,12 +72,16 @@ struct PlannerOptions {
   bool sequence_parallel = false;
   // Whether sequence parallelism is considered at all (both of the above); false: never written.
   bool search_sequence_parallel = true;
-  // Price memory and the per-layer parameter gathers as ZeRO-3 and write "zero": 3 (pipelines of one
-  // shape only, as the runtime requires).
+  // Price memory and the per-layer parameter gathers as ZeRO-3 and write "zero": 3 where the runtime
+  // runs it: every pipeline runs as many micro-batches (level 2 gives each B / sum_p b_p), and the
+  // holders of each parameter run their passes in one order under `schedule` (GPipe always; 1F1B
+  // when each layer sits equally far from the ends of its pipelines). Pipelines may otherwise differ
+  // in stages, layer splits, TP and CP degrees.
   bool zero3 = false;
   // When memory binds (no plan fits, or a configuration whose bound is below the best plan found did
   // not fit), search again with less memory, keeping the fastest plan: ZeRO-2
-  // (zero2_when_tight), then ZeRO-3 (this); each step only with zero1 for the ZeRO stages.
+  // (zero2_when_tight), then ZeRO-3 (this); each step only with zero1 for the ZeRO stages. The
+  // searches share level 2's work that memory does not change (LayerProgramsShared).
   bool zero3_when_tight = true;
   specialize::ScheduleKind schedule = specialize::ScheduleKind::k1F1B;
   // The runtime's gradient buckets the plan will train with (--grad-bucket-mb): how much of the
@@ -143,8 +150,10 @@ class Planner {
 
  private:
   // The fastest plan below `prune_at` (a plan already found elsewhere); step_seconds infinity: none.
+  // `shared`: level 2's work a search under another ZeRO stage did (none: this is the first).
   Plan run(const std::vector<int>& devices, const sharding::Strategy* previous,
-           double prune_at = std::numeric_limits<double>::infinity()) const;
+           double prune_at = std::numeric_limits<double>::infinity(),
+           std::shared_ptr<LayerProgramsShared> shared = nullptr) const;
   // The next setting that needs less memory (SP, ZeRO-2, ZeRO-3), or none.
   std::optional<PlannerOptions> tighter() const;
 
