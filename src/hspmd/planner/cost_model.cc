@@ -16,6 +16,9 @@ namespace {
 // Gradients travel as float32 whatever the activation type (the optimizer's master precision).
 constexpr double kGradientElementBytes = 4;
 
+// Groups up to this many ranks have every pair of their links read (collective_link).
+constexpr size_t kSmallGroup = 16;
+
 // Sequence parallelism's saving per token and layer, in hidden-wide values of which a TP rank of
 // degree t holds 1/t instead of all: 2 kept for the backward pass, 5 transient. Read off the
 // runtime's memory estimate (specialize/memory_estimate.h) of llama-tiny layers at TP 2 and 4
@@ -162,12 +165,26 @@ double CostModel::link_latency(int a, int b) const {
 }
 
 std::pair<double, double> CostModel::collective_link(const std::vector<int>& group) const {
+  // Larger groups (the gradient rings) are read in linear time and rarely recur.
+  if (group.size() > kSmallGroup) return uncached_collective_link(group);
+  {
+    std::lock_guard<std::mutex> lock(memo_->mutex);
+    auto it = memo_->small_group_links.find(group);
+    if (it != memo_->small_group_links.end()) return it->second;
+  }
+  const std::pair<double, double> link = uncached_collective_link(group);
+  std::lock_guard<std::mutex> lock(memo_->mutex);
+  memo_->small_group_links.emplace(group, link);
+  return link;
+}
+
+std::pair<double, double> CostModel::uncached_collective_link(const std::vector<int>& group) const {
   // The links to read: every pair of a small group; above 16 ranks, a ring through each node's
   // members and a ring through one member of each node. On a spec's tiers (intra-node bandwidth per
   // kind, the slower kind's between two kinds, one inter-node figure) the slowest of those is the
   // slowest of every pair: each member's kind meets another member of its node, and two nodes meet.
   std::vector<std::pair<int, int>> links;
-  if (group.size() <= 16) {
+  if (group.size() <= kSmallGroup) {
     for (int a : group) {
       for (int b : group) {
         if (a != b) links.push_back({a, b});
@@ -250,6 +267,19 @@ double CostModel::exposed_reduce(double reduce, double last_bucket, double backw
 }
 
 double CostModel::last_bucket_bytes(int layers, bool first, bool last, int tp) const {
+  const auto key = std::make_tuple(layers, first, last, tp);
+  {
+    std::lock_guard<std::mutex> lock(memo_->mutex);
+    auto it = memo_->last_buckets.find(key);
+    if (it != memo_->last_buckets.end()) return it->second;
+  }
+  const double bytes = uncached_last_bucket_bytes(layers, first, last, tp);
+  std::lock_guard<std::mutex> lock(memo_->mutex);
+  memo_->last_buckets.emplace(key, bytes);
+  return bytes;
+}
+
+double CostModel::uncached_last_bucket_bytes(int layers, bool first, bool last, int tp) const {
   // The stage's tensors in model order, float32 gradient bytes of one TP rank.
   std::vector<double> tensors;
   if (first) tensors.push_back(shape_.embedding_parameters);

@@ -59,8 +59,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "hspmd/models/model.h"
@@ -258,6 +262,18 @@ class CostModel {
   const Profile& profile_;
   CostOptions options_;
   std::optional<LinkProfile> intra_link_, inter_link_;  // the profile's link tiers, looked up once
+  // What predict() asks again and again with the same arguments: the links of small groups (a TP
+  // group's collectives read every pair of its ranks) and the stages' last gradient buckets. The
+  // planner predicts tens of thousands of strategies over the same groups and stage sizes. Shared by
+  // copies (same topology and options); a mutex, as trainers may predict from more than one thread.
+  struct Memo {
+    std::mutex mutex;
+    std::map<std::vector<int>, std::pair<double, double>> small_group_links;
+    std::map<std::tuple<int, bool, bool, int>, double> last_buckets;
+  };
+  std::shared_ptr<Memo> memo_ = std::make_shared<Memo>();
+  std::pair<double, double> uncached_collective_link(const std::vector<int>& group) const;
+  double uncached_last_bucket_bytes(int layers, bool first, bool last, int tp) const;
 };
 
 // What `hspmd explain --profile` and `hspmd plan` print:

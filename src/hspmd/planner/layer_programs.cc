@@ -116,6 +116,24 @@ double LayerPrograms::memory(const StageLine& s, int x, int b, int in_flight, in
       .total();
 }
 
+double LayerPrograms::tail_floor(const StageLine& s, int x, int D) const {
+  const bool zero1 = options.zero1, zero3 = options.zero1 && options.zero3;
+  const int replicas = D * s.cp;
+  const double params = shape.stage_parameters(x, s.first, s.last) / s.tp;
+  const std::pair<double, double> link{ring_bound.at_most(replicas), 0};
+  // Without gradient buckets the whole reduce is exposed (ZeRO-1/2: a reduce-scatter and an
+  // all-gather, an all-reduce's bytes); with them, ZeRO-1/2's parameter all-gather after the passes.
+  double sync = 0;
+  if (!zero3 && replicas > 1) {
+    if (cost.options().grad_bucket_mb <= 0) {
+      sync = CostModel::ring_allreduce(replicas, link, params * 4);
+    } else if (zero1) {
+      sync = CostModel::ring_allgather(replicas, link, params * 4);
+    }
+  }
+  return sync + cost.profile().kind(s.kind).optimizer_seconds_per_parameter * params / (zero1 ? replicas : 1);
+}
+
 // The best split for m = n - 1 with in_flight[j] micro-batches in flight per stage, or none.
 std::optional<LayerPrograms::SplitLine> LayerPrograms::best_split(const std::vector<StageLine>& st, double m,
                                                                  const std::vector<int>& in_flight, int b, int D) {
@@ -545,6 +563,19 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
     for (int p = 0; p < D; ++p) {
       HSPMD_ASSERT(n_of[p] > 0 && tabs[type_of[p]].at(n_of[p])) << "micro-batch program left pipeline " << p << " empty";
     }
+  }
+  solution_floor_ = 0;
+  for (int p = 0; p < D; ++p) {
+    const std::vector<StageLine>& lines = types[type_of[p]].lines;
+    const std::vector<int>& split = tabs[type_of[p]].at(n_of[p])->line.layers;
+    double sum = 0, slowest = 0, tail = 0;
+    for (size_t j = 0; j < lines.size(); ++j) {
+      const double f = lines[j].per_layer * split[j] + lines[j].fixed;
+      sum += f;
+      slowest = std::max(slowest, f);
+      tail = std::max(tail, tail_floor(lines[j], split[j], D));
+    }
+    solution_floor_ = std::max(solution_floor_, sum + (n_of[p] - 1) * slowest + tail);
   }
   sharding::Strategy st;
   st.name = options.name;

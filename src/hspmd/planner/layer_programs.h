@@ -54,6 +54,15 @@ class LayerPrograms {
   std::optional<sharding::Strategy> solve(const Candidate& c,
                                           double prune_at = std::numeric_limits<double>::infinity());
 
+  // The least step CostModel::predict can give the strategy solve() last returned, with sequence
+  // parallelism on its TP stages or off: each pipeline's time from the stage lines (the cost
+  // model's terms, SP's never slower), each stage's tail at least its optimizer step and the part
+  // of its gradient sync no overlap hides, on the fastest link its ring may run at (ring_bound).
+  // The planner skips predicting a solution whose floor is above the best plan.
+  double solution_floor() const { return solution_floor_; }
+  // The fastest links a gradient ring may run at (solution_floor's sync); unset: no sync counted.
+  RingLinkBound ring_bound;
+
   int milps() const { return milps_; }  // integer programs solved so far
   int relaxation_pruned() const { return relaxation_pruned_; }  // candidates solve() dropped unsolved
   // The lowest bound of a candidate solve() found nothing for because of memory (infinity: none).
@@ -127,6 +136,8 @@ class LayerPrograms {
   std::vector<StageLine> stage_lines(const Candidate& c, size_t p, const std::vector<std::pair<double, double>>& rings);
   std::pair<double, double> ring_link(const std::vector<int>& ring);  // collective_link, memoized
   double memory(const StageLine& s, int x, int b, int in_flight, int D) const;
+  // What a stage of x layers spends after its pipeline's passes at least (solution_floor).
+  double tail_floor(const StageLine& s, int x, int D) const;
   std::optional<SplitLine> best_split(const std::vector<StageLine>& st, double m, const std::vector<int>& in_flight,
                                       int b, int D);
   PipelineTable table(const std::vector<StageLine>& st, int max_n, int b, int D);
@@ -152,6 +163,7 @@ class LayerPrograms {
   const GroupCosts& group_costs(const Group& g, int b, bool first, bool last);
   GroupCosts uncached_;  // the last group priced without the memo (a key another group holds)
   double memory_dropped_bound_ = std::numeric_limits<double>::infinity();
+  double solution_floor_ = 0;
 
   // What best_split's integer program depends on: the stage lines, m and each stage's most layers
   // (memory's only part in it, capped at what the other stages' one layer each leaves).

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 
 #include "hspmd/core/error.h"
 
@@ -21,6 +22,35 @@ double layer_seconds(const CostModel& cost, const Group& g, int b, bool sequence
   sequence_parallel = sequence_parallel && g.tp() > 1;
   return cost.stage_compute(g.kind, g.tp(), 1, false, b, g.cp, sequence_parallel) +
          cost.stage_tp_comm(g.ranks, 1, b, g.cp, sequence_parallel) + cost.stage_cp_comm(g.ranks, 1, b, g.cp);
+}
+
+RingLinkBound ring_link_bound(const CostModel& cost, const std::vector<int>& ranks) {
+  std::map<std::pair<int, std::string>, std::vector<int>> reps;  // (node, kind) -> its first two
+  std::map<std::pair<int, std::string>, int> per_node_kind;
+  for (int r : ranks) {
+    const resolve::DeviceSpec& d = cost.topology().device(r);
+    std::vector<int>& some = reps[{d.node, d.type}];
+    if (some.size() < 2) some.push_back(r);
+    ++per_node_kind[{d.node, d.type}];
+  }
+  RingLinkBound out;
+  double fastest = 0, between_nodes = 0;
+  for (const auto& [_, a_ranks] : reps) {
+    for (int a : a_ranks) {
+      for (const auto& [__, b_ranks] : reps) {
+        for (int b : b_ranks) {
+          if (a == b) continue;
+          const double bus = cost.collective_link({a, b}).first;
+          fastest = std::max(fastest, bus);
+          if (cost.topology().device(a).node != cost.topology().device(b).node) between_nodes = std::max(between_nodes, bus);
+        }
+      }
+    }
+  }
+  if (fastest > 0) out.fastest = fastest;
+  out.between_nodes = between_nodes > 0 ? between_nodes : out.fastest;
+  for (const auto& [_, n] : per_node_kind) out.widest_node = std::max(out.widest_node, n);
+  return out;
 }
 
 PipelineSearch::PipelineSearch(const CostModel& c, const PlannerOptions& o, const std::vector<int>& available)
@@ -205,6 +235,79 @@ bool kinds_contiguous(const std::vector<std::string>& order, const std::map<std:
   return true;
 }
 
+// A pipeline of m_k stages of class k, each taking at least t_k a layer a micro-batch and holding
+// at most cap_k layers: (K, Z), K at most the sum of its stages' times over any split of the L
+// layers (one layer each, the rest on the fastest stages up to their caps) and Z at most its
+// bottleneck (the least Z with sum_k m_k min(cap_k, floor(Z / t_k)) >= L, each stage >= 1 layer).
+// Its time for n micro-batches is at least K + (n - 1) Z. None (Z infinite) when the caps do not
+// add up to L.
+struct PipelineFloor {
+  double K = 0, Z = std::numeric_limits<double>::infinity();
+};
+PipelineFloor pipeline_floor(const std::vector<int>& m, const std::vector<double>& t, const std::vector<int>& cap, int L) {
+  PipelineFloor out;
+  int stages = 0;
+  double Z = 0, inverse = 0;
+  std::vector<size_t> by_speed;
+  for (size_t k = 0; k < m.size(); ++k) {
+    if (m[k] == 0) continue;
+    if (cap[k] < 1) return out;
+    stages += m[k];
+    out.K += m[k] * t[k];
+    Z = std::max(Z, t[k]);
+    inverse += m[k] / t[k];
+    by_speed.push_back(k);
+  }
+  if (stages == 0 || stages > L) return out;
+  std::sort(by_speed.begin(), by_speed.end(), [&](size_t a, size_t b) { return t[a] < t[b]; });
+  int left = L - stages;
+  for (size_t k : by_speed) {
+    const int take = static_cast<int>(std::min<int64_t>(left, static_cast<int64_t>(m[k]) * (cap[k] - 1)));
+    out.K += take * t[k];
+    left -= take;
+  }
+  if (left > 0) return out;  // the caps hold fewer than L layers
+  Z = std::max(Z, L / inverse);
+  for (int step = 0; step <= 2 * L + 4; ++step) {
+    int64_t count = 0;
+    double next = std::numeric_limits<double>::infinity();
+    for (size_t k : by_speed) {
+      // The small tolerance keeps a breakpoint reached by arithmetic on its own side.
+      const int64_t x = static_cast<int64_t>(std::floor(Z / t[k] * (1 + 1e-12) + 1e-12));
+      count += m[k] * std::min<int64_t>(cap[k], x);
+      if (x < cap[k]) next = std::min(next, t[k] * static_cast<double>(x + 1));
+    }
+    if (count >= L || next == std::numeric_limits<double>::infinity()) break;
+    Z = next;
+  }
+  out.Z = Z;
+  return out;
+}
+
+// The least T at which pipelines of these floors, w_p = b_p each, take B sequences in integer
+// micro-batch counts: a pipeline runs at most floor((T - K_p) / Z_p) + 1 of them within T, and at
+// least one. From the real-valued T, through the breakpoints K_p + n Z_p.
+double least_integer_step(const std::vector<std::pair<PipelineFloor, int64_t>>& floors, int64_t B, int D) {
+  double slope = 0, offset = 0, T = 0;
+  for (const auto& [f, w] : floors) {
+    slope += w / f.Z;
+    offset += w * (f.K / f.Z - 1);
+    T = std::max(T, f.K);
+  }
+  T = std::max(T, (static_cast<double>(B) + offset) / slope);
+  for (int step = 0; step <= 4 * D + 4; ++step) {
+    double taken = 0, next = std::numeric_limits<double>::infinity();
+    for (const auto& [f, w] : floors) {
+      const double n = std::floor((T - f.K) / f.Z * (1 + 1e-12) + 1e-12) + 1;
+      taken += w * n;
+      next = std::min(next, f.K + n * f.Z);
+    }
+    if (taken >= static_cast<double>(B)) return T;
+    T = next;
+  }
+  return T;  // not reached: a safe (lower) value if it were
+}
+
 }  // namespace
 
 double PipelineSearch::layer_time(const Group& g, int b) const {
@@ -264,42 +367,32 @@ void PipelineSearch::build() {
     if (!small && c.used.size() > used_kinds + 1) return;
     for (const std::string& cls : c.used) {
       double cap = std::numeric_limits<double>::infinity();
+      std::vector<double> least(sizes_.size(), std::numeric_limits<double>::infinity());
       for (const Group& g : c.groups.at(cls)) {
         for (int r : g.ranks) {
           const double m = cost.topology().device(r).memory;
           if (m > 0) cap = std::min(cap, m);
         }
         double best = 0;
-        for (int b : sizes_) best = std::max(best, b / layer_time(g, b));
+        for (size_t i = 0; i < sizes_.size(); ++i) {
+          const double t = layer_time(g, sizes_[i]);
+          best = std::max(best, sizes_[i] / t);
+          least[i] = std::min(least[i], t);
+        }
         c.rate_max += best;
       }
       c.capacity.push_back(cap);
+      c.least_layer_time.push_back(std::move(least));
     }
     combos_.push_back(std::move(c));
   };
   recurse(0);
   }
-  // The fastest links a ring may run at (bounds, not estimates): over representatives, the first two
-  // devices of each (node, kind), as CostModel::collective_link reads a spec's tiers.
-  std::vector<int> reps;
+  std::vector<int> ranks;
   for (const auto& [kind, nodes] : devices) {
-    for (const auto& [node, ranks] : nodes) {
-      for (size_t i = 0; i < ranks.size() && i < 2; ++i) reps.push_back(ranks[i]);
-    }
+    for (const auto& [node, r] : nodes) ranks.insert(ranks.end(), r.begin(), r.end());
   }
-  bus_fastest_ = bus_between_nodes_ = 0;
-  for (int a : reps) {
-    for (int b : reps) {
-      if (a == b) continue;
-      const double bus = cost.collective_link({a, b}).first;
-      bus_fastest_ = std::max(bus_fastest_, bus);
-      if (cost.topology().device(a).node != cost.topology().device(b).node) {
-        bus_between_nodes_ = std::max(bus_between_nodes_, bus);
-      }
-    }
-  }
-  if (bus_fastest_ == 0) bus_fastest_ = std::numeric_limits<double>::infinity();
-  if (bus_between_nodes_ == 0) bus_between_nodes_ = bus_fastest_;
+  ring_bound_ = ring_link_bound(cost, ranks);
   for (int i = 0; i < static_cast<int>(combos_.size()); ++i) push_shape(i, combos_[i].total + 1);
 }
 
@@ -319,7 +412,7 @@ double PipelineSearch::shape_bound(const Combo& c, int D) const {
 // fastest kind's.
 double PipelineSearch::tail_bound(const Combo& c, int D) const {
   int64_t stages = 0;
-  int t_max = 1, widest = 1, cp = 1;
+  int t_max = 1, cp = 1;
   double optimizer = std::numeric_limits<double>::infinity();
   for (const std::string& cls : c.used) {
     const std::vector<Group>& g = c.groups.at(cls);
@@ -328,12 +421,9 @@ double PipelineSearch::tail_bound(const Combo& c, int D) const {
     cp = g.front().cp;
     optimizer = std::min(optimizer, cost.profile().kind(g.front().kind).optimizer_seconds_per_parameter);
   }
-  for (const auto& [kind, nodes] : devices) {
-    for (const auto& [node, ranks] : nodes) widest = std::max(widest, static_cast<int>(ranks.size()));
-  }
   const double params = static_cast<double>(layers) / static_cast<double>(stages) * shape.layer_parameters / t_max;
   // D groups of at least one device each: between nodes once they outnumber a node's devices.
-  const double bus = D > widest ? bus_between_nodes_ : bus_fastest_;
+  const double bus = ring_bound_.at_most(D);
   // The replicas: D pipelines x cp CP ranks. With gradient buckets the reduce may hide behind the
   // backward pass, all but ZeRO-1/2's parameter all-gather; ZeRO-3 gathers per micro-batch instead.
   double sync = 0;
@@ -444,6 +534,19 @@ void PipelineSearch::expand(int combo, int D, double threshold) {
       ok = stages >= 1 && stages <= layers && room >= layers;
     }
     if (!ok) continue;
+    // Pipelines of equal class counts and micro-batch size have one floor (the integer bound below).
+    std::map<std::vector<int>, int> count_ids;
+    std::vector<int> counts_of(D);
+    for (int p = 0; p < D; ++p) {
+      std::vector<int> v(used.size());
+      for (size_t k = 0; k < used.size(); ++k) v[k] = count.at(used[k])[p];
+      counts_of[p] = count_ids.emplace(std::move(v), static_cast<int>(count_ids.size())).first->second;
+    }
+    std::vector<std::vector<int>> count_vectors(count_ids.size());
+    for (const auto& [v, id] : count_ids) count_vectors[id] = v;
+    std::vector<int> caps(used.size());
+    for (size_t k = 0; k < used.size(); ++k) caps[k] = most[k].first;
+    std::map<std::pair<int, size_t>, PipelineFloor> floor_of;  // (counts, size index)
     // Every order of the classes along the pipelines, every micro-batch size.
     std::vector<std::string> order = used;
     std::sort(order.begin(), order.end());
@@ -470,7 +573,31 @@ void PipelineSearch::expand(int combo, int D, double threshold) {
           rate += bs[p] * r;
           bubbles += bs[p] * (static_cast<double>(pipes[p].size()) - 1);
         }
-        const double bound = (static_cast<double>(options.global_batch) + bubbles) * layers / rate + tail;
+        // And T >= the least time at which the pipelines take the batch in integer micro-batch
+        // counts (least_integer_step): n_p b_p sequences of B ~ D, n_p a few, so a pipeline's last
+        // micro-batch is a tenth of its time and the real-valued bound above misses it.
+        std::vector<std::pair<std::pair<int, size_t>, size_t>> type_at;  // (counts, size index) -> floors
+        std::vector<std::pair<PipelineFloor, int64_t>> floors;
+        for (int p = 0; p < D; ++p) {
+          const std::pair<int, size_t> key{
+              counts_of[p], static_cast<size_t>(std::find(sizes_.begin(), sizes_.end(), bs[p]) - sizes_.begin())};
+          size_t at = 0;
+          while (at < type_at.size() && type_at[at].first != key) ++at;
+          if (at == type_at.size()) {
+            auto it = floor_of.find(key);
+            if (it == floor_of.end()) {
+              std::vector<double> t(used.size());
+              for (size_t k = 0; k < used.size(); ++k) t[k] = cb.least_layer_time[k][key.second];
+              it = floor_of.emplace(key, pipeline_floor(count_vectors[key.first], t, caps, layers)).first;
+            }
+            type_at.push_back({key, floors.size()});
+            floors.push_back({it->second, 0});
+          }
+          floors[type_at[at].second].second += bs[p];
+        }
+        const double integer = least_integer_step(floors, options.global_batch, D) + tail;
+        const double bound =
+            std::max((static_cast<double>(options.global_batch) + bubbles) * layers / rate + tail, integer);
         ++generated_;
         if (bound >= threshold) continue;  // never visited: the threshold only falls
         Candidate c;

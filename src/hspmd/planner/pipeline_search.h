@@ -18,9 +18,11 @@
 //     share one size (they are interchangeable, and the sizes stay few).
 //   Above 64 devices, a kind with more than 16 nodes mixes degrees only on every k-th node count
 //   (k = nodes / 16, rounded up): the mixes stay about 16 per pair of degrees.
-// Candidates come by ascending lower bound on their step time (all layer work spread over every
-// group's speed, with the bubbles), so that the caller can stop once the bound reaches the best
-// plan it found. They are generated lazily, best first: a *shape* (a cut per kind and a pipeline
+// Candidates come by ascending lower bound on their step time (the larger of: all layer work spread
+// over every group's speed, with the bubbles; and the least time at which the pipelines take the
+// batch in integer micro-batch counts, each pipeline no faster than its stages' least layer times
+// over integer splits allow), so that the caller can stop once the bound reaches the best plan it
+// found. They are generated lazily, best first: a *shape* (a cut per kind and a pipeline
 // count D) has a bound below every candidate it expands to (the fastest micro-batch size for every
 // group, the smallest size's bubbles), and a memory check (the pipeline with the fewest groups
 // must hold every layer, each stage at most the layers its devices hold with one micro-batch in
@@ -47,6 +49,17 @@
 #include "hspmd/planner/planner.h"
 
 namespace hspmd::planner {
+
+// The fastest link a gradient ring may run at (a bound, not an estimate): over representatives,
+// the first two devices of each (node, kind) of the ranks, as CostModel::collective_link reads a
+// spec's tiers. A ring of more ranks than a node holds of one kind crosses nodes.
+struct RingLinkBound {
+  double fastest = std::numeric_limits<double>::infinity();
+  double between_nodes = std::numeric_limits<double>::infinity();
+  int widest_node = 1;  // the most ranks of one kind on one node
+  double at_most(int64_t ring_ranks) const { return ring_ranks > widest_node ? between_nodes : fastest; }
+};
+RingLinkBound ring_link_bound(const CostModel& cost, const std::vector<int>& ranks);
 
 // A TP group: consecutive devices of one kind on one node.
 struct Group {
@@ -99,6 +112,7 @@ class PipelineSearch {
     bool mixed = false;             // a kind mixes TP degrees
     double rate_max = 0;            // sum over groups of max_b b / layer seconds(g, b)
     std::vector<double> capacity;   // per class (`used` order): its smallest device memory (inf: unknown)
+    std::vector<std::vector<double>> least_layer_time;  // per class, per size (sizes_ order): over its groups
   };
   struct Entry {
     double bound = 0;
@@ -136,7 +150,7 @@ class PipelineSearch {
   std::map<std::string, std::map<int, std::vector<int>>> devices;  // kind -> node -> ranks
   std::vector<int> sizes_;                                         // micro-batch sizes tried
   bool built_ = false;
-  double bus_fastest_ = 0, bus_between_nodes_ = 0;  // the fastest ring links, for tail_bound
+  RingLinkBound ring_bound_;  // for tail_bound
   std::vector<Combo> combos_;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_;
   std::map<int64_t, Candidate> pending_;

@@ -194,6 +194,7 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
   const auto start = std::chrono::steady_clock::now();
   PipelineSearch search(cost_, options_, available);
   LayerPrograms programs(cost_, options_, std::move(shared));
+  programs.ring_bound = ring_link_bound(cost_, available);
   for (const auto& [kind, t] : options_.tp_per_kind) search.keep_tp[kind] = {t};
   if (previous) {
     for (const auto& pipe : previous->pipelines) {
@@ -221,7 +222,7 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
   };
   std::vector<Found> found;
   const double slack = previous ? 1 + options_.replan_tolerance : 1;
-  int solved = 0;
+  int solved = 0, floor_skipped = 0;
   auto progress = [&] {
     PlanningProgress p;
     p.elapsed_seconds = seconds_since(start);
@@ -232,6 +233,7 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
     p.solved = solved;
     p.milps = programs.milps();
     p.relaxation_pruned = programs.relaxation_pruned();
+    p.floor_skipped = floor_skipped;
     p.best_step_seconds = best.prediction.step_seconds;
     p.lowest_bound_seconds = search.lowest_bound();
     return p;
@@ -252,6 +254,15 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
     std::optional<sharding::Strategy> st = programs.solve(*c, threshold() * slack);
     if (!st) continue;
     if (st->shards_parameters() && !zero3_runs(*st, options_.schedule, cost_.shape())) continue;
+    // Pricing a strategy of a thousand ranks is most of a large search's time: not when its floor
+    // shows it slower than the best, unless memory's bookkeeping needs to know whether it fits (one
+    // that does not lowers memory_dropped to its bound: no change once that is at or below it).
+    const double dropped_so_far = std::min(
+        {memory_dropped, search.lowest_memory_dropped_bound(), programs.lowest_memory_dropped_bound()});
+    if (programs.solution_floor() > threshold() * slack && dropped_so_far <= c->bound) {
+      ++floor_skipped;
+      continue;
+    }
     // With and without sequence parallelism on its TP stages: with it only where it fits when the
     // other does not, or is faster.
     Prediction p = cost_.predict(*st);
@@ -387,7 +398,7 @@ std::string PlanningProgress::to_string() const {
   s << "planning " << elapsed_seconds << " s: level 1 " << cuts << " cuts into TP groups, " << shapes
     << " (cut, pipelines) shapes expanded, " << candidates << " configurations generated; level 2 " << solved
     << " taken (" << relaxation_pruned << " dropped by their relaxation, " << milps
-    << " integer programs); best ";
+    << " integer programs, " << floor_skipped << " solutions not priced, their floor above the best); best ";
   if (best_step_seconds < kInf) {
     s << best_step_seconds << " s predicted";
   } else {

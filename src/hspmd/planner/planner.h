@@ -51,6 +51,7 @@ struct PlanningProgress {
   int solved = 0;                    // level 2: configurations taken (layers, micro-batches)
   int relaxation_pruned = 0;         // level 2: of them, dropped by a relaxation before any program
   int milps = 0;                     // level 2: integer programs solved by CBC
+  int floor_skipped = 0;             // level 2: solutions not priced, their floor above the best plan
   double best_step_seconds = 0;      // the best plan's predicted step; infinity: none fits yet
   double lowest_bound_seconds = 0;   // the lowest bound among what is left to search
   std::string to_string() const;     // one line
