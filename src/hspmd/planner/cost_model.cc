@@ -320,12 +320,16 @@ double CostModel::stage_tp_comm(const std::vector<int>& ranks, int layers, int m
 double CostModel::stage_cp_comm(const std::vector<int>& ranks, int layers, int micro_batch_size, int cp) const {
   if (cp <= 1) return 0;
   const int tp = static_cast<int>(ranks.size()) / cp;
-  const DeviceKindProfile& k = profile_.kind(stage_kind(ranks, tp));
+  const std::string kind = stage_kind(ranks, tp);
+  const DeviceKindProfile& k = profile_.kind(kind);
   // K (and V) of the whole sequence, this TP rank's KV heads: kv_heads / tp of head_dim each.
   const double kv_width = static_cast<double>(shape_.kv_heads) * (shape_.hidden / shape_.heads) / tp;
   const double bytes = micro_batch_size * padded_seq_len(cp) * kv_width * k.activation_element_bytes;
-  // Forward: all-gather K and V; backward: reduce-scatter dK and dV (the same ring traffic).
-  return 4.0 * layers * allgather(cp_group(ranks, cp), bytes);
+  // Forward: all-gather K and V; backward: reduce-scatter dK and dV (the same ring traffic). A
+  // profile that measured CP ranks of this kind adds what the group's Reshards took beyond that
+  // (the waits for its slowest rank, the index Reshards).
+  const CpProfile* measured = profile_.cp(kind, cp);
+  return layers * (4.0 * allgather(cp_group(ranks, cp), bytes) + (measured ? measured->lockstep_seconds_per_layer : 0.0));
 }
 
 double CostModel::ends_tp_comm(const std::vector<int>& ranks, bool first, bool last, int micro_batch_size,

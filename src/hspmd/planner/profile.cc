@@ -125,6 +125,7 @@ std::string Profile::to_json_text() const {
       cj["ends"] = {{"per_token", p.ends.per_token}, {"constant", p.ends.constant}};
       cj["samples"] = p.samples;
       cj["fit_error"] = p.fit_error;
+      cj["lockstep_seconds_per_layer"] = p.lockstep_seconds_per_layer;
       kj["cp"][std::to_string(c)] = cj;
     }
     j["devices"][name] = kj;
@@ -204,6 +205,7 @@ Profile Profile::from_json_text(const std::string& json_text, const std::string&
         cp.ends = {number(ends, "per_token", cw + ".ends"), number(ends, "constant", cw + ".ends")};
         cp.samples = static_cast<int>(number(cj, "samples", cw, false));
         cp.fit_error = number(cj, "fit_error", cw, false);
+        cp.lockstep_seconds_per_layer = number(cj, "lockstep_seconds_per_layer", cw, false);
         k.cp[c] = cp;
       }
     }

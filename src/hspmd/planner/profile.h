@@ -71,11 +71,16 @@ struct TpProfile {
 // head, loss) by the rank's own tokens b s' / c. What it times and a TP layer divided by c does not:
 // the op's gathered keys put back in packed order, the query tiles cut at the zigzag chunks' ends,
 // the per-layer index Reshards' host work (docs/planner.md, "Context parallelism").
+// lockstep_seconds_per_layer: per layer and micro-batch, what the CP group's Reshards took beyond
+// their bytes on the link (CostModel::ring_allgather), measured on CP-c steps with every rank
+// running as this kind: the waits for the group's slowest rank at each collective (each rank
+// computes at its own pace in between) and the index Reshards.
 struct CpProfile {
   LayerTimeFit layer;
   LinearFit ends;
   int samples = 0;
   double fit_error = 0;  // largest |fit - measured| / measured over the samples
+  double lockstep_seconds_per_layer = 0;
 };
 
 struct DeviceKindProfile {

@@ -118,11 +118,13 @@ struct StepTimes {
   std::vector<double> cpu;      // the rank thread's CPU time over each step (on devices: wall time)
   std::vector<double> compute;  // of it, compute (forward, backward, optimizer: runtime::ComputePacer's)
   std::vector<double> post;     // wall time of the step's post phase (gradient sync, clipping, optimizer)
+  std::vector<double> pass_comm;  // wall time of the Reshards in its passes (not the gradient buckets)
   double reserved_bytes = 0;    // on devices: the driver's used bytes beyond rank 0's pool, largest seen
   void add(const StepTimes& o) {
     cpu.insert(cpu.end(), o.cpu.begin(), o.cpu.end());
     compute.insert(compute.end(), o.compute.begin(), o.compute.end());
     post.insert(post.end(), o.post.begin(), o.post.end());
+    pass_comm.insert(pass_comm.end(), o.pass_comm.begin(), o.pass_comm.end());
     reserved_bytes = std::max(reserved_bytes, o.reserved_bytes);
   }
 };
@@ -197,6 +199,11 @@ StepTimes time_steps(const std::shared_ptr<const models::Model>& model, const da
         out.compute.push_back(t.compute_time().cpu - compute);
         const runtime::TraceSummary sum = t.tracer().summary();
         out.post.push_back(sum.seconds.count("optimizer") ? sum.seconds.at("optimizer") : 0.0);
+        double comm = 0;
+        for (const runtime::TraceEvent& e : t.tracer().events()) {
+          if (e.category == "comm" && !e.name.starts_with("grad-")) comm += 1e-6 * e.duration_us;
+        }
+        out.pass_comm.push_back(comm);
       }
     }
     if (on && rank == 0 && on->spec.memory) {
@@ -619,6 +626,38 @@ TpProfile fit_kind(const std::vector<Point>& measured, double stretch, const std
   return tp;
 }
 
+// The CP group's Reshards per layer and micro-batch beyond their bytes on `link`, for each emulated
+// kind and CP degree: CP-c steps of the 1- and 3-layer models (longest sequences, largest
+// micro-batch) with every rank running as the kind, their in-pass Reshards' wall time differenced
+// per layer, less the K/V all-gathers' and reduce-scatters' ring time. What is left is the waits
+// at each collective for the group's slowest rank (each computes at its own pace in between, and
+// a device's pace varies from one collective to the next) and the index Reshards.
+void measure_cp_lockstep(const std::shared_ptr<const models::Model>& one, const std::shared_ptr<const models::Model>& three,
+                         const data::TokenDataset& ds, const Grid& grid, const std::map<std::string, double>& speed_of,
+                         const ModelShape& shape, const LinkProfile& link, const ProfilerOptions& options,
+                         std::map<std::string, DeviceKindProfile>& kinds) {
+  const int repeats = std::max(2, options.repeats / 3);
+  const int b = grid.biggest_b;
+  for (int c : grid.cps) {
+    const double padded = std::ceil(static_cast<double>(grid.longest) / (2.0 * c)) * 2.0 * c;
+    const double kv_bytes = b * padded * static_cast<double>(shape.kv_heads) * (shape.hidden / shape.heads) * 4.0;
+    const double ring = 4.0 * planner::CostModel::ring_allgather(c, {link.allreduce_bandwidth, link.latency}, kv_bytes);
+    for (const auto& [name, speed] : speed_of) {
+      const StepTimes t1 = time_steps(one, ds, 1, grid.longest, b, repeats, options.precision, speed, nullptr, 1, c);
+      const StepTimes t3 = time_steps(three, ds, 1, grid.longest, b, repeats, options.precision, speed, nullptr, 1, c);
+      const double per_layer = std::max(0.0, (median(t3.pass_comm) - median(t1.pass_comm)) / 2);
+      const double lockstep = std::max(0.0, per_layer - ring);
+      kinds[name].cp[c].lockstep_seconds_per_layer = lockstep;
+      char line[240];
+      std::snprintf(line, sizeof line,
+                    "profile: %s CP %d: its Reshards take %.2f ms per layer (seq %lld, micro-batch %d), %.2f ms "
+                    "beyond the K/V bytes on the link\n",
+                    name.c_str(), c, per_layer * 1e3, static_cast<long long>(grid.longest), b, lockstep * 1e3);
+      say(options, line);
+    }
+  }
+}
+
 // How the profile was made, for its "source".
 std::string measured_source(int cores, bool emulated, const ProfiledDevices* on) {
   if (on) {
@@ -680,10 +719,13 @@ Profile profile_host(const models::Model& model, const ProfilerOptions& options)
     const std::vector<Point> measured = points_at(1, c, steps, grid, shape, optimizer, done, options);
     for (const auto& [name, speed] : speed_of) {
       const TpProfile fit = fit_kind(measured, burst_factor.at(name) / speed, name, "CP", c, options);
-      kinds[name].cp[c] = {fit.layer, fit.ends, fit.samples, fit.fit_error};
+      planner::CpProfile& cp = kinds[name].cp[c];
+      cp.layer = fit.layer;
+      cp.ends = fit.ends;
+      cp.samples = fit.samples;
+      cp.fit_error = fit.fit_error;
     }
   }
-  std::filesystem::remove_all(dir);
 
   if (on) {
     for (const auto& [key, times] : steps.tp) host.reserved_bytes = std::max(host.reserved_bytes, times.reserved_bytes);
@@ -704,6 +746,9 @@ Profile profile_host(const models::Model& model, const ProfilerOptions& options)
   p.layer_includes_tp_comm = on.has_value();
   // One device has no link to measure: the planner then takes the cluster spec's figures.
   if (!on || on->spec.count >= 2) p.links["intra-node"] = measure_links(options, on_ranks);
+  // On devices the CP steps' wall time is all compute (the header); their Reshards run behind it.
+  if (!on) measure_cp_lockstep(one, three, ds, grid, speed_of, shape, p.links.at("intra-node"), options, kinds);
+  std::filesystem::remove_all(dir);
   for (auto& [name, k] : kinds) {
     k.bytes_per_parameter = host.bytes_per_parameter;
     k.zero_bytes_per_parameter = host.zero_bytes_per_parameter;
