@@ -148,7 +148,7 @@ struct StepTime {
 // a TP peer does not count. `speed` < 1 runs the rank as an emulated device of that speed (its
 // compute paced, see runtime/emulation.h); the times are CPU times all the same. On devices
 // (`on`): wall times from a finished device to a finished step (the header).
-// `cp` > 1: the stage is context-parallel over cp ranks (tp must then be 1).
+// `cp` > 1: the stage is context-parallel, tp x cp ranks (CP outer, TP inner).
 StepTimes time_steps(const std::shared_ptr<const models::Model>& model, const data::TokenDataset& ds, int tp,
                      int64_t seq_len, int micro_batch_size, int repeats, DType precision, double speed = 1.0,
                      DeviceRanks* on = nullptr, int micro_batches = 1, int cp = 1) {
@@ -557,6 +557,13 @@ HostCopyRates measure_host_copies(DeviceRanks& on, const ProfilerOptions& option
 // One point of the grid at TP degree t: the layer's and the ends' compute (stretched by an
 // emulated device) and the rest of the rank's CPU time (dispatch, data; the host's own speed
 // whatever the device).
+// A sequence of s tokens as CP ranks of degree cp lay it out: padded to a multiple of 2 cp (the
+// zigzag chunks, data/context_parallel.h); s itself without CP.
+double zigzag_padded(int64_t s, int cp) {
+  const double tokens = static_cast<double>(s);
+  return cp > 1 ? std::ceil(tokens / (2.0 * cp)) * 2.0 * cp : tokens;
+}
+
 struct Point {
   double seq_len = 0;  // the whole sequence (with CP: padded to the zigzag's multiple of 2c)
   int b = 1;
@@ -579,7 +586,7 @@ std::vector<Point> points_at(int t, int cp, const StepTables& tables, const Grid
   for (int64_t s : grid.seqs) {
     for (int b : grid.micro_batch_sizes) {
       const StepTime t1(steps.at({degree, s, b, 1})), t3(steps.at({degree, s, b, 3}));
-      const double padded = cp > 1 ? std::ceil(static_cast<double>(s) / (2.0 * cp)) * 2.0 * cp : static_cast<double>(s);
+      const double padded = zigzag_padded(s, cp);
       Point p{padded, b, b * padded / cp};
       p.layer_compute = std::max(0.0, (t3.compute - t1.compute) / 2 - layer_optimizer);
       p.layer_rest = std::max(0.0, ((t3.cpu - t3.compute) - (t1.cpu - t1.compute)) / 2);
@@ -627,34 +634,45 @@ TpProfile fit_kind(const std::vector<Point>& measured, double stretch, const std
 }
 
 // The CP group's Reshards per layer and micro-batch beyond their bytes on `link`, for each emulated
-// kind and CP degree: CP-c steps of the 1- and 3-layer models (longest sequences, largest
-// micro-batch) with every rank running as the kind, their in-pass Reshards' wall time differenced
-// per layer, less the K/V all-gathers' and reduce-scatters' ring time. What is left is the waits
-// at each collective for the group's slowest rank (each computes at its own pace in between, and
-// a device's pace varies from one collective to the next) and the index Reshards.
-void measure_cp_lockstep(const std::shared_ptr<const models::Model>& one, const std::shared_ptr<const models::Model>& three,
-                         const data::TokenDataset& ds, const Grid& grid, const std::map<std::string, double>& speed_of,
-                         const ModelShape& shape, const LinkProfile& link, const ProfilerOptions& options,
+// kind and CP degree: CP-c steps of the 3-layer model (longest sequences, largest micro-batch) with
+// every rank running as the kind, their in-pass Reshards' wall time per layer (all of a
+// single-stage CP group's in-pass Reshards are per layer but the labels' and positions' few, which
+// a difference against the 1-layer model would trade for twice the noise), less the K/V
+// all-gathers' and reduce-scatters' ring time. What is left is the waits at each collective for the
+// group's slowest rank (each computes at its own pace in between, and a device's pace varies from
+// one collective to the next) and the index Reshards.
+void measure_cp_lockstep(const std::shared_ptr<const models::Model>& three, const data::TokenDataset& ds,
+                         const Grid& grid, const std::map<std::string, double>& speed_of, const ModelShape& shape,
+                         const LinkProfile& link, const ProfilerOptions& options,
                          std::map<std::string, DeviceKindProfile>& kinds) {
-  const int repeats = std::max(2, options.repeats / 3);
   const int b = grid.biggest_b;
-  for (int c : grid.cps) {
-    const double padded = std::ceil(static_cast<double>(grid.longest) / (2.0 * c)) * 2.0 * c;
-    const double kv_bytes = b * padded * static_cast<double>(shape.kv_heads) * (shape.hidden / shape.heads) * 4.0;
-    const double ring = 4.0 * planner::CostModel::ring_allgather(c, {link.allreduce_bandwidth, link.latency}, kv_bytes);
-    for (const auto& [name, speed] : speed_of) {
-      const StepTimes t1 = time_steps(one, ds, 1, grid.longest, b, repeats, options.precision, speed, nullptr, 1, c);
-      const StepTimes t3 = time_steps(three, ds, 1, grid.longest, b, repeats, options.precision, speed, nullptr, 1, c);
-      const double per_layer = std::max(0.0, (median(t3.pass_comm) - median(t1.pass_comm)) / 2);
-      const double lockstep = std::max(0.0, per_layer - ring);
-      kinds[name].cp[c].lockstep_seconds_per_layer = lockstep;
-      char line[240];
-      std::snprintf(line, sizeof line,
-                    "profile: %s CP %d: its Reshards take %.2f ms per layer (seq %lld, micro-batch %d), %.2f ms "
-                    "beyond the K/V bytes on the link\n",
-                    name.c_str(), c, per_layer * 1e3, static_cast<long long>(grid.longest), b, lockstep * 1e3);
-      say(options, line);
+  // In three passes over the (degree, kind) pairs, their steps pooled: a burst of the host's other
+  // work then meets a third of a pair's steps, which the median passes over.
+  constexpr int kPasses = 3;
+  const int repeats = std::max(2, options.repeats / kPasses);
+  std::map<std::pair<int, std::string>, StepTimes> steps;
+  for (int pass = 0; pass < kPasses; ++pass) {
+    for (int c : grid.cps) {
+      for (const auto& [name, speed] : speed_of) {
+        steps[{c, name}].add(time_steps(three, ds, 1, grid.longest, b, repeats, options.precision, speed, nullptr, 1, c));
+      }
     }
+  }
+  for (const auto& [key, times] : steps) {
+    const auto& [c, name] = key;
+    // K and V of the whole sequence in float32 (the host's activations, as DeviceKindProfile below says).
+    const double kv_bytes =
+        b * zigzag_padded(grid.longest, c) * static_cast<double>(shape.kv_heads) * (shape.hidden / shape.heads) * 4.0;
+    const double ring = 4.0 * planner::CostModel::ring_allgather(c, {link.allreduce_bandwidth, link.latency}, kv_bytes);
+    const double per_layer = median(times.pass_comm) / 3;
+    const double lockstep = std::max(0.0, per_layer - ring);
+    kinds[name].cp[c].lockstep_seconds_per_layer = lockstep;
+    char line[240];
+    std::snprintf(line, sizeof line,
+                  "profile: %s CP %d: its Reshards take %.2f ms per layer (seq %lld, micro-batch %d), %.2f ms "
+                  "beyond the K/V bytes on the link\n",
+                  name.c_str(), c, per_layer * 1e3, static_cast<long long>(grid.longest), b, lockstep * 1e3);
+    say(options, line);
   }
 }
 
@@ -747,7 +765,7 @@ Profile profile_host(const models::Model& model, const ProfilerOptions& options)
   // One device has no link to measure: the planner then takes the cluster spec's figures.
   if (!on || on->spec.count >= 2) p.links["intra-node"] = measure_links(options, on_ranks);
   // On devices the CP steps' wall time is all compute (the header); their Reshards run behind it.
-  if (!on) measure_cp_lockstep(one, three, ds, grid, speed_of, shape, p.links.at("intra-node"), options, kinds);
+  if (!on) measure_cp_lockstep(three, ds, grid, speed_of, shape, p.links.at("intra-node"), options, kinds);
   std::filesystem::remove_all(dir);
   for (auto& [name, k] : kinds) {
     k.bytes_per_parameter = host.bytes_per_parameter;

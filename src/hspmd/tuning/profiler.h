@@ -27,7 +27,11 @@
 // layout, the K/V all-gathers) are timed on the same sequence lengths and micro-batch sizes, rank
 // 0's CPU time as above (its waits for CP peers are not in it), and its layer and ends fitted as
 // functions of the whole padded sequence (planner::CpProfile): what one CP rank computes, measured,
-// instead of a TP layer divided by c.
+// instead of a TP layer divided by c. Its waits are then measured apart, per kind: CP-c steps of the
+// 3-layer model with every rank running as that kind (paced), the wall time of their in-pass
+// Reshards per layer less the K/V collectives' ring time on the measured link
+// (CpProfile::lockstep_seconds_per_layer: the group's waits for its slowest rank at each collective,
+// the index Reshards). Not on devices, whose steps' wall time is all compute.
 // Emulated devices (runtime/emulation.h): each distinct device name becomes a kind whose compute is
 // the host's divided by its speed, plus the host's rest at the host's speed, which is what the
 // runtime does; its optimizer_seconds_per_parameter is the post phase's divided by the speed. Compute paced
