@@ -284,6 +284,9 @@ void emulated(int steps, int rounds, bool cp_only) {
   po.model = "configs/llama-tiny.json";
   po.devices = &devices;
   po.repeats = std::max(9, 18 / rounds);
+  // The CP degrees the strategies below run (CP 4 has more ranks than this host's 2 cores: rank 0's
+  // thread CPU time is what it computes, whoever shares its core).
+  po.cp_degrees = {2, 4};
   po.progress = [](const std::string& line) { std::fputs(line.c_str(), stderr); };
   auto profile_now = [&](int round) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -292,6 +295,9 @@ void emulated(int steps, int rounds, bool cp_only) {
                 seconds_since(t0), load_average());
     for (const auto& [t, tp] : profile.kind("fast").tp) {
       std::printf("  fast TP %d: layer fit largest error %.1f%% over %d points\n", t, 100 * tp.fit_error, tp.samples);
+    }
+    for (const auto& [c, cp] : profile.kind("fast").cp) {
+      std::printf("  fast CP %d: layer fit largest error %.1f%% over %d points\n", c, 100 * cp.fit_error, cp.samples);
     }
     return profile;
   };

@@ -147,6 +147,45 @@ TEST(CostModelTest, ContextParallelStageIsPricedByItsTpAndCpDegrees) {
   EXPECT_THAT(to_string(cp2), HasSubstr("CP2"));
 }
 
+// A kind whose CP ranks were measured (Profile::cp, `hspmd profile --cp`) is priced by that
+// measurement: at TP 1 a CP-2 rank's layer is the CP fit at the whole padded sequence and its ends
+// the CP fit at its own tokens; at TP 2 the TP-2 layer's 1/c share is scaled by what the
+// measurement is to TP 1's 1/c share; its CP collectives add the lockstep it measured. A kind
+// without the degree keeps the 1/c share and the ring time alone.
+TEST(CostModelTest, MeasuredCpRanksPriceCpStages) {
+  const models::LlamaConfig config = testing::tiny_config();
+  const resolve::Topology topo = testing::two_kind_cluster(4, 2, 1e9);
+  Profile profile = testing::two_kind_profile(3.0);
+  // fast TP 1: layer b (2e-8 s^2 + 1.4e-5 s) + 5e-5, ends 4e-6 / token + 1e-4;
+  // fast TP 2: layer b (1e-8 s^2 + 7e-6 s) + 5e-5, ends 2e-6 / token + 1e-4 (testing::two_kind_profile).
+  profile.devices["fast"].cp[2] = {
+      .layer = {3e-8, 9e-6, 7e-5}, .ends = {2.5e-6, 1.2e-4}, .samples = 6, .lockstep_seconds_per_layer = 2e-4};
+  const auto strategy = [](const char* ranks, int cp) {
+    return sharding::Strategy::from_json_text(
+        std::string(R"({"name": "cp", "pipelines": [{"micro_batch_size": 1, "num_micro_batches": 2,
+          "stages": [{"ranks": ")") + ranks + R"(", "layers": "0-3", "cp": )" + std::to_string(cp) + "}]}]}",
+        "cp.json");
+  };
+  // 62 tokens, padded to s' = 64 for CP 2; a CP rank holds 32 of them.
+  const CostModel cm(models::Llama(config), topo, profile, {.seq_len = 62});
+  const double s = 64, own = 32;
+  const double measured_layer = 3e-8 * s * s + 9e-6 * s + 7e-5, measured_ends = 2.5e-6 * own + 1.2e-4;
+  const StagePrediction cp2 = cm.predict(strategy("0-1", 2)).pipelines[0].stages[0];
+  EXPECT_NEAR(cp2.compute_seconds, 4 * measured_layer + measured_ends, 1e-15);
+  // Per layer the K/V ring time (4 collectives, each moving half of 64 tokens x 2 KV heads x 32 x 4
+  // bytes over the 1e10 B/s link) and the measured lockstep beyond it.
+  EXPECT_NEAR(cp2.cp_comm_seconds, 4 * (4 * 0.5 * (64 * 64 * 4) / 1e10 + 2e-4), 1e-15);
+  const double tp1_share = (2e-8 * s * s + 1.4e-5 * s) / 2 + 5e-5, tp1_ends = 4e-6 * own + 1e-4;
+  const double tp2_share = (1e-8 * s * s + 7e-6 * s) / 2 + 5e-5, tp2_ends = 2e-6 * own + 1e-4;
+  EXPECT_NEAR(cm.predict(strategy("0-3", 2)).pipelines[0].stages[0].compute_seconds,
+              4 * tp2_share * measured_layer / tp1_share + tp2_ends * measured_ends / tp1_ends, 1e-15);
+  // The slow kind has no CP measurement: its TP-1 layer's 1/c share, 15 = 3 x 5 the slowdown.
+  const double slow_share = 3 * (2e-8 * s * s + 1.4e-5 * s) / 2 + 15e-5, slow_ends = 3 * 4e-6 * own + 3e-4;
+  const StagePrediction slow = cm.predict(strategy("4-5", 2)).pipelines[0].stages[0];
+  EXPECT_NEAR(slow.compute_seconds, 4 * slow_share + slow_ends, 1e-15);
+  EXPECT_NEAR(slow.cp_comm_seconds, 4 * (4 * 0.5 * (64 * 64 * 4) / 1e10), 1e-15);
+}
+
 // TP 2 against CP 2 on the same two fast devices, one sequence a step, as the sequence grows. Both
 // halve the layer's work; TP all-reduces the hidden activations (4 per layer, 2 x 1/2 x s x 128
 // floats each) where CP gathers K and V and scatters their gradients (4 per layer, 1/2 x s x 64

@@ -53,6 +53,32 @@ TEST(ProfileTest, DeviceFiguresRoundTripAndAreOptional) {
               HasSubstr("p.json.devices.fast.memory_bytes: expected a non-negative number"));
 }
 
+// A kind's measured CP ranks (`hspmd profile --cp`) come back by degree; a profile without them
+// writes no "cp" key; a degree below 2 is refused naming the key.
+TEST(ProfileTest, CpFiguresRoundTripAndAreOptional) {
+  Profile p = testing::two_kind_profile();
+  p.devices["fast"].cp[2] = {.layer = {3e-8, 9e-6, 7e-5},
+                             .ends = {2e-6, 1e-4},
+                             .samples = 6,
+                             .fit_error = 0.05,
+                             .lockstep_seconds_per_layer = 4e-4};
+  const std::string text = p.to_json_text();
+  const Profile q = Profile::from_json_text(text, "p.json");
+  ASSERT_NE(q.cp("fast", 2), nullptr);
+  EXPECT_DOUBLE_EQ(q.cp("fast", 2)->layer.a, 3e-8);
+  EXPECT_DOUBLE_EQ(q.cp("fast", 2)->layer.c0, 7e-5);
+  EXPECT_DOUBLE_EQ(q.cp("fast", 2)->ends.per_token, 2e-6);
+  EXPECT_EQ(q.cp("fast", 2)->samples, 6);
+  EXPECT_DOUBLE_EQ(q.cp("fast", 2)->lockstep_seconds_per_layer, 4e-4);
+  EXPECT_EQ(q.cp("fast", 4), nullptr);
+  EXPECT_EQ(q.cp("slow", 2), nullptr);
+  EXPECT_EQ(testing::two_kind_profile().to_json_text().find("\"cp\""), std::string::npos);
+  std::string bad = text;
+  bad.replace(bad.find("\"cp\": {\n        \"2\""), 19, "\"cp\": {\n        \"1\"");
+  EXPECT_THAT(error_of([&] { Profile::from_json_text(bad, "p.json"); }),
+              HasSubstr("p.json.devices.fast.cp.1: a CP degree must be at least 2"));
+}
+
 TEST(ProfileTest, ErrorsNameTheKey) {
   const std::string good = testing::two_kind_profile().to_json_text();
   std::string bad = good;

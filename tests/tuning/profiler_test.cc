@@ -56,6 +56,7 @@ TEST(ProfilerTest, MeasuresTheHostAsEmulatedKinds) {
   ProfilerOptions o;
   o.model = "tiny";
   o.tp_degrees = {1};
+  o.cp_degrees = {2};
   o.seq_lens = {32, 64};
   o.micro_batch_sizes = {1, 2};
   o.repeats = 2;
@@ -76,14 +77,24 @@ TEST(ProfilerTest, MeasuresTheHostAsEmulatedKinds) {
     EXPECT_GT(t.layer.seconds(1, 64), 0) << kind;
     EXPECT_GT(t.activations.keep_per_token, 0) << kind;
     EXPECT_FALSE(p.has(kind, 2)) << kind;
+    // One CP rank of CP-2 steps, fitted by the whole sequence.
+    ASSERT_NE(p.cp(kind, 2), nullptr) << kind;
+    EXPECT_EQ(p.cp(kind, 2)->samples, 4) << kind;
+    EXPECT_GT(p.cp(kind, 2)->layer.seconds(2, 64) + p.cp(kind, 2)->ends.seconds(64), 0) << kind;
+    EXPECT_EQ(p.cp(kind, 4), nullptr) << kind;
   }
   ASSERT_TRUE(p.link("intra-node").has_value());
   EXPECT_GT(p.link("intra-node")->p2p_bandwidth, 0);
   // The slow kind's factor for compute between sleeps was measured (and said); the fast one runs at
   // the host's speed and needs none.
   int factors = 0;
-  for (const std::string& line : lines) factors += line.find("compute between sleeps") != std::string::npos;
+  int lockstep = 0;
+  for (const std::string& line : lines) {
+    factors += line.find("compute between sleeps") != std::string::npos;
+    lockstep += line.find("beyond the K/V bytes on the link") != std::string::npos;
+  }
   EXPECT_EQ(factors, 1);
+  EXPECT_EQ(lockstep, 2) << "each kind's CP 2 group measured running as that kind";
 }
 
 // Two fake devices (host memory that says it is a GPU, the CPU kernels behind it, Gloo moving its
@@ -193,6 +204,14 @@ TEST(ProfilerTest, OneDeviceHasNoLinkAndNoSecondRank) {
     EXPECT_THAT(e.what(), HasSubstr("TP 2 needs 2 devices, and 1 from two fake devices are visible"));
   }
   o.tp_degrees = {};
+  o.cp_degrees = {2};
+  try {
+    profile_host(model, o);
+    ADD_FAILURE() << "CP 2 on one device was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("CP 2 needs 2 devices, and 1 from two fake devices are visible"));
+  }
+  o.cp_degrees = {};
   const runtime::EmulatedDevices emulated = runtime::EmulatedDevices::from_json_text(
       R"({"devices": [{"rank": 0, "name": "slow", "speed": 0.5}]})", "d.json", 1);
   o.devices = &emulated;

@@ -45,6 +45,7 @@ struct ProfileOptions {
   DType precision = DType::kFloat32;
   double efficiency = 0.45;
   std::vector<int> tp_degrees;
+  std::vector<int> cp_degrees;
   std::vector<int64_t> seq_lens;
   std::vector<int> micro_batch_sizes{1, 2};
   int repeats = 3;
@@ -89,6 +90,7 @@ void run_profile(const ProfileOptions& o) {
   tuning::ProfilerOptions po;
   po.model = o.model;
   po.tp_degrees = o.tp_degrees;
+  po.cp_degrees = o.cp_degrees;
   po.seq_lens = o.seq_lens;
   po.micro_batch_sizes = o.micro_batch_sizes;
   po.repeats = o.repeats;
@@ -138,6 +140,10 @@ void add_profile_command(CLI::App& app) {
   cmd->add_option("--efficiency", opts->efficiency, "--from-cluster: achieved fraction of peak FLOP/s")
       ->capture_default_str();
   cmd->add_option("--tp", opts->tp_degrees, "TP degrees (default: powers of two up to the host's cores, or the GPUs)")
+      ->delimiter(',');
+  cmd->add_option("--cp", opts->cp_degrees,
+                  "CP degrees to measure at TP 1 (default: powers of two from 2 up to the host's cores, or the "
+                  "GPUs; 1: none)")
       ->delimiter(',');
   cmd->add_option("--seq-lens", opts->seq_lens, "sequence lengths (default 64,128,256; on GPUs 512,1024,2048)")
       ->delimiter(',');

@@ -134,17 +134,30 @@ double CostModel::stage_compute(const std::string& kind, int tp, int layers, boo
                                 int cp, bool sequence_parallel) const {
   const TpProfile& p = profile_.at(kind, tp);
   cp = std::max(cp, 1);
-  // Zigzag: each CP rank holds s'/c tokens and exactly 1/c of the causal attention (the header);
-  // without CP, s' = s and this is the profile's layer.seconds(b, s).
-  const double s = padded_seq_len(cp);
-  const double attention = p.layer.a * s * s * shape_.attention_fraction(s);
+  const double b = micro_batch_size;
+  // Zigzag: each CP rank holds s'/c tokens and 1/c of the causal attention (the header); without
+  // CP, s' = s and this is the profile's layer.seconds(b, s).
+  const double s = padded_seq_len(cp), fraction = shape_.attention_fraction(s), tokens = b * s / cp;
+  auto divided = [&](const LayerTimeFit& layer, double per_token) {
+    return b * (layer.a * s * s * fraction + per_token * s) / cp + layer.c0;
+  };
   double per_token = p.layer.c1;
   // Sequence parallelism splits the work TP duplicates (norms, residual adds) by tokens.
   if (sequence_parallel) per_token -= (1.0 - 1.0 / tp) * duplicated_per_token(kind, tp);
-  const double per_layer = micro_batch_size * (attention + per_token * s) / cp + p.layer.c0;
-  double t = layers * per_layer;
-  if (last) t += p.ends.seconds(micro_batch_size * s / cp);
-  return t;
+  double per_layer = divided(p.layer, per_token), ends = p.ends.seconds(tokens);
+  // A CP rank measured as such (Profile::cp, at TP 1): its layer and ends replace the TP layer's
+  // 1/c share by the ratio measured at TP 1, which is the measurement itself at TP 1 and carries what
+  // CP adds (the packed-order copies, the query tiles cut at the chunks, the index Reshards) to
+  // the TP-t layer in proportion.
+  const CpProfile* measured = cp > 1 && profile_.has(kind, 1) ? profile_.cp(kind, cp) : nullptr;
+  if (measured) {
+    const TpProfile& p1 = profile_.at(kind, 1);
+    const double at_tp1 = divided(p1.layer, p1.layer.c1), ends_at_tp1 = p1.ends.seconds(tokens);
+    const double cp_layer = b * (measured->layer.a * s * s * fraction + measured->layer.c1 * s) + measured->layer.c0;
+    if (at_tp1 > 0) per_layer *= cp_layer / at_tp1;
+    if (ends_at_tp1 > 0) ends *= measured->ends.seconds(tokens) / ends_at_tp1;
+  }
+  return layers * per_layer + (last ? ends : 0.0);
 }
 
 double CostModel::link_p2p_bandwidth(int a, int b) const {
@@ -341,12 +354,16 @@ double CostModel::stage_tp_comm(const std::vector<int>& ranks, int layers, int m
 double CostModel::stage_cp_comm(const std::vector<int>& ranks, int layers, int micro_batch_size, int cp) const {
   if (cp <= 1) return 0;
   const int tp = static_cast<int>(ranks.size()) / cp;
-  const DeviceKindProfile& k = profile_.kind(stage_kind(ranks, tp));
+  const std::string kind = stage_kind(ranks, tp);
+  const DeviceKindProfile& k = profile_.kind(kind);
   // K (and V) of the whole sequence, this TP rank's KV heads: kv_heads / tp of head_dim each.
   const double kv_width = static_cast<double>(shape_.kv_heads) * (shape_.hidden / shape_.heads) / tp;
   const double bytes = micro_batch_size * padded_seq_len(cp) * kv_width * k.activation_element_bytes;
-  // Forward: all-gather K and V; backward: reduce-scatter dK and dV (the same ring traffic).
-  return 4.0 * layers * allgather(cp_group(ranks, cp), bytes);
+  // Forward: all-gather K and V; backward: reduce-scatter dK and dV (the same ring traffic). A
+  // profile that measured CP ranks of this kind adds what the group's Reshards took beyond that
+  // (the waits for its slowest rank, the index Reshards).
+  const CpProfile* measured = profile_.cp(kind, cp);
+  return layers * (4.0 * allgather(cp_group(ranks, cp), bytes) + (measured ? measured->lockstep_seconds_per_layer : 0.0));
 }
 
 double CostModel::ends_tp_comm(const std::vector<int>& ranks, bool first, bool last, int micro_batch_size,

@@ -15,12 +15,17 @@
 //         b*s'/c*hidden activations over the stage's TP group (ring, on the group's slowest link),
 //         one more on the first stage (embedding) and on the last (head) with the loss's gather
 //       + [c > 1] per layer, the all-gathers of K and V over the CP group (forward) and the
-//         reduce-scatters of their gradients (backward): 4 collectives of b*s'*kv_dim/t elements
+//         reduce-scatters of their gradients (backward): 4 collectives of b*s'*kv_dim/t elements,
+//         + the kind's measured lockstep per layer (Profile::cp: waits for the group's slowest rank)
 //       + [not last] activation send + gradient receive to the next stage (p2p on that link)
 // Context parallelism (docs/context-parallelism.md): the zigzag layout pads every sequence to s'
 // (a multiple of 2c) and gives each CP rank two chunks whose causal attention work is exactly
 // 1/c of the sequence's, so layer_c(t, b, s) = b (a s'^2 + c1 s') / c + c0: the profiled layer
-// with both its attention and its per-token work divided by c (the padding is the imbalance).
+// with both its attention and its per-token work divided by c (the padding is the imbalance). When
+// the profile measured CP ranks of degree c for the kind (Profile::cp, at TP 1), layer_c is that
+// measurement at TP 1, and at TP t the share above times the measurement's ratio to TP 1's share
+// (the ends likewise): a CP rank's packed-order copies, cut query tiles and index Reshards are a
+// fixed cost per layer that the 1/c share leaves out.
 // Sliding windows (Mistral, Gemma 3's local layers, models::ModelSizes::attention_windows): the
 // attention term a s^2 is for full causal attention; it is scaled by the pairs a window shorter
 // than the sequence leaves (ModelShape::attention_fraction, the mean over the model's layers: a

@@ -32,6 +32,20 @@ std::string text(const Json& j, const std::string& key, const std::string& where
   return v.get<std::string>();
 }
 
+// A degree key of "tp" or "cp" ("2"): a positive integer, or an error naming `where`.
+int degree_key(const std::string& key, const char* what, const std::string& where) {
+  int d = 0;
+  try {
+    size_t used = 0;
+    d = std::stoi(key, &used);
+    HSPMD_CHECK(used == key.size()) << "trailing text";
+  } catch (const std::exception&) {
+    HSPMD_THROW() << where << ": the key must be a " << what << " degree (a positive integer)";
+  }
+  HSPMD_CHECK(d > 0) << where << ": the " << what << " degree must be positive";
+  return d;
+}
+
 }  // namespace
 
 const DeviceKindProfile& Profile::kind(const std::string& name) const {
@@ -46,6 +60,13 @@ const DeviceKindProfile& Profile::kind(const std::string& name) const {
 bool Profile::has(const std::string& kind_name, int tp) const {
   auto it = devices.find(kind_name);
   return it != devices.end() && it->second.tp.count(tp) > 0;
+}
+
+const CpProfile* Profile::cp(const std::string& kind_name, int degree) const {
+  auto it = devices.find(kind_name);
+  if (it == devices.end()) return nullptr;
+  auto c = it->second.cp.find(degree);
+  return c == it->second.cp.end() ? nullptr : &c->second;
 }
 
 const TpProfile& Profile::at(const std::string& kind_name, int tp) const {
@@ -97,6 +118,16 @@ std::string Profile::to_json_text() const {
       tj["fit_error"] = p.fit_error;
       kj["tp"][std::to_string(t)] = tj;
     }
+    // Absent when not measured, so profiles without CP keep their text.
+    for (const auto& [c, p] : k.cp) {
+      OJson cj;
+      cj["layer"] = {{"a", p.layer.a}, {"c1", p.layer.c1}, {"c0", p.layer.c0}};
+      cj["ends"] = {{"per_token", p.ends.per_token}, {"constant", p.ends.constant}};
+      cj["samples"] = p.samples;
+      cj["fit_error"] = p.fit_error;
+      cj["lockstep_seconds_per_layer"] = p.lockstep_seconds_per_layer;
+      kj["cp"][std::to_string(c)] = cj;
+    }
     j["devices"][name] = kj;
   }
   j["links"] = OJson::object();
@@ -143,15 +174,7 @@ Profile Profile::from_json_text(const std::string& json_text, const std::string&
     HSPMD_CHECK(tps.is_object() && !tps.empty()) << kw << ".tp: expected a non-empty object keyed by TP degree";
     for (const auto& [degree, tj] : tps.items()) {
       const std::string tw = kw + ".tp." + degree;
-      int t = 0;
-      try {
-        size_t used = 0;
-        t = std::stoi(degree, &used);
-        HSPMD_CHECK(used == degree.size()) << "trailing text";
-      } catch (const std::exception&) {
-        HSPMD_THROW() << tw << ": the key must be a TP degree (a positive integer)";
-      }
-      HSPMD_CHECK(t > 0) << tw << ": the TP degree must be positive";
+      const int t = degree_key(degree, "TP", tw);
       TpProfile tp;
       const Json& layer = json_member(tj, "layer", tw);
       tp.layer = {number(layer, "a", tw + ".layer"), number(layer, "c1", tw + ".layer"),
@@ -166,6 +189,25 @@ Profile Profile::from_json_text(const std::string& json_text, const std::string&
       tp.samples = static_cast<int>(number(tj, "samples", tw, false));
       tp.fit_error = number(tj, "fit_error", tw, false);
       k.tp[t] = tp;
+    }
+    if (kj.contains("cp")) {
+      const Json& cps = kj["cp"];
+      HSPMD_CHECK(cps.is_object()) << kw << ".cp: expected an object keyed by CP degree";
+      for (const auto& [degree, cj] : cps.items()) {
+        const std::string cw = kw + ".cp." + degree;
+        const int c = degree_key(degree, "CP", cw);
+        HSPMD_CHECK(c > 1) << cw << ": a CP degree must be at least 2";
+        CpProfile cp;
+        const Json& layer = json_member(cj, "layer", cw);
+        cp.layer = {number(layer, "a", cw + ".layer"), number(layer, "c1", cw + ".layer"),
+                    number(layer, "c0", cw + ".layer")};
+        const Json& ends = json_member(cj, "ends", cw);
+        cp.ends = {number(ends, "per_token", cw + ".ends"), number(ends, "constant", cw + ".ends")};
+        cp.samples = static_cast<int>(number(cj, "samples", cw, false));
+        cp.fit_error = number(cj, "fit_error", cw, false);
+        cp.lockstep_seconds_per_layer = number(cj, "lockstep_seconds_per_layer", cw, false);
+        k.cp[c] = cp;
+      }
     }
     p.devices[name] = k;
   }

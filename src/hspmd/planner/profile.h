@@ -22,6 +22,8 @@
 // Measured on a device (`hspmd profile --device cuda`; 0: not measured), recorded for the cluster
 // spec and for reading, not priced by the cost model (a rank's capacity is the cluster spec's
 // "memory"): memory_bytes, the device's total; the host <-> device copy rates in bytes/s.
+// Context parallelism, per device kind and CP degree c (optional, `cp`): one CP rank's layer and
+// ends at TP 1, measured on CP-c steps (CpProfile below); the cost model prices a CP stage from it.
 // Links, per tier ("intra-node", "inter-node"): point-to-point bytes/s, all-reduce bus bytes/s
 // (ring: 2 (n-1)/n * bytes / bus_bandwidth) and a latency per message.
 #pragma once
@@ -63,8 +65,27 @@ struct TpProfile {
   double fit_error = 0;  // largest |fit - measured| / measured over those samples
 };
 
+// One CP rank of a context-parallel stage of degree c at TP 1, measured as such: its decoder
+// layer, forward + backward, as a function of the whole (zigzag-padded) sequence s' and the
+// micro-batch size b, layer.seconds(b, s') = b (a s'^2 + c1 s') + c0, and its ends (embedding,
+// head, loss) by the rank's own tokens b s' / c. What it times and a TP layer divided by c does not:
+// the op's gathered keys put back in packed order, the query tiles cut at the zigzag chunks' ends,
+// the per-layer index Reshards' host work (docs/planner.md, "Context parallelism").
+// lockstep_seconds_per_layer: per layer and micro-batch, what the CP group's Reshards took beyond
+// their bytes on the link (CostModel::ring_allgather), measured on CP-c steps with every rank
+// running as this kind: the waits for the group's slowest rank at each collective (each rank
+// computes at its own pace in between) and the index Reshards.
+struct CpProfile {
+  LayerTimeFit layer;
+  LinearFit ends;
+  int samples = 0;
+  double fit_error = 0;  // largest |fit - measured| / measured over the samples
+  double lockstep_seconds_per_layer = 0;
+};
+
 struct DeviceKindProfile {
   std::map<int, TpProfile> tp;  // by TP degree
+  std::map<int, CpProfile> cp;  // by CP degree (> 1), at TP 1; empty: CP priced from the TP layer
   double optimizer_seconds_per_parameter = 0;
   double bytes_per_parameter = 0;
   double zero_bytes_per_parameter = 0;
@@ -96,6 +117,8 @@ struct Profile {
   // The TP profile, or Error naming the kind, the degree and the degrees profiled.
   const TpProfile& at(const std::string& kind, int tp) const;
   bool has(const std::string& kind, int tp) const;
+  // The kind's CP profile of degree cp, when it was measured.
+  const CpProfile* cp(const std::string& kind, int cp) const;
   // The tier's link figures when the profile has them.
   std::optional<LinkProfile> link(const std::string& tier) const;
 

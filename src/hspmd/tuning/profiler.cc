@@ -118,11 +118,13 @@ struct StepTimes {
   std::vector<double> cpu;      // the rank thread's CPU time over each step (on devices: wall time)
   std::vector<double> compute;  // of it, compute (forward, backward, optimizer: runtime::ComputePacer's)
   std::vector<double> post;     // wall time of the step's post phase (gradient sync, clipping, optimizer)
+  std::vector<double> pass_comm;  // wall time of the Reshards in its passes (not the gradient buckets)
   double reserved_bytes = 0;    // on devices: the driver's used bytes beyond rank 0's pool, largest seen
   void add(const StepTimes& o) {
     cpu.insert(cpu.end(), o.cpu.begin(), o.cpu.end());
     compute.insert(compute.end(), o.compute.begin(), o.compute.end());
     post.insert(post.end(), o.post.begin(), o.post.end());
+    pass_comm.insert(pass_comm.end(), o.pass_comm.begin(), o.pass_comm.end());
     reserved_bytes = std::max(reserved_bytes, o.reserved_bytes);
   }
 };
@@ -146,12 +148,15 @@ struct StepTime {
 // a TP peer does not count. `speed` < 1 runs the rank as an emulated device of that speed (its
 // compute paced, see runtime/emulation.h); the times are CPU times all the same. On devices
 // (`on`): wall times from a finished device to a finished step (the header).
+// `cp` > 1: the stage is context-parallel, tp x cp ranks (CP outer, TP inner).
 StepTimes time_steps(const std::shared_ptr<const models::Model>& model, const data::TokenDataset& ds, int tp,
                      int64_t seq_len, int micro_batch_size, int repeats, DType precision, double speed = 1.0,
-                     DeviceRanks* on = nullptr, int micro_batches = 1) {
-  const sharding::AnnotationPlan plan =
-      model->compile_plan(
-          planner::single_stage_strategy(tp, model->num_layers(), micro_batch_size, 1, false, micro_batches));
+                     DeviceRanks* on = nullptr, int micro_batches = 1, int cp = 1) {
+  sharding::Strategy strategy =
+      planner::single_stage_strategy(tp * cp, model->num_layers(), micro_batch_size, 1, false, micro_batches);
+  strategy.pipelines[0].stages[0].cp = cp;
+  const sharding::AnnotationPlan plan = model->compile_plan(strategy);
+  const int world = tp * cp;
   StepTimes out;
   auto body = [&](int rank, comm::GroupCache& groups) {
     runtime::DistOptions o;
@@ -168,7 +173,7 @@ StepTimes time_steps(const std::shared_ptr<const models::Model>& model, const da
       o.compute = [on](int r) { return on->computes[static_cast<size_t>(r)]; };
       o.comm_on_device = true;
     }
-    runtime::DistTrainer t(model, ds, plan, o, rank, tp, groups);
+    runtime::DistTrainer t(model, ds, plan, o, rank, world, groups);
     for (int s = 0; s <= repeats; ++s) {
       t.tracer().clear();
       if (on) {
@@ -194,6 +199,11 @@ StepTimes time_steps(const std::shared_ptr<const models::Model>& model, const da
         out.compute.push_back(t.compute_time().cpu - compute);
         const runtime::TraceSummary sum = t.tracer().summary();
         out.post.push_back(sum.seconds.count("optimizer") ? sum.seconds.at("optimizer") : 0.0);
+        double comm = 0;
+        for (const runtime::TraceEvent& e : t.tracer().events()) {
+          if (e.category == "comm" && !e.name.starts_with("grad-")) comm += 1e-6 * e.duration_us;
+        }
+        out.pass_comm.push_back(comm);
       }
     }
     if (on && rank == 0 && on->spec.memory) {
@@ -204,7 +214,7 @@ StepTimes time_steps(const std::shared_ptr<const models::Model>& model, const da
       out.reserved_bytes = std::max(0.0, used - static_cast<double>(pool.current_bytes() + pool.cached_bytes()));
     }
   };
-  comm::run_thread_ranks(tp, body, comm::Millis(on ? 60'000 : 10'000),
+  comm::run_thread_ranks(world, body, comm::Millis(on ? 60'000 : 10'000),
                          on ? on->backends() : std::function<comm::Backend(int)>{});
   return out;
 }
@@ -345,15 +355,25 @@ struct Grid {
   std::vector<int> tps;
   std::vector<int64_t> seqs;
   std::vector<int> micro_batch_sizes;
+  std::vector<int> cps;  // CP degrees, at TP 1
   int64_t longest = 0;  // sequence length
   int biggest_b = 0;    // micro-batch size
-  int points() const { return static_cast<int>(tps.size() * seqs.size() * micro_batch_sizes.size()); }
+  int points() const {
+    return static_cast<int>((tps.size() + cps.size()) * seqs.size() * micro_batch_sizes.size());
+  }
 };
 
 // The options' grid; unset TP degrees and sequence lengths default as ProfilerOptions says. `ranks`:
 // the host's cores, or the devices there are.
 Grid grid_of(const models::Model& model, const ProfilerOptions& options, int ranks) {
-  Grid g{options.tp_degrees, options.seq_lens, options.micro_batch_sizes};
+  Grid g{options.tp_degrees, options.seq_lens, options.micro_batch_sizes, {}};
+  for (int c : options.cp_degrees) {
+    HSPMD_CHECK(c >= 1) << "profile: CP degree " << c << " must be positive";
+    if (c > 1) g.cps.push_back(c);
+  }
+  if (options.cp_degrees.empty()) {
+    for (int c = 2; c <= ranks; c *= 2) g.cps.push_back(c);
+  }
   if (g.tps.empty()) {
     const ModelShape shape = ModelShape::of(model);
     for (int t = 1; t <= ranks; t *= 2) {
@@ -363,6 +383,10 @@ Grid grid_of(const models::Model& model, const ProfilerOptions& options, int ran
   if (options.on_devices) {
     for (int t : g.tps) {
       HSPMD_CHECK(t <= ranks) << "profile: TP " << t << " needs " << t << " devices, and " << ranks << " from "
+                              << options.on_devices->description << " are visible";
+    }
+    for (int c : g.cps) {
+      HSPMD_CHECK(c <= ranks) << "profile: CP " << c << " needs " << c << " devices, and " << ranks << " from "
                               << options.on_devices->description << " are visible";
     }
   }
@@ -429,23 +453,29 @@ std::map<std::string, double> burst_factors(const std::shared_ptr<const models::
   return burst_factor;
 }
 
-// The timed steps of every point of the grid, by (t, s, b, layers), for the 1- and 3-layer models.
+// The timed steps of every point of the grid, by (degree, s, b, layers), for the 1- and 3-layer
+// models: `tp` by TP degree, `cp` by CP degree (at TP 1).
 using StepTable = std::map<std::tuple<int, int64_t, int, int>, StepTimes>;
+struct StepTables {
+  StepTable tp, cp;
+};
 
 // Every point is timed in `passes` rounds over all points (repeats / passes steps each), so that a
 // drift of the host's speed over the seconds the profile takes meets every point alike.
-StepTable time_grid(const std::shared_ptr<const models::Model>& one, const std::shared_ptr<const models::Model>& three,
-                    const data::TokenDataset& ds, const Grid& grid, const ProfilerOptions& options, DeviceRanks* on) {
+StepTables time_grid(const std::shared_ptr<const models::Model>& one, const std::shared_ptr<const models::Model>& three,
+                     const data::TokenDataset& ds, const Grid& grid, const ProfilerOptions& options, DeviceRanks* on) {
   const int passes = options.repeats >= 6 ? 3 : 1;
-  StepTable steps;
+  const int n = std::max(1, options.repeats / passes);
+  StepTables steps;
+  auto time_point = [&](StepTable& table, int degree, int tp, int cp, int64_t s, int b) {
+    table[{degree, s, b, 1}].add(time_steps(one, ds, tp, s, b, n, options.precision, 1.0, on, 1, cp));
+    table[{degree, s, b, 3}].add(time_steps(three, ds, tp, s, b, n, options.precision, 1.0, on, 1, cp));
+  };
   for (int pass = 0; pass < passes; ++pass) {
-    for (int t : grid.tps) {
-      for (int64_t s : grid.seqs) {
-        for (int b : grid.micro_batch_sizes) {
-          const int n = std::max(1, options.repeats / passes);
-          steps[{t, s, b, 1}].add(time_steps(one, ds, t, s, b, n, options.precision, 1.0, on));
-          steps[{t, s, b, 3}].add(time_steps(three, ds, t, s, b, n, options.precision, 1.0, on));
-        }
+    for (int64_t s : grid.seqs) {
+      for (int b : grid.micro_batch_sizes) {
+        for (int t : grid.tps) time_point(steps.tp, t, t, 1, s, b);
+        for (int c : grid.cps) time_point(steps.cp, c, 1, c, s, b);
       }
     }
   }
@@ -527,24 +557,37 @@ HostCopyRates measure_host_copies(DeviceRanks& on, const ProfilerOptions& option
 // One point of the grid at TP degree t: the layer's and the ends' compute (stretched by an
 // emulated device) and the rest of the rank's CPU time (dispatch, data; the host's own speed
 // whatever the device).
+// A sequence of s tokens as CP ranks of degree cp lay it out: padded to a multiple of 2 cp (the
+// zigzag chunks, data/context_parallel.h); s itself without CP.
+double zigzag_padded(int64_t s, int cp) {
+  const double tokens = static_cast<double>(s);
+  return cp > 1 ? std::ceil(tokens / (2.0 * cp)) * 2.0 * cp : tokens;
+}
+
 struct Point {
-  double seq_len = 0;
+  double seq_len = 0;  // the whole sequence (with CP: padded to the zigzag's multiple of 2c)
   int b = 1;
+  double ends_tokens = 0;  // the rank's tokens: b * seq_len, over c with CP
   double layer_compute = 0, layer_rest = 0, ends_compute = 0, ends_rest = 0;
 };
 
-// The points of TP degree t, the per-step post phase taken out; `done` counts the points reported.
-std::vector<Point> points_at(int t, const StepTable& steps, const Grid& grid, const ModelShape& shape,
+// The points of TP degree t (`cp` = 1, from the TP table) or of CP degree cp at TP 1 (from the CP
+// table), the per-step post phase taken out; `done` counts the points reported.
+std::vector<Point> points_at(int t, int cp, const StepTables& tables, const Grid& grid, const ModelShape& shape,
                              double optimizer, int& done, const ProfilerOptions& options) {
   std::vector<Point> measured;
-  // A step's optimizer covers the rank's shard of the layers and of the embedding and head; it is
-  // per step, not per micro-batch, so it is taken out of the per-micro-batch figures.
+  const StepTable& steps = cp > 1 ? tables.cp : tables.tp;
+  const int degree = cp > 1 ? cp : t;
+  // A step's optimizer covers the rank's shard of the layers and of the embedding and head (CP
+  // ranks hold the weights whole); it is per step, not per micro-batch, so it is taken out of the
+  // per-micro-batch figures.
   const double layer_optimizer = optimizer * shape.layer_parameters / t;
   const double ends_optimizer = optimizer * (shape.embedding_parameters + shape.head_parameters) / t;
   for (int64_t s : grid.seqs) {
     for (int b : grid.micro_batch_sizes) {
-      const StepTime t1(steps.at({t, s, b, 1})), t3(steps.at({t, s, b, 3}));
-      Point p{static_cast<double>(s), b};
+      const StepTime t1(steps.at({degree, s, b, 1})), t3(steps.at({degree, s, b, 3}));
+      const double padded = zigzag_padded(s, cp);
+      Point p{padded, b, b * padded / cp};
       p.layer_compute = std::max(0.0, (t3.compute - t1.compute) / 2 - layer_optimizer);
       p.layer_rest = std::max(0.0, ((t3.cpu - t3.compute) - (t1.cpu - t1.compute)) / 2);
       p.ends_compute = std::max(0.0, t1.compute - p.layer_compute - layer_optimizer - ends_optimizer);
@@ -552,9 +595,9 @@ std::vector<Point> points_at(int t, const StepTable& steps, const Grid& grid, co
       measured.push_back(p);
       char line[240];
       std::snprintf(line, sizeof line,
-                    "profile: [%d/%d] TP %d, seq %lld, micro-batch %d: step %.2f ms (1 layer), %.2f ms (3 layers), "
+                    "profile: [%d/%d] %s %d, seq %lld, micro-batch %d: step %.2f ms (1 layer), %.2f ms (3 layers), "
                     "of it compute %.2f ms, %.2f ms: layer %.2f ms + %.2f ms host\n",
-                    ++done, grid.points(), t, static_cast<long long>(s), b, t1.cpu * 1e3, t3.cpu * 1e3,
+                    ++done, grid.points(), cp > 1 ? "CP" : "TP", degree, static_cast<long long>(s), b, t1.cpu * 1e3, t3.cpu * 1e3,
                     t1.compute * 1e3, t3.compute * 1e3, p.layer_compute * 1e3, p.layer_rest * 1e3);
       say(options, line);
     }
@@ -564,13 +607,13 @@ std::vector<Point> points_at(int t, const StepTable& steps, const Grid& grid, co
 
 // A kind's times at TP degree t: compute stretched by `stretch` (burst factor / speed) plus the
 // host's rest, fitted.
-TpProfile fit_kind(const std::vector<Point>& measured, double stretch, const std::string& name, int t,
-                   const ProfilerOptions& options) {
+TpProfile fit_kind(const std::vector<Point>& measured, double stretch, const std::string& name, const char* what,
+                   int degree, const ProfilerOptions& options) {
   std::vector<TimeSample> layer_samples;
   std::vector<std::pair<double, double>> ends_samples;
   for (const Point& p : measured) {
     layer_samples.push_back({p.seq_len, p.b, p.layer_compute * stretch + p.layer_rest});
-    ends_samples.push_back({p.b * p.seq_len, p.ends_compute * stretch + p.ends_rest});
+    ends_samples.push_back({p.ends_tokens, p.ends_compute * stretch + p.ends_rest});
   }
   TpProfile tp;
   tp.layer = fit_layer_time(layer_samples);
@@ -582,12 +625,55 @@ TpProfile fit_kind(const std::vector<Point>& measured, double stretch, const std
   }
   char line[260];
   std::snprintf(line, sizeof line,
-                "profile: %s TP %d fit: layer = b (%.3g s^2 + %.3g s) + %.3g s (largest error %.1f%%); ends %.3g "
+                "profile: %s %s %d fit: layer = b (%.3g s^2 + %.3g s) + %.3g s (largest error %.1f%%); ends %.3g "
                 "s/token + %.3g s\n",
-                name.c_str(), t, tp.layer.a, tp.layer.c1, tp.layer.c0, 100 * tp.fit_error, tp.ends.per_token,
+                name.c_str(), what, degree, tp.layer.a, tp.layer.c1, tp.layer.c0, 100 * tp.fit_error, tp.ends.per_token,
                 tp.ends.constant);
   say(options, line);
   return tp;
+}
+
+// The CP group's Reshards per layer and micro-batch beyond their bytes on `link`, for each emulated
+// kind and CP degree: CP-c steps of the 3-layer model (longest sequences, largest micro-batch) with
+// every rank running as the kind, their in-pass Reshards' wall time per layer (all of a
+// single-stage CP group's in-pass Reshards are per layer but the labels' and positions' few, which
+// a difference against the 1-layer model would trade for twice the noise), less the K/V
+// all-gathers' and reduce-scatters' ring time. What is left is the waits at each collective for the
+// group's slowest rank (each computes at its own pace in between, and a device's pace varies from
+// one collective to the next) and the index Reshards.
+void measure_cp_lockstep(const std::shared_ptr<const models::Model>& three, const data::TokenDataset& ds,
+                         const Grid& grid, const std::map<std::string, double>& speed_of, const ModelShape& shape,
+                         const LinkProfile& link, const ProfilerOptions& options,
+                         std::map<std::string, DeviceKindProfile>& kinds) {
+  const int b = grid.biggest_b;
+  // In three passes over the (degree, kind) pairs, their steps pooled: a burst of the host's other
+  // work then meets a third of a pair's steps, which the median passes over.
+  constexpr int kPasses = 3;
+  const int repeats = std::max(2, options.repeats / kPasses);
+  std::map<std::pair<int, std::string>, StepTimes> steps;
+  for (int pass = 0; pass < kPasses; ++pass) {
+    for (int c : grid.cps) {
+      for (const auto& [name, speed] : speed_of) {
+        steps[{c, name}].add(time_steps(three, ds, 1, grid.longest, b, repeats, options.precision, speed, nullptr, 1, c));
+      }
+    }
+  }
+  for (const auto& [key, times] : steps) {
+    const auto& [c, name] = key;
+    // K and V of the whole sequence in float32 (the host's activations, as DeviceKindProfile below says).
+    const double kv_bytes =
+        b * zigzag_padded(grid.longest, c) * static_cast<double>(shape.kv_heads) * (shape.hidden / shape.heads) * 4.0;
+    const double ring = 4.0 * planner::CostModel::ring_allgather(c, {link.allreduce_bandwidth, link.latency}, kv_bytes);
+    const double per_layer = median(times.pass_comm) / 3;
+    const double lockstep = std::max(0.0, per_layer - ring);
+    kinds[name].cp[c].lockstep_seconds_per_layer = lockstep;
+    char line[240];
+    std::snprintf(line, sizeof line,
+                  "profile: %s CP %d: its Reshards take %.2f ms per layer (seq %lld, micro-batch %d), %.2f ms "
+                  "beyond the K/V bytes on the link\n",
+                  name.c_str(), c, per_layer * 1e3, static_cast<long long>(grid.longest), b, lockstep * 1e3);
+    say(options, line);
+  }
 }
 
 // How the profile was made, for its "source".
@@ -617,7 +703,9 @@ Profile profile_host(const models::Model& model, const ProfilerOptions& options)
   std::optional<DeviceRanks> on;
   if (options.on_devices) {
     const int links = options.on_devices->count >= 2 ? 2 : 1;
-    on.emplace(*options.on_devices, std::max(*std::max_element(grid.tps.begin(), grid.tps.end()), links));
+    int ranks = std::max(*std::max_element(grid.tps.begin(), grid.tps.end()), links);
+    for (int c : grid.cps) ranks = std::max(ranks, c);
+    on.emplace(*options.on_devices, ranks);
   }
   DeviceRanks* on_ranks = on ? &*on : nullptr;
   const std::string dir = temp_dataset(model, grid.longest * grid.biggest_b);
@@ -626,18 +714,18 @@ Profile profile_host(const models::Model& model, const ProfilerOptions& options)
   const ModelShape shape = ModelShape::of(model);
   const std::map<std::string, double> speed_of = kind_speeds(options);
   const std::map<std::string, double> burst_factor = burst_factors(three, ds, grid, speed_of, options);
-  const StepTable steps = time_grid(one, three, ds, grid, options, on_ranks);
-  const double optimizer = on ? device_post_seconds_per_parameter(three, ds, steps, grid, shape, options, *on)
-                              : post_seconds_per_parameter(steps, grid, shape, options);
+  const StepTables steps = time_grid(one, three, ds, grid, options, on_ranks);
+  const double optimizer = on ? device_post_seconds_per_parameter(three, ds, steps.tp, grid, shape, options, *on)
+                              : post_seconds_per_parameter(steps.tp, grid, shape, options);
 
   int done = 0;
   DeviceKindProfile host;
   host.activation_element_bytes = 4;  // float32 activations
   std::map<std::string, DeviceKindProfile> kinds;
   for (int t : grid.tps) {
-    const std::vector<Point> measured = points_at(t, steps, grid, shape, optimizer, done, options);
+    const std::vector<Point> measured = points_at(t, 1, steps, grid, shape, optimizer, done, options);
     for (const auto& [name, speed] : speed_of) {
-      kinds[name].tp[t] = fit_kind(measured, burst_factor.at(name) / speed, name, t, options);
+      kinds[name].tp[t] = fit_kind(measured, burst_factor.at(name) / speed, name, "TP", t, options);
       kinds[name].optimizer_seconds_per_parameter = optimizer * burst_factor.at(name) / speed;
     }
     // The same for every kind: the emulated devices differ in speed and capacity, not in layout.
@@ -645,10 +733,20 @@ Profile profile_host(const models::Model& model, const ProfilerOptions& options)
     if (t == grid.tps.front()) planner::fit_state_bytes(model, t, host);
     for (auto& [name, k] : kinds) k.tp[t].activations = a;
   }
-  std::filesystem::remove_all(dir);
+  for (int c : grid.cps) {
+    const std::vector<Point> measured = points_at(1, c, steps, grid, shape, optimizer, done, options);
+    for (const auto& [name, speed] : speed_of) {
+      const TpProfile fit = fit_kind(measured, burst_factor.at(name) / speed, name, "CP", c, options);
+      planner::CpProfile& cp = kinds[name].cp[c];
+      cp.layer = fit.layer;
+      cp.ends = fit.ends;
+      cp.samples = fit.samples;
+      cp.fit_error = fit.fit_error;
+    }
+  }
 
   if (on) {
-    for (const auto& [key, times] : steps) host.reserved_bytes = std::max(host.reserved_bytes, times.reserved_bytes);
+    for (const auto& [key, times] : steps.tp) host.reserved_bytes = std::max(host.reserved_bytes, times.reserved_bytes);
     if (on->spec.memory) host.memory_bytes = static_cast<double>(on->spec.memory(0).total_bytes);
     const HostCopyRates copies = measure_host_copies(*on, options);
     host.host_to_device_bandwidth = copies.to_device;
@@ -666,6 +764,9 @@ Profile profile_host(const models::Model& model, const ProfilerOptions& options)
   p.layer_includes_tp_comm = on.has_value();
   // One device has no link to measure: the planner then takes the cluster spec's figures.
   if (!on || on->spec.count >= 2) p.links["intra-node"] = measure_links(options, on_ranks);
+  // On devices the CP steps' wall time is all compute (the header); their Reshards run behind it.
+  if (!on) measure_cp_lockstep(three, ds, grid, speed_of, shape, p.links.at("intra-node"), options, kinds);
+  std::filesystem::remove_all(dir);
   for (auto& [name, k] : kinds) {
     k.bytes_per_parameter = host.bytes_per_parameter;
     k.zero_bytes_per_parameter = host.zero_bytes_per_parameter;

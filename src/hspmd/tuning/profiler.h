@@ -23,6 +23,15 @@
 // layer is fitted to b (a s^2 + c1 s) + c0, ends to per_token * b s + constant (least squares with
 // non-negative coefficients). TP degrees above the host's cores are not profiled: their ranks
 // would share cores and the figure would measure the sharing.
+// Context parallelism: for each CP degree c, single-stage CP-c steps at TP 1 (c ranks, the zigzag
+// layout, the K/V all-gathers) are timed on the same sequence lengths and micro-batch sizes, rank
+// 0's CPU time as above (its waits for CP peers are not in it), and its layer and ends fitted as
+// functions of the whole padded sequence (planner::CpProfile): what one CP rank computes, measured,
+// instead of a TP layer divided by c. Its waits are then measured apart, per kind: CP-c steps of the
+// 3-layer model with every rank running as that kind (paced), the wall time of their in-pass
+// Reshards per layer less the K/V collectives' ring time on the measured link
+// (CpProfile::lockstep_seconds_per_layer: the group's waits for its slowest rank at each collective,
+// the index Reshards). Not on devices, whose steps' wall time is all compute.
 // Emulated devices (runtime/emulation.h): each distinct device name becomes a kind whose compute is
 // the host's divided by its speed, plus the host's rest at the host's speed, which is what the
 // runtime does; its optimizer_seconds_per_parameter is the post phase's divided by the speed. Compute paced
@@ -68,6 +77,8 @@ struct ProfilerOptions {
   std::string model;                      // named in the profile
   std::vector<int> tp_degrees;            // empty: powers of two up to the host's cores (or the devices)
                                           // that divide the model
+  std::vector<int> cp_degrees;            // CP degrees (> 1) to measure at TP 1; empty: powers of two from 2
+                                          // up to the host's cores (or the devices); {1}: none
   std::vector<int64_t> seq_lens;          // empty: 64, 128, 256 (on devices 512, 1024, 2048), capped by
                                           // max_position_embeddings
   std::vector<int> micro_batch_sizes{1, 2};
