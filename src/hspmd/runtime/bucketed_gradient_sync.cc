@@ -46,6 +46,9 @@ void BucketedGradientSync::start(ShardedState& state, int64_t step) {
   into_shards_ = false;
   synced_round_ = false;
   next_bucket_ = 0;
+  produced_.clear();
+  produced_bytes_ = 0;
+  produced_buckets_ = 0;
 }
 
 void BucketedGradientSync::begin_round(bool into_shards) {
@@ -80,15 +83,7 @@ void BucketedGradientSync::hand_over(size_t bucket) {
       group.emplace_back(&s, std::move(s.grad));
       s.grad = Tensor();
     }
-    thread_.submit([this, bucket, threads, group = std::move(group)]() mutable {
-      kernels::ScopedNumThreads scoped(threads);
-      const double start = parts_.tracer.now_us();
-      for (auto& [s, grad] : group) {
-        reduce_into_shard(*s, grad, rank_, parts_.resolutions, parts_.session, parts_.compute);
-        grad = Tensor();  // each whole gradient freed as soon as it is reduced
-      }
-      parts_.tracer.record("grad-shards" + std::to_string(bucket), "comm", start, parts_.tracer.now_us());
-    });
+    reduce_into_shards(std::move(group), "grad-shards" + std::to_string(bucket));
     return;
   }
   thread_.submit([this, bucket, threads, &state] {
@@ -103,8 +98,47 @@ void BucketedGradientSync::hand_over(size_t bucket) {
   });
 }
 
+void BucketedGradientSync::reduce_into_shards(std::vector<std::pair<TensorState*, Tensor>> bucket,
+                                              const std::string& name) {
+  thread_.submit([this, name, threads = kernel_threads_, bucket = std::move(bucket)]() mutable {
+    kernels::ScopedNumThreads scoped(threads);
+    const double start = parts_.tracer.now_us();
+    for (auto& [s, grad] : bucket) {
+      reduce_into_shard(*s, grad, rank_, parts_.resolutions, parts_.session, parts_.compute);
+      grad = Tensor();  // each whole gradient freed as soon as it is reduced
+    }
+    parts_.tracer.record(name, "comm", start, parts_.tracer.now_us());
+  });
+}
+
+void BucketedGradientSync::gradient_produced(size_t i, Tensor grad) {
+  HSPMD_ASSERT(state_ != nullptr && into_shards_) << "rank " << rank_ << ": a gradient outside a ZeRO-3 round";
+  produced_bytes_ += static_cast<int64_t>(grad.nbytes());
+  produced_.emplace_back(&state_->tensors.at(i), std::move(grad));
+  // Without overlap each op's gradients are reduced as they come: one whole gradient at a time.
+  if (!overlaps() || produced_bytes_ >= bucket_bytes_) flush_produced();
+}
+
+void BucketedGradientSync::flush_produced() {
+  if (produced_.empty()) return;
+  parts_.pacer.pad();  // B so far, stretched: the bucket leaves when the emulated device has it
+  produced_bytes_ = 0;
+  reduce_into_shards(std::exchange(produced_, {}), "grad-shards" + std::to_string(produced_buckets_++));
+}
+
+uint64_t BucketedGradientSync::submit_after_gradients(std::function<void()> job) {
+  flush_produced();
+  parts_.pacer.pad();
+  return thread_.submit([job = std::move(job), threads = kernels::num_threads()] {
+    kernels::ScopedNumThreads scoped(threads);
+    job();
+  });
+}
+
 void BucketedGradientSync::end_round() {
-  if (into_shards_) thread_.wait();
+  if (!into_shards_) return;
+  flush_produced();
+  thread_.wait();
 }
 
 std::vector<Tensor> BucketedGradientSync::finish() {
@@ -118,6 +152,8 @@ std::vector<Tensor> BucketedGradientSync::finish() {
 
 void BucketedGradientSync::abandon() {
   thread_.abandon();
+  produced_.clear();
+  produced_bytes_ = 0;
   state_ = nullptr;
 }
 
