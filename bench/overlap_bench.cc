@@ -14,8 +14,9 @@
 //
 // ZeRO-3 rows ("zero": 3, the same DP 2): its per-layer parameter gathers (F and B) and gradient
 // reduce-scatters on the computing thread (grad_bucket_mb 0) against the communication thread
-// (gathers one layer ahead, reductions in buckets of 4 MiB); its communication time is rank 0's
-// traced ".gather" and "grad-shards" spans without overlap, interleaved with the rows above.
+// (any size > 0: gathers one layer ahead, each op's gradients reduced while B computes the next);
+// its communication time is rank 0's traced ".gather" and "grad-shards" spans without overlap,
+// interleaved with the rows above.
 //
 // Run: build/release/bench_overlap_bench [--steps=N] [--repeats=R] [--speed=S] [--seq-len=L] [--model=CONFIG]
 //      (defaults: 4 steps, 3 repeats, speed 0.5, 32 tokens, bench/llama-16m.json)
@@ -130,19 +131,19 @@ int main(int argc, char** argv) {
   std::printf("%-36s %10s %10s %12s\n", "gradient sync", "step (s)", "vs after", "sync hidden");
   const Measured* after = nullptr;  // the row without overlap of the same stage
   for (size_t b = 0; b < rows.size(); ++b) {
-    const std::string stage = rows[b].zero == 3 ? "ZeRO-3, " : "";
+    const bool zero3 = rows[b].zero == 3;
     if (rows[b].bucket_mb == 0) {
       after = &best[b];
       std::printf("%-36s %10.3f %10.2f %12s   (%s %.3f s = %.0f%% of the step)\n",
-                  (stage + (rows[b].zero == 3 ? "on the computing thread" : "after the backward")).c_str(),
-                  after->step_seconds, 1.0, "-", rows[b].zero == 3 ? "gathers and reductions" : "sync",
-                  after->sync_seconds, 100 * after->sync_seconds / after->step_seconds);
+                  zero3 ? "ZeRO-3, on the computing thread" : "after the backward", after->step_seconds, 1.0, "-",
+                  zero3 ? "gathers and reductions" : "sync", after->sync_seconds,
+                  100 * after->sync_seconds / after->step_seconds);
       continue;
     }
+    const std::string label = zero3 ? std::string("ZeRO-3, on the communication thread")
+                                    : "overlapped, " + std::to_string(rows[b].bucket_mb).substr(0, 4) + " MiB buckets";
     const double hidden = (after->step_seconds - best[b].step_seconds) / after->sync_seconds;
-    char label[64];
-    std::snprintf(label, sizeof label, "%soverlapped, %.1f MiB buckets", stage.c_str(), rows[b].bucket_mb);
-    std::printf("%-36s %10.3f %10.2f %11.0f%%\n", label, best[b].step_seconds,
+    std::printf("%-36s %10.3f %10.2f %11.0f%%\n", label.c_str(), best[b].step_seconds,
                 best[b].step_seconds / after->step_seconds, 100 * hidden);
   }
   std::printf("\nload %.2f at the end\n", bench::load_average());

@@ -76,12 +76,12 @@ double ModelShape::largest_layer_matrix() const {
 }
 
 double ModelShape::peak_gathered_parameters(int layers, bool first, bool last, int tp) const {
-  const double layer = layer_parameters / tp, head = head_parameters / tp;
+  const double layer = layer_parameters / tp, down = static_cast<double>(hidden) * ffn / tp;
+  const double head = head_parameters / tp;
   double peak = layers > 0 ? layer : 0;
   if (first && layers > 0) peak = std::max(peak, embedding_parameters / tp + layer);  // F: embedding, layer 0 ahead
-  if (layers > 1) peak = std::max(peak, 2 * layer);  // F: a layer, the next one ahead
-  if (last && layers > 0) peak = std::max(peak, layer + static_cast<double>(hidden));  // F: the last, the norm ahead
-  if (last) peak = std::max(peak, head);  // F: the final norm and head (B: the head, the norm ahead)
+  if (layers > 1) peak = std::max(peak, down + layer);  // F: a layer's down projection, the next layer ahead
+  if (last) peak = std::max(peak, head);                 // F: the final norm and head (B: the head, the norm ahead)
   return peak;
 }
 
@@ -407,19 +407,16 @@ MemoryBreakdown CostModel::stage_memory(const std::string& kind, int tp, int lay
   m.reserved = k.reserved_bytes;
   if (parameter_shard) {
     // ZeRO-3 as specialize/memory_estimate.h counts it: the weights' shard over the replicas and what
-    // the gather schedule holds at most; of the gradient, the largest unit's whole (a layer's: B's
-    // gradients wait on the communication thread until it reduces them) and the largest
-    // parameter's, and the synced shard (in zero_states).
+    // the gather schedule holds at most; of the gradient, the largest parameter's whole twice (B
+    // computes one while the communication thread reduces the one before into its shard) and the
+    // synced shard (in zero_states).
     const double replicas = std::max(1, data_parallel) * cp;
-    const double head_matrix = shape_.head_parameters - static_cast<double>(shape_.hidden);
     double largest = layers > 0 ? shape_.largest_layer_matrix() : 0;
-    double largest_unit = layers > 0 ? shape_.layer_parameters : 0;
     if (first) largest = std::max(largest, shape_.embedding_parameters);
-    if (last) largest = std::max(largest, head_matrix);
-    largest_unit = std::max(largest_unit, largest);
+    if (last) largest = std::max(largest, shape_.head_parameters - static_cast<double>(shape_.hidden));
     const double w = weight_bytes(k);
     m.parameters = params * w / replicas + shape_.peak_gathered_parameters(layers, first, last, tp) * w +
-                   (largest_unit + largest) / tp * std::min(kGradientElementBytes, k.bytes_per_parameter);
+                   2 * largest / tp * std::min(kGradientElementBytes, k.bytes_per_parameter);
     m.zero_states = params * k.zero_bytes_per_parameter / replicas;
     return m;
   }

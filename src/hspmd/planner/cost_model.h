@@ -152,8 +152,8 @@ struct ModelShape : models::ModelSizes {
   double largest_layer_matrix() const;
   // What ZeRO-3's gather schedule (specialize/gather_units.h) holds at most, in parameters of one TP
   // rank of degree `tp`, on a stage of `layers` layers: a layer's unit is gathered one unit ahead,
-  // at the previous unit's first reader, so two units at once (a layer and the next; the embedding
-  // and layer 0; the head and the final norm).
+  // at the previous unit's last reader, which still holds its own last-read matrix (F: the down
+  // projection; the embedding whole), so two units at once.
   double peak_gathered_parameters(int layers, bool first, bool last, int tp) const;
 };
 

@@ -46,8 +46,6 @@ void BucketedGradientSync::start(ShardedState& state, int64_t step) {
   into_shards_ = false;
   synced_round_ = false;
   next_bucket_ = 0;
-  produced_.clear();
-  produced_bytes_ = 0;
   produced_buckets_ = 0;
 }
 
@@ -98,9 +96,9 @@ void BucketedGradientSync::hand_over(size_t bucket) {
   });
 }
 
-void BucketedGradientSync::reduce_into_shards(std::vector<std::pair<TensorState*, Tensor>> bucket,
-                                              const std::string& name) {
-  thread_.submit([this, name, threads = kernel_threads_, bucket = std::move(bucket)]() mutable {
+uint64_t BucketedGradientSync::reduce_into_shards(std::vector<std::pair<TensorState*, Tensor>> bucket,
+                                                  const std::string& name) {
+  return thread_.submit([this, name, threads = kernel_threads_, bucket = std::move(bucket)]() mutable {
     kernels::ScopedNumThreads scoped(threads);
     const double start = parts_.tracer.now_us();
     for (auto& [s, grad] : bucket) {
@@ -111,23 +109,17 @@ void BucketedGradientSync::reduce_into_shards(std::vector<std::pair<TensorState*
   });
 }
 
-void BucketedGradientSync::gradient_produced(size_t i, Tensor grad) {
-  HSPMD_ASSERT(state_ != nullptr && into_shards_) << "rank " << rank_ << ": a gradient outside a ZeRO-3 round";
-  produced_bytes_ += static_cast<int64_t>(grad.nbytes());
-  produced_.emplace_back(&state_->tensors.at(i), std::move(grad));
-  // Without overlap each op's gradients are reduced as they come: one whole gradient at a time.
-  if (!overlaps() || produced_bytes_ >= bucket_bytes_) flush_produced();
-}
-
-void BucketedGradientSync::flush_produced() {
-  if (produced_.empty()) return;
+void BucketedGradientSync::gradients_produced(std::vector<std::pair<size_t, Tensor>> grads) {
+  HSPMD_ASSERT(state_ != nullptr && into_shards_) << "rank " << rank_ << ": gradients outside a ZeRO-3 round";
   parts_.pacer.pad();  // B so far, stretched: the bucket leaves when the emulated device has it
-  produced_bytes_ = 0;
-  reduce_into_shards(std::exchange(produced_, {}), "grad-shards" + std::to_string(produced_buckets_++));
+  // At most one bucket in flight: B computed this one while the thread reduced the one before.
+  thread_.wait_for(in_flight_);
+  std::vector<std::pair<TensorState*, Tensor>> bucket;
+  for (auto& [i, grad] : grads) bucket.emplace_back(&state_->tensors.at(i), std::move(grad));
+  in_flight_ = reduce_into_shards(std::move(bucket), "grad-shards" + std::to_string(produced_buckets_++));
 }
 
 uint64_t BucketedGradientSync::submit_after_gradients(std::function<void()> job) {
-  flush_produced();
   parts_.pacer.pad();
   return thread_.submit([job = std::move(job), threads = kernels::num_threads()] {
     kernels::ScopedNumThreads scoped(threads);
@@ -136,9 +128,7 @@ uint64_t BucketedGradientSync::submit_after_gradients(std::function<void()> job)
 }
 
 void BucketedGradientSync::end_round() {
-  if (!into_shards_) return;
-  flush_produced();
-  thread_.wait();
+  if (into_shards_) thread_.wait();
 }
 
 std::vector<Tensor> BucketedGradientSync::finish() {
@@ -152,8 +142,6 @@ std::vector<Tensor> BucketedGradientSync::finish() {
 
 void BucketedGradientSync::abandon() {
   thread_.abandon();
-  produced_.clear();
-  produced_bytes_ = 0;
   state_ = nullptr;
 }
 

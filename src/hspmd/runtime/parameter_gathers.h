@@ -2,9 +2,9 @@
 // keeps only its shard of each parameter's master weights (TensorState::value, in the
 // optimizer-state layout); the pass's ops read the parameter in its own annotation
 // (TensorState::read_annotation). The pass follows its units' schedule (specialize/gather_units.h):
-// a decoder layer's gather is handed to the communication thread at its gather point (in F as the
-// layer before it starts: one layer ahead), the pass waits for it only at the layer's first reader,
-// and frees each parameter after its own last reader. The gather is the resolution state -> read
+// a decoder layer's gather is handed to the communication thread at its gather point (at the
+// previous layer's last reader: one layer ahead), the pass waits for it only at the layer's first
+// reader, and frees each parameter after its own last reader. The gather is the resolution state -> read
 // layout that ZeRO-1/2 run after the update (AG, or SplitAG / BSR), executed by
 // execute_reshard_staged on the thread's (`grad` channel's) communicators: every holder of a
 // parameter gathers it as many times and in the same order, since ZeRO-3's pipelines, of any shape,

@@ -207,13 +207,15 @@ void StepRunner::backward(MicroBatch& mb, ShardedState& state, GradientRound rou
       gathers.after(static_cast<int>(k), mb.values);
       const auto done = produced.find(steps[k].op);
       if (done == produced.end()) continue;
+      std::vector<std::pair<size_t, Tensor>> grads;
       for (size_t i : done->second) {
         const TensorRef g = graph_.grads[state.tensors[i].param];
         Tensor& value = mb.values[g.op][g.index];
         HSPMD_ASSERT(value.defined()) << "rank " << rank_ << ": no gradient of '" << state.tensors[i].name
                                       << "' in B" << mb.index;
-        sync.gradient_produced(i, std::exchange(value, Tensor()));
+        grads.emplace_back(i, std::exchange(value, Tensor()));
       }
+      sync.gradients_produced(std::move(grads));
       produced.erase(done);
       continue;
     }

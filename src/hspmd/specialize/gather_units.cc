@@ -38,9 +38,7 @@ std::vector<GatherUnit> gather_units(const ExecGraph& exec, const std::vector<in
     }
   }
   for (size_t u = 1; u < units.size(); ++u) {
-    // Before the previous unit's first reader: gathered on the communication thread while that
-    // unit computes, both held then (about two layers).
-    int after = units[u - 1].first - 1;
+    int after = units[u - 1].last - 1;  // before the previous unit's last reader
     for (int op : units[u - 1].params) {
       if (const auto r = reduced_after.find(op); r != reduced_after.end()) after = std::max(after, r->second);
     }

@@ -2,9 +2,9 @@
 // frees them. A unit is the parameters under "model.layers.<i>." (Hugging Face names), or one
 // parameter outside the layers (the embedding, the final norm, the head). In a pass (an op
 // sequence), unit u is all-gathered from position gather_at on: its first reader, or earlier, the
-// first reader of the unit before it (prefetched one layer ahead: the runtime hands the gather to
-// its communication thread there and waits for it at u's first reader, so it runs while the layer
-// before computes); each parameter is freed after its own last reader. The runtime follows this
+// last reader of the unit before it (prefetched one layer ahead: the runtime hands the gather to
+// its communication thread there and waits for it only at u's first reader, so it runs while that
+// layer finishes); each parameter is freed after its own last reader. The runtime follows this
 // schedule (runtime/parameter_gathers.h) and the memory estimate takes its peak
 // (peak_gathered_bytes: a unit counts from gather_at, where its gather may allocate).
 //

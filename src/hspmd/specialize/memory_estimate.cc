@@ -64,24 +64,16 @@ MemoryEstimate estimate_memory(const ExecGraph& exec, const MemoryEstimateOption
   if (plan.shard_parameters) {
     // ZeRO-3 keeps the state shard of values and gradients. A pass holds what its gather schedule
     // holds at most (the layer it runs and the next one, each parameter freed after its last
-    // reader). B hands each whole gradient to the communication thread as it is produced, and
-    // waits for the thread at each layer's gather (behind the gradients handed over before it): the
-    // gradients alive are those produced since, about one layer's, counted as the largest unit's
-    // plus the largest parameter's (one produced outside its layer, as the embedding's at B's end).
+    // reader); B holds two parameters' whole gradients at most: the one the communication thread
+    // reduces into the shard and the next one it computes meanwhile.
     auto bytes_of = [&](int id) {
       return exec.local_shape({id, 0}, {}).numel() * static_cast<int64_t>(dtype_size(g.info({id, 0}).dtype));
     };
-    int64_t largest = 0, largest_unit = 0;
+    int64_t largest = 0;
     for (int id : exec.parameters()) largest = std::max(largest, bytes_of(id));
-    const std::vector<GatherUnit> forward = forward_gather_units(exec);
-    for (const GatherUnit& u : forward) {
-      int64_t unit = 0;
-      for (int id : u.params) unit += bytes_of(id);
-      largest_unit = std::max(largest_unit, unit);
-    }
-    m.parameters = state_bytes_total + std::max(peak_gathered_bytes(forward, bytes_of),
+    m.parameters = state_bytes_total + std::max(peak_gathered_bytes(forward_gather_units(exec), bytes_of),
                                                 peak_gathered_bytes(backward_gather_units(exec), bytes_of));
-    m.gradients = state_bytes_total + largest_unit + largest;
+    m.gradients = state_bytes_total + 2 * largest;
     return m;
   }
   // ZeRO-2 keeps no whole gradient between backward passes when each of this rank's micro-batches is
