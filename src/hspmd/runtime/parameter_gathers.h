@@ -4,8 +4,8 @@
 // (TensorState::read_annotation). The pass follows its units' schedule (specialize/gather_units.h):
 // a decoder layer's gather is handed to the communication thread at its gather point (at the
 // previous layer's last reader: one layer ahead), the pass waits for it only at the layer's first
-// reader, and frees each parameter after its own last reader. The gather is the resolution state -> read
-// layout that ZeRO-1/2 run after the update (AG, or SplitAG / BSR), executed by
+// reader, and frees each parameter after its own last reader. The gather is the resolution
+// state -> read layout that ZeRO-1/2 run after the update (AG, or SplitAG / BSR), executed by
 // execute_reshard_staged on the thread's (`grad` channel's) communicators: every holder of a
 // parameter gathers it as many times and in the same order, since ZeRO-3's pipelines, of any shape,
 // run as many micro-batches (sharding::Strategy::validate) and its holders run their passes in one

@@ -8,8 +8,8 @@
 // op computing it finishes, to the bucketed gradient sync (runtime/bucketed_gradient_sync.h),
 // which reduces its buckets on a communication thread meanwhile. Under ZeRO-3 each gradient goes to
 // the sync as soon as B produces it, to be reduced into its shard on that thread, which also
-// gathers the parameters layer by layer, one layer ahead (runtime/parameter_gathers.h). What follows (the rest of the gradient sync, AdamW) is the
-// trainer's (runtime/dist_trainer.h).
+// gathers the parameters layer by layer, one layer ahead (runtime/parameter_gathers.h). What
+// follows (the rest of the gradient sync, AdamW) is the trainer's (runtime/dist_trainer.h).
 //
 //   StepRunner runner(model, graph, rank, {.seq_len = 256},
 //                     {allocator, session, cache, pacer, tracer, compute, sync});
