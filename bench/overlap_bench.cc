@@ -12,6 +12,12 @@
 // sync time is rank 0's traced gradient reduction in the runs without overlap (its "grad-bucket"
 // spans: all of it is exposed there); hidden = (step without - step with) / sync.
 //
+// ZeRO-3 rows ("zero": 3, the same DP 2): its per-layer parameter gathers (F and B) and gradient
+// reduce-scatters on the computing thread (grad_bucket_mb 0) against the communication thread
+// (any size > 0: gathers one layer ahead, each op's gradients reduced while B computes the next);
+// its communication time is rank 0's traced ".gather" and "grad-shards" spans without overlap,
+// interleaved with the rows above.
+//
 // Run: build/release/bench_overlap_bench [--steps=N] [--repeats=R] [--speed=S] [--seq-len=L] [--model=CONFIG]
 //      (defaults: 4 steps, 3 repeats, speed 0.5, 32 tokens, bench/llama-16m.json)
 #include <algorithm>
@@ -36,23 +42,30 @@ namespace {
 
 const std::string kRoot = std::filesystem::path(__FILE__).parent_path().parent_path().string();
 
-std::string dp2(const models::LlamaConfig& config) {
+std::string dp2(const models::LlamaConfig& config, int zero) {
   const std::string layers = "0-" + std::to_string(config.num_hidden_layers - 1);
   auto pipeline = [&](int rank) {
     return R"({"micro_batch_size": 1, "num_micro_batches": 1, "stages": [{"ranks": ")" + std::to_string(rank) +
            R"(", "layers": ")" + layers + R"("}]})";
   };
-  return R"({"name": "dp2", "pipelines": [)" + pipeline(0) + ", " + pipeline(1) + "]}";
+  return R"({"name": "dp2", "zero": )" + std::to_string(zero) + R"(, "pipelines": [)" + pipeline(0) + ", " +
+         pipeline(1) + "]}";
 }
 
 struct Measured {
   double step_seconds = 0;  // rank 0's mean over the timed steps
-  double sync_seconds = 0;  // rank 0's traced gradient reduction per timed step
+  double sync_seconds = 0;  // rank 0's traced gradient reduction (ZeRO-3: and gathers) per timed step
 };
 
-Measured measure(const models::LlamaConfig& config, const data::TokenDataset& ds, double bucket_mb, double speed,
+// A row: ZeRO stage and bucket size.
+struct Configuration {
+  int zero = 0;
+  double bucket_mb = 0;
+};
+
+Measured measure(const models::LlamaConfig& config, const data::TokenDataset& ds, Configuration c, double speed,
                  int64_t seq_len, int steps) {
-  const sharding::Strategy st = sharding::Strategy::from_json_text(dp2(config), "bench");
+  const sharding::Strategy st = sharding::Strategy::from_json_text(dp2(config, c.zero), "bench");
   const sharding::AnnotationPlan plan = models::compile_llama_plan(config, st);
   Measured m;
   comm::run_thread_ranks(2, [&](int rank, comm::GroupCache& groups) {
@@ -64,7 +77,7 @@ Measured measure(const models::LlamaConfig& config, const data::TokenDataset& ds
     o.device.rank = rank;
     o.device.speed = speed;
     o.trace = true;
-    o.grad_bucket_mb = bucket_mb;
+    o.grad_bucket_mb = c.bucket_mb;
     runtime::DistTrainer t(models::llama(config), ds, plan, o, rank, 2, groups);
     double total = 0;
     for (int s = 0; s < steps; ++s) {
@@ -76,7 +89,8 @@ Measured measure(const models::LlamaConfig& config, const data::TokenDataset& ds
     m.step_seconds = total / (steps - 1);
     double sync_us = 0;
     for (const runtime::TraceEvent& e : t.tracer().events()) {
-      if (e.name.rfind("grad-bucket", 0) == 0) sync_us += e.duration_us;
+      const bool zero3_comm = e.name.ends_with(".gather") || e.name.starts_with("grad-shards");
+      if (e.name.starts_with("grad-bucket") || (c.zero == 3 && zero3_comm)) sync_us += e.duration_us;
     }
     m.sync_seconds = sync_us * 1e-6 / (steps - 1);
   });
@@ -101,27 +115,36 @@ int main(int argc, char** argv) {
   }
   const models::LlamaConfig config = models::LlamaConfig::from_file(model);
   const data::TokenDataset ds = data::TokenDataset::open(bench::prepared_kjv_dataset(kRoot));
-  const std::vector<double> buckets{0, 25, 4};
+  const std::vector<Configuration> rows{{0, 0}, {0, 25}, {0, 4}, {3, 0}, {3, 4}};
   std::printf("Emulated devices (CPU emulation, not GPUs): DP 2, both ranks speed %.2f; %s, one row of %lld tokens\n"
               "per rank; %d steps per run (first not timed), %d interleaved rounds, best round shown; %u host cores, "
               "load %.2f at start\n\n",
               speed, std::filesystem::path(model).filename().c_str(), static_cast<long long>(seq_len), steps, repeats,
               std::thread::hardware_concurrency(), bench::load_average());
-  std::vector<Measured> best(buckets.size());
+  std::vector<Measured> best(rows.size());
   for (int r = 0; r < repeats; ++r) {
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      const Measured m = measure(config, ds, buckets[b], speed, seq_len, steps);
+    for (size_t b = 0; b < rows.size(); ++b) {
+      const Measured m = measure(config, ds, rows[b], speed, seq_len, steps);
       if (r == 0 || m.step_seconds < best[b].step_seconds) best[b] = m;
     }
   }
-  const Measured& after = best[0];
-  std::printf("%-28s %10s %10s %12s\n", "gradient sync", "step (s)", "vs after", "sync hidden");
-  std::printf("%-28s %10.3f %10.2f %12s   (sync %.3f s = %.0f%% of the step)\n", "after the backward", after.step_seconds,
-              1.0, "-", after.sync_seconds, 100 * after.sync_seconds / after.step_seconds);
-  for (size_t b = 1; b < buckets.size(); ++b) {
-    const double hidden = (after.step_seconds - best[b].step_seconds) / after.sync_seconds;
-    std::printf("overlapped, %5.1f MiB buckets %10.3f %10.2f %11.0f%%\n", buckets[b], best[b].step_seconds,
-                best[b].step_seconds / after.step_seconds, 100 * hidden);
+  std::printf("%-36s %10s %10s %12s\n", "gradient sync", "step (s)", "vs after", "sync hidden");
+  const Measured* after = nullptr;  // the row without overlap of the same stage
+  for (size_t b = 0; b < rows.size(); ++b) {
+    const bool zero3 = rows[b].zero == 3;
+    if (rows[b].bucket_mb == 0) {
+      after = &best[b];
+      std::printf("%-36s %10.3f %10.2f %12s   (%s %.3f s = %.0f%% of the step)\n",
+                  zero3 ? "ZeRO-3, on the computing thread" : "after the backward", after->step_seconds, 1.0, "-",
+                  zero3 ? "gathers and reductions" : "sync", after->sync_seconds,
+                  100 * after->sync_seconds / after->step_seconds);
+      continue;
+    }
+    const std::string label = zero3 ? std::string("ZeRO-3, on the communication thread")
+                                    : "overlapped, " + std::to_string(rows[b].bucket_mb).substr(0, 4) + " MiB buckets";
+    const double hidden = (after->step_seconds - best[b].step_seconds) / after->sync_seconds;
+    std::printf("%-36s %10.3f %10.2f %11.0f%%\n", label.c_str(), best[b].step_seconds,
+                best[b].step_seconds / after->step_seconds, 100 * hidden);
   }
   std::printf("\nload %.2f at the end\n", bench::load_average());
   return 0;

@@ -1,6 +1,8 @@
 // The communication thread (runtime/comm_thread.h): jobs run in order off the caller's thread; a
 // job's error stops the queue and surfaces at the next submit() or wait(), naming the owner and
-// the thread; abandon() forgets the queue and the error; inline mode runs jobs in submit().
+// the thread; abandon() forgets the queue and the error; inline mode runs jobs in submit(); a
+// ticket's wait returns once its job has run while later ones still run, and throws an earlier
+// job's error.
 #include "hspmd/runtime/comm_thread.h"
 
 #include <gmock/gmock.h>
@@ -56,6 +58,37 @@ TEST(CommThread, AnErrorDropsTheQueueAndSurfacesOnceNamingTheThread) {
   comm.submit([&] { ++ran; });  // reported once: the thread works again
   comm.wait();
   EXPECT_EQ(ran, 1);
+}
+
+TEST(CommThread, WaitForATicketReturnsOnceItsJobRanWhileLaterOnesRun) {
+  CommThread comm("rank 1");
+  std::atomic<bool> gate{false};
+  std::atomic<int> ran{0};
+  const uint64_t first = comm.submit([&] { ++ran; });
+  const uint64_t second = comm.submit([&] {
+    while (!gate) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ++ran;
+  });
+  EXPECT_LT(first, second);
+  comm.wait_for(first);  // the second job still waits for the gate
+  EXPECT_EQ(ran, 1);
+  gate = true;
+  comm.wait_for(second);
+  EXPECT_EQ(ran, 2);
+}
+
+TEST(CommThread, WaitForALaterTicketThrowsAnEarlierJobsError) {
+  CommThread comm("rank 2 (gradient sync)");
+  comm.submit([] { throw Error("allgather over [0, 2]: timed out after 500 ms"); });
+  const uint64_t gather = comm.submit([] {});  // dropped behind the failure
+  try {
+    comm.wait_for(gather);
+    ADD_FAILURE() << "wait_for() returned after a failed job";
+  } catch (const Error& e) {
+    EXPECT_THAT(std::string(e.what()), AllOf(HasSubstr("rank 2 (gradient sync): the communication thread failed"),
+                                             HasSubstr("allgather over [0, 2]: timed out")));
+  }
+  comm.wait_for(comm.submit([] {}));  // reported once: the thread works again
 }
 
 TEST(CommThread, SubmitAfterAFailureThrowsIt) {

@@ -1,16 +1,19 @@
 // Gradient buckets overlapped with the backward pass (runtime/bucketed_gradient_sync.h): for DP,
-// DP x TP, DP x PP, DP x CP, sequence parallelism, ZeRO-1, ZeRO-2, heterogeneous pipelines and a run
-// switching between them, every step's loss and gradient norm and the final weights with small
-// buckets reduced on the communication thread equal, bit for bit, those of the sync after the
-// backward pass (grad_bucket_mb 0), and an overlapped run equals the single-process run. Buckets are
-// formed as configured, and a communication failure on the thread surfaces on the main thread as an
-// error naming it. Ranks run as threads of this process over Gloo (runtime/dist_run_testlib.h).
+// DP x TP, DP x PP, DP x CP, sequence parallelism, ZeRO-1, ZeRO-2, ZeRO-3 (its gathers too, with
+// recompute, 1F1B and pipelines of other shapes), heterogeneous pipelines and a run switching between
+// them, every step's loss and gradient norm and the final weights with small buckets reduced on the
+// communication thread equal, bit for bit, those of the sync after the backward pass (grad_bucket_mb
+// 0), and an overlapped run equals the single-process run. Buckets are formed as configured, ZeRO-3's
+// gathers and reductions run on the thread (its trace spans), and a communication failure on the
+// thread surfaces on the main thread as an error naming it. Ranks run as threads of this process over
+// Gloo (runtime/dist_run_testlib.h).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <numeric>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,6 +73,23 @@ const char* kDp2Cp2 = R"([
 const char* kDp2Tp2Sp = R"([
   {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3", "sequence_parallel": true}]},
   {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "2-3", "layers": "0-3", "sequence_parallel": true}]}])";
+// ZeRO-3 (as in zero3_dist_test.cc): two TP 2 x PP 2 pipelines; a 1-stage TP 2 pipeline beside a
+// 2-stage TP 1 one of uneven stages and larger micro-batches; 1F1B over pipelines of 2, 2 and 3
+// stages whose holders of a layer run their passes in one order.
+const char* kDp2Tp2Pp2 = R"([
+  {"micro_batch_size": 1, "num_micro_batches": 2,
+   "stages": [{"ranks": "0-1", "layers": "0-1"}, {"ranks": "2-3", "layers": "2-3"}]},
+  {"micro_batch_size": 1, "num_micro_batches": 2,
+   "stages": [{"ranks": "4-5", "layers": "0-1"}, {"ranks": "6-7", "layers": "2-3"}]}])";
+const char* kZero3Hetero = R"([
+  {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3"}]},
+  {"micro_batch_size": 2, "num_micro_batches": 2,
+   "stages": [{"ranks": "2", "layers": "0"}, {"ranks": "3", "layers": "1-3"}]}])";
+const char* kZero3Hetero1F1B = R"([
+  {"micro_batch_size": 1, "num_micro_batches": 2,
+   "stages": [{"ranks": "0-1", "layers": "0-1"}, {"ranks": "2-3", "layers": "2-3"}]},
+  {"micro_batch_size": 1, "num_micro_batches": 2,
+   "stages": [{"ranks": "4", "layers": "0"}, {"ranks": "5", "layers": "1"}, {"ranks": "6", "layers": "2-3"}]}])";
 
 RunOptions buckets(double mib) {
   return {.configure = [mib](int, DistOptions& d) { d.grad_bucket_mb = mib; }};
@@ -90,8 +110,11 @@ void expect_same_bits(const DistRun& overlapped, const DistRun& after) {
   }
 }
 
-void expect_overlap_changes_nothing(const sharding::Strategy& st) {
-  expect_same_bits(run(st, dist_options(kSteps), buckets(kSmallBuckets)), run(st, dist_options(kSteps), buckets(0)));
+void expect_overlap_changes_nothing(const sharding::Strategy& st, RunOptions options = {}) {
+  RunOptions after = options;
+  after.configure = buckets(0).configure;
+  options.configure = buckets(kSmallBuckets).configure;
+  expect_same_bits(run(st, dist_options(kSteps), options), run(st, dist_options(kSteps), after));
 }
 
 TEST(Overlap, DataParallelEqualsSyncAfterBackward) { expect_overlap_changes_nothing(with_zero(0, kDp2)); }
@@ -109,11 +132,60 @@ TEST(Overlap, HeterogeneousPipelinesEqualSyncAfterBackward) {
   expect_overlap_changes_nothing(with_zero(2, kHetero));
 }
 
-// ZeRO-3 keeps its own reduces in B (each gradient as soon as produced, on the main thread) whatever
-// the bucket size; the communication thread only takes its shards in Post.
-TEST(Overlap, Zero3UnderBucketsEqualsSyncAfterBackwardAndOneProcess) {
+// ZeRO-3: the per-layer gathers of F, B and B's recompute run on the communication thread one layer
+// ahead, the gradients reduced into the shards there in the order B produces them.
+TEST(Overlap, Zero3EqualsSyncAfterBackwardAndOneProcess) {
+  expect_overlap_changes_nothing(with_zero(3, kDp2));
   expect_overlap_changes_nothing(with_zero(3, kDp2Pp2));
   expect_matches_single_process(run(with_zero(3, kDp2Tp2), dist_options(kSteps), buckets(kSmallBuckets)), kSteps);
+}
+
+TEST(Overlap, Zero3DataTensorPipelineParallelWithRecomputeEqualsSyncAfterBackwardAndOneProcess) {
+  expect_overlap_changes_nothing(with_zero(3, kDp2Tp2Pp2, /*recompute=*/true));
+  expect_matches_single_process(
+      run(with_zero(3, kDp2Tp2Pp2, /*recompute=*/true), dist_options(kSteps), buckets(kSmallBuckets)), kSteps);
+}
+
+TEST(Overlap, Zero3HeterogeneousPipelinesEqualSyncAfterBackwardAndOneProcess) {
+  // GPipe over pipelines of other stage splits and TP degrees (SplitAG / BSR gathers), and 1F1B over
+  // three pipelines whose holders of each layer run their passes in one order.
+  expect_overlap_changes_nothing(with_zero(3, kZero3Hetero), {.schedule = specialize::ScheduleKind::kGPipe});
+  expect_overlap_changes_nothing(with_zero(3, kZero3Hetero1F1B));
+  RunOptions gpipe = buckets(kSmallBuckets);
+  gpipe.schedule = specialize::ScheduleKind::kGPipe;
+  expect_matches_single_process(run(with_zero(3, kZero3Hetero), dist_options(kSteps), gpipe), kSteps);
+  expect_matches_single_process(run(with_zero(3, kZero3Hetero1F1B), dist_options(kSteps), buckets(kSmallBuckets)),
+                                kSteps);
+}
+
+// The trace names each span's thread: with overlap every gather and ZeRO-3 gradient bucket is on
+// another thread than F and B; without it, on theirs (so the test can tell them apart).
+TEST(Overlap, Zero3GathersAndReductionsRunOnTheCommunicationThread) {
+  for (const double mib : {kSmallBuckets, 0.0}) {
+    std::vector<std::vector<TraceEvent>> events(2);
+    RunOptions ro;
+    ro.configure = [mib](int, DistOptions& d) {
+      d.grad_bucket_mb = mib;
+      d.trace = true;
+    };
+    ro.after = [&](DistTrainer& t) { events[t.rank()] = t.tracer().events(); };
+    run(with_zero(3, kDp2), dist_options(1), ro);
+    for (int rank = 0; rank < 2; ++rank) {
+      std::set<int> compute, gathers, reductions;
+      for (const TraceEvent& e : events[rank]) {
+        if (e.name == "F0" || e.name == "B0") compute.insert(e.tid);
+        if (e.name.ends_with(".gather")) gathers.insert(e.tid);
+        if (e.name.starts_with("grad-shards")) reductions.insert(e.tid);
+      }
+      ASSERT_EQ(compute.size(), 1u) << "rank " << rank;
+      ASSERT_FALSE(gathers.empty()) << "rank " << rank;
+      ASSERT_FALSE(reductions.empty()) << "rank " << rank;
+      const bool on_compute_thread = mib == 0;
+      EXPECT_EQ(gathers.count(*compute.begin()) == 1, on_compute_thread) << "rank " << rank << ", " << mib;
+      EXPECT_EQ(gathers.size(), 1u) << "rank " << rank << ", " << mib;
+      EXPECT_EQ(reductions, gathers) << "rank " << rank << ", " << mib;  // one thread, one order
+    }
+  }
 }
 
 TEST(Overlap, OverlappedRunsEqualOneProcess) {
@@ -214,6 +286,36 @@ TEST(Overlap, ACommunicationTimeoutOnTheThreadSurfacesOnTheMainThread) {
       },
       comm::Millis(2'000));
   EXPECT_THAT(error, HasSubstr("rank 0 (gradient sync): the communication thread failed"));
+}
+
+TEST(Overlap, AZero3GatherTimingOutOnTheThreadSurfacesOnTheMainThread) {
+  // Rank 1 never steps: rank 0's first F hands the embedding's gather to its thread, which waits for
+  // rank 1 until the 2 s timeout; F, waiting for that layer, throws it instead of hanging.
+  const sharding::AnnotationPlan plan = models::compile_llama_plan(testing::dist_config(), with_zero(3, kDp2));
+  const data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
+  std::atomic<bool> rank0_done{false};
+  std::string error;
+  comm::run_thread_ranks(
+      2,
+      [&](int rank, comm::GroupCache& groups) {
+        DistOptions o;
+        o.train = dist_options(1);
+        o.grad_bucket_mb = kSmallBuckets;
+        DistTrainer t(models::llama(testing::dist_config()), ds, plan, o, rank, 2, groups);
+        if (rank == 1) {
+          while (!rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          return;
+        }
+        try {
+          t.step();
+        } catch (const Error& e) {
+          error = e.what();
+        }
+        rank0_done = true;
+      },
+      comm::Millis(2'000));
+  EXPECT_THAT(error, HasSubstr("rank 0 (gradient sync): the communication thread failed"));
+  EXPECT_THAT(error, HasSubstr("allgather"));  // the gather, not a reduction
 }
 
 }  // namespace

@@ -46,6 +46,7 @@ void BucketedGradientSync::start(ShardedState& state, int64_t step) {
   into_shards_ = false;
   synced_round_ = false;
   next_bucket_ = 0;
+  produced_buckets_ = 0;
 }
 
 void BucketedGradientSync::begin_round(bool into_shards) {
@@ -80,15 +81,7 @@ void BucketedGradientSync::hand_over(size_t bucket) {
       group.emplace_back(&s, std::move(s.grad));
       s.grad = Tensor();
     }
-    thread_.submit([this, bucket, threads, group = std::move(group)]() mutable {
-      kernels::ScopedNumThreads scoped(threads);
-      const double start = parts_.tracer.now_us();
-      for (auto& [s, grad] : group) {
-        reduce_into_shard(*s, grad, rank_, parts_.resolutions, parts_.session, parts_.compute);
-        grad = Tensor();  // each whole gradient freed as soon as it is reduced
-      }
-      parts_.tracer.record("grad-shards" + std::to_string(bucket), "comm", start, parts_.tracer.now_us());
-    });
+    reduce_into_shards(std::move(group), "grad-shards" + std::to_string(bucket));
     return;
   }
   thread_.submit([this, bucket, threads, &state] {
@@ -100,6 +93,37 @@ void BucketedGradientSync::hand_over(size_t bucket) {
       fault_point(rank_, step_, "grad-sync");
     }
     parts_.tracer.record("grad-bucket" + std::to_string(bucket), "comm", start, parts_.tracer.now_us());
+  });
+}
+
+uint64_t BucketedGradientSync::reduce_into_shards(std::vector<std::pair<TensorState*, Tensor>> bucket,
+                                                  const std::string& name) {
+  return thread_.submit([this, name, threads = kernel_threads_, bucket = std::move(bucket)]() mutable {
+    kernels::ScopedNumThreads scoped(threads);
+    const double start = parts_.tracer.now_us();
+    for (auto& [s, grad] : bucket) {
+      reduce_into_shard(*s, grad, rank_, parts_.resolutions, parts_.session, parts_.compute);
+      grad = Tensor();  // each whole gradient freed as soon as it is reduced
+    }
+    parts_.tracer.record(name, "comm", start, parts_.tracer.now_us());
+  });
+}
+
+void BucketedGradientSync::gradients_produced(std::vector<std::pair<size_t, Tensor>> grads) {
+  HSPMD_ASSERT(state_ != nullptr && into_shards_) << "rank " << rank_ << ": gradients outside a ZeRO-3 round";
+  parts_.pacer.pad();  // B so far, stretched: the bucket leaves when the emulated device has it
+  // At most one bucket in flight: B computed this one while the thread reduced the one before.
+  thread_.wait_for(in_flight_);
+  std::vector<std::pair<TensorState*, Tensor>> bucket;
+  for (auto& [i, grad] : grads) bucket.emplace_back(&state_->tensors.at(i), std::move(grad));
+  in_flight_ = reduce_into_shards(std::move(bucket), "grad-shards" + std::to_string(produced_buckets_++));
+}
+
+uint64_t BucketedGradientSync::submit_after_gradients(std::function<void()> job) {
+  parts_.pacer.pad();
+  return thread_.submit([job = std::move(job), threads = kernels::num_threads()] {
+    kernels::ScopedNumThreads scoped(threads);
+    job();
   });
 }
 

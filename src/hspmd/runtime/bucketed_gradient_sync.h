@@ -25,11 +25,25 @@
 // The thread communicates on the "grad" channel (comm/group_cache.h): its own communicators, so it
 // never shares a Gloo context with the main thread's pipeline ("F", "B") or Post ("post") traffic.
 //
+// ZeRO-3 (every backward pass a group of its own) reduces each gradient into its shard as B
+// produces it: a bucket is the gradients of one op of B (gradients_produced), handed over at once,
+// in the order B produces them, and B hands over the next only once the thread has reduced the one
+// before, so at most two whole gradients live (the memory estimate's count). ZeRO-3's parameter
+// gathers run on the same thread (submit_after_gradients), so every rank's thread runs gathers and
+// reductions in the order the sync after each op ran them, the order every holder of a parameter
+// shares (specialize/gather_units.h: in B a layer is gathered only after the layer before it
+// reduced its gradients). The main thread waits for a gather only where it reads the layer
+// (wait_for), and for the pass's last bucket at the pass's end (end_round).
+//
 // bucket_bytes 0 turns the overlap off: ZeRO-0/1 reduce every parameter in Post, on the main
-// thread, and ZeRO-2 reduces each group after its backward pass, on the main thread.
+// thread, ZeRO-2 reduces each group after its backward pass and ZeRO-3 each gradient after the op
+// producing it, and its gathers run where they are submitted, on the main thread.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "hspmd/graph/compute_device.h"
@@ -73,6 +87,15 @@ class BucketedGradientSync {
   void begin_round(bool into_shards);
   // state.tensors[i].grad is final for the round: hands every bucket now complete to the thread.
   void gradient_done(size_t i);
+  // ZeRO-3, in an into-shards round: B has just produced these summands (this rank's, of
+  // state.tensors[i]'s gradient, by i): waits for the bucket handed over before, then hands them
+  // over to be reduced into their shards and freed.
+  void gradients_produced(std::vector<std::pair<size_t, Tensor>> grads);
+  // Queues `job` behind the gradients handed over before (returning its ticket for wait_for). On
+  // the caller's thread without overlap.
+  uint64_t submit_after_gradients(std::function<void()> job);
+  // Returns once the job of `ticket` has run; throws the thread's error.
+  void wait_for(uint64_t ticket) { thread_.wait_for(ticket); }
   // The backward pass of the round is over. ZeRO-2 waits here for the group's buckets, as it
   // waited for its reductions before they overlapped: no whole gradient outlives the pass (the
   // next forward's activations never meet them), and every holder has reduced the group before
@@ -88,6 +111,7 @@ class BucketedGradientSync {
 
  private:
   void hand_over(size_t bucket);
+  uint64_t reduce_into_shards(std::vector<std::pair<TensorState*, Tensor>> bucket, const std::string& name);
 
   int rank_;
   int64_t bucket_bytes_;
@@ -101,6 +125,8 @@ class BucketedGradientSync {
   size_t next_bucket_ = 0;     // of the current round: the first not handed over
   bool synced_round_ = false;  // the current round is the one that syncs (not ZeRO-2's groups)
   std::vector<Tensor> synced_;
+  uint64_t in_flight_ = 0;    // ZeRO-3: the ticket of the last bucket handed over
+  int produced_buckets_ = 0;  // ZeRO-3's, of the step, for the trace
   CommThread thread_;  // last: joined before the members its jobs use go away
 };
 

@@ -29,22 +29,31 @@ CommThread::~CommThread() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
-    queue_.clear();
+    drop_queue_locked();
   }
   changed_.notify_all();
   thread_.join();
 }
 
-void CommThread::submit(std::function<void()> job) {
+uint64_t CommThread::submit(std::function<void()> job) {
   if (!threaded_) {  // the caller's own work: its errors are its own
     job();
-    return;
+    return ++submitted_;
   }
   std::unique_lock<std::mutex> lock(mutex_);
   if (error_) rethrow_locked(lock);
   queue_.push_back(std::move(job));
+  const uint64_t ticket = ++submitted_;
   lock.unlock();
   changed_.notify_all();
+  return ticket;
+}
+
+void CommThread::wait_for(uint64_t ticket) {
+  if (!threaded_) return;  // ran in submit()
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return finished_ >= ticket || error_; });
+  if (error_) rethrow_locked(lock);
 }
 
 void CommThread::wait() {
@@ -57,9 +66,14 @@ void CommThread::wait() {
 
 void CommThread::abandon() {
   std::unique_lock<std::mutex> lock(mutex_);
-  queue_.clear();
+  drop_queue_locked();
   changed_.wait(lock, [&] { return !running_; });
   error_ = nullptr;
+}
+
+void CommThread::drop_queue_locked() {
+  finished_ += queue_.size();
+  queue_.clear();
 }
 
 void CommThread::rethrow_locked(std::unique_lock<std::mutex>& lock) {
@@ -87,9 +101,10 @@ void CommThread::loop() {
     job = nullptr;  // whatever the job held (buffers, tensors) is released before waiters wake
     lock.lock();
     running_ = false;
+    ++finished_;
     if (failed) {
       if (!error_) error_ = failed;
-      queue_.clear();
+      drop_queue_locked();
     }
     changed_.notify_all();
   }

@@ -7,6 +7,10 @@
 //   ... compute ...
 //   comm.wait();                             // every job done; rethrows the first job's error
 //
+// A job's ticket (what submit() returns) lets the caller wait for that job alone: jobs run in
+// submission order, so wait_for(t) returns once every job up to t has run. ZeRO-3's parameter
+// gathers wait so for the layer they need while the later layers' gathers go on.
+//
 // Errors: a job that throws stops the thread's work: the jobs queued behind it are dropped (they
 // would communicate with peers the failure has already desynchronized) and the next submit() or
 // wait() throws Error naming the owner, "the communication thread" and the job's message. So an
@@ -19,6 +23,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -38,8 +43,13 @@ class CommThread {
   CommThread& operator=(const CommThread&) = delete;
 
   bool threaded() const { return threaded_; }
-  // Queues `job` (or runs it now, inline). Throws the error of an earlier job instead, if any.
-  void submit(std::function<void()> job);
+  // Queues `job` (or runs it now, inline) and returns its ticket. Throws the error of an earlier
+  // job instead, if any.
+  uint64_t submit(std::function<void()> job);
+  // Returns once the job of `ticket` and those before it have run; throws the first job's error, as
+  // wait() does. A job dropped after an error counts as run (the error is thrown once, by
+  // whichever call comes first).
+  void wait_for(uint64_t ticket);
   // Returns once every job handed over has run; throws the first job's error (once: the thread is
   // usable again afterwards).
   void wait();
@@ -49,6 +59,7 @@ class CommThread {
 
  private:
   void loop();
+  void drop_queue_locked();  // dropped jobs count as finished: their waiters see the error instead
   [[noreturn]] void rethrow_locked(std::unique_lock<std::mutex>& lock);
 
   std::string owner_;
@@ -57,6 +68,8 @@ class CommThread {
   std::condition_variable changed_;
   std::deque<std::function<void()>> queue_;
   bool running_ = false;  // a job is executing (its lock released)
+  uint64_t submitted_ = 0;  // tickets handed out
+  uint64_t finished_ = 0;   // jobs run or dropped, in submission order
   bool stopping_ = false;
   std::exception_ptr error_;
   std::thread thread_;  // last: started once the members above exist

@@ -30,7 +30,8 @@
 //          are summed over micro-batches.
 //   Post   gradient sync (deduced -> optimizer-state annotation: AR, SplitAR, SplitRS, BSR ...; in
 //          buckets on a communication thread, mostly during B: runtime/bucketed_gradient_sync.h;
-//          ZeRO-3 reduces each gradient in B itself: runtime/step_runner.h),
+//          ZeRO-3 hands each gradient to it as B produces it, between its parameter gathers
+//          on the same thread: runtime/step_runner.h),
 //          the global gradient norm (each element counted once: one subgroup of a replicated
 //          tensor, the first holder of each region inside it) and clipping, AdamW on the rank's
 //          state shard, parameter gather (state -> parameter).

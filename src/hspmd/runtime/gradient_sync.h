@@ -12,9 +12,8 @@
 //   Tensor synced = take_synced_gradient(s, rank, cache, session, compute);   // in Post
 //
 // The reductions run on the "grad" channel (kGradientChannel): a communication thread runs them
-// during the backward pass (runtime/bucketed_gradient_sync.h) on communicators of their own.
-// ZeRO-3's run on the computing thread, one parameter as soon as B produces its gradient
-// (runtime/step_runner.h), while that communication thread idles until Post.
+// during the backward pass (runtime/bucketed_gradient_sync.h) on communicators of their own,
+// ZeRO-3's in the order B produces the gradients, between its parameter gathers.
 //
 // `compute` is the rank's device (graph/compute_device.h): the reduced values land in its memory
 // (staged through the host when it is a GPU and the communicator moves host memory) and are added

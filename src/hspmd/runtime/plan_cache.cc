@@ -127,7 +127,7 @@ void PlanCache::connect(const SpecializedPlan& p, const std::vector<int>& member
   // Every group a step of the plan communicates on, for all ranks alike, from the same resolutions
   // the steps run (the cache keeps them): each Reshard of F ("F") and B ("B") with every pipeline's
   // micro-batch shapes, the vocab-parallel loss's statistics gathers ("F"), the gradient syncs
-  // ("grad", ZeRO-3's too), ZeRO-1/2's parameter gathers, ZeRO-3's per-layer ones and the all-rank
+  // and ZeRO-3's per-layer parameter gathers ("grad"), ZeRO-1/2's parameter gathers and the all-rank
   // reduction ("post").
   const sharding::AnnotationPlan& plan = p.exec->plan();
   std::vector<SymBinding> bindings;
@@ -158,9 +158,11 @@ void PlanCache::connect(const SpecializedPlan& p, const std::vector<int>& member
     const switching::ParamLayout& l = p.param_layouts[i];
     add_resolution_groups(resolutions_.resolve(p.grad_annotations[i], l.state, l.shape, l.name + ".grad"),
                           kGradientChannel, groups);
-    // ZeRO-1/2's gather after the update, ZeRO-3's per layer in F and B: state -> what the passes read.
+    // ZeRO-1/2's gather after the update ("post"), ZeRO-3's per layer in F and B on the gradient
+    // sync's thread: state -> what the passes read.
     if (l.state != l.read) {
-      add_resolution_groups(resolutions_.resolve(l.state, l.read, l.shape, l.name), "post", groups);
+      add_resolution_groups(resolutions_.resolve(l.state, l.read, l.shape, l.name),
+                            plan.shard_parameters ? kGradientChannel : "post", groups);
     }
   }
   // Connecting is collective per group: walking one sorted list everywhere means the first group

@@ -181,11 +181,11 @@ void StepRunner::backward(MicroBatch& mb, ShardedState& state, GradientRound rou
   HSPMD_ASSERT(!sharded || round == GradientRound::kIntoShards)
       << "rank " << rank_ << ": ZeRO-3 reduces every micro-batch's gradients";
   BucketedGradientSync& sync = parts_.gradient_sync;
-  // ZeRO-3 reduces its gradients here, one parameter at a time (below); the others' final
-  // gradients go to the sync.
-  const bool final = round != GradientRound::kNone && !sharded;
+  // ZeRO-3 hands each gradient to the sync as B produces it (below), with no sum in the state; the
+  // others' final gradients go to the sync from the state's sums.
+  const bool final = round != GradientRound::kNone;
   // Overlapped, each final gradient goes to the sync as soon as the op computing it has run.
-  const bool as_computed = final && sync.overlaps();
+  const bool as_computed = final && !sharded && sync.overlaps();
   std::vector<std::vector<size_t>> finished_by(as_computed ? graph_.graph.num_ops() : 0);  // op -> tensors
   if (as_computed) {
     for (size_t i = 0; i < state.tensors.size(); ++i) finished_by[graph_.grads[state.tensors[i].param].op].push_back(i);
@@ -193,11 +193,11 @@ void StepRunner::backward(MicroBatch& mb, ShardedState& state, GradientRound rou
   std::vector<bool> handed(state.tensors.size(), false);
   if (final) sync.begin_round(round == GradientRound::kIntoShards);
   ParameterGathers gathers = parameter_gathers(plan_->backward_gathers, state);
-  // ZeRO-3: each gradient is reduced into its shard as soon as B has produced it (every holder
-  // produces it at the same position of the same steps): one parameter's whole gradient at a time.
-  std::map<int, std::vector<TensorState*>> produced;  // gradient op id -> the parameters it ends
+  // ZeRO-3: each gradient goes to the sync as soon as B has produced it (every holder produces it
+  // at the same position of the same steps); the sync reduces it into its shard, in that order.
+  std::map<int, std::vector<size_t>> produced;  // gradient op id -> the tensors it ends
   if (sharded) {
-    for (TensorState& s : state.tensors) produced[graph_.grads[s.param].op].push_back(&s);
+    for (size_t i = 0; i < state.tensors.size(); ++i) produced[graph_.grads[state.tensors[i].param].op].push_back(i);
   }
   for (size_t k = 0; k < steps.size(); ++k) {
     if (sharded) gathers.before(static_cast<int>(k), mb.values);
@@ -207,7 +207,15 @@ void StepRunner::backward(MicroBatch& mb, ShardedState& state, GradientRound rou
       gathers.after(static_cast<int>(k), mb.values);
       const auto done = produced.find(steps[k].op);
       if (done == produced.end()) continue;
-      reduce_now(done->second, mb, "B" + std::to_string(mb.index));
+      std::vector<std::pair<size_t, Tensor>> grads;
+      for (size_t i : done->second) {
+        const TensorRef g = graph_.grads[state.tensors[i].param];
+        Tensor& value = mb.values[g.op][g.index];
+        HSPMD_ASSERT(value.defined()) << "rank " << rank_ << ": no gradient of '" << state.tensors[i].name
+                                      << "' in B" << mb.index;
+        grads.emplace_back(i, std::exchange(value, Tensor()));
+      }
+      sync.gradients_produced(std::move(grads));
       produced.erase(done);
       continue;
     }
@@ -221,7 +229,7 @@ void StepRunner::backward(MicroBatch& mb, ShardedState& state, GradientRound rou
     }
   }
   HSPMD_ASSERT(produced.empty()) << "rank " << rank_ << ": B" << mb.index << " did not produce the gradient of '"
-                                 << produced.begin()->second.front()->name << "'";
+                                 << state.tensors[produced.begin()->second.front()].name << "'";
   if (!sharded) {
     parts_.pacer.begin();  // accumulating the gradients is the device's compute too
     for (size_t i = 0; i < state.tensors.size(); ++i) {
@@ -232,7 +240,7 @@ void StepRunner::backward(MicroBatch& mb, ShardedState& state, GradientRound rou
   parts_.pacer.pad();
   parts_.tracer.record(std::string("B").append(std::to_string(mb.index)), "compute", start, parts_.tracer.now_us());
   for (size_t i = 0; i < state.tensors.size(); ++i) {  // without overlap: the whole round now
-    if (final && !handed[i]) sync.gradient_done(i);
+    if (final && !sharded && !handed[i]) sync.gradient_done(i);
   }
   mb.values.clear();
   if (final) sync.end_round();
@@ -254,27 +262,21 @@ void StepRunner::accumulate(MicroBatch& mb, TensorState& s, bool final) {
 
 ParameterGathers StepRunner::parameter_gathers(const std::vector<specialize::GatherUnit>& units,
                                                const ShardedState& state) {
-  return ParameterGathers(units, state, graph_.params, [this](const TensorState& s) {
-    parts_.pacer.pad();
-    const double start = parts_.tracer.now_us();
-    const resolve::Resolution& r = parts_.resolutions.resolve(s.annotation, s.read_annotation, s.shape, s.name);
-    Tensor whole = execute_reshard_staged(r, s.shape, rank_, s.value, parts_.session, "post", parts_.allocator);
-    parts_.tracer.record(s.name + ".gather", "comm", start, parts_.tracer.now_us());
-    return whole;
-  });
-}
-
-void StepRunner::reduce_now(const std::vector<TensorState*>& params, MicroBatch& mb, const std::string& pass) {
-  parts_.pacer.pad();
-  const double start = parts_.tracer.now_us();
-  for (TensorState* s : params) {
-    const TensorRef g = graph_.grads[s->param];
-    Tensor& value = mb.values[g.op][g.index];
-    HSPMD_ASSERT(value.defined()) << "rank " << rank_ << ": no gradient of '" << s->name << "' in " << pass;
-    reduce_into_shard(*s, value, rank_, parts_.resolutions, parts_.session, parts_.compute);
-    value = Tensor();
-  }
-  parts_.tracer.record("reduce-grads-" + pass, "comm", start, parts_.tracer.now_us());
+  // On the gradient sync's thread, behind the gradients B handed over before: one order of
+  // gathers and reductions on every holder (runtime/bucketed_gradient_sync.h).
+  BucketedGradientSync& sync = parts_.gradient_sync;
+  return ParameterGathers(
+      units, state, graph_.params,
+      [this](const TensorState& s) {
+        const double start = parts_.tracer.now_us();
+        const resolve::Resolution& r = parts_.resolutions.resolve(s.annotation, s.read_annotation, s.shape, s.name);
+        Tensor whole =
+            execute_reshard_staged(r, s.shape, rank_, s.value, parts_.session, kGradientChannel, parts_.allocator);
+        parts_.tracer.record(s.name + ".gather", "comm", start, parts_.tracer.now_us());
+        return whole;
+      },
+      {[&sync](std::function<void()> job) { return sync.submit_after_gradients(std::move(job)); },
+       [&sync](uint64_t ticket) { sync.wait_for(ticket); }});
 }
 
 void StepRunner::run_op(int id, MicroBatch& mb) {

@@ -6,10 +6,10 @@
 // summed over micro-batches into the training state. The backward pass that makes gradients final
 // (this rank's last; under ZeRO-2 the last of each group of micro-batches) hands each one, as the
 // op computing it finishes, to the bucketed gradient sync (runtime/bucketed_gradient_sync.h),
-// which reduces its buckets on a communication thread meanwhile. Under ZeRO-3 each gradient is
-// reduced into its shard on this thread as soon as B produces it, the parameters gathered layer by
-// layer (runtime/parameter_gathers.h). What follows (the rest of the gradient sync, AdamW) is the
-// trainer's (runtime/dist_trainer.h).
+// which reduces its buckets on a communication thread meanwhile. Under ZeRO-3 each gradient goes to
+// the sync as soon as B produces it, to be reduced into its shard on that thread, which also
+// gathers the parameters layer by layer, one layer ahead (runtime/parameter_gathers.h). What
+// follows (the rest of the gradient sync, AdamW) is the trainer's (runtime/dist_trainer.h).
 //
 //   StepRunner runner(model, graph, rank, {.seq_len = 256},
 //                     {allocator, session, cache, pacer, tracer, compute, sync});
@@ -96,15 +96,13 @@ class StepRunner {
   void forward(MicroBatch& mb, ShardedState& state);
   // What a backward pass does with the gradients it computes: adds them to the state's, or also
   // hands the sums to the gradient sync (a round: ZeRO-2's group ends, ZeRO-0/1's last pass).
-  // ZeRO-3 (every pass a group: kIntoShards) reduces them itself, with reduce_now.
+  // ZeRO-3 (every pass a group: kIntoShards) hands each to the sync as it is produced.
   enum class GradientRound { kNone, kIntoShards, kSynced };
   void backward(MicroBatch& mb, ShardedState& state, GradientRound round);
   // Adds mb's gradient of s to s.grad (the first micro-batch's is copied, unless `final`: then it
   // is s.grad, and mb lets go of it).
   void accumulate(MicroBatch& mb, TensorState& s, bool final);
-  // ZeRO-3: reduces `params`' gradients, just produced by B (`pass`, for the trace), into their shards.
-  void reduce_now(const std::vector<TensorState*>& params, MicroBatch& mb, const std::string& pass);
-  // ZeRO-3's gathers of a pass (runtime/parameter_gathers.h) on the run's communicators.
+  // ZeRO-3's gathers of a pass (runtime/parameter_gathers.h), on the gradient sync's thread.
   ParameterGathers parameter_gathers(const std::vector<specialize::GatherUnit>& units, const ShardedState& state);
   void run_op(int id, MicroBatch& mb);
   Tensor run_reshard(int id, const Tensor& src, const SymBinding& binding, const std::string& channel);

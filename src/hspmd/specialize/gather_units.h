@@ -1,10 +1,12 @@
 // ZeRO-3's gather units (sharding::AnnotationPlan::shard_parameters) and when a pass gathers and
 // frees them. A unit is the parameters under "model.layers.<i>." (Hugging Face names), or one
 // parameter outside the layers (the embedding, the final norm, the head). In a pass (an op
-// sequence), unit u is all-gathered before position gather_at: its first reader, or earlier, the
-// last reader of the unit before it (prefetched one layer ahead, while that layer finishes); each
-// parameter is freed after its own last reader. The runtime follows this schedule
-// (runtime/parameter_gathers.h) and the memory estimate takes its peak (peak_gathered_bytes).
+// sequence), unit u is all-gathered from position gather_at on: its first reader, or earlier, the
+// last reader of the unit before it (prefetched one layer ahead: the runtime hands the gather to
+// its communication thread there and waits for it only at u's first reader, so it runs while that
+// layer finishes); each parameter is freed after its own last reader. The runtime follows this
+// schedule (runtime/parameter_gathers.h) and the memory estimate takes its peak
+// (peak_gathered_bytes: a unit counts from gather_at, where its gather may allocate).
 //
 //   std::vector<GatherUnit> f = forward_gather_units(exec);
 //   f[0].layer == "model.embed_tokens.weight"; f[1].layer == "model.layers.0"; f[1].gather_at ...
@@ -27,7 +29,7 @@ struct GatherUnit {
   std::vector<int> params;      // parameter op ids this rank holds, in the order the pass first reads them
   std::vector<int> last_reads;  // per parameter: the position of its last reader
   int first = 0, last = 0;      // positions of the unit's first and last reader
-  int gather_at = 0;            // gathered before this position (<= first)
+  int gather_at = 0;            // gathered from before this position on (<= first)
 };
 
 // The layer a parameter is gathered with: "model.layers.<i>" for a name under it, else the name.
@@ -40,10 +42,12 @@ std::string gather_layer(const std::string& param_name);
 std::vector<GatherUnit> gather_units(const ExecGraph& exec, const std::vector<int>& ops,
                                      const std::map<int, int>& reduced_after = {});
 // The same for F (forward_ops()) and for B as run (backward_steps(), with what recompute replays).
-// B reduces each gradient right after the op producing it (`params[i]`'s is `grads[i]`; without
-// them, B's units are scheduled like F's, as the memory estimate does: an upper bound). Every
-// holder of a parameter meets the others in its gathers and reduces, so each must do them in one
-// order: a layer's gradient reduces before the next layer's gather. Otherwise, over pipelines of
+// B hands each gradient to the reduction right after the op producing it (`params[i]`'s is
+// `grads[i]`; without them, B's units are scheduled like F's, as the memory estimate does: an upper
+// bound). Every holder of a parameter meets the others in its gathers and reduces, so each must do
+// them in one order: a layer's gradient reduces before the next layer's gather (the runtime's
+// communication thread runs both in the order they are handed over, the gradients before a gather
+// due after them: runtime/bucketed_gradient_sync.h). Otherwise, over pipelines of
 // other stage splits, a rank prefetching layer 0 while it reduces layer 1 waits for a rank of layer 0
 // that waits for the gradient of a rank still reducing layer 1 with the first: a deadlock.
 std::vector<GatherUnit> forward_gather_units(const ExecGraph& exec);
