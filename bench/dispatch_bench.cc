@@ -192,8 +192,8 @@ int main(int argc, char** argv) {
   // The cost model's profile: measured on this host with the emulated devices.
   const auto profile_start = Clock::now();
   const planner::Profile profile = tuning::profile_host(
-      models::Llama(config), {.model = "configs/llama-tiny.json", .tp_degrees = {1, 2}, .seq_lens = {64, 256, 512},
-               .micro_batch_sizes = {1}, .repeats = 2, .devices = &devices, .progress = {}});
+      models::Llama(config), {.model = "configs/llama-tiny.json", .tp_degrees = {1, 2}, .cp_degrees = {1},
+               .seq_lens = {64, 256, 512}, .micro_batch_sizes = {1}, .repeats = 2, .devices = &devices, .progress = {}});
   std::printf("profiled the emulated devices in %.1f s\n",
               std::chrono::duration<double>(Clock::now() - profile_start).count());
   const resolve::Topology topo = resolve::Topology::from_file(kRoot + "/examples/clusters/local-hetero-4.json");
