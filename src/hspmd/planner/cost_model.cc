@@ -458,16 +458,17 @@ MemoryBreakdown CostModel::stage_memory(const std::string& kind, int tp, int lay
   m.reserved = k.reserved_bytes;
   if (parameter_shard) {
     // ZeRO-3 as specialize/memory_estimate.h counts it: the weights' shard over the replicas and what
-    // the gather schedule holds at most; of the gradient, the largest parameter's whole twice (B
-    // computes one while the communication thread reduces the one before into its shard) and the
-    // synced shard (in zero_states).
+    // the gather schedule holds at most; of the gradient, the largest parameter's whole, twice under
+    // overlap (B computes one while the communication thread reduces the one before into its shard),
+    // and the synced shard (in zero_states).
     const double replicas = std::max(1, data_parallel) * cp;
     double largest = layers > 0 ? shape_.largest_layer_matrix() : 0;
     if (first) largest = std::max(largest, shape_.embedding_parameters);
     if (last) largest = std::max(largest, shape_.head_parameters - static_cast<double>(shape_.hidden));
     const double w = weight_bytes(k);
     m.parameters = params * w / replicas + shape_.peak_gathered_parameters(layers, first, last, tp) * w +
-                   2 * largest / tp * std::min(kGradientElementBytes, k.bytes_per_parameter);
+                   (options_.grad_bucket_mb > 0 ? 2 : 1) * largest / tp *
+                       std::min(kGradientElementBytes, k.bytes_per_parameter);
     m.zero_states = params * k.zero_bytes_per_parameter / replicas;
     return m;
   }

@@ -66,7 +66,9 @@ DistTrainer::DistTrainer(std::shared_ptr<const models::Model> model, const data:
              {.schedule = options_.schedule,
               .seq_len = options_.train.seq_len,
               .recompute = options_.train.recompute,
-              .device = options_.device},
+              .device = options_.device,
+              .gradients_reduced_on_a_thread =
+                  options_.grad_bucket_mb > 0 && compute_.allocator.device().type == DeviceType::kCPU},
              session_, cache_),
       lr_schedule_(optimizer_options(options_.train).schedule),
       pacer_(options_.device.speed),

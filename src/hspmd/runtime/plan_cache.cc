@@ -113,7 +113,8 @@ std::unique_ptr<SpecializedPlan> PlanCache::specialize(const sharding::Annotatio
     p->schedule = specialize::make_schedule(options_.schedule, mb.num_micro_batches, num_stages, stage);
     const int64_t tokens = mb.micro_batch_size * mb.row_tokens(options_.seq_len);  // rows padded under CP
     p->memory = specialize::estimate_memory(exec, {.micro_batch_tokens = tokens,
-                                                   .micro_batches_in_flight = specialize::max_in_flight(p->schedule)});
+                                                   .micro_batches_in_flight = specialize::max_in_flight(p->schedule),
+                                                   .gradients_reduced_on_a_thread = options_.gradients_reduced_on_a_thread});
     HSPMD_CHECK(options_.device.memory_bytes == 0 || p->memory.total() <= options_.device.memory_bytes)
         << "plan " << name << ": rank " << rank_ << " ("
         << (options_.device.name.empty() ? "device" : options_.device.name) << ") needs about "

@@ -53,6 +53,7 @@ struct PlanCacheOptions {
   int64_t seq_len = 256;   // tokens of a packed row: micro-batch shapes of the memory estimate and connections
   bool recompute = false;  // the command line's per-layer recomputation, added to every plan's own
   EmulatedDevice device;   // this rank's memory capacity (0: unbounded)
+  bool gradients_reduced_on_a_thread = true;  // overlap on (the memory estimate's ZeRO-3 gradients)
 };
 
 class PlanCache {

@@ -64,8 +64,8 @@ MemoryEstimate estimate_memory(const ExecGraph& exec, const MemoryEstimateOption
   if (plan.shard_parameters) {
     // ZeRO-3 keeps the state shard of values and gradients. A pass holds what its gather schedule
     // holds at most (the layer it runs and the next one, each parameter freed after its last
-    // reader); B holds two parameters' whole gradients at most: the one the communication thread
-    // reduces into the shard and the next one it computes meanwhile.
+    // reader); B holds one parameter's whole gradient, or two at most when the communication thread
+    // reduces one into the shard while B computes the next.
     auto bytes_of = [&](int id) {
       return exec.local_shape({id, 0}, {}).numel() * static_cast<int64_t>(dtype_size(g.info({id, 0}).dtype));
     };
@@ -73,7 +73,7 @@ MemoryEstimate estimate_memory(const ExecGraph& exec, const MemoryEstimateOption
     for (int id : exec.parameters()) largest = std::max(largest, bytes_of(id));
     m.parameters = state_bytes_total + std::max(peak_gathered_bytes(forward_gather_units(exec), bytes_of),
                                                 peak_gathered_bytes(backward_gather_units(exec), bytes_of));
-    m.gradients = state_bytes_total + 2 * largest;
+    m.gradients = state_bytes_total + (options.gradients_reduced_on_a_thread ? 2 : 1) * largest;
     return m;
   }
   // ZeRO-2 keeps no whole gradient between backward passes when each of this rank's micro-batches is

@@ -32,6 +32,9 @@ namespace hspmd::specialize {
 struct MemoryEstimateOptions {
   int64_t micro_batch_tokens = 0;
   int micro_batches_in_flight = 1;
+  // ZeRO-3's gradients reduced on the communication thread while the backward pass goes on: B
+  // computes one whole gradient while the thread reduces the one before (two at once, not one).
+  bool gradients_reduced_on_a_thread = true;
 };
 
 struct MemoryEstimate {

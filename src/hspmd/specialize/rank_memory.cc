@@ -90,7 +90,8 @@ class Positions {
 };
 
 bool same_options(const MemoryEstimateOptions& a, const MemoryEstimateOptions& b) {
-  return a.micro_batch_tokens == b.micro_batch_tokens && a.micro_batches_in_flight == b.micro_batches_in_flight;
+  return a.micro_batch_tokens == b.micro_batch_tokens && a.micro_batches_in_flight == b.micro_batches_in_flight &&
+         a.gradients_reduced_on_a_thread == b.gradients_reduced_on_a_thread;
 }
 
 }  // namespace
