@@ -22,8 +22,8 @@
 // 1/c of the sequence's, so layer_c(t, b, s) = b (a s'^2 + c1 s') / c + c0: the profiled layer
 // with both its attention and its per-token work divided by c (the padding is the imbalance).
 // Sequence parallelism pads each sequence further, to a multiple of the SP stage's t x c ranks (the
-// runtime pads every row of the pipeline to its SP stages' common multiple; a stage is priced at
-// its own), so an SP stage's s' is a multiple of both.
+// runtime pads every row to the common multiple of the plan's SP stages; a stage is priced at its
+// own), so an SP stage's s' is a multiple of both.
 // Sliding windows (Mistral, Gemma 3's local layers, models::ModelSizes::attention_windows): the
 // attention term a s^2 is for full causal attention; it is scaled by the pairs a window shorter
 // than the sequence leaves (ModelShape::attention_fraction, the mean over the model's layers: a
