@@ -43,6 +43,22 @@ TEST(ContextParallelLayout, DegreeOneIsTheBatchAsItIs) {
   EXPECT_THROW(zigzag_for_context_parallel(packed, 0), Error);
 }
 
+TEST(ContextParallelLayout, SequenceParallelPadsRowsToItsMultipleInPackedOrder) {
+  // Rows of 5 (two documents) and 3 tokens, no CP, SP over 4 ranks: padded to 8 and 4, fed in order.
+  const std::vector<Segment> segments{seg(0, {1, 2, 3}), seg(1, {4, 5}), seg(2, {6, 7, 8})};
+  const Batch packed = pack(segments, {.seq_len = 5});
+  const ContextParallelBatch b = zigzag_for_context_parallel(packed, 1, 4);
+  EXPECT_EQ(b.batch.tokens, (std::vector<int32_t>{1, 2, 3, 4, 5, 0, 0, 0, 6, 7, 8, 0}));
+  EXPECT_EQ(b.batch.cu_seqlens, (std::vector<int64_t>{0, 3, 5, 8, 11, 12}));
+  EXPECT_EQ(b.batch.num_label_tokens(), packed.num_label_tokens());
+  EXPECT_EQ(b.order, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}));
+  // With CP 2 and SP over 6 ranks (TP 3 x CP 2): multiples of lcm(4, 6) = 12.
+  const ContextParallelBatch both = zigzag_for_context_parallel(packed, 2, 6);
+  EXPECT_EQ(both.batch.row_offsets, (std::vector<int64_t>{0, 12, 24}));
+  EXPECT_EQ(both.batch.cu_seqlens, (std::vector<int64_t>{0, 3, 5, 12, 15, 24}));
+  EXPECT_THROW(zigzag_for_context_parallel(packed, 1, 0), Error);
+}
+
 // A pipeline given fewer rows than micro-batches runs some micro-batches empty; under CP they stay
 // empty (found by the strategy generator: CP 2 pipeline of 3 micro-batches of 1 row next to a
 // pipeline taking 2/3 of an 8-row batch).

@@ -202,8 +202,7 @@ Brute exhaustive(const models::LlamaConfig& config, const resolve::Topology& top
                       variant.zero = zero;
                       for (auto& pipe : variant.pipelines) {
                         for (auto& stage : pipe.stages) {
-                          stage.sequence_parallel =
-                              sp && cost.sequence_parallel_applies(stage.tp(), stage.cp, pipe.micro_batch_size);
+                          stage.sequence_parallel = sp && stage.tp() > 1;
                         }
                       }
                       const Prediction pr = cost.predict(variant);

@@ -19,7 +19,7 @@ TEST(AnnotationPlan, RoundTripsThroughJsonAndFile) {
   plan.set("w", Annotation::parse("dup{[0-1](S0:2;zero);[2-3](S0:2;zero)}"));
   plan.set("input_ids", Annotation::parse("split0{[0-1](D:2);[2-3](D:2)}"));
   plan.set_optimizer_state("w", Annotation::parse("split1{[0-1](S0:2);[2-3](S0:2)}"));
-  plan.pipelines = {{2, 4}, {1, 8}};
+  plan.pipelines = {{2, 4}, {1, 8, 2, 6}};
   plan.recompute = true;
   plan.shard_gradients = true;
   plan.shard_parameters = true;
@@ -117,6 +117,21 @@ TEST(Strategy, ContextParallelStagesParseAndRoundTrip) {
   EXPECT_EQ(s.pipelines[0].stages[1].tp(), 1);
   EXPECT_NO_THROW(s.validate(4));
   EXPECT_EQ(Strategy::from_json_text(s.to_json_text(), "again"), s);
+}
+
+// Rows are padded for the zigzag chunks (2 x CP) and for the SP stages' token split (TP x CP) alike.
+TEST(Strategy, SequenceParallelStagesSetTheRowMultiple) {
+  const Strategy s = Strategy::from_json_text(R"({"pipelines": [{"micro_batch_size": 2, "num_micro_batches": 1,
+      "stages": [{"ranks": "0-5", "layers": "0-1", "tp": 3, "cp": 2, "sequence_parallel": true},
+                 {"ranks": "6-9", "layers": "2-3", "sequence_parallel": true}, {"ranks": "10", "layers": "4"}]}]})",
+                                              "sp.json");
+  EXPECT_EQ(s.sequence_parallel_multiple(), 12);  // lcm(3 x 2, 4)
+  const PipelineSchedule schedule{2, 1, s.pipelines[0].token_order_degree(), s.sequence_parallel_multiple()};
+  EXPECT_EQ(schedule.row_multiple(), 12);  // lcm(2 x 2, 12)
+  EXPECT_EQ(schedule.row_tokens(63), 72);
+  EXPECT_EQ(schedule.row_tokens(72), 72);
+  EXPECT_EQ((PipelineSchedule{1, 1, 3, 2}).row_tokens(7), 12);  // lcm(6, 2)
+  EXPECT_EQ((PipelineSchedule{1, 1, 1, 1}).row_tokens(7), 7);
 }
 
 TEST(Strategy, BadContextParallelDegreesAreRefused) {

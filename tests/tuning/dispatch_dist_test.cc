@@ -64,16 +64,18 @@ class DispatchDistTest : public runtime::testing::TempDirTest {
 
   // Trains options_ with two strategies chosen per batch by its longest sequence: "short" (<= 48
   // tokens: two heterogeneous pipelines, TP 2 on the fast ranks and the slow ranks as two stages)
-  // and "long" (<= 64: one pipeline, TP 2 x PP 2).
-  DispatchedRun dispatched(Ranks where) const {
+  // and "long" (<= 64: one pipeline, TP 2 x PP 2); `sp`: sequence parallelism on every TP 2 stage.
+  DispatchedRun dispatched(Ranks where, bool sp = false) const {
     const data::TokenDataset ds = data::TokenDataset::open(path("mixed"));
+    const std::string tp2_sp = sp ? R"(, "sequence_parallel": true)" : "";
     const sharding::Strategy short_st = runtime::testing::strategy(R"({"name": "short", "pipelines": [
-        {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3"}]},
+        {"micro_batch_size": 1, "num_micro_batches": 2, "stages": [{"ranks": "0-1", "layers": "0-3")" + tp2_sp + R"(}]},
         {"micro_batch_size": 1, "num_micro_batches": 2,
          "stages": [{"ranks": "2", "layers": "0-1"}, {"ranks": "3", "layers": "2-3"}]}]})");
     const sharding::Strategy long_st = runtime::testing::strategy(R"({"name": "long", "pipelines": [
         {"micro_batch_size": 1, "num_micro_batches": 2,
-         "stages": [{"ranks": "0-1", "layers": "0-1"}, {"ranks": "2-3", "layers": "2-3"}]}]})");
+         "stages": [{"ranks": "0-1", "layers": "0-1")" + tp2_sp + R"(}, {"ranks": "2-3", "layers": "2-3")" + tp2_sp +
+                                                                   R"(}]}]})");
     const resolve::Topology topo = four_ranks();
     const Profile profile = planner::testing::two_kind_profile(3.0);
     const CostModel cm(models::Llama(config_), topo, profile, {.seq_len = options_.seq_len});
@@ -133,27 +135,38 @@ class DispatchDistTest : public runtime::testing::TempDirTest {
     return out;
   }
 
+  // Every step's loss and gradient norm and the final weights against one process on the same batches.
+  void expect_matches_single_process(const DispatchedRun& r) const {
+    const data::TokenDataset ds = data::TokenDataset::open(path("mixed"));
+    runtime::Trainer single(models::llama(config_), ds, options_);
+    for (size_t s = 0; s < r.losses[0].size(); ++s) {
+      const runtime::StepMetrics m = single.step();
+      for (int rank = 0; rank < 4; ++rank) {
+        EXPECT_NEAR(r.losses[rank][s], m.loss, 1e-5 * std::abs(m.loss)) << "rank " << rank << " step " << s + 1;
+        EXPECT_NEAR(r.norms[rank][s], m.grad_norm, 1e-5 * m.grad_norm) << "rank " << rank << " step " << s + 1;
+      }
+    }
+    const graph::TensorMap expected = single.parameters();
+    ASSERT_EQ(r.weights.size(), expected.size());
+    for (const auto& [name, w] : expected) {
+      ASSERT_TRUE(r.weights.count(name)) << name;
+      EXPECT_LT(runtime::testing::relative_difference(r.weights.at(name), w), 1e-5) << name;
+    }
+  }
+
   const models::LlamaConfig config_ = dist_config();
   runtime::TrainerOptions options_ = dist_options(8);
 };
 
 TEST_F(DispatchDistTest, TwoStrategiesSwitchingPerBatchByMaxLengthMatchSingleProcess) {
-  const DispatchedRun r = dispatched(Ranks::kHost);
-  const data::TokenDataset ds = data::TokenDataset::open(path("mixed"));
-  runtime::Trainer single(models::llama(config_), ds, options_);
-  for (size_t s = 0; s < r.losses[0].size(); ++s) {
-    const runtime::StepMetrics m = single.step();
-    for (int rank = 0; rank < 4; ++rank) {
-      EXPECT_NEAR(r.losses[rank][s], m.loss, 1e-5 * std::abs(m.loss)) << "rank " << rank << " step " << s + 1;
-      EXPECT_NEAR(r.norms[rank][s], m.grad_norm, 1e-5 * m.grad_norm) << "rank " << rank << " step " << s + 1;
-    }
-  }
-  const graph::TensorMap expected = single.parameters();
-  ASSERT_EQ(r.weights.size(), expected.size());
-  for (const auto& [name, w] : expected) {
-    ASSERT_TRUE(r.weights.count(name)) << name;
-    EXPECT_LT(runtime::testing::relative_difference(r.weights.at(name), w), 1e-5) << name;
-  }
+  expect_matches_single_process(dispatched(Ranks::kHost));
+}
+
+// Sequence parallelism on the TP 2 stages: the dispatcher's micro-batches hold any number of tokens
+// (packed, unpadded), so the runtime pads each row to an even count with a padding document; the
+// losses over the real tokens, the norms and the weights equal one process on the unpadded batches.
+TEST_F(DispatchDistTest, SequenceParallelStrategiesOnAnyTokenCountMatchSingleProcess) {
+  expect_matches_single_process(dispatched(Ranks::kHost, /*sp=*/true));
 }
 
 // Dispatch by length on GPU ranks: the per-batch switches move device state (host copies through

@@ -6,17 +6,12 @@
 
 namespace hspmd::data {
 
-namespace {
-int64_t padded_length(int64_t len, int cp) {
-  const int64_t chunks = 2 * static_cast<int64_t>(cp);
-  return (len + chunks - 1) / chunks * chunks;
-}
-}  // namespace
-
-ContextParallelBatch zigzag_for_context_parallel(const Batch& batch, int cp) {
+ContextParallelBatch zigzag_for_context_parallel(const Batch& batch, int cp, int64_t row_multiple) {
   HSPMD_CHECK(cp >= 1) << "context-parallel degree must be >= 1, got " << cp;
+  HSPMD_CHECK(row_multiple >= 1) << "sequence-parallel row multiple must be >= 1, got " << row_multiple;
+  const int64_t multiple = std::lcm(cp > 1 ? 2 * static_cast<int64_t>(cp) : 1, row_multiple);
   ContextParallelBatch out;
-  if (cp == 1) {
+  if (multiple == 1) {
     out.batch = batch;
     out.order.resize(static_cast<size_t>(batch.num_tokens()));
     std::iota(out.order.begin(), out.order.end(), int64_t{0});
@@ -41,7 +36,7 @@ ContextParallelBatch zigzag_for_context_parallel(const Batch& batch, int cp) {
     for (; next_cu < batch.cu_seqlens.size() && batch.cu_seqlens[next_cu] <= end; ++next_cu) {
       b.cu_seqlens.push_back(batch.cu_seqlens[next_cu] + shift);
     }
-    const int64_t pad = padded_length(end - begin, cp) - (end - begin);
+    const int64_t pad = (multiple - (end - begin) % multiple) % multiple;
     for (int64_t i = 0; i < pad; ++i) {
       b.tokens.push_back(0);
       b.targets.push_back(kIgnoreTarget);
@@ -53,6 +48,10 @@ ContextParallelBatch zigzag_for_context_parallel(const Batch& batch, int cp) {
   HSPMD_CHECK(b.cu_seqlens.back() == b.num_tokens())
       << "batch documents (cu_seqlens) do not end at the end of its last row";
   out.order.reserve(static_cast<size_t>(b.num_tokens()));
+  if (cp == 1) {
+    for (int64_t i = 0; i < b.num_tokens(); ++i) out.order.push_back(i);
+    return out;
+  }
   for (int c = 0; c < cp; ++c) {
     for (int64_t r = 0; r + 1 < static_cast<int64_t>(b.row_offsets.size()); ++r) {
       const int64_t chunk = (b.row_offsets[r + 1] - b.row_offsets[r]) / (2 * cp);

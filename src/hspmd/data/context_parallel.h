@@ -8,6 +8,10 @@
 // (and nearly the same for several). The padding is a document of its own at the end of its row
 // (token 0, targets kIgnoreTarget): it attends only to itself and adds no loss.
 //
+// Sequence parallelism pads the same way: `row_multiple` (sharding::PipelineSchedule's
+// sequence_parallel_multiple) makes every row a multiple of it as well, so each SP stage splits any
+// micro-batch's tokens evenly over its TP x CP ranks (docs/memory.md).
+//
 //   one row a0..a7, C = 2: chunks {a0 a1} {a2 a3} {a4 a5} {a6 a7}
 //     rank 0 holds a0 a1 a6 a7, rank 1 holds a2 a3 a4 a5      order = {0 1 6 7 2 3 4 5}
 // The feed of a CP pipeline lists its tokens in `order` (rank 0's, then rank 1's, ...), so a split
@@ -27,7 +31,8 @@ struct ContextParallelBatch {
   std::vector<int64_t> order;  // fed token i -> its packed position in `batch`
 };
 
-// cp = 1: the batch unchanged and the identity order. Throws Error when cp < 1 or the batch has no rows.
-ContextParallelBatch zigzag_for_context_parallel(const Batch& batch, int cp);
+// Rows padded to a multiple of 2 cp (cp > 1) and of row_multiple. cp = 1: the identity order (and the
+// batch unchanged when row_multiple = 1). Throws Error when cp < 1 or row_multiple < 1.
+ContextParallelBatch zigzag_for_context_parallel(const Batch& batch, int cp, int64_t row_multiple = 1);
 
 }  // namespace hspmd::data

@@ -232,7 +232,8 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
                                             hdim));
   }
   for (const auto& pipe : st.pipelines) {
-    plan.pipelines.push_back({pipe.micro_batch_size, pipe.num_micro_batches, pipe.token_order_degree()});
+    plan.pipelines.push_back(
+        {pipe.micro_batch_size, pipe.num_micro_batches, pipe.token_order_degree(), st.sequence_parallel_multiple()});
   }
   plan.recompute = st.recompute;
   plan.shard_gradients = st.shards_gradients();

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <limits>
+#include <numeric>
 #include <sstream>
 
 #include "hspmd/core/byte_size.h"
@@ -118,10 +119,10 @@ CostModel CostModel::at_seq_len(int64_t seq_len) const {
   return copy;
 }
 
-double CostModel::padded_seq_len(int cp) const {
-  const double s = static_cast<double>(options_.seq_len);
-  if (cp <= 1) return s;
-  return std::ceil(s / (2.0 * cp)) * 2.0 * cp;
+double CostModel::padded_seq_len(int cp, int sequence_parallel_ranks) const {
+  const int64_t multiple = std::lcm(cp > 1 ? 2 * static_cast<int64_t>(cp) : 1,
+                                    static_cast<int64_t>(std::max(1, sequence_parallel_ranks)));
+  return static_cast<double>((options_.seq_len + multiple - 1) / multiple * multiple);
 }
 
 double CostModel::duplicated_per_token(const std::string& kind, int tp) const {
@@ -136,8 +137,9 @@ double CostModel::stage_compute(const std::string& kind, int tp, int layers, boo
   cp = std::max(cp, 1);
   const double b = micro_batch_size;
   // Zigzag: each CP rank holds s'/c tokens and 1/c of the causal attention (the header); without
-  // CP, s' = s and this is the profile's layer.seconds(b, s).
-  const double s = padded_seq_len(cp), fraction = shape_.attention_fraction(s), tokens = b * s / cp;
+  // CP, s' = s and this is the profile's layer.seconds(b, s). SP pads s' to its t x c ranks.
+  const double s = padded_seq_len(cp, sequence_parallel ? tp * cp : 1), fraction = shape_.attention_fraction(s),
+               tokens = b * s / cp;
   auto divided = [&](const LayerTimeFit& layer, double per_token) {
     return b * (layer.a * s * s * fraction + per_token * s) / cp + layer.c0;
   };
@@ -270,10 +272,6 @@ double CostModel::zero3_comm(const std::string& kind, int n, std::pair<double, d
   return t;
 }
 
-bool CostModel::sequence_parallel_applies(int tp, int cp, int micro_batch_size) const {
-  return tp > 1 && (static_cast<int64_t>(micro_batch_size) * options_.seq_len) % (static_cast<int64_t>(tp) * std::max(1, cp)) == 0;
-}
-
 double CostModel::exposed_reduce(double reduce, double last_bucket, double backward) {
   const double behind = std::max(0.0, reduce - last_bucket);
   return reduce - std::min(behind, std::max(0.0, backward));
@@ -342,7 +340,8 @@ double CostModel::stage_tp_comm(const std::vector<int>& ranks, int layers, int m
   const std::vector<int> group = tp_group(ranks, cp);
   if (profile_.layer_includes_tp_comm || group.size() <= 1) return 0;
   const DeviceKindProfile& k = profile_.kind(stage_kind(ranks, static_cast<int>(group.size())));
-  const double bytes = micro_batch_size * padded_seq_len(cp) / std::max(1, cp) * shape_.hidden * k.activation_element_bytes;
+  const double s = padded_seq_len(cp, sequence_parallel ? static_cast<int>(ranks.size()) : 1);
+  const double bytes = micro_batch_size * s / std::max(1, cp) * shape_.hidden * k.activation_element_bytes;
   // Sequence parallelism: forward, an all-gather before each column-parallel block (attn_in,
   // mlp_in) and a reduce-scatter after each row-parallel one (attn_out, mlp_out); backward, the
   // reverse. On a ring an all-gather and a reduce-scatter move what one all-reduce moves.
@@ -371,7 +370,8 @@ double CostModel::ends_tp_comm(const std::vector<int>& ranks, bool first, bool l
   const std::vector<int> group = tp_group(ranks, cp);
   if (profile_.layer_includes_tp_comm || group.size() <= 1 || !(first || last)) return 0;
   const DeviceKindProfile& k = profile_.kind(stage_kind(ranks, static_cast<int>(group.size())));
-  const double tokens = micro_batch_size * padded_seq_len(cp) / std::max(1, cp);
+  const double tokens =
+      micro_batch_size * padded_seq_len(cp, sequence_parallel ? static_cast<int>(ranks.size()) : 1) / std::max(1, cp);
   const double bytes = tokens * shape_.hidden * k.activation_element_bytes;
   double t = 0;
   if (sequence_parallel) {
@@ -430,7 +430,8 @@ MemoryBreakdown CostModel::stage_memory(const std::string& kind, int tp, int lay
   const double params = shape_.stage_parameters(layers, first, last) / tp;
   cp = std::max(1, cp);
   // A CP rank keeps its own tokens; its attention's quadratic term is its queries by every key.
-  const double tokens = micro_batch_size * padded_seq_len(cp) / cp;
+  const double s = padded_seq_len(cp, sequence_parallel ? tp * cp : 1);
+  const double tokens = micro_batch_size * s / cp;
   MemoryBreakdown m;
   m.parameters = params * k.bytes_per_parameter;
   m.zero_states = params * k.zero_bytes_per_parameter / (zero1 ? std::max(1, data_parallel) * cp : 1);
@@ -439,7 +440,7 @@ MemoryBreakdown CostModel::stage_memory(const std::string& kind, int tp, int lay
   if (cp > 1) {
     // One layer at a time holds the gathered K and V of the whole sequence (its TP share).
     const double kv_width = static_cast<double>(shape_.kv_heads) * (shape_.hidden / shape_.heads) / tp;
-    transient += 2.0 * micro_batch_size * padded_seq_len(cp) * kv_width * k.activation_element_bytes;
+    transient += 2.0 * micro_batch_size * s * kv_width * k.activation_element_bytes;
   }
   if (sequence_parallel && tp > 1 && !profile_.activations_sequence_parallel) {
     // The values between TP blocks a rank then holds for 1/t of the tokens instead of all of them:

@@ -26,6 +26,9 @@
 // measurement at TP 1, and at TP t the share above times the measurement's ratio to TP 1's share
 // (the ends likewise): a CP rank's packed-order copies, cut query tiles and index Reshards are a
 // fixed cost per layer that the 1/c share leaves out.
+// Sequence parallelism pads each sequence further, to a multiple of the SP stage's t x c ranks (the
+// runtime pads every row to the common multiple of the plan's SP stages; a stage is priced at its
+// own), so an SP stage's s' is a multiple of both.
 // Sliding windows (Mistral, Gemma 3's local layers, models::ModelSizes::attention_windows): the
 // attention term a s^2 is for full causal attention; it is scaled by the pairs a window shorter
 // than the sequence leaves (ModelShape::attention_fraction, the mean over the model's layers: a
@@ -225,9 +228,6 @@ class CostModel {
   // gradient into the shards: 3 half-rings per unit.
   double zero3_comm(const std::string& kind, int n, std::pair<double, double> link, int layers, bool first,
                     bool last, int tp) const;
-  // Whether a stage of TP degree tp and CP degree cp can run sequence parallelism on micro-batches of
-  // b sequences: TP > 1 and the tokens split evenly over the tp x cp ranks (docs/memory.md).
-  bool sequence_parallel_applies(int tp, int cp, int micro_batch_size) const;
   // One gradient reduction round (`reduce` seconds) as it stays exposed after the backward pass that
   // completes it: its buckets leave as B finishes their gradients, so all but the last one
   // (`last_bucket` seconds) run behind the `backward` seconds left of B, and no more than those.
@@ -248,9 +248,10 @@ class CostModel {
   // The slowest device kind among `ranks` (by profiled layer time at TP degree `tp`; by default the
   // rank count, a stage without CP).
   std::string stage_kind(const std::vector<int>& ranks, int tp = 0) const;
-  // Tokens of one sequence as a CP rank of degree cp lays them out: padded to a multiple of 2 cp
-  // (the zigzag chunks), the sequence length itself without CP.
-  double padded_seq_len(int cp) const;
+  // Tokens of one sequence as a stage of CP degree cp lays them out: padded to a multiple of 2 cp
+  // (the zigzag chunks) and of `sequence_parallel_ranks` (an SP stage's t x c, its token split);
+  // the sequence length itself without either.
+  double padded_seq_len(int cp, int sequence_parallel_ranks = 1) const;
   int in_flight(int num_stages, int stage, int num_micro_batches) const;
 
   const ModelShape& shape() const { return shape_; }

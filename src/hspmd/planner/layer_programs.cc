@@ -46,12 +46,13 @@ const LayerPrograms::GroupCosts& LayerPrograms::group_costs(const Group& g, int 
   if (it != memo.end() && it->second.ranks == g.ranks) return it->second;
   GroupCosts k;
   k.ranks = g.ranks;
-  // Times with SP whenever the planner may write it (never slower: pipeline_search.h's bounds);
+  // Times the faster of SP and not whenever the planner may write SP (pipeline_search.h's bounds);
   // memory (memory()) with SP only where this search writes it.
   const bool sp = options.search_sequence_parallel && g.tp() > 1;
   k.per_layer = layer_seconds(cost, g, b, sp);
+  const double ends_comm = cost.ends_tp_comm(g.ranks, first, last, b, g.cp);
   k.ends = (last ? cost.stage_compute(g.kind, g.tp(), 0, true, b, g.cp) : 0) +
-           cost.ends_tp_comm(g.ranks, first, last, b, g.cp, sp);
+           (sp ? std::min(ends_comm, cost.ends_tp_comm(g.ranks, first, last, b, g.cp, true)) : ends_comm);
   k.capacity = kInf;
   for (int r : g.ranks) {
     const double m = cost.topology().device(r).memory;
@@ -590,7 +591,7 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
       sharding::StageSpec s;
       s.ranks = c.pipelines[p][j].ranks;
       s.cp = c.pipelines[p][j].cp;
-      s.sequence_parallel = options.sequence_parallel && cost.sequence_parallel_applies(s.tp(), s.cp, b[p]);
+      s.sequence_parallel = options.sequence_parallel && s.tp() > 1;
       s.first_layer = layer;
       s.last_layer = layer + split[j] - 1;
       layer += split[j];

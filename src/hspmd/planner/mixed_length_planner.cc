@@ -205,8 +205,6 @@ MixedLengthSpace::MixedLengthSpace(const models::Model& model, const resolve::To
               m.zero1_copies = copies;
               int64_t previous_tokens = 0, held = 0;
               for (int b : options.micro_batch_sizes) {
-                // SP splits each micro-batch's tokens over the t x c ranks: whole rows must divide.
-                if (sp && !cm.sequence_parallel_applies(tp, c, b)) continue;
                 m.micro_batch_size = b;
                 Allocator alloc(nodes);
                 std::vector<sharding::PipelineSpec> pipes;

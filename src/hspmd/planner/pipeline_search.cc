@@ -19,9 +19,11 @@ std::vector<int> powers_of_two_dividing(int64_t n, int64_t up_to) {
 }
 
 double layer_seconds(const CostModel& cost, const Group& g, int b, bool sequence_parallel) {
-  sequence_parallel = sequence_parallel && g.tp() > 1;
-  return cost.stage_compute(g.kind, g.tp(), 1, false, b, g.cp, sequence_parallel) +
-         cost.stage_tp_comm(g.ranks, 1, b, g.cp, sequence_parallel) + cost.stage_cp_comm(g.ranks, 1, b, g.cp);
+  const auto seconds = [&](bool sp) {
+    return cost.stage_compute(g.kind, g.tp(), 1, false, b, g.cp, sp) + cost.stage_tp_comm(g.ranks, 1, b, g.cp, sp) +
+           cost.stage_cp_comm(g.ranks, 1, b, g.cp);
+  };
+  return sequence_parallel && g.tp() > 1 ? std::min(seconds(true), seconds(false)) : seconds(false);
 }
 
 RingLinkBound ring_link_bound(const CostModel& cost, const std::vector<int>& ranks) {
@@ -320,8 +322,8 @@ double PipelineSearch::layer_time(const Group& g, int b) const {
                       (static_cast<int64_t>(g.cp) << 18) | b;
   auto it = layer_memo_.find(key);
   if (it != layer_memo_.end()) return it->second;
-  // SP is never slower (the same ring bytes, less duplicated work): bounds take it whenever the
-  // planner may write it, so that they stay below either.
+  // Bounds take the faster of SP and not whenever the planner may write SP (layer_seconds), so
+  // that they stay below either.
   const double t = layer_seconds(cost, g, b, options.search_sequence_parallel);
   layer_memo_.emplace(key, t);
   return t;

@@ -160,7 +160,9 @@ class PipelineSearch {
 };
 
 // Seconds of one decoder layer of one micro-batch of b sequences on group g, its TP collectives
-// included (both levels price a layer this way); with sequence parallelism on its TP degree.
+// included (both levels price a layer this way). `sequence_parallel`: the faster of the layer with
+// and without SP on its TP degree (SP moves the same ring bytes and splits duplicated work, but pads
+// each sequence to the t x c ranks, which can add tokens), so that bounds stay below either.
 double layer_seconds(const CostModel& cost, const Group& g, int b, bool sequence_parallel = false);
 
 // Powers of two up to `up_to` that divide n.

@@ -94,10 +94,10 @@ bool zero3_runs(const sharding::Strategy& st, specialize::ScheduleKind schedule,
 }
 
 // `st` with sequence parallelism on every stage where it applies, or off everywhere.
-sharding::Strategy with_sequence_parallel(sharding::Strategy st, bool on, const CostModel& cost) {
+sharding::Strategy with_sequence_parallel(sharding::Strategy st, bool on) {
   for (sharding::PipelineSpec& pipe : st.pipelines) {
     for (sharding::StageSpec& s : pipe.stages) {
-      s.sequence_parallel = on && cost.sequence_parallel_applies(s.tp(), s.cp, pipe.micro_batch_size);
+      s.sequence_parallel = on && s.tp() > 1;  // rows of any length: padded to the t x c ranks
     }
   }
   return st;
@@ -266,7 +266,7 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
     // With and without sequence parallelism on its TP stages: with it only where it fits when the
     // other does not, or is faster.
     Prediction p = cost_.predict(*st);
-    const sharding::Strategy twin = with_sequence_parallel(*st, !options_.sequence_parallel, cost_);
+    const sharding::Strategy twin = with_sequence_parallel(*st, !options_.sequence_parallel);
     if (options_.search_sequence_parallel && twin.pipelines != st->pipelines) {
       Prediction q = cost_.predict(twin);
       const bool twin_has_sp = !options_.sequence_parallel;

@@ -111,7 +111,7 @@ std::unique_ptr<SpecializedPlan> PlanCache::specialize(const sharding::Annotatio
     const auto [pipeline, stage] = p->pipelines.locate(rank_);
     const int num_stages = static_cast<int>(p->pipelines.pipelines[pipeline].stages.size());
     p->schedule = specialize::make_schedule(options_.schedule, mb.num_micro_batches, num_stages, stage);
-    const int64_t tokens = mb.micro_batch_size * mb.row_tokens(options_.seq_len);  // rows padded under CP
+    const int64_t tokens = mb.micro_batch_size * mb.row_tokens(options_.seq_len);  // rows padded under CP or SP
     p->memory = specialize::estimate_memory(exec, {.micro_batch_tokens = tokens,
                                                    .micro_batches_in_flight = specialize::max_in_flight(p->schedule),
                                                    .gradients_reduced_on_a_thread = options_.gradients_reduced_on_a_thread});

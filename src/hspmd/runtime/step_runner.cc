@@ -129,10 +129,13 @@ StepRunner::Share StepRunner::share_of(const SpecializedPlan& plan, const std::v
 
 void StepRunner::feed(MicroBatch& mb, const data::MicroBatchSegments& segments, int64_t labels) const {
   // A context-parallel pipeline feeds its tokens in one load-balanced order, which each of its
-  // stages splits evenly over its CP ranks (models::Model::context_parallel_degree).
+  // stages splits evenly over its CP ranks (models::Model::context_parallel_degree); under a plan
+  // with sequence-parallel stages the rows are padded so that those split them evenly too.
+  const sharding::AnnotationPlan& plan = plan_->exec->plan();
   const data::ContextParallelBatch laid_out = data::zigzag_for_context_parallel(
       data::pack(segments, {.seq_len = options_.seq_len, .layout = layout_}),
-      model_.context_parallel_degree(plan_->exec->plan(), rank_));
+      model_.context_parallel_degree(plan, rank_),
+      plan.pipelines.at(plan_->exec->data_group()).sequence_parallel_multiple);
   graph::TensorMap feeds = model_.feeds(laid_out.batch, labels, laid_out.order);
   for (int id : plan_->exec->placeholders()) {
     const std::string& name = graph_.graph.op(id).name;

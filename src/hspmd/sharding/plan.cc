@@ -1,5 +1,7 @@
 #include "hspmd/sharding/plan.h"
 
+#include <numeric>
+
 #include <nlohmann/json.hpp>
 
 #include "hspmd/core/atomic_file.h"
@@ -8,10 +10,14 @@
 
 namespace hspmd::sharding {
 
+int64_t PipelineSchedule::row_multiple() const {
+  const int64_t chunks = token_order_degree > 1 ? 2 * static_cast<int64_t>(token_order_degree) : 1;
+  return std::lcm(chunks, static_cast<int64_t>(sequence_parallel_multiple));
+}
+
 int64_t PipelineSchedule::row_tokens(int64_t seq_len) const {
-  if (token_order_degree == 1) return seq_len;
-  const int64_t chunks = 2 * static_cast<int64_t>(token_order_degree);
-  return (seq_len + chunks - 1) / chunks * chunks;
+  const int64_t m = row_multiple();
+  return (seq_len + m - 1) / m * m;
 }
 
 void AnnotationPlan::set(const std::string& name, Annotation annotation) {
@@ -51,6 +57,7 @@ std::string AnnotationPlan::to_json_text() const {
       nlohmann::ordered_json pj = {{"micro_batch_size", p.micro_batch_size},
                                    {"num_micro_batches", p.num_micro_batches}};
       if (p.token_order_degree > 1) pj["token_order_degree"] = p.token_order_degree;
+      if (p.sequence_parallel_multiple > 1) pj["sequence_parallel_multiple"] = p.sequence_parallel_multiple;
       j["pipelines"].push_back(std::move(pj));
     }
   }
@@ -109,6 +116,9 @@ AnnotationPlan AnnotationPlan::from_json_text(const std::string& text, const std
                                 json_positive_int(pipes[i], "num_micro_batches", where),
                                 pipes[i].contains("token_order_degree")
                                     ? json_positive_int(pipes[i], "token_order_degree", where)
+                                    : 1,
+                                pipes[i].contains("sequence_parallel_multiple")
+                                    ? json_positive_int(pipes[i], "sequence_parallel_multiple", where)
                                     : 1});
     }
   }

@@ -13,7 +13,8 @@
 //     },
 //     "pipelines": [                                 // optional: per top-tier data group
 //       {"micro_batch_size": 2, "num_micro_batches": 4}, {"micro_batch_size": 1, "num_micro_batches": 8}
-//     ],
+//     ],                                             // (each may add "token_order_degree" and
+//                                                    //  "sequence_parallel_multiple", default 1)
 //     "recompute": false,                            // optional, default false
 //     "shard_gradients": true,                       // optional, default false (ZeRO-2, below)
 //     "shard_parameters": true                       // optional, default false (ZeRO-3, below)
@@ -42,7 +43,14 @@ struct PipelineSchedule {
   // Context parallelism: the degree of the zigzag order (data/context_parallel.h) the pipeline's
   // tokens are fed in, a multiple of every stage's CP degree (each stage splits the order evenly).
   int token_order_degree = 1;
-  // Tokens a fed row of seq_len takes: padded to a multiple of 2 x token_order_degree under CP.
+  // Sequence parallelism: the least common multiple of the SP stages' TP x CP (of every pipeline:
+  // sharding::Strategy::sequence_parallel_multiple), which each fed row is padded to a multiple of
+  // so that every SP stage splits any micro-batch's tokens evenly.
+  int sequence_parallel_multiple = 1;
+  // What each fed row is padded to a multiple of: 2 x token_order_degree under CP (the zigzag
+  // chunks) and sequence_parallel_multiple; 1 without either.
+  int64_t row_multiple() const;
+  // Tokens a fed row of seq_len takes once padded to a multiple of row_multiple().
   int64_t row_tokens(int64_t seq_len) const;
   friend bool operator==(const PipelineSchedule&, const PipelineSchedule&) = default;
 };

@@ -150,6 +150,16 @@ int PipelineSpec::common_cp() const {
   return std::max(out, 1);
 }
 
+int Strategy::sequence_parallel_multiple() const {
+  int out = 1;
+  for (const PipelineSpec& p : pipelines) {
+    for (const StageSpec& s : p.stages) {
+      if (s.sequence_parallel) out = std::lcm(out, s.tp() * s.cp);
+    }
+  }
+  return out;
+}
+
 std::vector<int> Strategy::ranks() const {
   std::vector<int> out;
   for (const PipelineSpec& p : pipelines) {

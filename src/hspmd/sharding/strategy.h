@@ -93,6 +93,11 @@ struct Strategy {
   // ZeRO-3: the parameters too, gathered per layer before use.
   bool shards_parameters() const { return zero >= 3; }
 
+  // The least common multiple of every SP stage's tp x cp (1 without SP): each pipeline pads its fed
+  // rows to a multiple of it, so that each SP stage splits any micro-batch's tokens evenly. Pipelines
+  // without SP pad too: an activation's annotation spans the pipelines, and each rank checks all of
+  // it against its own micro-batch's tokens.
+  int sequence_parallel_multiple() const;
   // Every rank used, ascending.
   std::vector<int> ranks() const;
   // Index of the stage of pipeline p that holds layer l (validate() guarantees exactly one).

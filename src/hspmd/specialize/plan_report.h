@@ -15,7 +15,7 @@
 //   std::cout << to_string(r);
 //
 // Symbols: activations are [T, ...] per micro-batch; pipeline p binds T = micro_batch_size_p *
-// seq_len (under CP, seq_len padded as the zigzag layout pads each row: PipelineSchedule::row_tokens)
+// seq_len (under CP or SP, seq_len padded as the fed rows are: PipelineSchedule::row_tokens)
 // and N = micro_batch_size_p
 // (documents per micro-batch), one binding per sharding subgroup
 // (the plan's pipelines are its subgroups, in order). Bytes are what senders put on the wire
