@@ -728,12 +728,10 @@ TEST(PlannerContextParallelTest, LongSequencesGetCpStages) {
 namespace hspmd::planner {
 namespace {
 
-// `st` with sequence parallelism on every TP stage where it applies, or on none.
-sharding::Strategy with_sp(sharding::Strategy st, bool on, const CostModel& cost) {
+// `st` with sequence parallelism on every TP stage, or on none.
+sharding::Strategy with_sp(sharding::Strategy st, bool on) {
   for (sharding::PipelineSpec& pipe : st.pipelines) {
-    for (sharding::StageSpec& s : pipe.stages) {
-      s.sequence_parallel = on && cost.sequence_parallel_applies(s.tp(), s.cp, pipe.micro_batch_size);
-    }
+    for (sharding::StageSpec& s : pipe.stages) s.sequence_parallel = on && s.tp() > 1;
   }
   return st;
 }
@@ -776,7 +774,7 @@ TEST(PlannerFloorTest, SolutionFloorIsAtMostThePredictedStep) {
         if (!st) continue;
         ++checked;
         for (bool sp : {true, false}) {
-          const Prediction p = cost.predict(with_sp(*st, sp, cost));
+          const Prediction p = cost.predict(with_sp(*st, sp));
           EXPECT_LE(programs.solution_floor(), p.step_seconds * (1 + 1e-12)) << to_string(p);
         }
         EXPECT_GT(programs.solution_floor(), 0);
