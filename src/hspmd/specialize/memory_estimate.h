@@ -11,8 +11,8 @@
 // synced shard plus what a backward pass's whole gradient needs beyond the forward pass's
 // transient values (the two never coexist). Under ZeRO-3 parameters are the state shard plus the
 // most a pass holds gathered (specialize/gather_units.h: about the layer it runs and the next one),
-// gradients the state shard plus twice the largest parameter's (B computes one while the
-// communication thread reduces the one before).
+// gradients the state shard plus the largest parameter's, twice when the communication thread
+// reduces one while B computes the next (MemoryEstimateOptions::gradients_reduced_on_a_thread).
 // Optimizer states: AdamW's two moments on the state shard.
 // Activations: the forward values a micro-batch keeps for its backward pass (with recompute, only
 // what B does not replay: specialize/exec_graph.h), times the most
