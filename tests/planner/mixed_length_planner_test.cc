@@ -113,6 +113,22 @@ TEST(MixedLengthPlannerTest, IntervalTimeIsTheDispatchersPipelineModel) {
   EXPECT_GT(checked, 10);
 }
 
+// The longest sequence the one-pipeline methods hold on `topo`: over those without a feature and
+// over those with it (`has`).
+template <typename Has>
+std::pair<int64_t, int64_t> longest_held(const models::LlamaConfig& config, const resolve::Topology& topo,
+                                         const Profile& profile, const Has& has) {
+  const MixedLengthOptions probe{
+      .seq_len = 1 << 20, .global_batch_tokens = 1 << 20, .cp_degrees = {1}, .pipeline_degrees = {1}};
+  const MixedLengthSpace space(models::Llama(config), topo, profile, {{1 << 20, 1}}, probe);
+  int64_t without = 0, with = 0;
+  for (const ParallelMethod& m : space.methods()) {
+    int64_t& longest = has(m) ? with : without;
+    longest = std::max(longest, m.model.max_tokens);
+  }
+  return {without, with};
+}
+
 // A long sequence that fits a pipeline only with its optimizer states sharded over its copies
 // (ZeRO-1, as the homogeneous DP x TP x PP baselines run): the planner must find that layout
 // instead of refusing the length (or, on the paper's 32 H20, choosing a slower method that fits
@@ -121,14 +137,9 @@ TEST(MixedLengthPlannerTest, ShardsOptimizerStatesWhenOnlyZero1HoldsTheLongestSe
   const models::LlamaConfig config = testing::tiny_config();
   const resolve::Topology topo = testing::two_kind_cluster(4, 0, 30e6);
   const Profile profile = testing::two_kind_profile(3.0);
-  const MixedLengthOptions probe{
-      .seq_len = 1 << 20, .global_batch_tokens = 1 << 20, .cp_degrees = {1}, .pipeline_degrees = {1}};
-  const MixedLengthSpace space(models::Llama(config), topo, profile, {{1 << 20, 1}}, probe);
-  int64_t without = 0, with = 0;
-  for (const ParallelMethod& m : space.methods()) {
-    int64_t& longest_held = m.zero1_copies == 1 ? without : with;
-    longest_held = std::max(longest_held, m.model.max_tokens);
-  }
+  const auto [without, with] = longest_held(config, topo, profile, [](const ParallelMethod& m) {
+    return m.zero1_copies > 1;
+  });
   std::cout << "longest held without ZeRO-1 " << without << ", with " << with << "\n";
   ASSERT_GT(with, without + 1) << "the case needs a length only ZeRO-1 holds";
   const int64_t longest = without + 1;
@@ -154,14 +165,9 @@ TEST(MixedLengthPlannerTest, ChoosesSequenceParallelismWhereOnlyItHoldsTheLonges
   const models::LlamaConfig config = testing::tiny_config();
   const resolve::Topology topo = testing::two_kind_cluster(2, 0, 30e6);
   const Profile profile = testing::two_kind_profile(3.0);
-  const MixedLengthOptions probe{
-      .seq_len = 1 << 20, .global_batch_tokens = 1 << 20, .cp_degrees = {1}, .pipeline_degrees = {1}};
-  const MixedLengthSpace space(models::Llama(config), topo, profile, {{1 << 20, 1}}, probe);
-  int64_t without = 0, with = 0;
-  for (const ParallelMethod& m : space.methods()) {
-    int64_t& longest_held = m.sequence_parallel ? with : without;
-    longest_held = std::max(longest_held, m.model.max_tokens);
-  }
+  const auto [without, with] = longest_held(config, topo, profile, [](const ParallelMethod& m) {
+    return m.sequence_parallel;
+  });
   std::cout << "longest held without SP " << without << ", with " << with << "\n";
   const auto options = [](int64_t longest, bool sp) {
     return MixedLengthOptions{.seq_len = longest,

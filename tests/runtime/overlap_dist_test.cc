@@ -258,11 +258,10 @@ TEST(GradientBuckets, TrainerFormsThemFromTheConfiguredSize) {
   }
 }
 
-TEST(Overlap, ACommunicationTimeoutOnTheThreadSurfacesOnTheMainThread) {
-  // Rank 1 never steps: rank 0's backward pass completes (DP has no pipeline traffic), its
-  // communication thread waits for rank 1 in the first bucket's reduction until the 2 s timeout, and
-  // step() throws that, naming the thread, instead of hanging.
-  const sharding::AnnotationPlan plan = models::compile_llama_plan(testing::dist_config(), with_zero(0, kDp2));
+// Two DP ranks with small buckets and a 2 s timeout: rank 1 builds its trainer but never steps;
+// what rank 0's first step throws ("" when it does not).
+std::string rank0_error_while_rank1_never_steps(const sharding::Strategy& st) {
+  const sharding::AnnotationPlan plan = models::compile_llama_plan(testing::dist_config(), st);
   const data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
   std::atomic<bool> rank0_done{false};
   std::string error;
@@ -285,35 +284,21 @@ TEST(Overlap, ACommunicationTimeoutOnTheThreadSurfacesOnTheMainThread) {
         rank0_done = true;
       },
       comm::Millis(2'000));
+  return error;
+}
+
+TEST(Overlap, ACommunicationTimeoutOnTheThreadSurfacesOnTheMainThread) {
+  // Rank 1 never steps: rank 0's backward pass completes (DP has no pipeline traffic), its
+  // communication thread waits for rank 1 in the first bucket's reduction until the 2 s timeout, and
+  // step() throws that, naming the thread, instead of hanging.
+  const std::string error = rank0_error_while_rank1_never_steps(with_zero(0, kDp2));
   EXPECT_THAT(error, HasSubstr("rank 0 (gradient sync): the communication thread failed"));
 }
 
 TEST(Overlap, AZero3GatherTimingOutOnTheThreadSurfacesOnTheMainThread) {
   // Rank 1 never steps: rank 0's first F hands the embedding's gather to its thread, which waits for
   // rank 1 until the 2 s timeout; F, waiting for that layer, throws it instead of hanging.
-  const sharding::AnnotationPlan plan = models::compile_llama_plan(testing::dist_config(), with_zero(3, kDp2));
-  const data::TokenDataset ds = data::TokenDataset::open(testing::corpus_dataset());
-  std::atomic<bool> rank0_done{false};
-  std::string error;
-  comm::run_thread_ranks(
-      2,
-      [&](int rank, comm::GroupCache& groups) {
-        DistOptions o;
-        o.train = dist_options(1);
-        o.grad_bucket_mb = kSmallBuckets;
-        DistTrainer t(models::llama(testing::dist_config()), ds, plan, o, rank, 2, groups);
-        if (rank == 1) {
-          while (!rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-          return;
-        }
-        try {
-          t.step();
-        } catch (const Error& e) {
-          error = e.what();
-        }
-        rank0_done = true;
-      },
-      comm::Millis(2'000));
+  const std::string error = rank0_error_while_rank1_never_steps(with_zero(3, kDp2));
   EXPECT_THAT(error, HasSubstr("rank 0 (gradient sync): the communication thread failed"));
   EXPECT_THAT(error, HasSubstr("allgather"));  // the gather, not a reduction
 }

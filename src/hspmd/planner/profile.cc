@@ -32,6 +32,18 @@ std::string text(const Json& j, const std::string& key, const std::string& where
   return v.get<std::string>();
 }
 
+// A TP or CP entry's "layer" fit (a s^2 + c1 s + c0) and "ends" fit, errors naming `where`.
+LayerTimeFit layer_fit(const Json& j, const std::string& where) {
+  const Json& layer = json_member(j, "layer", where);
+  return {number(layer, "a", where + ".layer"), number(layer, "c1", where + ".layer"),
+          number(layer, "c0", where + ".layer")};
+}
+
+LinearFit ends_fit(const Json& j, const std::string& where) {
+  const Json& ends = json_member(j, "ends", where);
+  return {number(ends, "per_token", where + ".ends"), number(ends, "constant", where + ".ends")};
+}
+
 // A degree key of "tp" or "cp" ("2"): a positive integer, or an error naming `where`.
 int degree_key(const std::string& key, const char* what, const std::string& where) {
   int d = 0;
@@ -176,11 +188,8 @@ Profile Profile::from_json_text(const std::string& json_text, const std::string&
       const std::string tw = kw + ".tp." + degree;
       const int t = degree_key(degree, "TP", tw);
       TpProfile tp;
-      const Json& layer = json_member(tj, "layer", tw);
-      tp.layer = {number(layer, "a", tw + ".layer"), number(layer, "c1", tw + ".layer"),
-                  number(layer, "c0", tw + ".layer")};
-      const Json& ends = json_member(tj, "ends", tw);
-      tp.ends = {number(ends, "per_token", tw + ".ends"), number(ends, "constant", tw + ".ends")};
+      tp.layer = layer_fit(tj, tw);
+      tp.ends = ends_fit(tj, tw);
       const Json& act = json_member(tj, "activations", tw);
       const std::string aw = tw + ".activations";
       tp.activations = {number(act, "keep_per_token", aw), number(act, "keep_per_token2", aw, false),
@@ -198,11 +207,8 @@ Profile Profile::from_json_text(const std::string& json_text, const std::string&
         const int c = degree_key(degree, "CP", cw);
         HSPMD_CHECK(c > 1) << cw << ": a CP degree must be at least 2";
         CpProfile cp;
-        const Json& layer = json_member(cj, "layer", cw);
-        cp.layer = {number(layer, "a", cw + ".layer"), number(layer, "c1", cw + ".layer"),
-                    number(layer, "c0", cw + ".layer")};
-        const Json& ends = json_member(cj, "ends", cw);
-        cp.ends = {number(ends, "per_token", cw + ".ends"), number(ends, "constant", cw + ".ends")};
+        cp.layer = layer_fit(cj, cw);
+        cp.ends = ends_fit(cj, cw);
         cp.samples = static_cast<int>(number(cj, "samples", cw, false));
         cp.fit_error = number(cj, "fit_error", cw, false);
         cp.lockstep_seconds_per_layer = number(cj, "lockstep_seconds_per_layer", cw, false);
