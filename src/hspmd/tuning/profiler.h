@@ -70,6 +70,7 @@
 #include "hspmd/runtime/compute_pacer.h"
 #include "hspmd/runtime/emulation.h"
 #include "hspmd/tuning/profiled_devices.h"
+#include "hspmd/tuning/time_fit.h"
 
 namespace hspmd::tuning {
 
@@ -92,16 +93,5 @@ struct ProfilerOptions {
 };
 
 planner::Profile profile_host(const models::Model& model, const ProfilerOptions& options);
-
-// The fits, exposed for tests: least squares of y = b (a s^2 + c1 s) + c0 over (s, b, y) samples
-// with every coefficient >= 0 (noise must not make a longer sequence cheaper), and of
-// y = per_token * tokens + constant, likewise.
-struct TimeSample {
-  double seq_len = 0;
-  int micro_batch_size = 1;
-  double seconds = 0;
-};
-planner::LayerTimeFit fit_layer_time(const std::vector<TimeSample>& samples);
-planner::LinearFit fit_linear(const std::vector<std::pair<double, double>>& tokens_seconds);
 
 }  // namespace hspmd::tuning
