@@ -140,6 +140,17 @@ const Annotation& between_blocks(OnStages& made, const std::vector<const shardin
       0);
 }
 
+// A parameter on the stage of each pipeline that holds it; parameters of one role on the same
+// stages (every layer's of that role on one stage) share one annotation.
+const Annotation& param_annotation(OnStages& made, const LlamaParam& param, const Strategy& st) {
+  std::vector<const sharding::StageSpec*> stages;
+  for (size_t p = 0; p < st.pipelines.size(); ++p) stages.push_back(&stage_for(st, p, param));
+  const bool zero = st.shards_optimizer_states();
+  return made.get(
+      "parameter " + std::to_string(static_cast<int>(param.role)), stages,
+      [&](const sharding::StageSpec& s) { return param_ds(param.role, s, zero); }, kDuplicate);
+}
+
 }  // namespace
 
 void validate_llama_strategy(const LlamaConfig& c, const Strategy& st) {
@@ -161,14 +172,8 @@ void validate_llama_strategy(const LlamaConfig& c, const Strategy& st) {
 }
 
 Annotation llama_param_annotation(const LlamaParam& param, const Strategy& st) {
-  std::vector<DeviceGroup> groups;
-  std::vector<DistState> states;
-  for (size_t p = 0; p < st.pipelines.size(); ++p) {
-    const sharding::StageSpec& stage = stage_for(st, p, param);
-    groups.emplace_back(stage.ranks);
-    states.push_back(param_ds(param.role, stage, st.shards_optimizer_states()));
-  }
-  return Annotation::make(std::move(groups), std::move(states), kDuplicate);
+  OnStages made;
+  return param_annotation(made, param, st);
 }
 
 sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Strategy& st) {
@@ -178,15 +183,10 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
   // A parameter's optimizer state, once per annotation and shape (every layer's of one role).
   std::map<std::pair<const Annotation*, std::string>, Annotation> optimizer_states;
   for (const LlamaParam& param : llama_parameters(config)) {
-    std::vector<const sharding::StageSpec*> stages;
-    for (size_t p = 0; p < st.pipelines.size(); ++p) stages.push_back(&stage_for(st, p, param));
-    const bool zero = st.shards_optimizer_states();
-    const Annotation& a = made.get(
-        "parameter " + std::to_string(static_cast<int>(param.role)), stages,
-        [&](const sharding::StageSpec& s) { return param_ds(param.role, s, zero); }, kDuplicate);
+    const Annotation& a = param_annotation(made, param, st);
     a.validate_for(param.shape, param.name);
     plan.set(param.name, a);
-    if (!zero) continue;
+    if (!st.shards_optimizer_states()) continue;
     auto [state, fresh] = optimizer_states.try_emplace({&a, param.shape.to_string()});
     if (fresh) state->second = a.optimizer_state(param.shape);
     plan.set_optimizer_state(param.name, state->second);

@@ -108,7 +108,7 @@ Region Annotation::group_part(int g, const Shape& shape) const {
 std::optional<Region> Annotation::region(int device, const Shape& shape) const {
   auto where = locate(device);
   if (!where) return std::nullopt;
-  return ds_union()[where->first].region(where->second, group_part(where->first, shape));
+  return ds(where->first).region(where->second, group_part(where->first, shape));
 }
 
 void Annotation::validate_for(const Shape& shape, const std::string& tensor) const {
@@ -120,7 +120,7 @@ void Annotation::validate_for(const Shape& shape, const std::string& tensor) con
         << "tensor " << tensor << ": hsize " << hsize() << " of " << to_string() << " does not divide dim "
         << hdim() << " of size " << shape.dim(hdim());
   }
-  for (int g = 0; g < hsize(); ++g) ds_union()[g].check_fits(group_part(g, shape), tensor);
+  for (int g = 0; g < hsize(); ++g) ds(g).check_fits(group_part(g, shape), tensor);
 }
 
 Annotation Annotation::with_hdim(int hdim) const {
@@ -191,7 +191,7 @@ std::string Annotation::to_string() const {
     out << "split" << hdim();
   }
   out << "{";
-  for (int g = 0; g < hsize(); ++g) out << (g ? ";" : "") << dg_union()[g].to_string() << ds_union()[g].to_string();
+  for (int g = 0; g < hsize(); ++g) out << (g ? ";" : "") << group(g).to_string() << ds(g).to_string();
   out << "}";
   return out.str();
 }

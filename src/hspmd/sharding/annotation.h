@@ -107,7 +107,7 @@ class Annotation {
     std::vector<DistState> ds_union;
     int hdim = kDuplicate;
     std::shared_ptr<const Locator> locator;  // hsize > 1 only
-    size_t hash = 0;                         // of the three above, computed once
+    size_t hash = 0;                         // of hdim and both unions, computed once
   };
   std::shared_ptr<const Locator> locator() const { return body_ ? body_->locator : nullptr; }
 

@@ -557,6 +557,7 @@ std::string to_string(const PlanReport& r) {
   head << "\nReshards (forward, then backward \".bwd\"; graph order): " << listed << " of " << r.reshards_total
        << " resolve to communication or local copies, the other " << r.reshards_identity
        << " are the identity everywhere; bytes per run, per step counting each micro-batch of the sender's pipeline\n";
+  // What follows grows with the ranks: appended to one buffer.
   std::string out = head.str();
   print_groups(out, r.activations, "per run");
   out += "\nGradient syncs (deduced gradient -> optimizer target; ";
