@@ -69,7 +69,8 @@ def test_explain_switch_bf16_params_equals_cli(cli, src):
                       r"inter-node .* \((\d+) bytes\); local copies", text)
         assert m, label
         assert (move.messages, move.sent_bytes) == (int(m[1]), int(m[2])), label
-        assert (move.sent_by_tier.get("intra-node", 0), move.sent_by_tier.get("inter-node", 0)) == (int(m[3]), int(m[4]))
+        tiers = (move.sent_by_tier.get("intra-node", 0), move.sent_by_tier.get("inter-node", 0))
+        assert tiers == (int(m[3]), int(m[4])), label
         assert sum(s.bytes for s in move.senders) == move.sent_bytes == sum(p.bytes for p in move.pairs)
     assert r.params_out.sent_bytes > 0 and r.grads_back.sent_bytes > 0
     assert r.step_bytes == r.params_out.sent_bytes + r.grads_back.sent_bytes
