@@ -350,9 +350,8 @@ const PipelineFloor& PipelineSearch::floor(const Combo& c, int D, const std::vec
   key.insert(key.end(), counts.begin(), counts.end());
   auto it = floors_.find(key);
   if (it != floors_.end()) return it->second;
-  // Class k's stages at its least layer time; the head's stage apart, with the head as its fixed time.
-  // The step adds the slowest stage's tail (sync and optimizer), at least the least bottleneck of
-  // the stages' tails over the splits (a floor's first point), which every split pays.
+  // Class k's stages at its least layer time; the head's stage apart, with the head as its fixed
+  // time; each with its least tail a layer (the floor couples the tails with the split).
   std::vector<StageClass> stages;
   for (size_t k = 0; k < counts.size(); ++k) {
     const int head = static_cast<int>(k) == head_class ? 1 : 0;
@@ -380,7 +379,7 @@ double PipelineSearch::shape_integer_bound(const Combo& c, int D) {
   const std::vector<std::pair<int, int>> most = most_layers(c, D);
   double out = std::numeric_limits<double>::infinity();
   for (const auto& count : spreads(c.used, c.groups, D)) {
-    // Pipelines of equal counts: the first pipeline of each and how many there are.
+    // Pipelines of equal counts, and how many there are.
     std::vector<const std::vector<int>*> per_class;
     for (const std::string& cls : c.used) per_class.push_back(&count.at(cls));
     std::map<std::vector<int>, int64_t> pipelines_of;  // counts -> pipelines

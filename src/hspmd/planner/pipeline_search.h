@@ -28,7 +28,10 @@
 // must hold every layer, each stage at most the layers its devices hold with one micro-batch in
 // flight) drops shapes no candidate of which fits. Both bounds fall as D grows, so each cut's
 // shapes are visited from its largest feasible D down, and a shape is expanded only when its
-// bound is the lowest left. A cluster of thousands of devices thus costs its shapes' bounds
+// bound is the lowest left; at the front it first takes an integer bound from its spreads
+// (shape_integer_bound) and waits again where that is higher. The integer bounds of shapes,
+// candidates and level 2 take each pipeline's floor (planner/pipeline_floor.h: its stages' sum,
+// bottleneck and tail over one split, at their least). A cluster of thousands of devices thus costs its shapes' bounds
 // (linear in the cuts and the D tried), not the product of every cut, D, spread, order and size.
 // Level 2 (planner/layer_programs.h) turns a candidate into a strategy.
 #pragma once
@@ -128,8 +131,8 @@ class PipelineSearch {
 
   void build();
   double shape_bound(const Combo& c, int D) const;
-  // At least every candidate's integer bound (least_step) less the tail: each pipeline is one of the
-  // shape's stage counts (its classes' G / D, some with one extra group), at its best size.
+  // At most every candidate's integer bound (least_step of its pipelines' floors): per spread, each
+  // pipeline's floor without the head at its best micro-batch size; the least over the spreads.
   double shape_integer_bound(const Combo& c, int D);
   // A pipeline of `counts` stages per class at size index `size` among D pipelines, the head on a
   // stage of class `head_class` (-1: the head not counted), each stage at most its class's most
@@ -138,6 +141,7 @@ class PipelineSearch {
                              const std::vector<std::pair<int, int>>& most);
   bool shape_fits(const Combo& c, int D) const;
   double tail_bound(const Combo& c, int D) const;
+  // The least tail (exposed gradient sync and optimizer) a layer on a stage of class k adds.
   double tail_per_layer(const Combo& c, size_t k, int D) const;
   // Per class: the most layers one of its stages holds in the middle of a pipeline and alone in one
   // (with the embedding and head), with one micro-batch of the smallest size in flight, D pipelines.
@@ -177,10 +181,10 @@ class PipelineSearch {
   std::map<int64_t, Pending> pending_;
   int64_t seq_ = 0, generated_ = 0, shapes_ = 0;
   double memory_dropped_bound_ = std::numeric_limits<double>::infinity();
-  mutable std::unordered_map<int64_t, double> layer_memo_;
+  mutable std::unordered_map<int64_t, double> layer_memo_;  // (first rank, ranks, cp, size) packed
   // Floors of the pipelines of the shape being bounded or expanded (floor()), keyed on the size
   // index, the class holding the head (-1: none counted) and the stage counts per class.
-  std::map<std::vector<int>, PipelineFloor> floors_;  // (first rank, ranks, cp, size) packed
+  std::map<std::vector<int>, PipelineFloor> floors_;
 };
 
 // Seconds of one decoder layer of one micro-batch of b sequences on group g, its TP collectives
