@@ -84,17 +84,23 @@ std::vector<std::map<std::string, std::vector<int>>> PipelineSearch::spreads(
   for (const std::string& kind : used) {
     const int G = static_cast<int>(groups.at(kind).size());
     const int extra = G % D;
-    // Subsets of `extra` pipelines out of D.
+    // Subsets of `extra` pipelines out of D: C(D, extra) of them, counted first, so that more than
+    // the most are not listed (thousands of D-long vectors a shape). C(D, i) grows with i up to
+    // D / 2, so counting up to min(extra, D - extra) may stop once past the most.
+    const int e = std::min(extra, D - extra);
+    size_t subsets = 1;
+    for (int i = 0; i < e && subsets <= kMaxSpreads; ++i) subsets = subsets * (D - i) / (i + 1);
+    if (subsets > kMaxSpreads || out.size() * subsets > kMaxSpreads) complete = false;
     std::vector<std::vector<int>> options;
     std::vector<int> mask(D, 0);
     std::fill(mask.begin(), mask.begin() + extra, 1);
     std::sort(mask.begin(), mask.end());
     do {
+      if (!complete) break;
       std::vector<int> c(D, G / D);
       for (int p = 0; p < D; ++p) c[p] += mask[p];
       options.push_back(c);
     } while (std::next_permutation(mask.begin(), mask.end()) && options.size() <= kMaxSpreads);
-    if (options.size() > kMaxSpreads || out.size() * options.size() > kMaxSpreads) complete = false;
     if (!complete) {
       std::vector<int> c(D, G / D);
       for (int e = 0; e < extra; ++e) ++c[(offset + e) % D];
