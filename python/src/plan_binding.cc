@@ -1,19 +1,22 @@
 // hspmd.plan(...) and hspmd.explain_switch(a, b, ...): the structured forms of `hspmd plan` (the
 // planner's strategy for a model on a cluster, with its predicted step time and memory per rank)
 // and `hspmd explain --switch` (the fused BSR that moves a run's state from one strategy to
-// another: bytes per sender and link tier, per (sender, receiver) pair). They call what the CLI
+// another: bytes per sender and link tier, per (sender, receiver) pair; or, for a bf16-only switch,
+// each step's two moves). They call what the CLI
 // calls (planner::Planner, switching::plan_switch) with the same options; str() of a result is
 // the CLI's text for it.
 #include <map>
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
@@ -25,6 +28,7 @@
 #include "hspmd/resolve/topology.h"
 #include "hspmd/sharding/strategy.h"
 #include "hspmd/specialize/schedule.h"
+#include "hspmd/switching/bf16_switch_plan.h"
 #include "hspmd/switching/switch_plan.h"
 
 namespace nb = nanobind;
@@ -76,7 +80,7 @@ struct PairBytes {
 
 struct SwitchExplanation {
   std::string source, target;  // strategy names
-  std::string states;          // "params" or "params+adam"
+  std::string states;          // "params" or "params+adam"; a bf16-params move: "bf16 params" or "float32 grads"
   std::string algorithm;
   int tensors = 0, table_entries = 0, messages = 0;
   int64_t sent_bytes = 0, local_copy_bytes = 0, busiest_sender_bytes = 0;
@@ -85,34 +89,23 @@ struct SwitchExplanation {
   std::vector<PairBytes> pairs;      // ascending (sender, receiver)
 };
 
-SwitchExplanation explain_switch(const sharding::Strategy& sa, const sharding::Strategy& sb, const models::Model& model,
-                                 const resolve::Topology& topo, const std::string& states, const std::string& algorithm,
-                                 const std::vector<int>& dead) {
-  // As `hspmd explain --switch` computes it (cli/explain.cc).
-  HSPMD_CHECK(states == "params" || states == "params+adam")
-      << "--states must be 'params' or 'params+adam', got '" << states << "'";
-  const sharding::AnnotationPlan a = model.compile_plan(sa);
-  const sharding::AnnotationPlan b = model.compile_plan(sb);
-  for (const auto* st : {&sa, &sb}) {
-    for (int r : st->ranks()) {
-      HSPMD_CHECK(r < topo.num_devices()) << "strategy " << st->name << " uses rank " << r << " but cluster "
-                                          << topo.name() << " has " << topo.num_devices() << " devices";
-    }
-  }
-  const std::vector<std::pair<std::string, Shape>> params = models::parameter_shapes(model);
-  switching::SwitchOptions options;
-  options.optimizer_states = states == "params+adam";
-  options.topology = &topo;
-  options.algorithm = resolve::parse_bsr_algorithm(algorithm);
-  options.dead = dead;
-  const switching::SwitchPlan plan =
-      switching::plan_switch(switching::param_layouts(a, params), switching::param_layouts(b, params), options);
+// states="bf16-params": the two moves of every step under b while a keeps the master state, beside
+// the full switch of weights and Adam moments (what `hspmd explain --switch --states bf16-params` prints).
+struct Bf16SwitchExplanation {
+  std::string source, target;
+  std::string states = "bf16-params";
+  SwitchExplanation params_out, grads_back, full;
+  int64_t step_bytes = 0;
+};
 
+SwitchExplanation explanation_of(const switching::SwitchPlan& plan, const sharding::Strategy& sa,
+                                 const sharding::Strategy& sb, const resolve::Topology& topo,
+                                 const std::string& states, resolve::BsrAlgorithm algorithm) {
   SwitchExplanation e;
   e.source = sa.name;
   e.target = sb.name;
   e.states = states;
-  e.algorithm = std::string(resolve::bsr_algorithm_name(options.algorithm));
+  e.algorithm = std::string(resolve::bsr_algorithm_name(algorithm));
   e.tensors = static_cast<int>(plan.tensors.size());
   e.table_entries = static_cast<int>(plan.bsr.table.entries().size());
   e.messages = static_cast<int>(plan.bsr.messages().size());
@@ -141,6 +134,45 @@ SwitchExplanation explain_switch(const sharding::Strategy& sa, const sharding::S
         {p.first, p.second, v.first, v.second, std::string(resolve::link_tier_name(topo.tier(p.first, p.second)))});
   }
   return e;
+}
+
+std::variant<SwitchExplanation, Bf16SwitchExplanation> explain_switch(
+    const sharding::Strategy& sa, const sharding::Strategy& sb, const models::Model& model,
+    const resolve::Topology& topo, const std::string& states, const std::string& algorithm,
+    const std::vector<int>& dead) {
+  // As `hspmd explain --switch` computes it (cli/explain.cc).
+  HSPMD_CHECK(states == "params" || states == "params+adam" || states == "bf16-params")
+      << "--states must be 'params', 'params+adam' or 'bf16-params', got '" << states << "'";
+  const sharding::AnnotationPlan a = model.compile_plan(sa);
+  const sharding::AnnotationPlan b = model.compile_plan(sb);
+  for (const auto* st : {&sa, &sb}) {
+    for (int r : st->ranks()) {
+      HSPMD_CHECK(r < topo.num_devices()) << "strategy " << st->name << " uses rank " << r << " but cluster "
+                                          << topo.name() << " has " << topo.num_devices() << " devices";
+    }
+  }
+  const std::vector<std::pair<std::string, Shape>> params = models::parameter_shapes(model);
+  const std::vector<switching::ParamLayout> from = switching::param_layouts(a, params);
+  const std::vector<switching::ParamLayout> to = switching::param_layouts(b, params);
+  if (states == "bf16-params") {
+    HSPMD_CHECK(algorithm == "fused" && dead.empty())
+        << "states='bf16-params' plans the fused BSR of a healthy run: leave out algorithm= and dead=";
+    const switching::Bf16SwitchPlan bf16 = switching::plan_bf16_switch(from, to, &topo);
+    const switching::SwitchPlan full = switching::plan_switch(from, to, {.optimizer_states = true, .topology = &topo});
+    const resolve::BsrAlgorithm fused = resolve::BsrAlgorithm::kFusedHeuristic;
+    return Bf16SwitchExplanation{.source = sa.name,
+                                 .target = sb.name,
+                                 .params_out = explanation_of(bf16.params_out, sa, sb, topo, "bf16 params", fused),
+                                 .grads_back = explanation_of(bf16.grads_back, sa, sb, topo, "float32 grads", fused),
+                                 .full = explanation_of(full, sa, sb, topo, "params+adam", fused),
+                                 .step_bytes = bf16.step_bytes()};
+  }
+  switching::SwitchOptions options;
+  options.optimizer_states = states == "params+adam";
+  options.topology = &topo;
+  options.algorithm = resolve::parse_bsr_algorithm(algorithm);
+  options.dead = dead;
+  return explanation_of(switching::plan_switch(from, to, options), sa, sb, topo, states, options.algorithm);
 }
 
 }  // namespace
@@ -178,9 +210,11 @@ void bind_plan(nb::module_& m) {
   nb::class_<SwitchExplanation>(m, "SwitchExplanation", "The fused BSR of a switch: the result of hspmd.explain_switch.")
       .def_ro("source", &SwitchExplanation::source, "The strategy switched from.")
       .def_ro("target", &SwitchExplanation::target, "The strategy switched to.")
-      .def_ro("states", &SwitchExplanation::states, "\"params\" or \"params+adam\".")
+      .def_ro("states", &SwitchExplanation::states,
+              "\"params\" or \"params+adam\"; for a move of states=\"bf16-params\": \"bf16 params\" or "
+              "\"float32 grads\".")
       .def_ro("algorithm", &SwitchExplanation::algorithm, "fused, per-tensor or per-tensor-lowest-owner.")
-      .def_ro("tensors", &SwitchExplanation::tensors, "Tensors moved (float32).")
+      .def_ro("tensors", &SwitchExplanation::tensors, "Tensors moved (float32 unless \"bf16 params\").")
       .def_ro("table_entries", &SwitchExplanation::table_entries)
       .def_ro("messages", &SwitchExplanation::messages)
       .def_ro("sent_bytes", &SwitchExplanation::sent_bytes, "Bytes on the wire, all senders.")
@@ -189,12 +223,23 @@ void bind_plan(nb::module_& m) {
       .def_ro("sent_by_tier", &SwitchExplanation::sent_by_tier, "Bytes per link tier.")
       .def_ro("senders", &SwitchExplanation::senders, "Per sending rank, ascending.")
       .def_ro("pairs", &SwitchExplanation::pairs, "Per (sender, receiver), ascending.");
+  nb::class_<Bf16SwitchExplanation>(m, "Bf16SwitchExplanation",
+                                     "The moves of every step of a bf16-only switch: the result of\n"
+                                     "hspmd.explain_switch(..., states=\"bf16-params\").")
+      .def_ro("source", &Bf16SwitchExplanation::source, "The strategy keeping the master state.")
+      .def_ro("target", &Bf16SwitchExplanation::target, "The strategy the steps run under.")
+      .def_ro("states", &Bf16SwitchExplanation::states, "\"bf16-params\".")
+      .def_ro("params_out", &Bf16SwitchExplanation::params_out, "Each step's bf16 parameters, a -> b.")
+      .def_ro("grads_back", &Bf16SwitchExplanation::grads_back, "Each step's float32 gradients, b -> a.")
+      .def_ro("step_bytes", &Bf16SwitchExplanation::step_bytes, "Bytes on the wire per step, both moves.")
+      .def_ro("full", &Bf16SwitchExplanation::full, "The full switch instead: weights and Adam moments, once.");
   m.def("explain_switch", &explain_switch, "a"_a, "b"_a, "model"_a, "cluster"_a, "states"_a = "params",
         "algorithm"_a = "fused", "dead"_a = std::vector<int>{},
         "`hspmd explain --switch A B` as a result object: the fused BSR moving every parameter (states=\n"
         "\"params+adam\": and its AdamW moments) from strategy a's layout to b's on `cluster`, per sender\n"
         "and link tier, per (sender, receiver) pair. algorithm: fused, per-tensor or per-tensor-lowest-owner;\n"
-        "dead: ranks that cannot send.");
+        "dead: ranks that cannot send. states=\"bf16-params\" (a bf16-only switch: a keeps the float32 state)\n"
+        "returns a Bf16SwitchExplanation: each step's two moves and the full switch beside them.");
 }
 
 }  // namespace hspmd::python

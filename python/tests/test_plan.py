@@ -49,3 +49,33 @@ def test_explain_switch_equals_cli(cli, src, states):
     assert sum(s.bytes for s in r.senders) == r.sent_bytes == sum(r.sent_by_tier.values())
     senders = [int(x[1]) for x in re.finditer(r"^  rank (\d+) ", text, re.MULTILINE)]
     assert senders == [s.rank for s in r.senders]
+
+
+def test_explain_switch_bf16_params_equals_cli(cli, src):
+    # A bf16-only switch: each step's bf16 parameters out and float32 gradients back, beside the full
+    # switch of weights and Adam moments, as `hspmd explain --switch --states bf16-params` prints them.
+    a, b = "examples/strategies/local-hetero-4.json", "examples/strategies/local-cp2-then-tp2.json"
+    text = cli("explain", "--switch", src / a, src / b, "--model", src / TINY, "--cluster", src / CLUSTER,
+               "--states", "bf16-params")
+    r = hspmd.explain_switch(hspmd.Strategy.from_file(str(src / a)), hspmd.Strategy.from_file(str(src / b)),
+                             hspmd.Model(str(src / TINY)), hspmd.Cluster.from_file(str(src / CLUSTER)),
+                             states="bf16-params")
+    assert isinstance(r, hspmd.Bf16SwitchExplanation) and r.states == "bf16-params"
+    assert f"switch {r.source} -> {r.target}, states bf16-params" in text
+    for label, move in [("params out (bf16, 2 bytes an element)", r.params_out),
+                        ("grads back (float32, 4 bytes an element)", r.grads_back),
+                        ("weights and Adam moments", r.full)]:
+        m = re.search(re.escape(label) + r": (\d+) messages, .* \((\d+) bytes\): intra-node .* \((\d+) bytes\), "
+                      r"inter-node .* \((\d+) bytes\); local copies", text)
+        assert m, label
+        assert (move.messages, move.sent_bytes) == (int(m[1]), int(m[2])), label
+        tiers = (move.sent_by_tier.get("intra-node", 0), move.sent_by_tier.get("inter-node", 0))
+        assert tiers == (int(m[3]), int(m[4])), label
+        assert sum(s.bytes for s in move.senders) == move.sent_bytes == sum(p.bytes for p in move.pairs)
+    assert r.params_out.sent_bytes > 0 and r.grads_back.sent_bytes > 0
+    assert r.step_bytes == r.params_out.sent_bytes + r.grads_back.sent_bytes
+    assert "per step: " in text and f"({r.step_bytes} bytes)" in text
+    with pytest.raises(hspmd.Error, match="healthy run"):
+        hspmd.explain_switch(hspmd.Strategy.from_file(str(src / a)), hspmd.Strategy.from_file(str(src / b)),
+                             hspmd.Model(str(src / TINY)), hspmd.Cluster.from_file(str(src / CLUSTER)),
+                             states="bf16-params", dead=[1])

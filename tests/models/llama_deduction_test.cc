@@ -162,6 +162,41 @@ TEST(LlamaDeductionTest, EveryShippedStrategyDeducesOverTheWholeGraph) {
   EXPECT_GE(deduced, 20);
 }
 
+// Deducing each structure once (graph/deduction_memo.h) gives every tensor the annotation that
+// deducing every op gives: on every shipped strategy, and on one with uneven pipelines and stages
+// whose layers repeat (and whose look-alike layers sit on other ranks).
+TEST(LlamaDeductionTest, DeducingByStructureEqualsDeducingEveryOp) {
+  const std::string root = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().string();
+  LlamaConfig c = tiny();
+  c.num_hidden_layers = 6;
+  const LlamaModel uneven_model = build_llama(c);
+  sharding::Strategy uneven;
+  uneven.name = "uneven";
+  uneven.zero = 1;
+  sharding::PipelineSpec p, q;
+  p.stages = {{{0, 1}, 0, 2}, {{2, 3}, 3, 5}};
+  q.stages = {{{4}, 0, 1}, {{5, 6}, 2, 5}};
+  uneven.pipelines = {p, q};
+  std::vector<std::pair<std::string, AnnotationPlan>> cases{{"uneven", compile_llama_plan(c, uneven)}};
+  const LlamaConfig tiny_file = LlamaConfig::from_file(root + "/configs/llama-tiny.json");
+  for (const auto& entry : std::filesystem::directory_iterator(root + "/examples/strategies")) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind("local-", 0) != 0) continue;  // the tiny model's: the others take seconds each way
+    cases.emplace_back(file, compile_llama_plan(tiny_file, sharding::Strategy::from_file(entry.path().string())));
+  }
+  const LlamaModel tiny_model = build_llama(tiny_file);
+  ASSERT_GE(cases.size(), 5u);
+  for (const auto& [name, plan] : cases) {
+    const graph::Graph& g = name == "uneven" ? uneven_model.graph : tiny_model.graph;
+    const DeducedAnnotations by_structure = graph::deduce_annotations(g, plan, graph::DeductionReuse::kByStructure);
+    const DeducedAnnotations every_op = graph::deduce_annotations(g, plan, graph::DeductionReuse::kEveryOp);
+    ASSERT_EQ(by_structure.by_op().size(), every_op.by_op().size()) << name;
+    for (size_t id = 0; id < every_op.by_op().size(); ++id) {
+      EXPECT_EQ(by_structure.by_op()[id], every_op.by_op()[id]) << name << ": op " << g.op(static_cast<int>(id)).name;
+    }
+  }
+}
+
 TEST(LlamaDeductionTest, TiedEmbeddingsAcrossPipelineStages) {
   LlamaConfig c = tiny();
   c.tie_word_embeddings = true;
@@ -202,6 +237,18 @@ TEST(LlamaDeductionTest, MissingReshardIsAnErrorNamingTheOp) {
   } catch (const Error& e) {
     EXPECT_THAT(std::string(e.what()),
                 AllOf(HasSubstr("model.layers.0.attn_residual"), HasSubstr("(P:2)"), HasSubstr("Reshard")));
+  }
+  // Layer 1's entry missing: its ops before the add repeat layer 0's deductions
+  // (graph/deduction_memo.h), and the error still names layer 1's add.
+  AnnotationPlan second;
+  for (const auto& [name, a] : full.tensors()) {
+    if (name != "model.layers.1.attn_out") second.set(name, a);
+  }
+  try {
+    graph::deduce_annotations(m.graph, second);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(std::string(e.what()), AllOf(HasSubstr("model.layers.1.attn_residual"), HasSubstr("(P:2)")));
   }
 }
 

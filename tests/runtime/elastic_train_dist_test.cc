@@ -116,6 +116,7 @@ class ElasticTrain : public testing::TempDirTest {
   }
   void expect_recovery(const Failure& f, const char* strategy_json = kDataParallelStrategy,
                        const std::string& extra_flags = "");
+  void expect_recovery_from_checkpoint(int zero_stage, const std::string& fault_point);
 };
 
 // The run of `strategy_json` (with `extra_flags`) killed as `f` says, switched before step 4: the
@@ -193,33 +194,32 @@ TEST_F(ElasticTrain, StateWithoutReplicaComesFromTheNewestCompleteCheckpoint) {
   expect_single_process_weights(path("ckpt"));
 }
 
-// ZeRO-3 shards the master weights as well: a dead rank's value shards exist nowhere else either,
-// so the survivors fall back to the newest complete checkpoint the same way.
-TEST_F(ElasticTrain, Zero3StateComesFromTheNewestCompleteCheckpoint) {
-  std::string zero3 = kDataParallelStrategy;
-  zero3.replace(zero3.find(R"("zero1": false)"), 14, R"("zero": 3)");
+// Under ZeRO `zero_stage` (of kDataParallelStrategy) rank 1 dies in step 3 at `fault_point`:
+// its shards exist nowhere else, so the survivors restore the newest complete checkpoint (step 2's)
+// and end with the single process's weights.
+void ElasticTrain::expect_recovery_from_checkpoint(int zero_stage, const std::string& fault_point) {
+  std::string zero = kDataParallelStrategy;
+  zero.replace(zero.find(R"("zero1": false)"), 14, R"("zero": )" + std::to_string(zero_stage));
   const testing::CommandResult r = run_with_faults(
-      "1:3:backward", elastic(strategy_file(zero3.c_str())) + " --save " + path("ckpt") + " --save-every 2");
+      "1:3:" + fault_point, elastic(strategy_file(zero.c_str())) + " --save " + path("ckpt") + " --save-every 2");
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("in backward of step 3"));
+  EXPECT_THAT(r.output, HasSubstr("in " + fault_point + " of step 3"));
   EXPECT_THAT(r.output, HasSubstr("state restored from the newest checkpoint; resumes after step 2"));
   EXPECT_THAT(r.output, HasSubstr("PASS"));
   expect_single_process_weights(path("ckpt"));
+}
+
+// ZeRO-3 shards the master weights as well: a dead rank's value shards exist nowhere else either,
+// so the survivors fall back to the newest complete checkpoint the same way.
+TEST_F(ElasticTrain, Zero3StateComesFromTheNewestCompleteCheckpoint) {
+  expect_recovery_from_checkpoint(3, "backward");
 }
 
 // ZeRO-2 shards the moments as ZeRO-1 does and reduces each micro-batch's gradients into them during
 // B: the victim dies in that reduction (on the communication thread) with the step's shards half
 // accumulated; the survivors drop them and restore the newest complete checkpoint.
 TEST_F(ElasticTrain, Zero2StateComesFromTheNewestCompleteCheckpoint) {
-  std::string zero2 = kDataParallelStrategy;
-  zero2.replace(zero2.find(R"("zero1": false)"), 14, R"("zero": 2)");
-  const testing::CommandResult r = run_with_faults(
-      "1:3:grad-sync", elastic(strategy_file(zero2.c_str())) + " --save " + path("ckpt") + " --save-every 2");
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("in grad-sync of step 3"));
-  EXPECT_THAT(r.output, HasSubstr("state restored from the newest checkpoint; resumes after step 2"));
-  EXPECT_THAT(r.output, HasSubstr("PASS"));
-  expect_single_process_weights(path("ckpt"));
+  expect_recovery_from_checkpoint(2, "grad-sync");
 }
 
 // The launcher restarts the dead worker (--max-restarts); it joins at a step boundary, the run

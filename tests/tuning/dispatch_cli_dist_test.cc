@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 
 #include "planner/planner_testlib.h"
@@ -101,6 +102,28 @@ TEST_F(DispatchCliTest, Bf16OnlySwitchesKeepTheStateUnderTheBaseStrategy) {
   EXPECT_THAT(r.output, HasSubstr("| bf16 switch long -> short: params out "));
   EXPECT_THAT(r.output, ::testing::Not(HasSubstr("| bf16 switch short -> ")));
   EXPECT_THAT(r.output, HasSubstr("(tolerance 2e-03): PASS"));
+
+  // The header predicts the bf16-only switch the steps pay, not the full switch of float32 weights
+  // and Adam moments: the bytes each step under short moves (as its step log reports them) and the
+  // seconds the dispatch decisions count as its switch.
+  EXPECT_THAT(r.output, HasSubstr("strategy long for batches up to 64 tokens: 1 pipeline(s), longest sequence each "
+                                  "holds"));
+  EXPECT_THAT(r.output, HasSubstr("; holds the weights and Adam moments (bf16-only switches)"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("; switch to ")));
+  std::smatch header;
+  ASSERT_TRUE(std::regex_search(r.output, header,
+                                std::regex("each step under it, bf16 only from long: params out ([^,]+), grads back "
+                                           "(.+) \\((\\d+) bytes\\), predicted (\\S+) s")))
+      << r.output;
+  EXPECT_GT(std::stoll(header[3]), 0);
+  EXPECT_THAT(r.output, HasSubstr("| bf16 switch long -> short: params out " + header[1].str()));
+  EXPECT_THAT(r.output, HasSubstr(", grads back " + header[2].str()));
+  std::smatch decision;
+  ASSERT_TRUE(std::regex_search(r.output, decision,
+                                std::regex("dispatch step \\d+: strategy short \\(predicted[^|]*; switch (\\S+) s")))
+      << r.output;
+  EXPECT_GT(std::stod(header[4]), 0);
+  EXPECT_NEAR(std::stod(decision[1]), std::stod(header[4]), 1e-3 * std::stod(header[4]));  // printed with 4 digits
 }
 
 TEST_F(DispatchCliTest, DispatchOnOneStrategyMatchesSingleProcess) {

@@ -1,8 +1,10 @@
 #include "hspmd/cli/train_dispatch.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
+#include "hspmd/core/byte_size.h"
 #include "hspmd/planner/derived_profile.h"
 
 namespace hspmd::cli {
@@ -23,6 +25,20 @@ std::string LengthDispatchRun::describe() const {
     out << "\n  strategy " << s.strategy.name << " for batches up to " << s.max_len << " tokens: "
         << s.strategy.pipelines.size() << " pipeline(s), longest sequence each holds";
     for (const planner::PipelineModel& p : strategies->pipelines(i)) out << " " << p.max_tokens;
+    // bf16-only switches: no strategy moves the state; each step away from the base pays its two
+    // moves, what the dispatch decisions count as the switch.
+    if (const std::optional<size_t> base = strategies->bf16_base()) {
+      if (i == *base) {
+        out << "; holds the weights and Adam moments (bf16-only switches)";
+      } else {
+        out << "; each step under it, bf16 only from " << strategies->at(*base).strategy.name << ": params out "
+            << format_bytes(strategies->bf16_params_out_bytes(i)) << ", grads back "
+            << format_bytes(strategies->bf16_grads_back_bytes(i)) << " ("
+            << strategies->bf16_params_out_bytes(i) + strategies->bf16_grads_back_bytes(i) << " bytes), predicted "
+            << strategies->bf16_step_seconds(i) << " s";
+      }
+      continue;
+    }
     for (size_t j = 0; j < strategies->size(); ++j) {
       if (j == i) continue;
       out << "; switch to " << strategies->at(j).strategy.name << " " << strategies->switch_bytes(i, j)

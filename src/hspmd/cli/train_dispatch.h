@@ -33,7 +33,8 @@ struct LengthDispatchRun : runtime::TrainingHook {
   size_t first = 0;  // the strategy the trainer is built under
 
   int world() const;  // every rank some strategy uses
-  // Lines for the run's header: each strategy, its max length, its pipelines' memory limits.
+  // Lines for the run's header: each strategy, its max length, its pipelines' memory limits and the
+  // predicted switches to the others (with bf16-only switches: each step's two moves from the base).
   std::string describe() const;
 
   void before_step(runtime::TrainingLoop& loop) override;

@@ -1,6 +1,7 @@
 #include "hspmd/graph/deduction.h"
 
 #include "hspmd/core/error.h"
+#include "hspmd/graph/deduction_memo.h"
 #include "hspmd/graph/op_registry.h"
 
 namespace hspmd::graph {
@@ -55,8 +56,10 @@ Annotation duplicated_over(const Annotation& like) {
 
 }  // namespace
 
-DeducedAnnotations deduce_annotations(const Graph& g, const std::map<std::string, Annotation>& named) {
+DeducedAnnotations deduce_annotations(const Graph& g, const std::map<std::string, Annotation>& named,
+                                      DeductionReuse reuse) {
   std::vector<std::vector<Annotation>> by_op(g.num_ops());
+  DeductionMemo memo;
   for (int id = 0; id < g.num_ops(); ++id) {
     const Op& op = g.op(id);
     const OpDef& def = g.registry().get(op.kind);
@@ -98,6 +101,12 @@ DeducedAnnotations deduce_annotations(const Graph& g, const std::map<std::string
         }
       }
     }
+    if (reuse == DeductionReuse::kByStructure) {
+      if (const std::vector<Annotation>* kept = memo.find(op, infos, inputs, planned)) {
+        by_op[id] = *kept;
+        continue;
+      }
+    }
     DeduceContext ctx{op, infos, inputs, planned};
     std::vector<Annotation> outs = def.deduce(ctx);
     HSPMD_ASSERT(outs.size() == op.outputs.size())
@@ -108,13 +117,14 @@ DeducedAnnotations deduce_annotations(const Graph& g, const std::map<std::string
         outs[k].validate_for(evaluate(op.outputs[k].shape, {}), g.tensor_name(TensorRef{id, static_cast<int>(k)}));
       }
     }
+    if (reuse == DeductionReuse::kByStructure) memo.insert(op, infos, inputs, planned, outs);
     by_op[id] = std::move(outs);
   }
   return DeducedAnnotations(std::move(by_op));
 }
 
-DeducedAnnotations deduce_annotations(const Graph& g, const sharding::AnnotationPlan& plan) {
-  return deduce_annotations(g, plan.tensors());
+DeducedAnnotations deduce_annotations(const Graph& g, const sharding::AnnotationPlan& plan, DeductionReuse reuse) {
+  return deduce_annotations(g, plan.tensors(), reuse);
 }
 
 std::vector<GradientSync> gradient_syncs(const Graph& g, const DeducedAnnotations& deduced,

@@ -41,9 +41,15 @@ class DeducedAnnotations {
   std::vector<std::vector<sharding::Annotation>> by_op_;  // [op id][output index]
 };
 
+// Whether ops of one structure share one deduction (graph/deduction_memo.h); the result is the
+// same either way, kEveryOp is there to check that.
+enum class DeductionReuse { kByStructure, kEveryOp };
+
 // `named`: annotations by name for placeholders, parameters, Reshards (and named constants).
-DeducedAnnotations deduce_annotations(const Graph& g, const std::map<std::string, sharding::Annotation>& named);
-DeducedAnnotations deduce_annotations(const Graph& g, const sharding::AnnotationPlan& plan);
+DeducedAnnotations deduce_annotations(const Graph& g, const std::map<std::string, sharding::Annotation>& named,
+                                      DeductionReuse reuse = DeductionReuse::kByStructure);
+DeducedAnnotations deduce_annotations(const Graph& g, const sharding::AnnotationPlan& plan,
+                                      DeductionReuse reuse = DeductionReuse::kByStructure);
 
 // A parameter's gradient as deduced, against the annotation the optimizer needs it in.
 struct GradientSync {

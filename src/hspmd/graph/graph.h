@@ -74,6 +74,7 @@ struct OpAttrs {
   SymShape shape;               // placeholder / parameter / full / reshape target / embedding_bwd table
   DType dtype = DType::kFloat32;  // placeholder / parameter / full
   InitSpec init;                // parameter
+  friend bool operator==(const OpAttrs&, const OpAttrs&) = default;
 };
 
 struct Op {

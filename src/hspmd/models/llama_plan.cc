@@ -1,10 +1,12 @@
 #include "hspmd/models/llama_plan.h"
 
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hspmd/core/error.h"
 #include "hspmd/models/llama.h"
-#include "hspmd/sharding/stage_annotation.h"
 
 namespace hspmd::models {
 
@@ -12,7 +14,6 @@ using sharding::Annotation;
 using sharding::DeviceGroup;
 using sharding::DistState;
 using sharding::kDuplicate;
-using sharding::on_stages;
 using sharding::Strategy;
 
 namespace {
@@ -90,21 +91,64 @@ DistState tokens_ds(const sharding::StageSpec& s, int inner) {
   return DistState::make({{0, s.cp}, {inner, s.tp()}});
 }
 
+// Annotations over one stage of each pipeline, made once per (what, stages) and shared, over one
+// device group per stage. A 70B model's 80 layers ask for the same few again and again (each
+// layer's parameters and a dozen Reshards, over the 4 lists of stages of a 4-stage layout); making
+// each again built one device group per pipeline and an index over all their ranks, a tenth of
+// explaining 4,096 ranks. Shared, equal annotations and groups also compare by address in
+// deduction and the report, not by reading every pipeline's group.
+class OnStages {
+ public:
+  // `what` names the annotation (a Reshard kind, a parameter role): equal `what` on equal stages
+  // must mean equal `ds` and `hdim`.
+  template <typename DsOfStage>
+  const Annotation& get(const std::string& what, const std::vector<const sharding::StageSpec*>& stages, DsOfStage ds,
+                        int hdim) {
+    auto key = std::make_pair(what, stages);
+    auto it = made_.find(key);
+    if (it != made_.end()) return it->second;
+    std::vector<DeviceGroup> groups;
+    std::vector<DistState> states;
+    for (const sharding::StageSpec* s : stages) {
+      auto [group, fresh] = groups_.try_emplace(s);
+      if (fresh) group->second = DeviceGroup(s->ranks);
+      groups.push_back(group->second);
+      states.push_back(ds(*s));
+    }
+    return made_.emplace(std::move(key), Annotation::make(std::move(groups), std::move(states), hdim)).first->second;
+  }
+
+ private:
+  std::map<const sharding::StageSpec*, DeviceGroup> groups_;
+  std::map<std::pair<std::string, std::vector<const sharding::StageSpec*>>, Annotation> made_;
+};
+
 // Activations: split by tokens across pipelines (per-pipeline sizes at run time) and over CP inside
 // a stage, duplicated in TP.
-Annotation activation(const std::vector<const sharding::StageSpec*>& stages) {
-  return on_stages(stages, [](const sharding::StageSpec& s) { return tokens_ds(s, kDuplicate); }, 0);
+const Annotation& activation(OnStages& made, const std::vector<const sharding::StageSpec*>& stages) {
+  return made.get("activation", stages, [](const sharding::StageSpec& s) { return tokens_ds(s, kDuplicate); }, 0);
 }
 
 // The activations between TP blocks: on a sequence-parallel stage split by tokens over the TP ranks
 // too (each CP rank's contiguous tokens cut in T: one split of T x C, CP outer), else as above.
-Annotation between_blocks(const std::vector<const sharding::StageSpec*>& stages) {
-  return on_stages(
-      stages,
+const Annotation& between_blocks(OnStages& made, const std::vector<const sharding::StageSpec*>& stages) {
+  return made.get(
+      "between_blocks", stages,
       [](const sharding::StageSpec& s) {
         return s.sequence_parallel ? DistState::split(0, s.cp * s.tp()) : tokens_ds(s, kDuplicate);
       },
       0);
+}
+
+// A parameter on the stage of each pipeline that holds it; parameters of one role on the same
+// stages (every layer's of that role on one stage) share one annotation.
+const Annotation& param_annotation(OnStages& made, const LlamaParam& param, const Strategy& st) {
+  std::vector<const sharding::StageSpec*> stages;
+  for (size_t p = 0; p < st.pipelines.size(); ++p) stages.push_back(&stage_for(st, p, param));
+  const bool zero = st.shards_optimizer_states();
+  return made.get(
+      "parameter " + std::to_string(static_cast<int>(param.role)), stages,
+      [&](const sharding::StageSpec& s) { return param_ds(param.role, s, zero); }, kDuplicate);
 }
 
 }  // namespace
@@ -128,24 +172,24 @@ void validate_llama_strategy(const LlamaConfig& c, const Strategy& st) {
 }
 
 Annotation llama_param_annotation(const LlamaParam& param, const Strategy& st) {
-  std::vector<DeviceGroup> groups;
-  std::vector<DistState> states;
-  for (size_t p = 0; p < st.pipelines.size(); ++p) {
-    const sharding::StageSpec& stage = stage_for(st, p, param);
-    groups.emplace_back(stage.ranks);
-    states.push_back(param_ds(param.role, stage, st.shards_optimizer_states()));
-  }
-  return Annotation::make(std::move(groups), std::move(states), kDuplicate);
+  OnStages made;
+  return param_annotation(made, param, st);
 }
 
 sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Strategy& st) {
   validate_llama_strategy(config, st);
   sharding::AnnotationPlan plan;
+  OnStages made;
+  // A parameter's optimizer state, once per annotation and shape (every layer's of one role).
+  std::map<std::pair<const Annotation*, std::string>, Annotation> optimizer_states;
   for (const LlamaParam& param : llama_parameters(config)) {
-    Annotation a = llama_param_annotation(param, st);
+    const Annotation& a = param_annotation(made, param, st);
     a.validate_for(param.shape, param.name);
     plan.set(param.name, a);
-    if (st.shards_optimizer_states()) plan.set_optimizer_state(param.name, a.optimizer_state(param.shape));
+    if (!st.shards_optimizer_states()) continue;
+    auto [state, fresh] = optimizer_states.try_emplace({&a, param.shape.to_string()});
+    if (fresh) state->second = a.optimizer_state(param.shape);
+    plan.set_optimizer_state(param.name, state->second);
   }
   // Stage of each pipeline: the first, the last, the one holding layer l.
   auto stages_where = [&](auto pick) {
@@ -181,55 +225,61 @@ sharding::AnnotationPlan compile_llama_plan(const LlamaConfig& config, const Str
   }
   const Annotation pipeline_token_values = Annotation::make(pipeline_groups, pipeline_tokens, 0);
 
-  plan.set("input_ids", activation(first));
+  plan.set("input_ids", activation(made, first));
   plan.set("positions", pipeline_token_values);
   plan.set("token_index", pipeline_token_values);
   plan.set("cu_seqlens", Annotation::make(pipeline_groups, pipeline_dup, 0));
-  plan.set("targets", activation(last));
+  plan.set("targets", activation(made, last));
   plan.set("loss_scale",  // one scalar, the same everywhere
-           on_stages(last, [](const sharding::StageSpec& s) { return DistState::dup(s.cp * s.tp()); }, kDuplicate));
+           made.get("loss_scale", last, [](const sharding::StageSpec& s) { return DistState::dup(s.cp * s.tp()); },
+                    kDuplicate));
   // The vocab-parallel partial sum: all-reduced, or reduce-scattered by tokens under SP.
-  plan.set("model.embed_out", between_blocks(first));
+  plan.set("model.embed_out", between_blocks(made, first));
   const int L = static_cast<int>(config.num_hidden_layers);
   for (int l = 0; l < L; ++l) {
-    const Annotation here = activation(of_layer(l));
+    const auto of_l = of_layer(l);
+    const Annotation& here = activation(made, of_l);
     const std::vector<std::string> names = llama_layer_reshard_names(l);
     for (const std::string& name : names) plan.set(name, here);
     // Sequence parallelism: the row-parallel outputs are reduce-scattered by tokens (the residual
     // adds, the norms and the biases after them run on the TP rank's tokens); the column-parallel
     // inputs ("attn_in", "mlp_in", as above) all-gather them back.
-    plan.set(p_of(l) + "attn_out", between_blocks(of_layer(l)));
-    plan.set(p_of(l) + "mlp_out", between_blocks(of_layer(l)));
+    plan.set(p_of(l) + "attn_out", between_blocks(made, of_l));
+    plan.set(p_of(l) + "mlp_out", between_blocks(made, of_l));
     // Attention reads the offsets, every row's packed position and every key/value row of the batch:
     // all-gathered over CP (each stage's whole group holds them), the identity without CP.
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    const auto of_l = of_layer(l);
-    plan.set(p + "cu_seqlens", on_stages(of_l, [](const sharding::StageSpec& s) { return DistState::dup(s.cp * s.tp()); }, 0));
-    plan.set(p + "kv_index", on_stages(of_l, [](const sharding::StageSpec& s) { return DistState::dup(s.cp * s.tp()); }, 0));
-    const Annotation kv_heads = on_stages(
-        of_l, [](const sharding::StageSpec& s) { return DistState::make({{kDuplicate, s.cp}, {1, s.tp()}}); }, 0);
+    const Annotation& whole_batch =
+        made.get("whole_batch", of_l, [](const sharding::StageSpec& s) { return DistState::dup(s.cp * s.tp()); }, 0);
+    plan.set(p + "cu_seqlens", whole_batch);
+    plan.set(p + "kv_index", whole_batch);
+    const Annotation& kv_heads = made.get(
+        "kv_heads", of_l, [](const sharding::StageSpec& s) { return DistState::make({{kDuplicate, s.cp}, {1, s.tp()}}); },
+        0);
     plan.set(p + "self_attn.k_all", kv_heads);
     plan.set(p + "self_attn.v_all", kv_heads);
     // The layer's output goes to the stage of the next consumer: the next layer, or the final norm
     // (on every token of the TP group: the head's matmul reads them all).
-    plan.set(names.back(), l + 1 < L ? between_blocks(of_layer(l + 1)) : activation(last));
+    plan.set(names.back(), l + 1 < L ? between_blocks(made, of_layer(l + 1)) : activation(made, last));
   }
   // The logits stay vocab-parallel: the loss normalizes each row across the TP ranks itself.
-  plan.set("lm_head_out", on_stages(last, [](const sharding::StageSpec& s) { return tokens_ds(s, 1); }, 0));
+  plan.set("lm_head_out", made.get("logits", last, [](const sharding::StageSpec& s) { return tokens_ds(s, 1); }, 0));
   if (config.tie_word_embeddings) {  // the table, vocab-parallel on each last stage
     plan.set("lm_head.tied_weight",
-             on_stages(last, [](const sharding::StageSpec& s) { return with_cp(DistState::split(0, s.tp()), s.cp); },
-                       kDuplicate));
+             made.get(
+                 "tied_weight", last,
+                 [](const sharding::StageSpec& s) { return with_cp(DistState::split(0, s.tp()), s.cp); }, kDuplicate));
     // Its gradient goes home to the first stage in the layout of the lookup's own gradient (the whole
     // table on every TP rank; a partial sum over the pipelines' data), so the two add up there.
     const int hdim = st.pipelines.size() > 1 ? sharding::kPartial : kDuplicate;
     // Under CP both are partial over the CP ranks (each sums its own tokens' terms).
-    plan.set("lm_head.tied_weight.bwd", on_stages(
-                                            first,
-                                            [](const sharding::StageSpec& s) {
-                                              return DistState::make({{sharding::kPartial, s.cp}, {kDuplicate, s.tp()}});
-                                            },
-                                            hdim));
+    plan.set("lm_head.tied_weight.bwd",
+             made.get(
+                 "tied_weight_gradient", first,
+                 [](const sharding::StageSpec& s) {
+                   return DistState::make({{sharding::kPartial, s.cp}, {kDuplicate, s.tp()}});
+                 },
+                 hdim));
   }
   for (const auto& pipe : st.pipelines) {
     plan.pipelines.push_back(

@@ -49,11 +49,13 @@ LengthStrategies::LengthStrategies(const models::Model& model, const CostModel& 
 void LengthStrategies::price_bf16_switches(size_t base) {
   HSPMD_CHECK(base < set_.size()) << "strategies per maximum length: no strategy " << base;
   bf16_base_ = base;
-  bf16_step_seconds_.assign(set_.size(), 0.0);
+  bf16_steps_.assign(set_.size(), Bf16Step{});
   for (size_t s = 0; s < set_.size(); ++s) {
     if (s == base) continue;
     const switching::Bf16SwitchPlan p = switching::plan_bf16_switch(layouts_[base], layouts_[s], topology_);
-    bf16_step_seconds_[s] = bsr_seconds(p.params_out.bsr, *topology_) + bsr_seconds(p.grads_back.bsr, *topology_);
+    bf16_steps_[s] = {.params_out_bytes = p.params_out.bsr.total_bytes(),
+                      .grads_back_bytes = p.grads_back.bsr.total_bytes(),
+                      .seconds = bsr_seconds(p.params_out.bsr, *topology_) + bsr_seconds(p.grads_back.bsr, *topology_)};
   }
 }
 
@@ -71,7 +73,7 @@ Choice LengthStrategies::choose(std::span<const int64_t> lengths, size_t current
       continue;
     }
     Dispatch d = dispatch(lengths, models_[i]);
-    const double sw = bf16_base_                          ? bf16_step_seconds_[i]
+    const double sw = bf16_base_                          ? bf16_steps_[i].seconds
                       : current == kNone || i == current ? 0.0
                                                          : switch_seconds_[current][i];
     best.predicted[i] = d.step_seconds + sw;

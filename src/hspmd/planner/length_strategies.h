@@ -66,7 +66,12 @@ class LengthStrategies {
   // From now on choose() prices bf16-only switches with the master state under strategy `base`.
   void price_bf16_switches(size_t base);
   // Predicted seconds of the two moves of a step under `s` while `base` holds the state (0: s == base).
-  double bf16_step_seconds(size_t s) const { return bf16_step_seconds_.at(s); }
+  double bf16_step_seconds(size_t s) const { return bf16_steps_.at(s).seconds; }
+  // The base given to price_bf16_switches (none before), and the bytes of each step's two moves
+  // under `s` (0 for the base).
+  std::optional<size_t> bf16_base() const { return bf16_base_; }
+  int64_t bf16_params_out_bytes(size_t s) const { return bf16_steps_.at(s).params_out_bytes; }
+  int64_t bf16_grads_back_bytes(size_t s) const { return bf16_steps_.at(s).grads_back_bytes; }
 
  private:
   std::vector<LengthStrategy> set_;
@@ -77,7 +82,11 @@ class LengthStrategies {
   std::vector<std::vector<switching::ParamLayout>> layouts_;
   const resolve::Topology* topology_ = nullptr;
   std::optional<size_t> bf16_base_;
-  std::vector<double> bf16_step_seconds_;
+  struct Bf16Step {
+    int64_t params_out_bytes = 0, grads_back_bytes = 0;
+    double seconds = 0;
+  };
+  std::vector<Bf16Step> bf16_steps_;
 };
 
 // "4096:A.json" -> {4096, Strategy::from_file("A.json")}; Error naming the flag's text otherwise.

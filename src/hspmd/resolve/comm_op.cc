@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "hspmd/core/append_number.h"
 #include "hspmd/sharding/int_runs.h"
 
 namespace hspmd::resolve {
@@ -40,22 +41,38 @@ std::string_view reshard_kind_name(ReshardKind kind) {
 // Appended to one string, not streamed: `hspmd explain` of thousands of ranks prints millions of ops,
 // and a stream per op (its locale set up each time) was a fifth of the whole report.
 std::string CommOp::to_string() const {
-  std::string out(comm_kind_name(kind));
+  std::string out;
+  append_text(out);
+  return out;
+}
+
+void CommOp::append_text(std::string& out) const {
+  out += comm_kind_name(kind);
   if (!group.empty()) {
     out += " group=[";
-    out += sharding::runs_text(group);
+    sharding::append_runs_text(out, group);
     out += ']';
   }
-  if (peer >= 0) out += " peer=" + std::to_string(peer);
-  if (dim >= 0) out += " dim=" + std::to_string(dim);
+  if (peer >= 0) {
+    out += " peer=";
+    append_number(out, peer);
+  }
+  if (dim >= 0) {
+    out += " dim=";
+    append_number(out, dim);
+  }
   if (zero_input) out += " zero-input";
   for (const Piece& p : pieces) {
     out += ' ';
-    if (p.tensor != 0) out += "t" + std::to_string(p.tensor) + ":";
-    out += p.region.to_string();
+    if (p.tensor != 0) {
+      out += 't';
+      append_number(out, p.tensor);
+      out += ':';
+    }
+    p.region.append_text(out);
   }
-  out += " bytes=" + std::to_string(bytes);
-  return out;
+  out += " bytes=";
+  append_number(out, bytes);
 }
 
 }  // namespace hspmd::resolve

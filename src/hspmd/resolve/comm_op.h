@@ -74,6 +74,7 @@ struct CommOp {
   bool zero_input = false;
 
   std::string to_string() const;
+  void append_text(std::string& out) const;  // to_string() appended to `out`
   friend bool operator==(const CommOp&, const CommOp&) = default;
 };
 

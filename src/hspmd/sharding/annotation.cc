@@ -43,12 +43,30 @@ Annotation Annotation::assemble(std::vector<DeviceGroup> dg_union, std::vector<D
         << " devices (product of degrees) but its device group " << dg_union[g].to_string() << " has "
         << dg_union[g].size();
   }
+  auto body = std::make_shared<Body>();
+  body->hdim = dg_union.size() == 1 ? kDuplicate : hdim;
+  body->dg_union = std::move(dg_union);
+  body->ds_union = std::move(ds_union);
+  body->locator = std::move(locator);
+  size_t h = static_cast<size_t>(body->hdim + 3);
+  for (size_t g = 0; g < body->dg_union.size(); ++g) {
+    h = (h * 0x100000001b3ull) ^ body->dg_union[g].hash();
+    h = (h * 0x100000001b3ull) ^ body->ds_union[g].hash();
+  }
+  body->hash = h;
   Annotation a;
-  a.dg_union_ = std::move(dg_union);
-  a.ds_union_ = std::move(ds_union);
-  a.hdim_ = a.dg_union_.size() == 1 ? kDuplicate : hdim;
-  a.locator_ = std::move(locator);
+  a.body_ = std::move(body);
   return a;
+}
+
+const std::vector<DeviceGroup>& Annotation::dg_union() const {
+  static const std::vector<DeviceGroup> kNone;
+  return body_ ? body_->dg_union : kNone;
+}
+
+const std::vector<DistState>& Annotation::ds_union() const {
+  static const std::vector<DistState> kNone;
+  return body_ ? body_->ds_union : kNone;
 }
 
 Annotation Annotation::spmd(DeviceGroup group, DistState ds) {
@@ -57,26 +75,26 @@ Annotation Annotation::spmd(DeviceGroup group, DistState ds) {
 
 std::vector<int> Annotation::devices() const {
   std::vector<int> out;
-  for (const DeviceGroup& g : dg_union_) out.insert(out.end(), g.devices().begin(), g.devices().end());
+  for (const DeviceGroup& g : dg_union()) out.insert(out.end(), g.devices().begin(), g.devices().end());
   return out;
 }
 
 std::optional<std::pair<int, int>> Annotation::locate(int device) const {
-  if (!locator_) {
-    const int i = is_null() ? -1 : dg_union_[0].index_of(device);
+  if (!body_ || !body_->locator) {
+    const int i = is_null() ? -1 : body_->dg_union[0].index_of(device);
     if (i < 0) return std::nullopt;
     return std::make_pair(0, i);
   }
-  const int at = locator_->index.position(device);
+  const int at = body_->locator->index.position(device);
   if (at < 0) return std::nullopt;
-  const std::vector<int>& begins = locator_->group_begin;
+  const std::vector<int>& begins = body_->locator->group_begin;
   const int g = static_cast<int>(std::upper_bound(begins.begin(), begins.end(), at) - begins.begin()) - 1;
   return std::make_pair(g, at - begins[g]);
 }
 
 bool Annotation::has_partial() const {
-  if (hdim_ == kPartial) return true;
-  for (const DistState& ds : ds_union_) {
+  if (hdim() == kPartial) return true;
+  for (const DistState& ds : ds_union()) {
     if (ds.has_partial()) return true;
   }
   return false;
@@ -84,37 +102,37 @@ bool Annotation::has_partial() const {
 
 Region Annotation::group_part(int g, const Shape& shape) const {
   Region full = Region::full(shape);
-  return hdim_ >= 0 ? full.piece(hdim_, hsize(), g) : full;
+  return hdim() >= 0 ? full.piece(hdim(), hsize(), g) : full;
 }
 
 std::optional<Region> Annotation::region(int device, const Shape& shape) const {
   auto where = locate(device);
   if (!where) return std::nullopt;
-  return ds_union_[where->first].region(where->second, group_part(where->first, shape));
+  return ds(where->first).region(where->second, group_part(where->first, shape));
 }
 
 void Annotation::validate_for(const Shape& shape, const std::string& tensor) const {
   HSPMD_CHECK(!is_null()) << "tensor " << tensor << " has no annotation";
-  if (hdim_ >= 0) {
-    HSPMD_CHECK(hdim_ < shape.rank()) << "tensor " << tensor << ": hdim " << hdim_ << " of " << to_string()
+  if (hdim() >= 0) {
+    HSPMD_CHECK(hdim() < shape.rank()) << "tensor " << tensor << ": hdim " << hdim() << " of " << to_string()
                                       << " is out of range for shape " << shape.to_string();
-    HSPMD_CHECK(shape.dim(hdim_) % hsize() == 0)
+    HSPMD_CHECK(shape.dim(hdim()) % hsize() == 0)
         << "tensor " << tensor << ": hsize " << hsize() << " of " << to_string() << " does not divide dim "
-        << hdim_ << " of size " << shape.dim(hdim_);
+        << hdim() << " of size " << shape.dim(hdim());
   }
-  for (int g = 0; g < hsize(); ++g) ds_union_[g].check_fits(group_part(g, shape), tensor);
+  for (int g = 0; g < hsize(); ++g) ds(g).check_fits(group_part(g, shape), tensor);
 }
 
 Annotation Annotation::with_hdim(int hdim) const {
   HSPMD_CHECK(hdim >= kPartial) << "hdim " << hdim << " is not -2 (partial), -1 (duplicate) or >= 0";
-  return assemble(dg_union_, ds_union_, hdim, locator_);
+  return assemble(dg_union(), ds_union(), hdim, locator());
 }
 
 Annotation Annotation::with_ds_union(std::vector<DistState> ds_union) const {
-  HSPMD_CHECK(ds_union.size() == dg_union_.size())
-      << "hsize mismatch: dg_union has " << dg_union_.size() << " groups but ds_union has " << ds_union.size()
+  HSPMD_CHECK(ds_union.size() == dg_union().size())
+      << "hsize mismatch: dg_union has " << dg_union().size() << " groups but ds_union has " << ds_union.size()
       << " DistStates";
-  return assemble(dg_union_, std::move(ds_union), hdim_, locator_);
+  return assemble(dg_union(), std::move(ds_union), hdim(), locator());
 }
 
 namespace {
@@ -135,18 +153,18 @@ int first_unsplit_dim(const std::vector<DistState>& states, const Shape& shape, 
 Annotation Annotation::optimizer_state(const Shape& shape) const {
   bool any_zero = false;
   std::vector<DistState> cleared;
-  for (const DistState& ds : ds_union_) {
+  for (const DistState& ds : ds_union()) {
     any_zero = any_zero || ds.zero();
     cleared.push_back(ds.with_zero(false));
   }
   if (!any_zero) return *this;
-  if (hsize() > 1 && hdim_ == kDuplicate) {
-    const int z = first_unsplit_dim(ds_union_, shape, hsize());
-    return assemble(dg_union_, std::move(cleared), z >= 0 ? z : kDuplicate, locator_);
+  if (hsize() > 1 && hdim() == kDuplicate) {
+    const int z = first_unsplit_dim(ds_union(), shape, hsize());
+    return assemble(dg_union(), std::move(cleared), z >= 0 ? z : kDuplicate, locator());
   }
   std::vector<DistState> states;
-  for (size_t g = 0; g < ds_union_.size(); ++g) {
-    const DistState& ds = ds_union_[g];
+  for (size_t g = 0; g < ds_union().size(); ++g) {
+    const DistState& ds = ds_union()[g];
     const int n = ds.degree(kDuplicate);
     const int z = n > 1 && ds.zero() ? first_unsplit_dim({ds}, group_part(static_cast<int>(g), shape).shape(), n) : -1;
     if (z < 0) {
@@ -159,21 +177,21 @@ Annotation Annotation::optimizer_state(const Shape& shape) const {
     }
     states.push_back(DistState::make(std::move(entries)));
   }
-  return assemble(dg_union_, std::move(states), hdim_, locator_);
+  return assemble(dg_union(), std::move(states), hdim(), locator());
 }
 
 std::string Annotation::to_string() const {
   if (is_null()) return "none";
   std::ostringstream out;
-  if (hdim_ == kPartial) {
+  if (hdim() == kPartial) {
     out << "partial";
-  } else if (hdim_ == kDuplicate) {
+  } else if (hdim() == kDuplicate) {
     out << "dup";
   } else {
-    out << "split" << hdim_;
+    out << "split" << hdim();
   }
   out << "{";
-  for (int g = 0; g < hsize(); ++g) out << (g ? ";" : "") << dg_union_[g].to_string() << ds_union_[g].to_string();
+  for (int g = 0; g < hsize(); ++g) out << (g ? ";" : "") << group(g).to_string() << ds(g).to_string();
   out << "}";
   return out.str();
 }
@@ -204,12 +222,8 @@ Annotation Annotation::parse(std::string_view text) {
 }
 
 size_t Annotation::hash() const {
-  size_t h = static_cast<size_t>(hdim_ + 3);
-  for (int g = 0; g < hsize(); ++g) {
-    h = (h * 0x100000001b3ull) ^ dg_union_[g].hash();
-    h = (h * 0x100000001b3ull) ^ ds_union_[g].hash();
-  }
-  return h;
+  // An empty annotation hashes as one with no subgroups and hdim -1 would.
+  return body_ ? body_->hash : static_cast<size_t>(kDuplicate + 3);
 }
 
 }  // namespace hspmd::sharding

@@ -43,13 +43,13 @@ class Annotation {
   static Annotation make(std::vector<DeviceGroup> dg_union, std::vector<DistState> ds_union, int hdim);
   static Annotation spmd(DeviceGroup group, DistState ds);
 
-  int hsize() const { return static_cast<int>(dg_union_.size()); }
-  int hdim() const { return hdim_; }
-  const std::vector<DeviceGroup>& dg_union() const { return dg_union_; }
-  const std::vector<DistState>& ds_union() const { return ds_union_; }
-  const DeviceGroup& group(int g) const { return dg_union_[g]; }
-  const DistState& ds(int g) const { return ds_union_[g]; }
-  bool is_null() const { return dg_union_.empty(); }
+  int hsize() const { return body_ ? static_cast<int>(body_->dg_union.size()) : 0; }
+  int hdim() const { return body_ ? body_->hdim : kDuplicate; }
+  const std::vector<DeviceGroup>& dg_union() const;
+  const std::vector<DistState>& ds_union() const;
+  const DeviceGroup& group(int g) const { return body_->dg_union[g]; }
+  const DistState& ds(int g) const { return body_->ds_union[g]; }
+  bool is_null() const { return !body_; }
 
   std::vector<int> devices() const;  // every device, group by group
   // (subgroup, index in subgroup) of a device, or nullopt when it holds nothing. O(log runs) over
@@ -79,8 +79,12 @@ class Annotation {
   std::string to_string() const;
   static Annotation parse(std::string_view text);
 
+  // Copies share one body, so comparing a copy with its original costs no walk over the subgroups.
   friend bool operator==(const Annotation& a, const Annotation& b) {
-    return a.hdim_ == b.hdim_ && a.dg_union_ == b.dg_union_ && a.ds_union_ == b.ds_union_;
+    if (a.body_ == b.body_) return true;
+    if (!a.body_ || !b.body_ || a.body_->hash != b.body_->hash) return false;
+    return a.body_->hdim == b.body_->hdim && a.body_->dg_union == b.body_->dg_union &&
+           a.body_->ds_union == b.body_->ds_union;
   }
   size_t hash() const;
 
@@ -95,10 +99,19 @@ class Annotation {
   static Annotation assemble(std::vector<DeviceGroup> dg_union, std::vector<DistState> ds_union, int hdim,
                              std::shared_ptr<const Locator> locator);
 
-  std::vector<DeviceGroup> dg_union_;
-  std::vector<DistState> ds_union_;
-  int hdim_ = kDuplicate;
-  std::shared_ptr<const Locator> locator_;  // hsize > 1 only
+  // Immutable and shared by copies: an annotation over thousands of ranks holds one group and one
+  // state per pipeline, and deduction, plans, executable graphs and reports copy annotations by
+  // the thousands (each copy was two lists and a reference count per subgroup).
+  struct Body {
+    std::vector<DeviceGroup> dg_union;
+    std::vector<DistState> ds_union;
+    int hdim = kDuplicate;
+    std::shared_ptr<const Locator> locator;  // hsize > 1 only
+    size_t hash = 0;                         // of hdim and both unions, computed once
+  };
+  std::shared_ptr<const Locator> locator() const { return body_ ? body_->locator : nullptr; }
+
+  std::shared_ptr<const Body> body_;  // null: no annotation
 };
 
 struct AnnotationHash {

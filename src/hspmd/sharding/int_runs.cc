@@ -2,10 +2,17 @@
 
 #include <algorithm>
 
+#include "hspmd/core/append_number.h"
+
 namespace hspmd::sharding {
 
 std::string runs_text(const std::vector<int>& values, std::string_view sep) {
   std::string out;
+  append_runs_text(out, values, sep);
+  return out;
+}
+
+void append_runs_text(std::string& out, const std::vector<int>& values, std::string_view sep) {
   for (size_t i = 0; i < values.size();) {
     // The longest run from i with the step to its neighbour; a step > 1 pays off from 3 values on.
     size_t j = i;
@@ -15,18 +22,17 @@ std::string runs_text(const std::vector<int>& values, std::string_view sep) {
       if (step > 1 && j - i < 2) j = i;
     }
     if (i > 0) out += ',';
-    out += std::to_string(values[i]);
+    append_number(out, values[i]);
     if (j > i) {
       out += sep;
-      out += std::to_string(values[j]);
+      append_number(out, values[j]);
       if (step > 1) {
         out += '/';
-        out += std::to_string(step);
+        append_number(out, step);
       }
     }
     i = j + 1;
   }
-  return out;
 }
 
 RunIndex::RunIndex(const std::vector<int>& values) {

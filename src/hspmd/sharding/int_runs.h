@@ -26,6 +26,8 @@ namespace hspmd::sharding {
 // are separated by commas, runs taken greedily from the front. An empty list is "". DeviceGroup::parse
 // reads the text of a group back (sharding/device_group.h).
 std::string runs_text(const std::vector<int>& values, std::string_view sep = "-");
+// The same text appended to `out`.
+void append_runs_text(std::string& out, const std::vector<int>& values, std::string_view sep = "-");
 
 // Positions of the values of a list, one entry per run of consecutive ascending values, so a lookup
 // costs O(log runs): a device group of consecutive ranks is one entry however many ranks it holds

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "hspmd/core/append_number.h"
 #include "hspmd/core/error.h"
 
 namespace hspmd::sharding {
@@ -59,12 +60,20 @@ Region Region::piece(int d, int parts, int n) const {
 }
 
 std::string Region::to_string() const {
-  std::string out = "[";
+  std::string out;
+  append_text(out);
+  return out;
+}
+
+void Region::append_text(std::string& out) const {
+  out += '[';
   for (int d = 0; d < rank(); ++d) {
     if (d) out += ", ";
-    out += std::to_string(begin[d]) + ":" + std::to_string(end[d]);
+    append_number(out, begin[d]);
+    out += ':';
+    append_number(out, end[d]);
   }
-  return out + "]";
+  out += ']';
 }
 
 }  // namespace hspmd::sharding

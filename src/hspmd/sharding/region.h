@@ -31,6 +31,7 @@ struct Region {
   // The n-th of `parts` equal pieces along dim d; the extent must be divisible by parts.
   Region piece(int d, int parts, int n) const;
   std::string to_string() const;  // "[0:4, 0:6]"
+  void append_text(std::string& out) const;  // to_string() appended to `out`
 
   friend bool operator==(const Region&, const Region&) = default;
   friend auto operator<=>(const Region&, const Region&) = default;

@@ -44,6 +44,7 @@ struct MemoryEstimate {
   int64_t activations = 0;
   int64_t total() const { return parameters + gradients + optimizer_states + activations; }
   std::string to_string() const;
+  friend bool operator==(const MemoryEstimate&, const MemoryEstimate&) = default;
 };
 
 MemoryEstimate estimate_memory(const ExecGraph& exec, const MemoryEstimateOptions& options);

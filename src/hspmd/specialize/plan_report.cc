@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "hspmd/core/append_number.h"
 #include "hspmd/core/byte_size.h"
 #include "hspmd/core/error.h"
 #include "hspmd/graph/deduction.h"
@@ -475,85 +476,129 @@ std::string bytes_text(int64_t bytes) {
   return bytes < 1024 ? std::to_string(bytes) + " B" : format_bytes(bytes) + " (" + std::to_string(bytes) + " B)";
 }
 
-void print_groups(std::ostream& out, const std::vector<ReshardGroup>& groups, const char* per_run) {
+// The report is one buffer, appended to: at thousands of ranks it is megabytes of ops, and a
+// stream insertion or temporary string per number was a large part of writing it.
+void print_groups(std::string& out, const std::vector<ReshardGroup>& groups, const char* per_run) {
   for (const ReshardGroup& grp : groups) {
-    out << "  " << grp.display_name();
-    if (grp.occurrences > 1) out << " (" << grp.occurrences << "x)";
-    out << "  " << grp.classification << "  " << grp.shape << "\n";
-    out << "    " << grp.src << " -> " << grp.dst << "\n";
+    out += "  ";
+    out += grp.display_name();
+    if (grp.occurrences > 1) {
+      out += " (";
+      append_number(out, grp.occurrences);
+      out += "x)";
+    }
+    out += "  ";
+    out += grp.classification;
+    out += "  ";
+    out += grp.shape;
+    out += "\n    ";
+    out += grp.src;
+    out += " -> ";
+    out += grp.dst;
+    out += '\n';
     if (grp.local_only()) {
       std::vector<int> ranks;
       for (const DeviceOps& d : grp.devices) ranks.push_back(d.device);
-      out << "    local copies only, on ranks " << sharding::DeviceGroup(ranks).to_string() << "\n";
+      out += "    local copies only, on ranks ";
+      out += sharding::DeviceGroup(ranks).to_string();
+      out += '\n';
       continue;
     }
     for (const DeviceOps& d : grp.devices) {
-      out << "    rank " << d.device << ":";
-      for (size_t i = 0; i < d.ops.size(); ++i) out << (i ? "; " : " ") << d.ops[i].to_string();
-      out << "\n";
+      out += "    rank ";
+      append_number(out, d.device);
+      out += ':';
+      for (size_t i = 0; i < d.ops.size(); ++i) {
+        out += i ? "; " : " ";
+        d.ops[i].append_text(out);
+      }
+      out += '\n';
     }
-    out << "    bytes: " << bytes_text(grp.bytes) << " " << per_run;
-    if (grp.occurrences > 1) out << ", " << bytes_text(grp.bytes * grp.occurrences) << " for all " << grp.occurrences;
-    out << "; per step " << bytes_text(grp.step_bytes()) << "\n";
+    out += "    bytes: ";
+    out += bytes_text(grp.bytes);
+    out += ' ';
+    out += per_run;
+    if (grp.occurrences > 1) {
+      out += ", ";
+      out += bytes_text(grp.bytes * grp.occurrences);
+      out += " for all ";
+      append_number(out, grp.occurrences);
+    }
+    out += "; per step ";
+    out += bytes_text(grp.step_bytes());
+    out += '\n';
   }
 }
 
 }  // namespace
 
 std::string to_string(const PlanReport& r) {
-  std::ostringstream out;
-  out << "schedule " << schedule_kind_name(r.schedule) << ", seq_len " << r.seq_len << ", cluster "
-      << (r.topology.empty() ? "none (one link tier \"all\")" : r.topology) << "\n"
-      << "activations are per micro-batch: T = micro_batch_size * seq_len tokens, N = micro_batch_size documents\n"
-      << "rank lists: a-b is ranks a to b, a-b/s every s-th of them (a, a+s, ..., b)\n\n";
-  out << "Pipelines (" << r.pipelines.size() << "); per stage: ranks, decoder layers, TP (and CP) degree, one step's schedule\n";
+  std::ostringstream head;
+  head << "schedule " << schedule_kind_name(r.schedule) << ", seq_len " << r.seq_len << ", cluster "
+       << (r.topology.empty() ? "none (one link tier \"all\")" : r.topology) << "\n"
+       << "activations are per micro-batch: T = micro_batch_size * seq_len tokens, N = micro_batch_size documents\n"
+       << "rank lists: a-b is ranks a to b, a-b/s every s-th of them (a, a+s, ..., b)\n\n";
+  head << "Pipelines (" << r.pipelines.size() << "); per stage: ranks, decoder layers, TP (and CP) degree, one step's schedule\n";
   for (const PipelineReport& p : r.pipelines) {
-    out << "  pipeline " << p.subgroup << ": " << p.num_micro_batches << " micro-batches of " << p.micro_batch_size
-        << (p.micro_batch_size == 1 ? " sequence" : " sequences") << " (T=" << p.binding.at("T")
-        << ", N=" << p.binding.at("N") << ")\n";
+    head << "  pipeline " << p.subgroup << ": " << p.num_micro_batches << " micro-batches of " << p.micro_batch_size
+         << (p.micro_batch_size == 1 ? " sequence" : " sequences") << " (T=" << p.binding.at("T")
+         << ", N=" << p.binding.at("N") << ")\n";
     for (size_t s = 0; s < p.stages.size(); ++s) {
       const StageReport& st = p.stages[s];
-      char head[160];
-      std::snprintf(head, sizeof head, "    stage %zu  ranks %-8s layers %-7s TP %-3zu ", s,
+      char line[160];
+      std::snprintf(line, sizeof line, "    stage %zu  ranks %-8s layers %-7s TP %-3zu ", s,
                     sharding::DeviceGroup(st.ranks).to_string().c_str(),
                     st.layers.empty() ? "-" : st.layers.c_str(), st.ranks.size() / st.cp);
-      if (st.cp > 1) std::snprintf(head + std::strlen(head) - 1, sizeof head - std::strlen(head) + 1, "CP %-3d ", st.cp);
-      out << head << to_short_string(st.schedule) << "\n";
+      if (st.cp > 1) std::snprintf(line + std::strlen(line) - 1, sizeof line - std::strlen(line) + 1, "CP %-3d ", st.cp);
+      head << line << to_short_string(st.schedule) << "\n";
     }
   }
   const int listed = r.reshards_total - r.reshards_identity;
-  out << "\nReshards (forward, then backward \".bwd\"; graph order): " << listed << " of " << r.reshards_total
-      << " resolve to communication or local copies, the other " << r.reshards_identity
-      << " are the identity everywhere; bytes per run, per step counting each micro-batch of the sender's pipeline\n";
+  head << "\nReshards (forward, then backward \".bwd\"; graph order): " << listed << " of " << r.reshards_total
+       << " resolve to communication or local copies, the other " << r.reshards_identity
+       << " are the identity everywhere; bytes per run, per step counting each micro-batch of the sender's pipeline\n";
+  // What follows grows with the ranks: appended to one buffer.
+  std::string out = head.str();
   print_groups(out, r.activations, "per run");
-  out << "\nGradient syncs (deduced gradient -> optimizer target; "
-      << (r.zero2_gradient_groups > 0
-              ? "ZeRO-2: once per gradient group, " + std::to_string(r.zero2_gradient_groups) + " per step, in B"
-              : std::string("once per step, in Post"))
-      << "): " << r.gradient_syncs.size() << " groups\n";
+  out += "\nGradient syncs (deduced gradient -> optimizer target; ";
+  out += r.zero2_gradient_groups > 0
+             ? "ZeRO-2: once per gradient group, " + std::to_string(r.zero2_gradient_groups) + " per step, in B"
+             : std::string("once per step, in Post");
+  out += "): " + std::to_string(r.gradient_syncs.size()) + " groups\n";
   print_groups(out, r.gradient_syncs, "per tensor");
   if (!r.parameter_gathers.empty()) {
-    out << "\nParameter gathers (ZeRO optimizer state -> parameter; "
-        << (r.zero3 ? "ZeRO-3: per layer before its use in F and in B, at most " +
-                          std::to_string(2 * r.zero2_gradient_groups) + " per step"
-                    : std::string("once per step, after the update"))
-        << "): " << r.parameter_gathers.size() << " groups\n";
+    out += "\nParameter gathers (ZeRO optimizer state -> parameter; ";
+    out += r.zero3 ? "ZeRO-3: per layer before its use in F and in B, at most " +
+                         std::to_string(2 * r.zero2_gradient_groups) + " per step"
+                   : std::string("once per step, after the update");
+    out += "): " + std::to_string(r.parameter_gathers.size()) + " groups\n";
     print_groups(out, r.parameter_gathers, "per tensor");
   }
-  out << "\nMemory estimate per rank (float32; specialize/memory_estimate.h)\n";
-  for (const RankMemory& m : r.memory) out << "  rank " << m.rank << ": " << m.estimate.to_string() << "\n";
-  out << "\nBytes per step by link tier\n";
+  out += "\nMemory estimate per rank (float32; specialize/memory_estimate.h)\n";
+  // Ranks of one stage are neighbours and mostly share one estimate: written once for them.
+  const MemoryEstimate* previous = nullptr;
+  std::string estimate;
+  for (const RankMemory& m : r.memory) {
+    if (!previous || *previous != m.estimate) estimate = m.estimate.to_string();
+    previous = &m.estimate;
+    out += "  rank ";
+    append_number(out, m.rank);
+    out += ": ";
+    out += estimate;
+    out += '\n';
+  }
+  out += "\nBytes per step by link tier\n";
   int64_t total = 0;
   for (const auto& [tier, bytes] : r.step_bytes_by_tier) {
     char line[160];
     std::snprintf(line, sizeof line, "  %-11s %s\n", tier.c_str(), bytes_text(bytes).c_str());
-    out << line;
+    out += line;
     total += bytes;
   }
   char line[160];
   std::snprintf(line, sizeof line, "  %-11s %s\n", "total", bytes_text(total).c_str());
-  out << line;
-  return out.str();
+  out += line;
+  return out;
 }
 
 }  // namespace hspmd::specialize
