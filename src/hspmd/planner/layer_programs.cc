@@ -8,6 +8,7 @@
 
 #include "hspmd/core/error.h"
 #include "hspmd/planner/milp.h"
+#include "hspmd/planner/pipeline_floor.h"
 
 namespace hspmd::planner {
 
@@ -332,87 +333,25 @@ std::optional<std::vector<std::map<int, int>>> LayerPrograms::program(const std:
   return out;
 }
 
-// Level 2 for one candidate: the strategy, or none when nothing fits.
-namespace {
-
-// The least Z with sum_j floor((Z - fixed_j) / per_j) >= total and every term >= 1: the smallest
-// bottleneck max_j (per_j x_j + fixed_j) of integer x_j >= 1 summing to `total` (no upper limits).
-// Starts at the real-valued optimum and steps through the breakpoints per_j x + fixed_j; the
-// shortfall there is under one unit a stage, so the steps are at most the stages.
-double least_integer_bottleneck(const std::vector<std::pair<double, double>>& lines, double total) {
-  double inv = 0, weighted = 0, one = 0;
-  for (const auto& [per, fixed] : lines) {
-    inv += 1 / per;
-    weighted += fixed / per;
-    one = std::max(one, per + fixed);
-  }
-  double Z = std::max(one, (total + weighted) / inv);
-  for (size_t step = 0; step <= 4 * lines.size() + 4; ++step) {
-    double count = 0, next = kInf;
-    for (const auto& [per, fixed] : lines) {
-      // The small tolerance keeps a breakpoint reached by arithmetic on its own side.
-      const double x = std::floor((Z - fixed) / per * (1 + 1e-12) + 1e-12);
-      count += x;
-      next = std::min(next, per * (x + 1) + fixed);
-    }
-    if (count >= total) return Z;
-    Z = next;
-  }
-  return Z;  // not reached: a safe (lower) value if it were
-}
-
-}  // namespace
-
 double LayerPrograms::relaxed_bound(const std::vector<PipelineType>& types) const {
-  const double B = static_cast<double>(options.global_batch), L = layers;
-  const size_t kinds = types.size();
-  std::vector<double> K(kinds), Z(kinds);
-  int D = 0;
-  for (size_t k = 0; k < kinds; ++k) {
-    const std::vector<StageLine>& st = types[k].lines;
-    D += static_cast<int>(types[k].members.size());
-    const double S = static_cast<double>(st.size());
-    double least = kInf, sum = 0, w_one = 0;
-    bool tail_grows = true;
-    std::vector<std::pair<double, double>> f, tail;
-    for (const StageLine& s : st) {
-      least = std::min(least, s.per_layer);
-      sum += s.per_layer + s.fixed;  // every stage holds a layer
-      w_one = std::max(w_one, s.tail_floor_per_layer + s.tail_floor_fixed);
-      f.push_back({s.per_layer, s.fixed});
-      tail.push_back({s.tail_floor_per_layer, s.tail_floor_fixed});
-      tail_grows = tail_grows && s.tail_floor_per_layer > 0;
+  const int64_t B = options.global_batch;
+  std::vector<PipelineFloor> floors;
+  floors.reserve(types.size());
+  for (const PipelineType& type : types) {
+    // The pipeline's passes and its slowest stage's tail over its stages' lines (PipelineFloor:
+    // the sum, the bottleneck and the tail of one split).
+    std::vector<StageClass> stages;
+    for (const StageLine& s : type.lines) {
+      stages.push_back({1, s.per_layer, s.fixed, layers, s.tail_floor_per_layer, s.tail_floor_fixed});
     }
-    // Sum of the stages: the layers beyond one a stage on the fastest. Bottleneck and slowest sync:
-    // each at its own least over integer splits.
-    sum += (L - S) * least;
-    Z[k] = least_integer_bottleneck(f, L);
-    const double W = tail_grows ? least_integer_bottleneck(tail, L) : w_one;
-    K[k] = sum + W;  // g(n) = K + (n - 1) Z bounds the type's pipelines' time from below
+    floors.emplace_back(stages, layers);
   }
-  if (D == 1) return K[0] + (B / types[0].b - 1) * Z[0];
-  // The least T at which the pipelines can take B sequences: a pipeline of type k runs at most
-  // n_k(T) = floor((T - K_k) / Z_k) + 1 micro-batches within T. From the real-valued T, step
-  // through the breakpoints K_k + (n - 1) Z_k.
-  double slope = 0, offset = 0, T = 0;
-  for (size_t k = 0; k < kinds; ++k) {
-    const double pipes_b = static_cast<double>(types[k].members.size()) * types[k].b;
-    slope += pipes_b / Z[k];
-    offset += pipes_b * (K[k] / Z[k] - 1);
-    T = std::max(T, K[k]);  // every pipeline runs a micro-batch
+  if (types.size() == 1 && types[0].members.size() == 1) return floors[0].at(B / types[0].b);
+  std::vector<std::pair<const PipelineFloor*, int64_t>> weighted;
+  for (size_t k = 0; k < types.size(); ++k) {
+    weighted.push_back({&floors[k], static_cast<int64_t>(types[k].members.size()) * types[k].b});
   }
-  T = std::max(T, (B + offset) / slope);
-  for (int step = 0; step <= 4 * D + 4; ++step) {
-    double taken = 0, next = kInf;
-    for (size_t k = 0; k < kinds; ++k) {
-      const double n = std::floor((T - K[k]) / Z[k] * (1 + 1e-12) + 1e-12) + 1;
-      taken += static_cast<double>(types[k].members.size()) * types[k].b * n;
-      next = std::min(next, K[k] + n * Z[k]);
-    }
-    if (taken >= B) return T;
-    T = next;
-  }
-  return T;
+  return least_step(weighted, B);
 }
 
 std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, double prune_at) {

@@ -127,10 +127,10 @@ class LayerPrograms {
     auto operator<=>(const TableKey&) const = default;
   };
 
-  // A lower bound on the step of any solution of a candidate whose pipelines are these types:
-  // layers and micro-batches relaxed to real numbers, and the three terms of a pipeline's time (sum
-  // of its stages, the bottleneck times n - 1, the slowest sync) each at its own minimum. Memory is
-  // ignored (it only removes solutions).
+  // A lower bound on the step of any solution of a candidate whose pipelines are these types: each
+  // pipeline's passes at their least over integer splits of its stage lines (PipelineFloor), its
+  // slowest sync at its own least, and the least time at which the pipelines take the batch in
+  // whole micro-batches (least_step). Memory is ignored (it only removes solutions).
   double relaxed_bound(const std::vector<PipelineType>& types) const;
   // `rings[j]`: the slowest link of the gradient ring of stage index j (the same for every pipeline).
   std::vector<StageLine> stage_lines(const Candidate& c, size_t p, const std::vector<std::pair<double, double>>& rings);

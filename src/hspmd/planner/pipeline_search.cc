@@ -84,17 +84,23 @@ std::vector<std::map<std::string, std::vector<int>>> PipelineSearch::spreads(
   for (const std::string& kind : used) {
     const int G = static_cast<int>(groups.at(kind).size());
     const int extra = G % D;
-    // Subsets of `extra` pipelines out of D.
+    // Subsets of `extra` pipelines out of D: C(D, extra) of them, counted first, so that more than
+    // the most are not listed (thousands of D-long vectors a shape). C(D, i) grows with i up to
+    // D / 2, so counting up to min(extra, D - extra) may stop once past the most.
+    const int e = std::min(extra, D - extra);
+    size_t subsets = 1;
+    for (int i = 0; i < e && subsets <= kMaxSpreads; ++i) subsets = subsets * (D - i) / (i + 1);
+    if (subsets > kMaxSpreads || out.size() * subsets > kMaxSpreads) complete = false;
     std::vector<std::vector<int>> options;
     std::vector<int> mask(D, 0);
     std::fill(mask.begin(), mask.begin() + extra, 1);
     std::sort(mask.begin(), mask.end());
     do {
+      if (!complete) break;
       std::vector<int> c(D, G / D);
       for (int p = 0; p < D; ++p) c[p] += mask[p];
       options.push_back(c);
     } while (std::next_permutation(mask.begin(), mask.end()) && options.size() <= kMaxSpreads);
-    if (options.size() > kMaxSpreads || out.size() * options.size() > kMaxSpreads) complete = false;
     if (!complete) {
       std::vector<int> c(D, G / D);
       for (int e = 0; e < extra; ++e) ++c[(offset + e) % D];
@@ -237,79 +243,6 @@ bool kinds_contiguous(const std::vector<std::string>& order, const std::map<std:
   return true;
 }
 
-// A pipeline of m_k stages of class k, each taking at least t_k a layer a micro-batch and holding
-// at most cap_k layers: (K, Z), K at most the sum of its stages' times over any split of the L
-// layers (one layer each, the rest on the fastest stages up to their caps) and Z at most its
-// bottleneck (the least Z with sum_k m_k min(cap_k, floor(Z / t_k)) >= L, each stage >= 1 layer).
-// Its time for n micro-batches is at least K + (n - 1) Z. None (Z infinite) when the caps do not
-// add up to L.
-struct PipelineFloor {
-  double K = 0, Z = std::numeric_limits<double>::infinity();
-};
-PipelineFloor pipeline_floor(const std::vector<int>& m, const std::vector<double>& t, const std::vector<int>& cap, int L) {
-  PipelineFloor out;
-  int stages = 0;
-  double Z = 0, inverse = 0;
-  std::vector<size_t> by_speed;
-  for (size_t k = 0; k < m.size(); ++k) {
-    if (m[k] == 0) continue;
-    if (cap[k] < 1) return out;
-    stages += m[k];
-    out.K += m[k] * t[k];
-    Z = std::max(Z, t[k]);
-    inverse += m[k] / t[k];
-    by_speed.push_back(k);
-  }
-  if (stages == 0 || stages > L) return out;
-  std::sort(by_speed.begin(), by_speed.end(), [&](size_t a, size_t b) { return t[a] < t[b]; });
-  int left = L - stages;
-  for (size_t k : by_speed) {
-    const int take = static_cast<int>(std::min<int64_t>(left, static_cast<int64_t>(m[k]) * (cap[k] - 1)));
-    out.K += take * t[k];
-    left -= take;
-  }
-  if (left > 0) return out;  // the caps hold fewer than L layers
-  Z = std::max(Z, L / inverse);
-  for (int step = 0; step <= 2 * L + 4; ++step) {
-    int64_t count = 0;
-    double next = std::numeric_limits<double>::infinity();
-    for (size_t k : by_speed) {
-      // The small tolerance keeps a breakpoint reached by arithmetic on its own side.
-      const int64_t x = static_cast<int64_t>(std::floor(Z / t[k] * (1 + 1e-12) + 1e-12));
-      count += m[k] * std::min<int64_t>(cap[k], x);
-      if (x < cap[k]) next = std::min(next, t[k] * static_cast<double>(x + 1));
-    }
-    if (count >= L || next == std::numeric_limits<double>::infinity()) break;
-    Z = next;
-  }
-  out.Z = Z;
-  return out;
-}
-
-// The least T at which pipelines of these floors, w_p = b_p each, take B sequences in integer
-// micro-batch counts: a pipeline runs at most floor((T - K_p) / Z_p) + 1 of them within T, and at
-// least one. From the real-valued T, through the breakpoints K_p + n Z_p.
-double least_integer_step(const std::vector<std::pair<PipelineFloor, int64_t>>& floors, int64_t B, int D) {
-  double slope = 0, offset = 0, T = 0;
-  for (const auto& [f, w] : floors) {
-    slope += w / f.Z;
-    offset += w * (f.K / f.Z - 1);
-    T = std::max(T, f.K);
-  }
-  T = std::max(T, (static_cast<double>(B) + offset) / slope);
-  for (int step = 0; step <= 4 * D + 4; ++step) {
-    double taken = 0, next = std::numeric_limits<double>::infinity();
-    for (const auto& [f, w] : floors) {
-      const double n = std::floor((T - f.K) / f.Z * (1 + 1e-12) + 1e-12) + 1;
-      taken += w * n;
-      next = std::min(next, f.K + n * f.Z);
-    }
-    if (taken >= static_cast<double>(B)) return T;
-    T = next;
-  }
-  return T;  // not reached: a safe (lower) value if it were
-}
-
 }  // namespace
 
 double PipelineSearch::layer_time(const Group& g, int b) const {
@@ -385,6 +318,12 @@ void PipelineSearch::build() {
       }
       c.capacity.push_back(cap);
       c.least_layer_time.push_back(std::move(least));
+      // The head's compute (CostModel::stage_compute of no layers on the last stage), without SP:
+      // SP pads the tokens, never fewer.
+      const Group& g = c.groups.at(cls).front();
+      std::vector<double> head(sizes_.size());
+      for (size_t i = 0; i < sizes_.size(); ++i) head[i] = cost.stage_compute(g.kind, g.tp(), 0, true, sizes_[i], g.cp);
+      c.head.push_back(std::move(head));
     }
     combos_.push_back(std::move(c));
   };
@@ -406,37 +345,129 @@ double PipelineSearch::shape_bound(const Combo& c, int D) const {
   return (static_cast<double>(options.global_batch) + b_min * (c.total - D)) * layers / c.rate_max;
 }
 
-// Every plan of shape (c, D) ends its step with a gradient sync and optimizer step of at least
-// this long: each pipeline has at most S = sum_k ceil(G_k / D) stages, so one of its stages holds
-// at least L / S layers, at least layer_parameters / t_max of them a rank (t_max: the largest TP
-// degree of the cut); its ring over the D pipelines runs no faster than the fastest link it can
-// use (between nodes once D groups do not fit in one node), and the optimizer no faster than the
-// fastest kind's.
-double PipelineSearch::tail_bound(const Combo& c, int D) const {
-  int64_t stages = 0;
-  int t_max = 1, cp = 1;
-  double optimizer = std::numeric_limits<double>::infinity();
-  for (const std::string& cls : c.used) {
-    const std::vector<Group>& g = c.groups.at(cls);
-    stages += (static_cast<int64_t>(g.size()) + D - 1) / D;
-    t_max = std::max(t_max, g.front().tp());
-    cp = g.front().cp;
-    optimizer = std::min(optimizer, cost.profile().kind(g.front().kind).optimizer_seconds_per_parameter);
+const PipelineFloor& PipelineSearch::floor(const Combo& c, int D, const std::vector<int>& counts, size_t size,
+                                           int head_class, const std::vector<std::pair<int, int>>& most) {
+  // A stage alone holds the embedding and the head too: its own most layers.
+  int stage_count = 0;
+  for (int n : counts) stage_count += n;
+  std::vector<int> caps(most.size());
+  for (size_t k = 0; k < most.size(); ++k) caps[k] = stage_count == 1 ? most[k].second : most[k].first;
+  std::vector<int> key{static_cast<int>(size), head_class};
+  key.insert(key.end(), counts.begin(), counts.end());
+  auto it = floors_.find(key);
+  if (it != floors_.end()) return it->second;
+  // Class k's stages at its least layer time; the head's stage apart, with the head as its fixed
+  // time; each with its least tail a layer (the floor couples the tails with the split).
+  std::vector<StageClass> stages;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    const int head = static_cast<int>(k) == head_class ? 1 : 0;
+    const Group& g = c.groups.at(c.used[k]).front();
+    // ZeRO-3 gathers each layer's weights twice and scatters its gradient every micro-batch, over
+    // the ring of its holders (LayerPrograms::stage_lines): here at the fastest link it may use.
+    const double gathers = options.zero1 && options.zero3
+                               ? cost.zero3_comm(g.kind, D * g.cp, {ring_bound_.at_most(D), 0}, 1, false, false, g.tp())
+                               : 0;
+    const double t = c.least_layer_time[k][size] + gathers, tail = tail_per_layer(c, k, D);
+    stages.push_back({counts[k] - head, t, 0, caps[k], tail, 0});
+    if (head) stages.push_back({1, t, c.head[k][size], caps[k], tail, 0});
   }
-  const double params = static_cast<double>(layers) / static_cast<double>(stages) * shape.layer_parameters / t_max;
-  // D groups of at least one device each: between nodes once they outnumber a node's devices.
+  return floors_.emplace(std::move(key), PipelineFloor(stages, layers)).first->second;
+}
+
+// Every candidate of shape (c, D) comes from one of its spreads (spreads()): pipeline p has
+// counts_p groups of each class. Within T it takes at most max over sizes b of b x most_within(T)
+// sequences of its floor (the head left out: it only adds), so the least T at which a spread's
+// pipelines take the batch so is at most the least_step of every candidate of that spread (each
+// pipeline at its own size, its head counted); the least over the spreads bounds the shape. A
+// spread with a pipeline whose stages cannot hold the layers has no candidate (expand skips it).
+double PipelineSearch::shape_integer_bound(const Combo& c, int D) {
+  floors_.clear();
+  const std::vector<std::pair<int, int>> most = most_layers(c, D);
+  double out = std::numeric_limits<double>::infinity();
+  for (const auto& count : spreads(c.used, c.groups, D)) {
+    // Pipelines of equal counts, and how many there are.
+    std::vector<const std::vector<int>*> per_class;
+    for (const std::string& cls : c.used) per_class.push_back(&count.at(cls));
+    std::map<std::vector<int>, int64_t> pipelines_of;  // counts -> pipelines
+    std::vector<int> counts(c.used.size());
+    for (int p = 0; p < D; ++p) {
+      for (size_t k = 0; k < counts.size(); ++k) counts[k] = (*per_class[k])[p];
+      ++pipelines_of[counts];
+    }
+    // Per kind of pipeline: its floors at every size, and how many pipelines it has.
+    std::vector<std::pair<std::vector<std::pair<const PipelineFloor*, int64_t>>, int64_t>> kinds;
+    std::vector<const PipelineFloor*> all;
+    bool fits = true;
+    for (const auto& [counts, pipes] : pipelines_of) {
+      std::vector<std::pair<const PipelineFloor*, int64_t>> at_sizes;
+      for (size_t i = 0; i < sizes_.size(); ++i) {
+        const PipelineFloor& f = floor(c, D, counts, i, -1, most);
+        if (!f.fits()) continue;
+        at_sizes.push_back({&f, sizes_[i]});
+        all.push_back(&f);
+      }
+      fits = fits && !at_sizes.empty();
+      kinds.push_back({std::move(at_sizes), pipes});
+    }
+    if (!fits) continue;
+    auto taken = [&](double T) {
+      int64_t sum = 0;
+      for (const auto& [at_sizes, pipes] : kinds) {
+        int64_t best = 0;
+        for (const auto& [f, b] : at_sizes) best = std::max(best, b * f->most_within(T));
+        sum += pipes * best;
+      }
+      return sum;
+    };
+    double lo = 0, hi = 0;
+    for (const auto& [at_sizes, pipes] : kinds) {
+      double least = std::numeric_limits<double>::infinity();
+      for (const auto& [f, b] : at_sizes) least = std::min(least, f->at(1));
+      lo = std::max(lo, least);  // every pipeline runs a micro-batch
+    }
+    // Every pipeline running the batch over D pipelines at its smallest size takes it.
+    for (const PipelineFloor* f : all) hi = std::max(hi, f->at((options.global_batch + D - 1) / D));
+    out = std::min(out, least_time(taken, all, lo, std::max(lo, hi), options.global_batch));
+  }
+  return out;
+}
+
+// What a stage of class k spends after its pipeline's passes at least, per layer it holds: the
+// gradient sync no overlap hides and the optimizer step, on its layers' parameters (not the
+// embedding's or head's: a stage holds at least its layers), over a ring of the D pipelines x its
+// CP ranks at the fastest link that ring may use (between nodes once D groups of at least one
+// device outnumber a node's devices) and without latency. Linear in the layers, the same terms as
+// LayerPrograms::tail_floor at a faster link: never more.
+double PipelineSearch::tail_per_layer(const Combo& c, size_t k, int D) const {
+  const Group& g = c.groups.at(c.used[k]).front();
+  const double params = shape.layer_parameters / g.tp();
+  const int replicas = D * g.cp;
   const double bus = ring_bound_.at_most(D);
-  // The replicas: D pipelines x cp CP ranks. With gradient buckets the reduce may hide behind the
-  // backward pass, all but ZeRO-1/2's parameter all-gather; ZeRO-3 gathers per micro-batch instead.
+  // With gradient buckets the reduce may hide behind the backward pass, all but ZeRO-1/2's
+  // parameter all-gather; ZeRO-3 gathers per micro-batch instead.
   double sync = 0;
-  if (D * cp > 1 && !options.zero3) {
+  if (replicas > 1 && !options.zero3) {
     if (cost.options().grad_bucket_mb <= 0) {
-      sync = CostModel::ring_allreduce(D * cp, {bus, 0}, params * 4);
+      sync = CostModel::ring_allreduce(replicas, {bus, 0}, params * 4);
     } else if (options.zero1) {
-      sync = CostModel::ring_allgather(D * cp, {bus, 0}, params * 4);
+      sync = CostModel::ring_allgather(replicas, {bus, 0}, params * 4);
     }
   }
-  return sync + optimizer * params / (options.zero1 ? D * cp : 1);
+  const double optimizer = cost.profile().kind(g.kind).optimizer_seconds_per_parameter;
+  return sync + optimizer * params / (options.zero1 ? replicas : 1);
+}
+
+// Every plan of shape (c, D) ends its step with a gradient sync and optimizer step of at least
+// this long: each pipeline has at most S = sum_k ceil(G_k / D) stages, so one of its stages holds
+// at least L / S layers, each costing at least the least tail_per_layer of the cut's classes.
+double PipelineSearch::tail_bound(const Combo& c, int D) const {
+  int64_t stages = 0;
+  double least = std::numeric_limits<double>::infinity();
+  for (size_t k = 0; k < c.used.size(); ++k) {
+    stages += (static_cast<int64_t>(c.groups.at(c.used[k]).size()) + D - 1) / D;
+    least = std::min(least, tail_per_layer(c, k, D));
+  }
+  return static_cast<double>(layers) / static_cast<double>(stages) * least;
 }
 
 // Whether some candidate of shape (c, D) may fit in memory. A stage of class k holds at most
@@ -512,6 +543,22 @@ double PipelineSearch::lowest_bound() const {
   return queue_.empty() ? std::numeric_limits<double>::infinity() : queue_.top().bound;
 }
 
+// The pipelines of a spread (groups of each class per pipeline) with the classes in `order`: each
+// class's groups handed out in turn.
+std::vector<std::vector<Group>> PipelineSearch::pipelines_of(const Combo& c,
+                                                             const std::map<std::string, std::vector<int>>& count,
+                                                             const std::vector<std::string>& order) const {
+  const int D = static_cast<int>(count.begin()->second.size());
+  std::vector<std::vector<Group>> pipes(D);
+  std::map<std::string, size_t> next;
+  for (int p = 0; p < D; ++p) {
+    for (const std::string& cls : order) {
+      for (int i = 0; i < count.at(cls)[p]; ++i) pipes[p].push_back(c.groups.at(cls)[next[cls]++]);
+    }
+  }
+  return pipes;
+}
+
 // The candidates of shape (combo, D): every spread, order of the classes and micro-batch sizes.
 void PipelineSearch::expand(int combo, int D, double threshold) {
   const bool small = num_devices <= 8;  // the search is complete up to 8 devices
@@ -520,7 +567,10 @@ void PipelineSearch::expand(int combo, int D, double threshold) {
   std::map<std::string, std::vector<Group>>& groups = cb.groups;
   const std::vector<std::pair<int, int>> most = most_layers(cb, D);
   const double tail = tail_bound(cb, D);
-  for (const auto& count : spreads(used, groups, D)) {
+  floors_.clear();
+  const std::vector<std::map<std::string, std::vector<int>>> all_spreads = spreads(used, groups, D);
+  for (size_t spread = 0; spread < all_spreads.size(); ++spread) {
+    const std::map<std::string, std::vector<int>>& count = all_spreads[spread];
     // Every pipeline needs a stage, at most a layer a stage, and room for every layer.
     bool ok = true;
     for (int p = 0; p < D && ok; ++p) {
@@ -536,33 +586,24 @@ void PipelineSearch::expand(int combo, int D, double threshold) {
       ok = stages >= 1 && stages <= layers && room >= layers;
     }
     if (!ok) continue;
-    // Pipelines of equal class counts and micro-batch size have one floor (the integer bound below).
-    std::map<std::vector<int>, int> count_ids;
-    std::vector<int> counts_of(D);
+    std::vector<std::vector<int>> counts_of(D, std::vector<int>(used.size()));
     for (int p = 0; p < D; ++p) {
-      std::vector<int> v(used.size());
-      for (size_t k = 0; k < used.size(); ++k) v[k] = count.at(used[k])[p];
-      counts_of[p] = count_ids.emplace(std::move(v), static_cast<int>(count_ids.size())).first->second;
+      for (size_t k = 0; k < used.size(); ++k) counts_of[p][k] = count.at(used[k])[p];
     }
-    std::vector<std::vector<int>> count_vectors(count_ids.size());
-    for (const auto& [v, id] : count_ids) count_vectors[id] = v;
-    std::vector<int> caps(used.size());
-    for (size_t k = 0; k < used.size(); ++k) caps[k] = most[k].first;
-    std::map<std::pair<int, size_t>, PipelineFloor> floor_of;  // (counts, size index)
     // Every order of the classes along the pipelines, every micro-batch size.
     std::vector<std::string> order = used;
     std::sort(order.begin(), order.end());
     do {
       // Above 8 devices, the classes of one kind stay together along the pipelines.
       if (!small && !kinds_contiguous(order, groups)) continue;
-      std::vector<std::vector<Group>> pipes(D);
-      std::map<std::string, size_t> next;
-      for (int p = 0; p < D; ++p) {
-        for (const std::string& kind : order) {
-          for (int i = 0; i < count.at(kind)[p]; ++i) pipes[p].push_back(groups[kind][next[kind]++]);
-        }
+      std::vector<int> order_index;  // `order` as indices into `used`
+      for (const std::string& cls : order) {
+        order_index.push_back(static_cast<int>(std::find(used.begin(), used.end(), cls) - used.begin()));
       }
-      for (const std::vector<int>& bs : size_assignments(pipes, sizes_, cb.mixed)) {
+      const std::vector<std::vector<Group>> pipes = pipelines_of(cb, count, order);
+      const std::vector<std::vector<int>> assignments = size_assignments(pipes, sizes_, cb.mixed);
+      for (size_t assignment = 0; assignment < assignments.size(); ++assignment) {
+        const std::vector<int>& bs = assignments[assignment];
         // Pipeline p needs at least (n_p + S_p - 1) * L / R_p, R_p = sum over its stages of
         // 1 / (seconds per layer at b_p): its slowest stage holds at least L / R_p of layer work per
         // micro-batch. Within a step time T it takes n_p <= T R_p / L - (S_p - 1) micro-batches, and
@@ -575,40 +616,35 @@ void PipelineSearch::expand(int combo, int D, double threshold) {
           rate += bs[p] * r;
           bubbles += bs[p] * (static_cast<double>(pipes[p].size()) - 1);
         }
-        // And T >= the least time at which the pipelines take the batch in integer micro-batch
-        // counts (least_integer_step): n_p b_p sequences of B ~ D, n_p a few, so a pipeline's last
-        // micro-batch is a tenth of its time and the real-valued bound above misses it.
-        std::vector<std::pair<std::pair<int, size_t>, size_t>> type_at;  // (counts, size index) -> floors
-        std::vector<std::pair<PipelineFloor, int64_t>> floors;
+        // And T >= the least time at which the pipelines take the batch in whole micro-batches
+        // (least_step): n_p b_p sequences of B ~ D, n_p a few, so a pipeline's last micro-batch is
+        // a tenth of its time and the real-valued bound above misses it. Each pipeline's floor
+        // (PipelineFloor: its classes' least layer times, the head on its last stage) couples its
+        // stages' sum and bottleneck; pipelines of equal counts, last class and size share one.
+        std::vector<std::pair<const PipelineFloor*, int64_t>> floors;
         for (int p = 0; p < D; ++p) {
-          const std::pair<int, size_t> key{
-              counts_of[p], static_cast<size_t>(std::find(sizes_.begin(), sizes_.end(), bs[p]) - sizes_.begin())};
-          size_t at = 0;
-          while (at < type_at.size() && type_at[at].first != key) ++at;
-          if (at == type_at.size()) {
-            auto it = floor_of.find(key);
-            if (it == floor_of.end()) {
-              std::vector<double> t(used.size());
-              for (size_t k = 0; k < used.size(); ++k) t[k] = cb.least_layer_time[k][key.second];
-              it = floor_of.emplace(key, pipeline_floor(count_vectors[key.first], t, caps, layers)).first;
-            }
-            type_at.push_back({key, floors.size()});
-            floors.push_back({it->second, 0});
+          const size_t size = static_cast<size_t>(std::find(sizes_.begin(), sizes_.end(), bs[p]) - sizes_.begin());
+          int last = -1;  // the class of the pipeline's last stage
+          for (int k : order_index) {
+            if (counts_of[p][k] > 0) last = k;
           }
-          floors[type_at[at].second].second += bs[p];
+          const PipelineFloor* f = &floor(cb, D, counts_of[p], size, last, most);
+          auto same = std::find_if(floors.begin(), floors.end(), [&](const auto& x) { return x.first == f; });
+          if (same == floors.end()) {
+            floors.push_back({f, bs[p]});
+          } else {
+            same->second += bs[p];
+          }
         }
-        const double integer = least_integer_step(floors, options.global_batch, D) + tail;
+        const double integer = least_step(floors, options.global_batch);
         const double bound =
             std::max((static_cast<double>(options.global_batch) + bubbles) * layers / rate + tail, integer);
         ++generated_;
         if (bound >= threshold) continue;  // never visited: the threshold only falls
-        Candidate c;
-        c.micro_batch_sizes = bs;
-        c.pipelines = pipes;
-        c.bound = bound;
+        // Kept as where it comes from, not as its thousand ranks: rebuilt when taken.
         const int64_t id = seq_++;
         queue_.push({bound, id, combo, D, id});
-        pending_.emplace(id, std::move(c));
+        pending_.emplace(id, Pending{static_cast<int>(spread), static_cast<int>(assignment), order});
       }
     } while (std::next_permutation(order.begin(), order.end()));
   }
@@ -621,8 +657,13 @@ std::optional<Candidate> PipelineSearch::next(double threshold) {
     queue_.pop();
     if (e.candidate >= 0) {
       auto it = pending_.find(e.candidate);
-      Candidate c = std::move(it->second);
+      const Pending pending = std::move(it->second);
       pending_.erase(it);
+      const Combo& cb = combos_[e.combo];
+      Candidate c;
+      c.pipelines = pipelines_of(cb, spreads(cb.used, cb.groups, e.D)[pending.spread], pending.order);
+      c.micro_batch_sizes = size_assignments(c.pipelines, sizes_, cb.mixed)[pending.sizes];
+      c.bound = e.bound;
       return c;
     }
     if (e.candidate == -2) {
@@ -630,6 +671,15 @@ std::optional<Candidate> PipelineSearch::next(double threshold) {
       const int D = e.D;
       queue_.push({shape_bound(combos_[e.combo], D) + tail_bound(combos_[e.combo], D), seq_++, e.combo, D, -1});
       continue;
+    }
+    if (e.candidate == -1) {
+      // At the front by its real-valued bound: its integer bound (a few floors) before its
+      // candidates (every spread, order and size); where that is higher, it waits its turn again.
+      const double integer = shape_integer_bound(combos_[e.combo], e.D);
+      if (integer > e.bound) {
+        if (integer < std::numeric_limits<double>::infinity()) queue_.push({integer, seq_++, e.combo, e.D, -3});
+        continue;
+      }
     }
     ++shapes_;
     expand(e.combo, e.D, threshold);

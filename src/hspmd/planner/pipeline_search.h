@@ -28,7 +28,10 @@
 // must hold every layer, each stage at most the layers its devices hold with one micro-batch in
 // flight) drops shapes no candidate of which fits. Both bounds fall as D grows, so each cut's
 // shapes are visited from its largest feasible D down, and a shape is expanded only when its
-// bound is the lowest left. A cluster of thousands of devices thus costs its shapes' bounds
+// bound is the lowest left; at the front it first takes an integer bound from its spreads
+// (shape_integer_bound) and waits again where that is higher. The integer bounds of shapes,
+// candidates and level 2 take each pipeline's floor (planner/pipeline_floor.h: its stages' sum,
+// bottleneck and tail over one split, at their least). A cluster of thousands of devices thus costs its shapes' bounds
 // (linear in the cuts and the D tried), not the product of every cut, D, spread, order and size.
 // Level 2 (planner/layer_programs.h) turns a candidate into a strategy.
 #pragma once
@@ -46,6 +49,7 @@
 #include <vector>
 
 #include "hspmd/planner/cost_model.h"
+#include "hspmd/planner/pipeline_floor.h"
 #include "hspmd/planner/planner.h"
 
 namespace hspmd::planner {
@@ -113,25 +117,40 @@ class PipelineSearch {
     double rate_max = 0;            // sum over groups of max_b b / layer seconds(g, b)
     std::vector<double> capacity;   // per class (`used` order): its smallest device memory (inf: unknown)
     std::vector<std::vector<double>> least_layer_time;  // per class, per size (sizes_ order): over its groups
+    std::vector<std::vector<double>> head;              // per class, per size: the head's compute on its last stage
   };
   struct Entry {
     double bound = 0;
     int64_t seq = 0;
     int combo = 0, D = 0;
-    int64_t candidate = -1;  // >= 0: a generated candidate (in pending_); -1: shape (combo, D); -2: its stream
+    // >= 0: a generated candidate (in pending_); -1: shape (combo, D); -2: its stream; -3: shape
+    // (combo, D) with its integer bound.
+    int64_t candidate = -1;
     bool operator>(const Entry& o) const { return bound != o.bound ? bound > o.bound : seq > o.seq; }
   };
 
   void build();
   double shape_bound(const Combo& c, int D) const;
+  // At most every candidate's integer bound (least_step of its pipelines' floors): per spread, each
+  // pipeline's floor without the head at its best micro-batch size; the least over the spreads.
+  double shape_integer_bound(const Combo& c, int D);
+  // A pipeline of `counts` stages per class at size index `size` among D pipelines, the head on a
+  // stage of class `head_class` (-1: the head not counted), each stage at most its class's most
+  // layers (most_layers), its least tail (tail_per_layer) included.
+  const PipelineFloor& floor(const Combo& c, int D, const std::vector<int>& counts, size_t size, int head_class,
+                             const std::vector<std::pair<int, int>>& most);
   bool shape_fits(const Combo& c, int D) const;
   double tail_bound(const Combo& c, int D) const;
+  // The least tail (exposed gradient sync and optimizer) a layer on a stage of class k adds.
+  double tail_per_layer(const Combo& c, size_t k, int D) const;
   // Per class: the most layers one of its stages holds in the middle of a pipeline and alone in one
   // (with the embedding and head), with one micro-batch of the smallest size in flight, D pipelines.
   std::vector<std::pair<int, int>> most_layers(const Combo& c, int D) const;
   int next_shape_D(const Combo& c, int below);  // the largest D < below worth a shape, or 0
   void push_shape(int combo, int below);
   void expand(int combo, int D, double threshold);
+  std::vector<std::vector<Group>> pipelines_of(const Combo& c, const std::map<std::string, std::vector<int>>& count,
+                                               const std::vector<std::string>& order) const;
   double layer_time(const Group& g, int b) const;  // layer_seconds, memoized per group and size
 
   std::vector<std::map<std::string, std::vector<int>>> spreads(
@@ -153,10 +172,19 @@ class PipelineSearch {
   RingLinkBound ring_bound_;  // for tail_bound
   std::vector<Combo> combos_;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_;
-  std::map<int64_t, Candidate> pending_;
+  // A generated candidate waiting in the queue: its spread (the index into spreads()), its
+  // micro-batch sizes (the index into size_assignments()) and its classes' order.
+  struct Pending {
+    int spread = 0, sizes = 0;
+    std::vector<std::string> order;
+  };
+  std::map<int64_t, Pending> pending_;
   int64_t seq_ = 0, generated_ = 0, shapes_ = 0;
   double memory_dropped_bound_ = std::numeric_limits<double>::infinity();
   mutable std::unordered_map<int64_t, double> layer_memo_;  // (first rank, ranks, cp, size) packed
+  // Floors of the pipelines of the shape being bounded or expanded (floor()), keyed on the size
+  // index, the class holding the head (-1: none counted) and the stage counts per class.
+  std::map<std::vector<int>, PipelineFloor> floors_;
 };
 
 // Seconds of one decoder layer of one micro-batch of b sequences on group g, its TP collectives

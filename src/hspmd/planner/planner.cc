@@ -240,7 +240,8 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
   };
   double next_report = options_.progress_interval_seconds;
   while (std::optional<Candidate> c = search.next(threshold() * slack)) {
-    if (options_.time_limit_seconds > 0 && best.prediction.step_seconds < kInf &&
+    // With a plan in hand (this search's, or the caller's below which it searches), stop at the limit.
+    if (options_.time_limit_seconds > 0 && std::min(best.prediction.step_seconds, prune_at) < kInf &&
         seconds_since(start) >= options_.time_limit_seconds) {
       best.complete = false;
       best.lowest_bound_left = c->bound;
@@ -307,6 +308,10 @@ Plan Planner::run(const std::vector<int>& available, const sharding::Strategy* p
         other.milps += programs.milps();
         other.planning_seconds = seconds_since(start);
         return other;
+      }
+      if (!other.complete) {  // the limit cut the search below this plan short
+        best.complete = false;
+        best.lowest_bound_left = other.lowest_bound_left;
       }
     }
   }
