@@ -182,8 +182,9 @@ TEST(PipelineFloorTest, LeastStepIsTheLeastOverEveryCountAssignment) {
 // On a generated 64-GPU cluster (3/8 H800, 5/8 H20, Llama 32B, the shipped profile), with ZeRO-1,
 // ZeRO-2 and ZeRO-3: the search hands out its candidates by ascending bound, so no shape's bound
 // (real-valued or integer, shape_integer_bound) was above a candidate it expanded to; and for the
-// first candidates, the candidate's bound and level 2's relaxation (solve() not dropping it when
-// asked to prune at its solution's predicted step) are at most the predicted step of its solution.
+// first candidates, the candidate's bound, level 2's relaxation (solve() not dropping it when
+// asked to prune at its solution's predicted step) and its solution's floor are at most the
+// predicted step of its solution.
 TEST(PipelineFloorTest, SearchBoundsStayBelowTheirCandidatesAndPredictedSteps) {
   const resolve::Topology paper = resolve::Topology::from_file(kRoot + "/examples/clusters/paper-16h800-32h20.json");
   const resolve::Topology topo =
@@ -213,6 +214,8 @@ TEST(PipelineFloorTest, SearchBoundsStayBelowTheirCandidatesAndPredictedSteps) {
       if (!st) continue;
       const Prediction p = cost.predict(*st);
       EXPECT_LE(c->bound, p.step_seconds * (1 + 1e-12)) << "ZeRO-" << zero << ": " << to_string(p);
+      EXPECT_LE(programs.solution_floor(), p.step_seconds * (1 + 1e-12))
+          << "ZeRO-" << zero << ": level 2's solution floor above its predicted step: " << to_string(p);
       const int pruned = programs.relaxation_pruned();
       EXPECT_TRUE(programs.solve(*c, p.step_seconds * (1 + 1e-9)).has_value())
           << "ZeRO-" << zero << ": level 2's relaxation above its own solution's predicted step";

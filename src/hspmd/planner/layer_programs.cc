@@ -86,9 +86,22 @@ std::vector<LayerPrograms::StageLine> LayerPrograms::stage_lines(
     s.per_layer = k.per_layer;
     s.fixed = k.ends + (s.last ? 0 : cost.p2p(g.ranks.front(), pipe[j + 1].ranks.front(), b, s.cp));
     s.capacity = k.capacity;
+    s.floor_per_layer = s.per_layer;
+    s.floor_fixed = s.fixed;
     if (zero3) {
       s.per_layer += cost.zero3_comm(g.kind, D * s.cp, rings[j], 1, false, false, s.tp);
       s.fixed += cost.zero3_comm(g.kind, D * s.cp, rings[j], 0, s.first, s.last, s.tp);
+      // predict() gathers each layer over its holders in every pipeline, not over stage index j's
+      // ring: where the pipelines split the layers differently, a layer's holders may sit on a
+      // faster link or have fewer CP ranks (pipeline_floor_test's 64-GPU cluster: an H800 stage whose
+      // last layers another pipeline holds on its node, 0.59 s a micro-batch in predict(), 0.68 s
+      // on this line). Any such ring has one rank per pipeline at least, on a link at most
+      // ring_bound's (level 1's bound, pipeline_search.cc), latency aside: solution_floor's
+      // gathers. Pipelines of one type need none: they run equal counts, so equal splits, and
+      // predict()'s ring of a layer holds stage index j's ranks, n = D x CP, no faster a link.
+      const std::pair<double, double> fastest{ring_bound.at_most(D), 0};
+      s.floor_per_layer += cost.zero3_comm(g.kind, D, fastest, 1, false, false, s.tp);
+      s.floor_fixed += cost.zero3_comm(g.kind, D, fastest, 0, s.first, s.last, s.tp);
     }
     // Replicas: the D pipelines x the stage's CP ranks (the ring's link from the pipelines'). The
     // split is chosen on the whole reduce; predict() prices what the buckets hide.
@@ -505,12 +518,14 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
     }
   }
   solution_floor_ = 0;
+  const bool one_type = types.size() == 1;  // the lines' ZeRO-3 gathers at most predict()'s (stage_lines)
   for (int p = 0; p < D; ++p) {
     const std::vector<StageLine>& lines = types[type_of[p]].lines;
     const std::vector<int>& split = tabs[type_of[p]].at(n_of[p])->line.layers;
     double sum = 0, slowest = 0, tail = 0;
     for (size_t j = 0; j < lines.size(); ++j) {
-      const double f = lines[j].per_layer * split[j] + lines[j].fixed;
+      const StageLine& s = lines[j];
+      const double f = one_type ? s.per_layer * split[j] + s.fixed : s.floor_per_layer * split[j] + s.floor_fixed;
       sum += f;
       slowest = std::max(slowest, f);
       tail = std::max(tail, tail_floor(lines[j], split[j], D));

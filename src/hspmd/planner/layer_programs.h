@@ -56,8 +56,9 @@ class LayerPrograms {
 
   // The least step CostModel::predict can give the strategy solve() last returned, with sequence
   // parallelism on its TP stages or off: each pipeline's time from the stage lines (the cost
-  // model's terms, SP's never slower), each stage's tail at least its optimizer step and the part
-  // of its gradient sync no overlap hides, on the fastest link its ring may run at (ring_bound).
+  // model's terms, SP's never slower, ZeRO-3's gathers on the fastest ring where the pipelines
+  // may split differently), each stage's tail at least its optimizer step and the part of its
+  // gradient sync no overlap hides, on the fastest link its ring may run at (ring_bound).
   // The planner skips predicting a solution whose floor is above the best plan.
   double solution_floor() const { return solution_floor_; }
   // The fastest links a gradient ring may run at (solution_floor's sync); unset: no sync counted.
@@ -75,6 +76,9 @@ class LayerPrograms {
     int tp = 1, cp = 1;
     bool first = false, last = false;
     double per_layer = 0, fixed = 0;       // f(x) = per_layer x + fixed, per micro-batch
+    // The least f(x) predict() can give where the pipelines are of several types (solution_floor's):
+    // f with ZeRO-3's gathers on the fastest ring a layer may have (stage_lines); without ZeRO-3, f.
+    double floor_per_layer = 0, floor_fixed = 0;
     double tail_per_layer = 0, tail_fixed = 0;  // gradient sync + optimizer, per step
     // What of the tail no overlap can hide (the relaxation's lower bound): with gradient buckets,
     // ZeRO-1/2's parameter all-gather and the optimizer; without, the whole tail.
