@@ -36,8 +36,8 @@ sharding::Strategy with_sp(sharding::Strategy st, bool on) {
 // The planner skips pricing a level-2 solution whose floor is above the best plan: the floor must
 // be at most what the cost model predicts for it, with and without sequence parallelism, for every
 // candidate (ZeRO-1 with gradient buckets and without, so that the sync's floor differs, and ZeRO-3,
-// whose gathers run on each layer's holders): the first 200 candidates on a small two-kind cluster,
-// the first 40 on the paper's 48 GPUs.
+// whose gathers run on each layer's holders): the first 200 candidates on a small two-kind cluster
+// (also with CP 2 stages only), the first 40 on the paper's 48 GPUs.
 TEST(PlannerFloorTest, SolutionFloorIsAtMostThePredictedStep) {
   const models::LlamaConfig tiny = tiny_config();
   const models::LlamaConfig c32 = models::LlamaConfig::from_file(kRoot + "/configs/llama-32b.json");
@@ -51,27 +51,32 @@ TEST(PlannerFloorTest, SolutionFloorIsAtMostThePredictedStep) {
     const Profile& profile;
     int64_t global_batch, seq_len;
     int most;
+    std::vector<int> cp_degrees;  // empty: the planner's default for seq_len
   };
-  for (const Case& k : {Case{tiny, small, small_profile, 8, 64, 200}, Case{c32, paper, paper_profile, 64, 4096, 40}}) {
+  // The CP case has one-pipeline candidates, whose gradient ring is the stage's own CP ranks.
+  for (const Case& k : {Case{tiny, small, small_profile, 8, 64, 200, {}}, Case{tiny, small, small_profile, 2, 64, 200, {2}},
+                        Case{c32, paper, paper_profile, 64, 4096, 40, {}}}) {
     for (auto [bucket_mb, zero3] : {std::pair{0.0, false}, std::pair{25.0, false}, std::pair{25.0, true}}) {
       PlannerOptions o;
       o.global_batch = k.global_batch;
       o.seq_len = k.seq_len;
       o.sequence_parallel = true;
       o.zero3 = zero3;
+      o.cp_degrees = k.cp_degrees;
       const CostModel cost(models::Llama(k.config), k.topo, k.profile, {.seq_len = k.seq_len, .grad_bucket_mb = bucket_mb});
       std::vector<int> all(k.topo.num_devices());
       for (int r = 0; r < k.topo.num_devices(); ++r) all[r] = r;
       PipelineSearch search(cost, o, all);
       LayerPrograms programs(cost, o);
       programs.ring_bound = ring_link_bound(cost, all);
-      int checked = 0;
+      int checked = 0, one_pipeline_cp = 0;
       for (int i = 0; i < k.most; ++i) {
         const std::optional<Candidate> c = search.next(std::numeric_limits<double>::infinity());
         if (!c) break;
         const std::optional<sharding::Strategy> st = programs.solve(*c);
         if (!st) continue;
         ++checked;
+        one_pipeline_cp += c->pipelines.size() == 1 && c->pipelines[0][0].cp > 1;
         for (bool sp : {true, false}) {
           const Prediction p = cost.predict(with_sp(*st, sp));
           EXPECT_LE(programs.solution_floor(), p.step_seconds * (1 + 1e-12)) << "ZeRO-3 " << zero3 << ": " << to_string(p);
@@ -79,6 +84,9 @@ TEST(PlannerFloorTest, SolutionFloorIsAtMostThePredictedStep) {
         EXPECT_GT(programs.solution_floor(), 0);
       }
       EXPECT_GT(checked, 10) << "ZeRO-3 " << zero3;
+      if (!k.cp_degrees.empty()) {
+        EXPECT_GT(one_pipeline_cp, 0) << "ZeRO-3 " << zero3;
+      }
     }
   }
 }

@@ -373,14 +373,21 @@ std::optional<sharding::Strategy> LayerPrograms::solve(const Candidate& c, doubl
   const int64_t B = options.global_batch;  // sequences, sum_p n_p b_p
   int64_t all_sizes = 0;
   for (int p = 0; p < D; ++p) all_sizes += b[p];
-  // The gradient ring of stage index j: that stage (or the nearest) of every pipeline.
+  // The gradient ring of stage index j: that stage (or the nearest) of every pipeline; with one
+  // pipeline, the stage's own CP ranks (its ranks' link: the ring of D x CP = CP replicas; with CP 1
+  // there is nothing to reduce and the link is never read).
   size_t most_stages = 0;
   for (const auto& pipe : c.pipelines) most_stages = std::max(most_stages, pipe.size());
   std::vector<std::pair<double, double>> rings;
   for (size_t j = 0; j < most_stages; ++j) {
     std::vector<int> ring;
     for (const auto& other : c.pipelines) ring.push_back(other[std::min(j, other.size() - 1)].ranks.front());
-    rings.push_back(D > 1 ? ring_link(ring) : std::pair<double, double>{1, 0});
+    if (D > 1) {
+      rings.push_back(ring_link(ring));
+    } else {
+      const Group& own = c.pipelines[0][j];
+      rings.push_back(own.cp > 1 ? ring_link(own.ranks) : std::pair<double, double>{1, 0});
+    }
   }
   // The pipelines by type (equal stage lines and size). A pipeline's most micro-batches: every other
   // pipeline runs at least one (the same for every pipeline of a size).
